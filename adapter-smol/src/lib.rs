@@ -1,0 +1,1 @@
+//! The proxy on smol and async-io (its own issue follows).

@@ -1,0 +1,1 @@
+//! The production proxy on tokio and hyper (its own issue follows).

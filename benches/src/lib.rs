@@ -1,0 +1,1 @@
+//! Criterion micro-benchmarks of weir-core hot paths live in `benches/`.

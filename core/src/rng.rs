@@ -1,0 +1,108 @@
+//! Injected randomness.
+//!
+//! Core draws every random number from an [`Rng`] the caller hands in: a seeded [`WyRand`] in the
+//! simulator and in tests (so a run replays bit for bit from its seed), a per-thread one seeded
+//! from OS entropy in the adapters. Core never touches a thread or OS RNG (`core/clippy.toml`).
+//!
+//! The generator is wyrand (Wang Yi; the one fastrand uses): one `u64` of state, passes
+//! BigCrush and PractRand, and is a few instructions per draw. It is written out here, not taken
+//! from a crate, so that its output for a seed can never change under a dependency bump.
+
+/// A source of uniformly distributed 64-bit values.
+pub trait Rng {
+    /// The next uniformly distributed `u64`.
+    fn next_u64(&mut self) -> u64;
+
+    /// A uniform value in `0..n`; `0` when `n == 0`. Lemire's multiply-shift with rejection,
+    /// so it has no modulo bias.
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let threshold = n.wrapping_neg() % n;
+        loop {
+            let m = u128::from(self.next_u64()) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
+            }
+        }
+    }
+
+    /// `true` with probability `permille / 1000` (clamped to 0..=1000).
+    fn chance_permille(&mut self, permille: u32) -> bool {
+        self.below(1000) < u64::from(permille.min(1000))
+    }
+}
+
+impl<R: Rng + ?Sized> Rng for &mut R {
+    fn next_u64(&mut self) -> u64 {
+        (**self).next_u64()
+    }
+}
+
+/// The wyrand generator: deterministic for a seed, fast, not cryptographic.
+#[derive(Debug, Clone)]
+pub struct WyRand {
+    state: u64,
+}
+
+impl WyRand {
+    /// A generator whose whole output is determined by `seed`.
+    #[must_use]
+    pub const fn new(seed: u64) -> WyRand {
+        WyRand { state: seed }
+    }
+
+    /// A child generator for a sub-machine: its seed is drawn from this one, so one engine seed
+    /// determines every sub-machine's stream (quinn's `rng_seed` discipline).
+    #[must_use]
+    pub fn fork(&mut self) -> WyRand {
+        WyRand::new(self.next_u64())
+    }
+}
+
+impl Rng for WyRand {
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.state) * u128::from(self.state ^ 0xe703_7ed1_a0b4_28db);
+        ((t >> 64) as u64) ^ (t as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_stream() {
+        let mut a = WyRand::new(42);
+        let mut b = WyRand::new(42);
+        for _ in 0..100 {
+            assert_eq!(a.next_u64(), b.next_u64());
+        }
+        assert_ne!(WyRand::new(1).next_u64(), WyRand::new(2).next_u64());
+    }
+
+    #[test]
+    fn below_is_in_range_and_covers_it() {
+        let mut r = WyRand::new(7);
+        let mut seen = [0u32; 7];
+        for _ in 0..7000 {
+            let v = r.below(7);
+            assert!(v < 7);
+            seen[v as usize] += 1;
+        }
+        assert!(seen.iter().all(|&c| c > 800), "{seen:?}");
+        assert_eq!(r.below(0), 0);
+        assert_eq!(r.below(1), 0);
+    }
+
+    #[test]
+    fn chance_permille_edges() {
+        let mut r = WyRand::new(9);
+        assert!((0..1000).all(|_| !r.chance_permille(0)));
+        assert!((0..1000).all(|_| r.chance_permille(1000)));
+        let hits = (0..10_000).filter(|_| r.chance_permille(250)).count();
+        assert!((2200..2800).contains(&hits), "{hits}");
+    }
+}

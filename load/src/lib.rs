@@ -1,0 +1,1 @@
+//! Load profiles and side-by-side benchmarks (their own issue follows).

@@ -1,0 +1,1 @@
+//! Deterministic chaos simulation of weir-core (its own issue follows).

@@ -1,0 +1,1 @@
+//! Shared Redis and PostgreSQL rate-limit stores (their own issue follows).
