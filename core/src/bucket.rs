@@ -265,7 +265,7 @@ mod tests {
                     prop_assert!(held <= capacity * 1000);
                     if let Take::Allowed { remaining } = d {
                         grants += 1;
-                        prop_assert!(remaining <= capacity - 1);
+                        prop_assert!(remaining < capacity);
                         prop_assert_eq!(remaining, held / 1000);
                     }
                 }

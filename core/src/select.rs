@@ -1,1 +1,262 @@
-//! (filled in by its own change)
+//! Backend selection (C-POOL-4, C-POOL-5): one driver, several policies.
+//!
+//! A policy only says in which order it would like to try backends: it calls a visitor with
+//! candidate indices, most preferred first, and must eventually offer every index. The driver
+//! ([`Pool::select`]) does everything else, the same way for every policy:
+//!
+//! - skips backends this request already tried (C-RETRY-2) and unavailable ones (C-POOL-3);
+//! - applies slow start (C-HEALTH-4): a warming backend is taken with probability equal to its
+//!   share, otherwise the policy's next candidate is asked; if every candidate was warming, the
+//!   first one passed over is taken, so slow start never turns a request away;
+//! - reserves the slot (C-POOL-6) and, when a reservation loses a race, moves on;
+//! - "panic routing": when no backend is available and the only reason for some is an open
+//!   circuit, the first such backend is used anyway and the slot is marked as a panic slot
+//!   (counted by the adapter in `load_balancer_panic_selections_total`). Passive ejection alone
+//!   never leaves a pool with nothing to serve while a healthy backend exists; this is the cap
+//!   Envoy expresses as `max_ejection_percent` and its panic threshold. Backends that fail active
+//!   health checks are never used: "all backends down" is a 503 (failure matrix);
+//! - never blocks: with nothing to offer it returns a typed [`NoBackend`] (C-POOL-5).
+//!
+//! This mirrors gRPC's picker (reference/001): a picker never blocks, and reports why it could
+//! not pick. Policies are an enum over structs that implement [`Policy`], so dispatch is static.
+
+mod round_robin;
+
+use core::ops::ControlFlow;
+
+pub use round_robin::RoundRobin;
+
+use crate::pool::{Availability, Backend, Pool, PoolParams, Slot, Tried};
+use crate::rng::Rng;
+use crate::sync::Arc;
+use crate::time::Instant;
+
+/// What a request offers the policy: the worker it runs on (policies keep per-worker cursors,
+/// like Envoy's per-worker load balancers, so workers never contend on one counter) and the
+/// request's hash for `consistent_hash`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PickContext {
+    /// A small integer identifying the caller's worker thread; any value is valid.
+    pub worker: usize,
+    /// The hash of the request's affinity key (header, cookie or client address), if any.
+    pub hash: Option<u64>,
+}
+
+/// The visitor a policy offers candidates to: return `Break` to stop.
+pub type Visit<'a> = dyn FnMut(usize, &mut dyn Rng) -> ControlFlow<()> + 'a;
+
+/// A selection policy: the order in which backends are offered. See the module doc.
+pub trait Policy: core::fmt::Debug + Send + Sync {
+    /// Offer candidate indices into `backends` to `visit`, most preferred first, until it breaks.
+    /// Every index must be offered at least once if `visit` never breaks. Must not block or
+    /// allocate.
+    fn visit(
+        &self,
+        backends: &[Arc<Backend>],
+        ctx: &PickContext,
+        params: &PoolParams,
+        now: Instant,
+        rng: &mut dyn Rng,
+        visit: &mut Visit<'_>,
+    );
+}
+
+/// The policy names of `balancing.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    /// `round_robin` (the default).
+    #[default]
+    RoundRobin,
+}
+
+impl PolicyKind {
+    /// Every policy, in documentation order.
+    pub const ALL: &'static [PolicyKind] = &[PolicyKind::RoundRobin];
+
+    /// The configuration name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::RoundRobin => "round_robin",
+        }
+    }
+
+    /// Parse a configuration name.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+}
+
+/// A built policy of any kind (static dispatch).
+#[derive(Debug)]
+pub enum AnyPolicy {
+    /// See [`RoundRobin`].
+    RoundRobin(RoundRobin),
+}
+
+impl AnyPolicy {
+    /// Build the policy `kind` over `backends`; `rng` gives it its random start.
+    #[must_use]
+    pub fn new(kind: PolicyKind, backends: &[Arc<Backend>], rng: &mut dyn Rng) -> AnyPolicy {
+        match kind {
+            PolicyKind::RoundRobin => AnyPolicy::RoundRobin(RoundRobin::new(backends.len(), rng)),
+        }
+    }
+
+    /// The kind this policy was built from.
+    #[must_use]
+    pub fn kind(&self) -> PolicyKind {
+        match self {
+            AnyPolicy::RoundRobin(_) => PolicyKind::RoundRobin,
+        }
+    }
+
+    fn policy(&self) -> &dyn Policy {
+        match self {
+            AnyPolicy::RoundRobin(p) => p,
+        }
+    }
+}
+
+/// Why no backend could be selected (C-POOL-5). Each maps to a `503` with a JSON body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoBackend {
+    /// The pool has no backends.
+    EmptyPool,
+    /// Every backend was already tried by this request (a retry has nowhere to go).
+    AllTried,
+    /// No backend is enabled, serving and healthy.
+    NoHealthy,
+    /// Every otherwise usable backend has an open circuit (and panic routing lost a race).
+    AllOpen,
+    /// Every usable backend is at `max_concurrent_requests`.
+    AllSaturated,
+}
+
+impl NoBackend {
+    /// A stable snake_case name for logs, metrics and error bodies.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NoBackend::EmptyPool => "empty_pool",
+            NoBackend::AllTried => "all_tried",
+            NoBackend::NoHealthy => "no_healthy_backend",
+            NoBackend::AllOpen => "all_circuits_open",
+            NoBackend::AllSaturated => "all_backends_saturated",
+        }
+    }
+}
+
+/// The result of a selection.
+#[derive(Debug)]
+pub enum Selection {
+    /// A slot was reserved on backend `index` of the pool.
+    Selected {
+        /// The backend's index in the pool snapshot.
+        index: usize,
+        /// The reserved slot; dropping it releases it.
+        slot: Slot,
+    },
+    /// Nothing could be reserved.
+    Unavailable(NoBackend),
+}
+
+/// What the driver saw while visiting candidates.
+#[derive(Debug, Default)]
+struct Scan {
+    untried: bool,
+    saturated: bool,
+    open: Option<usize>,
+    warming: Option<usize>,
+}
+
+impl Pool {
+    /// Select a backend and reserve a slot on it, skipping those in `tried`. Never blocks.
+    pub fn select(
+        &self,
+        ctx: &PickContext,
+        tried: &Tried,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Selection {
+        let backends = &self.backends[..];
+        if backends.is_empty() {
+            return Selection::Unavailable(NoBackend::EmptyPool);
+        }
+        let params = &self.params;
+        let mut scan = Scan::default();
+        let mut chosen: Option<(usize, Slot)> = None;
+        let mut visit = |i: usize, rng: &mut dyn Rng| {
+            let Some(b) = backends.get(i) else {
+                return ControlFlow::Continue(());
+            };
+            if tried.contains(i) {
+                return ControlFlow::Continue(());
+            }
+            scan.untried = true;
+            let mut why = b.availability(params, now);
+            if why == Availability::Available {
+                let share = b.slow_start_permille(&params.slow_start, now);
+                if share < 1000 && !rng.chance_permille(share) {
+                    scan.warming.get_or_insert(i);
+                    return ControlFlow::Continue(());
+                }
+                match Backend::try_reserve(b, params, now, false) {
+                    Ok(slot) => {
+                        chosen = Some((i, slot));
+                        return ControlFlow::Break(());
+                    }
+                    Err(lost) => why = lost,
+                }
+            }
+            match why {
+                Availability::Saturated => scan.saturated = true,
+                // Panic routing needs a backend whose only problem is its circuit.
+                Availability::CircuitOpen if b.in_flight() < params.max_concurrent_requests => {
+                    scan.open.get_or_insert(i);
+                }
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        };
+        self.policy
+            .policy()
+            .visit(backends, ctx, params, now, rng, &mut visit);
+        if let Some((index, slot)) = chosen {
+            return Selection::Selected { index, slot };
+        }
+        if let Some(i) = scan.warming
+            && let Ok(slot) = Backend::try_reserve(&backends[i], params, now, false)
+        {
+            return Selection::Selected { index: i, slot };
+        }
+        if let Some(i) = scan.open {
+            if let Ok(slot) = Backend::try_reserve(&backends[i], params, now, true) {
+                return Selection::Selected { index: i, slot };
+            }
+            return Selection::Unavailable(NoBackend::AllOpen);
+        }
+        Selection::Unavailable(if !scan.untried {
+            NoBackend::AllTried
+        } else if scan.saturated {
+            NoBackend::AllSaturated
+        } else {
+            NoBackend::NoHealthy
+        })
+    }
+
+    /// The policy of this pool.
+    #[must_use]
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.policy.kind()
+    }
+}
+
+/// A value alone on its cache line(s), so per-worker cursors never share one.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests;
