@@ -62,6 +62,13 @@ pub enum Availability {
     Saturated,
 }
 
+/// Most slots one backend can have (24 bits of the load word).
+pub const MAX_CONCURRENT_REQUESTS: u32 = (1 << 24) - 1;
+const IN_FLIGHT_MASK: u64 = MAX_CONCURRENT_REQUESTS as u64;
+const REQUESTS_SHIFT: u32 = 24;
+/// One more slot in flight and one more attempt counted (the attempt count wraps after 2^40).
+const ONE_ATTEMPT: u64 = (1 << REQUESTS_SHIFT) | 1;
+
 const ENABLED: u32 = 1;
 const DRAINING: u32 = 2;
 const HEALTHY: u32 = 4;
@@ -73,8 +80,9 @@ pub struct Backend {
     url: Box<str>,
     weight: u32,
     flags: AtomicU32,
-    in_flight: AtomicU32,
-    requests: AtomicU64,
+    /// In-flight slots (low 24 bits) and attempts ever sent (high 40 bits) in one word, so that
+    /// reserving a slot and counting the attempt is a single atomic operation.
+    load: AtomicU64,
     passive_failures: AtomicU64,
     /// When the backend last became eligible (enabled, not draining, healthy, circuit closed):
     /// the start of its slow-start ramp. Nanoseconds of the core clock.
@@ -92,8 +100,7 @@ impl Backend {
             url: spec.url.as_str().into(),
             weight: spec.weight,
             flags: AtomicU32::new(flags),
-            in_flight: AtomicU32::new(0),
-            requests: AtomicU64::new(0),
+            load: AtomicU64::new(0),
             passive_failures: AtomicU64::new(0),
             warm_since: AtomicU64::new(now.as_nanos()),
             breaker: Breaker::new(),
@@ -121,13 +128,13 @@ impl Backend {
     /// Requests in flight on this backend (slots held).
     #[must_use]
     pub fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Relaxed)
+        (self.load.load(Ordering::Relaxed) & IN_FLIGHT_MASK) as u32
     }
 
     /// Attempts sent to this backend since it was created.
     #[must_use]
     pub fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.load.load(Ordering::Relaxed) >> REQUESTS_SHIFT
     }
 
     /// Attempts that counted as passive failures.
@@ -244,11 +251,11 @@ impl Backend {
         now: Instant,
         panic: bool,
     ) -> Result<Slot, Availability> {
-        let max = params.max_concurrent_requests;
+        let max = u64::from(params.max_concurrent_requests);
         let reserved = this
-            .in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
+            .load
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & IN_FLIGHT_MASK < max).then_some(w.wrapping_add(ONE_ATTEMPT))
             });
         if reserved.is_err() {
             return Err(Availability::Saturated);
@@ -259,10 +266,10 @@ impl Backend {
             this.breaker.try_acquire(&params.breaker, now)
         };
         let Some(permit) = permit else {
-            this.in_flight.fetch_sub(1, Ordering::AcqRel);
+            // Give the slot back; the attempt was never sent, so uncount it too.
+            this.load.fetch_sub(ONE_ATTEMPT, Ordering::AcqRel);
             return Err(Availability::CircuitOpen);
         };
-        this.requests.fetch_add(1, Ordering::Relaxed);
         Ok(Slot {
             backend: Arc::clone(this),
             permit,
@@ -335,7 +342,7 @@ impl Drop for Slot {
                 Instant::ZERO,
             );
         }
-        self.backend.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.backend.load.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -369,8 +376,8 @@ pub enum PoolError {
     EmptyId,
     /// a weight is outside 1..=100
     Weight(String, u32),
-    /// max_concurrent_requests must be at least 1
-    ZeroConcurrency,
+    /// max_concurrent_requests must be within 1..=16777215
+    Concurrency(u32),
 }
 
 impl core::fmt::Display for PoolError {
@@ -381,7 +388,10 @@ impl core::fmt::Display for PoolError {
             PoolError::Weight(id, w) => {
                 write!(f, "backend {id:?}: weight must be within 1..=100, got {w}")
             }
-            PoolError::ZeroConcurrency => write!(f, "max_concurrent_requests must be at least 1"),
+            PoolError::Concurrency(n) => write!(
+                f,
+                "max_concurrent_requests must be within 1..={MAX_CONCURRENT_REQUESTS}, got {n}"
+            ),
         }
     }
 }
@@ -398,8 +408,8 @@ pub fn carry_over(
     params: &PoolParams,
     now: Instant,
 ) -> Result<Vec<Arc<Backend>>, PoolError> {
-    if params.max_concurrent_requests == 0 {
-        return Err(PoolError::ZeroConcurrency);
+    if !(1..=MAX_CONCURRENT_REQUESTS).contains(&params.max_concurrent_requests) {
+        return Err(PoolError::Concurrency(params.max_concurrent_requests));
     }
     let mut out: Vec<Arc<Backend>> = Vec::with_capacity(specs.len());
     for spec in specs {

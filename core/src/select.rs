@@ -180,13 +180,45 @@ impl Pool {
         now: Instant,
         rng: &mut dyn Rng,
     ) -> Selection {
+        let params = &self.params;
+        let reserve = |b: &Arc<Backend>, panic: bool| Backend::try_reserve(b, params, now, panic);
+        match self.drive(ctx, tried, now, rng, reserve) {
+            Ok((index, slot)) => Selection::Selected { index, slot },
+            Err(why) => Selection::Unavailable(why),
+        }
+    }
+
+    /// The backend [`Pool::select`] would pick now, without reserving anything: the same
+    /// decision, for reports, the simulator's oracle and benchmarks of the decision alone.
+    /// Advances the policy's cursor like a real pick.
+    pub fn choose(
+        &self,
+        ctx: &PickContext,
+        tried: &Tried,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Result<usize, NoBackend> {
+        self.drive(ctx, tried, now, rng, |_, _| Ok(()))
+            .map(|(index, ())| index)
+    }
+
+    /// The one selection driver (see the module doc); `take` reserves on a chosen backend
+    /// (`panic` = bypass the breaker) and may lose a race, in which case the driver moves on.
+    fn drive<T>(
+        &self,
+        ctx: &PickContext,
+        tried: &Tried,
+        now: Instant,
+        rng: &mut dyn Rng,
+        mut take: impl FnMut(&Arc<Backend>, bool) -> Result<T, Availability>,
+    ) -> Result<(usize, T), NoBackend> {
         let backends = &self.backends[..];
         if backends.is_empty() {
-            return Selection::Unavailable(NoBackend::EmptyPool);
+            return Err(NoBackend::EmptyPool);
         }
         let params = &self.params;
         let mut scan = Scan::default();
-        let mut chosen: Option<(usize, Slot)> = None;
+        let mut chosen: Option<(usize, T)> = None;
         let mut visit = |i: usize, rng: &mut dyn Rng| {
             let Some(b) = backends.get(i) else {
                 return ControlFlow::Continue(());
@@ -202,9 +234,9 @@ impl Pool {
                     scan.warming.get_or_insert(i);
                     return ControlFlow::Continue(());
                 }
-                match Backend::try_reserve(b, params, now, false) {
-                    Ok(slot) => {
-                        chosen = Some((i, slot));
+                match take(b, false) {
+                    Ok(t) => {
+                        chosen = Some((i, t));
                         return ControlFlow::Break(());
                     }
                     Err(lost) => why = lost,
@@ -223,21 +255,20 @@ impl Pool {
         self.policy
             .policy()
             .visit(backends, ctx, params, now, rng, &mut visit);
-        if let Some((index, slot)) = chosen {
-            return Selection::Selected { index, slot };
+        if let Some(found) = chosen {
+            return Ok(found);
         }
         if let Some(i) = scan.warming
-            && let Ok(slot) = Backend::try_reserve(&backends[i], params, now, false)
+            && let Ok(t) = take(&backends[i], false)
         {
-            return Selection::Selected { index: i, slot };
+            return Ok((i, t));
         }
         if let Some(i) = scan.open {
-            if let Ok(slot) = Backend::try_reserve(&backends[i], params, now, true) {
-                return Selection::Selected { index: i, slot };
-            }
-            return Selection::Unavailable(NoBackend::AllOpen);
+            return take(&backends[i], true)
+                .map(|t| (i, t))
+                .map_err(|_| NoBackend::AllOpen);
         }
-        Selection::Unavailable(if !scan.untried {
+        Err(if !scan.untried {
             NoBackend::AllTried
         } else if scan.saturated {
             NoBackend::AllSaturated

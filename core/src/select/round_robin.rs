@@ -50,7 +50,12 @@ impl Policy for RoundRobin {
             return;
         }
         let cursor = &self.cursors[ctx.worker % WORKER_CURSORS].0;
-        let mut i = cursor.fetch_add(1, Ordering::Relaxed) % n;
+        // A worker's cursor has one writer, so a load and a store suffice (no locked
+        // read-modify-write on the hot path). Two callers sharing a worker index may read the
+        // same value and pick the same backend once: harmless for balance, never unsafe.
+        let start = cursor.load(Ordering::Relaxed);
+        cursor.store(start.wrapping_add(1), Ordering::Relaxed);
+        let mut i = start % n;
         for _ in 0..n {
             if visit(i, rng).is_break() {
                 return;
