@@ -14,13 +14,14 @@
 //!   Envoy (`healthy_threshold` / `unhealthy_threshold`), HAProxy (`rise` / `fall`) and NGINX
 //!   (`passes` / `fails`) do, operators know it, and a flip needs no history beyond one counter.
 //! - *Cycles that never overlap, spaced `interval + uniform(0, jitter)` from the end of the
-//!   previous one*: Envoy's `interval` + `interval_jitter`. Measuring from the end means a
-//!   backend that answers slowly is never probed faster than the interval, and the jitter spreads
-//!   the probes of many weir instances so that they do not hit a backend in lock step.
-//! - *A bounded number of probes in flight, each with its own deadline*: a fixed worker budget
-//!   (HAProxy's `spread-checks`/`max-spread-checks` serve the same aim). A probe that overruns its
-//!   timeout counts as a failure at its deadline and frees its slot, so one slow backend delays
-//!   another's probe by at most one timeout (C-HEALTH-6).
+//!   previous one*: Envoy's `interval` + `interval_jitter` (HAProxy's `spread-checks` adds
+//!   random spread for the same reason). Measuring from the end means a backend that answers
+//!   slowly is never probed faster than the interval, and the jitter spreads the probes of many
+//!   weir instances so that they do not hit a backend in lock step.
+//! - *A bounded number of probes in flight, each with its own deadline*: a fixed worker budget,
+//!   so a large pool never opens hundreds of probe connections at once. A probe that overruns
+//!   its timeout counts as a failure at its deadline and frees its slot, so one slow backend
+//!   delays another's probe by at most one timeout (C-HEALTH-6).
 //! - Backends start unhealthy and the first cycle starts at once; the adapter opens its listeners
 //!   once [`ProbeSchedule::cycles_completed`] is at least 1 (C-HEALTH-1). The schedule knows
 //!   nothing of enabled/disabled: it probes every backend it is given (C-HEALTH-5).
@@ -106,19 +107,21 @@ impl Health {
 /// `Default` is the contract's defaults (C-HEALTH-1, C-HEALTH-2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthSpec {
-    /// Pause between the end of one cycle and the start of the next, before jitter [5s].
+    /// Pause between the end of one cycle and the start of the next, before jitter
+    /// (default 5s).
     pub interval: Duration,
-    /// Upper bound of the uniform random delay added to each pause [500ms]; zero disables it.
+    /// Upper bound of the uniform random delay added to each pause (default 500ms); zero
+    /// disables it.
     pub jitter: Duration,
-    /// Time a probe may take before it counts as a failure [2s].
+    /// Time a probe may take before it counts as a failure (default 2s).
     pub timeout: Duration,
-    /// Consecutive failures that make a healthy backend unhealthy [2].
+    /// Consecutive failures that make a healthy backend unhealthy (default 2).
     pub failure_threshold: u32,
-    /// Consecutive successes that make an unhealthy backend healthy [1].
+    /// Consecutive successes that make an unhealthy backend healthy (default 1).
     pub success_threshold: u32,
-    /// Probes in flight at once, across all backends of the schedule [16].
+    /// Probes in flight at once, across all backends of the schedule (default 16).
     pub max_concurrency: u32,
-    /// HTTP(S) statuses that count as a success [200, 204].
+    /// HTTP(S) statuses that count as a success (default 200, 204).
     pub expected_statuses: Vec<u16>,
 }
 
