@@ -1,1 +1,357 @@
-//! (filled in by its own change)
+//! Active health checking (C-HEALTH-1, C-HEALTH-2, C-HEALTH-5, C-HEALTH-6): which backends to
+//! probe, when, and what the answers mean.
+//!
+//! The adapter performs the probes (HTTP, HTTPS or TCP, C-HEALTH-1); this module decides
+//! everything else, without IO:
+//! - [`HealthParams`]: the validated settings, with the contract's defaults;
+//! - [`Thresholds`]: one backend's healthy/unhealthy state with hysteresis (C-HEALTH-2);
+//! - [`ProbeSchedule`]: the cycle machine that hands out probes, bounds how many run at once,
+//!   expires the ones that overrun their timeout and spaces cycles with jitter (C-HEALTH-1,
+//!   C-HEALTH-6).
+//!
+//! Why this shape:
+//! - *Consecutive-result thresholds* rather than a sliding window or an error rate: it is what
+//!   Envoy (`healthy_threshold` / `unhealthy_threshold`), HAProxy (`rise` / `fall`) and NGINX
+//!   (`passes` / `fails`) do, operators know it, and a flip needs no history beyond one counter.
+//! - *Cycles that never overlap, spaced `interval + uniform(0, jitter)` from the end of the
+//!   previous one*: Envoy's `interval` + `interval_jitter` (HAProxy's `spread-checks` adds
+//!   random spread for the same reason). Measuring from the end means a backend that answers
+//!   slowly is never probed faster than the interval, and the jitter spreads the probes of many
+//!   weir instances so that they do not hit a backend in lock step.
+//! - *A bounded number of probes in flight, each with its own deadline*: a fixed worker budget,
+//!   so a large pool never opens hundreds of probe connections at once. A probe that overruns
+//!   its timeout counts as a failure at its deadline and frees its slot, so one slow backend
+//!   delays another's probe by at most one timeout (C-HEALTH-6).
+//! - Backends start unhealthy and the first cycle starts at once; the adapter opens its listeners
+//!   once [`ProbeSchedule::cycles_completed`] is at least 1 (C-HEALTH-1). The schedule knows
+//!   nothing of enabled/disabled: it probes every backend it is given (C-HEALTH-5).
+
+use core::fmt;
+use core::time::Duration;
+
+mod schedule;
+mod thresholds;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod schedule_tests;
+
+pub use schedule::{HealthChange, Probe, ProbeSchedule, ProbeToken};
+pub use thresholds::Thresholds;
+
+/// Errors in health-check settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthError {
+    /// interval must be above zero
+    ZeroInterval,
+    /// timeout must be above zero
+    ZeroTimeout,
+    /// failure_threshold must be at least 1
+    ZeroFailureThreshold,
+    /// success_threshold must be at least 1
+    ZeroSuccessThreshold,
+    /// max_concurrency must be at least 1
+    ZeroMaxConcurrency,
+    /// expected_statuses must list at least one status
+    NoExpectedStatuses,
+    /// an expected status is outside 100..=599
+    BadStatus(u16),
+}
+
+impl fmt::Display for HealthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HealthError::ZeroInterval => write!(f, "health_check.interval must be above zero"),
+            HealthError::ZeroTimeout => write!(f, "health_check.timeout must be above zero"),
+            HealthError::ZeroFailureThreshold => {
+                write!(f, "health_check.failure_threshold must be at least 1")
+            }
+            HealthError::ZeroSuccessThreshold => {
+                write!(f, "health_check.success_threshold must be at least 1")
+            }
+            HealthError::ZeroMaxConcurrency => {
+                write!(f, "health_check.max_concurrency must be at least 1")
+            }
+            HealthError::NoExpectedStatuses => {
+                write!(f, "health_check.expected_statuses must not be empty")
+            }
+            HealthError::BadStatus(s) => write!(
+                f,
+                "health_check.expected_statuses: {s} is not a status code (100..=599)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HealthError {}
+
+/// A backend's health as the active checks see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// Not eligible for traffic; the state every backend starts in (C-HEALTH-1).
+    Unhealthy,
+    /// Eligible for traffic.
+    Healthy,
+}
+
+impl Health {
+    /// `true` for [`Health::Healthy`].
+    #[must_use]
+    pub const fn is_healthy(self) -> bool {
+        matches!(self, Health::Healthy)
+    }
+}
+
+/// Unvalidated health-check settings as configured; [`HealthParams::new`] checks them.
+/// `Default` is the contract's defaults (C-HEALTH-1, C-HEALTH-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSpec {
+    /// Pause between the end of one cycle and the start of the next, before jitter
+    /// (default 5s).
+    pub interval: Duration,
+    /// Upper bound of the uniform random delay added to each pause (default 500ms); zero
+    /// disables it.
+    pub jitter: Duration,
+    /// Time a probe may take before it counts as a failure (default 2s).
+    pub timeout: Duration,
+    /// Consecutive failures that make a healthy backend unhealthy (default 2).
+    pub failure_threshold: u32,
+    /// Consecutive successes that make an unhealthy backend healthy (default 1).
+    pub success_threshold: u32,
+    /// Probes in flight at once, across all backends of the schedule (default 16).
+    pub max_concurrency: u32,
+    /// HTTP(S) statuses that count as a success (default 200, 204).
+    pub expected_statuses: Vec<u16>,
+}
+
+impl Default for HealthSpec {
+    fn default() -> HealthSpec {
+        HealthSpec {
+            interval: Duration::from_secs(5),
+            jitter: Duration::from_millis(500),
+            timeout: Duration::from_secs(2),
+            failure_threshold: 2,
+            success_threshold: 1,
+            max_concurrency: 16,
+            expected_statuses: vec![200, 204],
+        }
+    }
+}
+
+/// Lowest status code `expected_statuses` accepts.
+const STATUS_MIN: u16 = 100;
+/// Highest status code `expected_statuses` accepts.
+const STATUS_MAX: u16 = 599;
+
+/// Validated health-check settings. `Copy` (the status set is a bitmap), so every machine can
+/// hold its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthParams {
+    interval: Duration,
+    jitter: Duration,
+    timeout: Duration,
+    failure_threshold: u32,
+    success_threshold: u32,
+    max_concurrency: u32,
+    /// Bit `s - 100` is set when status `s` is expected (500 statuses fit in 8 words).
+    statuses: [u64; 8],
+}
+
+impl HealthParams {
+    /// Checks `spec`: interval, timeout, both thresholds and max_concurrency above zero, and at
+    /// least one expected status, each in 100..=599. Jitter may be zero.
+    pub fn new(spec: &HealthSpec) -> Result<HealthParams, HealthError> {
+        if spec.interval.is_zero() {
+            return Err(HealthError::ZeroInterval);
+        }
+        if spec.timeout.is_zero() {
+            return Err(HealthError::ZeroTimeout);
+        }
+        if spec.failure_threshold == 0 {
+            return Err(HealthError::ZeroFailureThreshold);
+        }
+        if spec.success_threshold == 0 {
+            return Err(HealthError::ZeroSuccessThreshold);
+        }
+        if spec.max_concurrency == 0 {
+            return Err(HealthError::ZeroMaxConcurrency);
+        }
+        if spec.expected_statuses.is_empty() {
+            return Err(HealthError::NoExpectedStatuses);
+        }
+        let mut statuses = [0u64; 8];
+        for &s in &spec.expected_statuses {
+            if !(STATUS_MIN..=STATUS_MAX).contains(&s) {
+                return Err(HealthError::BadStatus(s));
+            }
+            let bit = usize::from(s - STATUS_MIN);
+            statuses[bit / 64] |= 1 << (bit % 64);
+        }
+        Ok(HealthParams {
+            interval: spec.interval,
+            jitter: spec.jitter,
+            timeout: spec.timeout,
+            failure_threshold: spec.failure_threshold,
+            success_threshold: spec.success_threshold,
+            max_concurrency: spec.max_concurrency,
+            statuses,
+        })
+    }
+
+    /// Pause between cycles, before jitter.
+    #[must_use]
+    pub const fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Upper bound of the random delay added to each pause.
+    #[must_use]
+    pub const fn jitter(&self) -> Duration {
+        self.jitter
+    }
+
+    /// Time a probe may take before it counts as a failure.
+    #[must_use]
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Consecutive failures that make a healthy backend unhealthy.
+    #[must_use]
+    pub const fn failure_threshold(&self) -> u32 {
+        self.failure_threshold
+    }
+
+    /// Consecutive successes that make an unhealthy backend healthy.
+    #[must_use]
+    pub const fn success_threshold(&self) -> u32 {
+        self.success_threshold
+    }
+
+    /// Probes in flight at once.
+    #[must_use]
+    pub const fn max_concurrency(&self) -> u32 {
+        self.max_concurrency
+    }
+
+    /// Whether an HTTP(S) probe answered with `status` counts as a success (C-HEALTH-1).
+    #[must_use]
+    pub const fn probe_status_ok(&self, status: u16) -> bool {
+        if status < STATUS_MIN || status > STATUS_MAX {
+            return false;
+        }
+        let bit = (status - STATUS_MIN) as usize;
+        self.statuses[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// The expected statuses, ascending.
+    pub fn expected_statuses(&self) -> impl Iterator<Item = u16> + '_ {
+        (STATUS_MIN..=STATUS_MAX).filter(|&s| self.probe_status_ok(s))
+    }
+}
+
+impl Default for HealthParams {
+    fn default() -> HealthParams {
+        // The defaults pass every check in `new` (tested in `defaults_are_the_contracts`).
+        HealthParams {
+            interval: Duration::from_secs(5),
+            jitter: Duration::from_millis(500),
+            timeout: Duration::from_secs(2),
+            failure_threshold: 2,
+            success_threshold: 1,
+            max_concurrency: 16,
+            // 200 and 204: bits 100 and 104, both in word 1 (bits 36 and 40).
+            statuses: [0, (1 << 36) | (1 << 40), 0, 0, 0, 0, 0, 0],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_health_1_defaults_are_the_contracts() {
+        let p = HealthParams::default();
+        assert_eq!(HealthParams::new(&HealthSpec::default()), Ok(p));
+        assert_eq!(p.interval(), Duration::from_secs(5));
+        assert_eq!(p.jitter(), Duration::from_millis(500));
+        assert_eq!(p.timeout(), Duration::from_secs(2));
+        assert_eq!(p.failure_threshold(), 2);
+        assert_eq!(p.success_threshold(), 1);
+        assert_eq!(p.max_concurrency(), 16);
+        assert_eq!(p.expected_statuses().collect::<Vec<_>>(), vec![200, 204]);
+    }
+
+    #[test]
+    fn c_health_1_expected_statuses_decide_probe_success() {
+        let p = HealthParams::default();
+        assert!(p.probe_status_ok(200));
+        assert!(p.probe_status_ok(204));
+        for s in [0, 99, 100, 201, 301, 404, 500, 503, 599, 600, u16::MAX] {
+            assert!(!p.probe_status_ok(s), "{s}");
+        }
+        let spec = HealthSpec {
+            expected_statuses: vec![100, 599, 301, 301],
+            ..HealthSpec::default()
+        };
+        let p = HealthParams::new(&spec).unwrap();
+        assert_eq!(
+            p.expected_statuses().collect::<Vec<_>>(),
+            vec![100, 301, 599]
+        );
+        assert!(!p.probe_status_ok(200));
+    }
+
+    #[test]
+    fn invalid_settings_are_rejected_with_their_reason() {
+        let bad = |f: fn(&mut HealthSpec)| {
+            let mut s = HealthSpec::default();
+            f(&mut s);
+            HealthParams::new(&s).unwrap_err()
+        };
+        assert_eq!(
+            bad(|s| s.interval = Duration::ZERO),
+            HealthError::ZeroInterval
+        );
+        assert_eq!(
+            bad(|s| s.timeout = Duration::ZERO),
+            HealthError::ZeroTimeout
+        );
+        assert_eq!(
+            bad(|s| s.failure_threshold = 0),
+            HealthError::ZeroFailureThreshold
+        );
+        assert_eq!(
+            bad(|s| s.success_threshold = 0),
+            HealthError::ZeroSuccessThreshold
+        );
+        assert_eq!(
+            bad(|s| s.max_concurrency = 0),
+            HealthError::ZeroMaxConcurrency
+        );
+        assert_eq!(
+            bad(|s| s.expected_statuses.clear()),
+            HealthError::NoExpectedStatuses
+        );
+        assert_eq!(
+            bad(|s| s.expected_statuses = vec![200, 600]),
+            HealthError::BadStatus(600)
+        );
+        assert_eq!(
+            bad(|s| s.expected_statuses = vec![99]),
+            HealthError::BadStatus(99)
+        );
+        assert_eq!(
+            HealthError::ZeroTimeout.to_string(),
+            "health_check.timeout must be above zero"
+        );
+        // Jitter zero is allowed.
+        let spec = HealthSpec {
+            jitter: Duration::ZERO,
+            ..HealthSpec::default()
+        };
+        assert_eq!(HealthParams::new(&spec).unwrap().jitter(), Duration::ZERO);
+    }
+}
