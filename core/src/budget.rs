@@ -13,7 +13,8 @@
 //!   never engages), and that active-request counts are hard to reason about.
 //!
 //! weir's budget answers one question exactly: over any run, granted retries are at most
-//! `capacity + refill_per_second × elapsed`. It is GCRA ([`crate::bucket`]): the whole state is
+//! `capacity + refill_per_second × elapsed`, with `elapsed` the span between the earliest and the
+//! latest `now` the budget was shown. It is GCRA ([`crate::bucket`]): the whole state is
 //! one `u64`, the bucket's theoretical arrival time, kept in an [`AtomicU64`](crate::sync) and
 //! updated by a compare-and-swap loop, so a withdrawal is lock-free and allocates nothing. The
 //! interval per token is rounded *up* to whole nanoseconds, so the budget never refills faster
