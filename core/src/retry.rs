@@ -210,16 +210,9 @@ pub enum RetryVerdict {
     NoRetry(NoRetryReason),
 }
 
-/// How an attempt counts for retries and for the passive breaker (C-HEALTH-3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptClass {
-    /// The backend answered acceptably (any status not in `statuses`, `500` included).
-    Success,
-    /// A passive failure: a status in `statuses`, a connect or transport error, a per-try timeout.
-    Failure,
-    /// Says nothing about the backend: the client went away (C-PATH-9, C-RETRY-8).
-    Neutral,
-}
+/// How an attempt counts for retries and for the passive breaker (C-HEALTH-3): the breaker's
+/// [`Outcome`], so the flow hands the classification straight to the slot.
+pub use crate::breaker::Outcome as AttemptClass;
 
 /// What the client receives when the request is not retried (C-RETRY-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
