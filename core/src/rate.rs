@@ -24,10 +24,11 @@
 //!
 //! # Why a FIFO slot array and not an LRU
 //! nginx `limit_req` keeps its states in a shared-memory rbtree plus an LRU queue: every hit
-//! moves the node to the queue head, and an allocation failure triggers expiry of up to a few
-//! nodes from the tail (`ngx_http_limit_req_expire`), with a `429`/`503` when the zone is
-//! still full. Envoy's local rate limit filter avoids the problem by having a fixed set of
-//! buckets (one per descriptor from config), not one per client. Here the key space is open
+//! moves the node to the queue head; each new key first frees up to two tail nodes that have
+//! been idle for a minute, and when the zone is out of memory frees the tail node by force,
+//! refusing the request if allocation still fails (`ngx_http_limit_req_expire`). Envoy's local
+//! rate limit filter keeps buckets only for the descriptors in its configuration, a fixed set,
+//! and leaves per-client limits to the global rate limit service. Here the key space is open
 //! (any client address), so the store must be bounded; an LRU costs a list update under the lock
 //! on every hit and a TTL sweep costs a scan. A FIFO slot array costs neither: a hit touches only
 //! its slot, an insert overwrites the slot under a cursor, and the table is allocated once. The

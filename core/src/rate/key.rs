@@ -1,10 +1,10 @@
 //! Client keys: which bucket a client address draws from (C-RATE-2).
 //!
 //! A key is the client's network, not its address: the address is masked to
-//! `ipv4_prefix_bits` (default 32) or `ipv6_prefix_bits` (default 64). A /64 is what one IPv6 subscriber line
-//! or host usually gets (RFC 6177), and hosts rotate the low 64 bits freely (RFC 8981 temporary
-//! addresses), so keying on the full IPv6 address would mint a fresh, full bucket per rotation.
-//! Cloudflare and nginx deployments aggregate the same way.
+//! `ipv4_prefix_bits` (default 32) or `ipv6_prefix_bits` (default 64). A /64 is one IPv6 subnet
+//! (RFC 4291 interface ids are its low 64 bits; RFC 6177 hands end sites a /48 to /56 of them),
+//! and hosts rotate their interface ids freely (RFC 8981 temporary addresses), so keying on the
+//! full IPv6 address would mint a fresh, full bucket per rotation.
 //!
 //! An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, what a dual-stack socket reports for an IPv4
 //! peer) is unmapped first, so one client is one key whichever socket accepted it. IPv4 and
@@ -302,47 +302,86 @@ mod tests {
         })
     }
 
+    fn v6key(p: &KeyParams, a: u128) -> ClientKey {
+        p.key(IpAddr::V6(Ipv6Addr::from(a)))
+    }
+
+    fn v4key(p: &KeyParams, x: u32) -> ClientKey {
+        p.key(IpAddr::V4(Ipv4Addr::from(x)))
+    }
+
     proptest! {
         /// C-RATE-2: two IPv6 addresses sharing their first 64 bits are one key (the default
         /// /64); differing there, two keys.
         #[test]
-        fn c_rate_2_ipv6_aggregates_to_the_64(a in ipv6_not_mapped(), host in any::<u64>(), flip in 0u32..64) {
+        fn c_rate_2_ipv6_aggregates_to_the_64(
+            a in ipv6_not_mapped(),
+            host in any::<u64>(),
+            flip in 0u32..64,
+        ) {
             let p = KeyParams::default();
             let same_net = (a & !u128::from(u64::MAX)) | u128::from(host);
             prop_assume!(Ipv6Addr::from(same_net).to_ipv4_mapped().is_none());
-            let ka = p.key(IpAddr::V6(Ipv6Addr::from(a)));
-            prop_assert_eq!(ka, p.key(IpAddr::V6(Ipv6Addr::from(same_net))));
+            let ka = v6key(&p, a);
+            prop_assert_eq!(ka, v6key(&p, same_net));
             let other_net = a ^ (1u128 << (64 + flip));
             prop_assume!(Ipv6Addr::from(other_net).to_ipv4_mapped().is_none());
-            prop_assert_ne!(ka, p.key(IpAddr::V6(Ipv6Addr::from(other_net))));
+            prop_assert_ne!(ka, v6key(&p, other_net));
         }
 
-        /// C-RATE-2: for any prefix length, two addresses are one key iff they agree on the
-        /// prefix bits; the key's network is the address with the host bits cleared.
+        /// C-RATE-2: for any prefix lengths, two addresses are one key iff they agree on the
+        /// prefix bits, and the key's network is the address with the host bits cleared.
+        /// `b` is `a` with random host bits changed and, half of the time, one prefix bit.
         #[test]
-        fn c_rate_2_key_is_the_masked_prefix(a in ipv6_not_mapped(), b in ipv6_not_mapped(), bits in 1u8..=128, v4bits in 1u8..=32, x in any::<u32>(), y in any::<u32>()) {
+        fn c_rate_2_key_is_the_masked_prefix(
+            a in ipv6_not_mapped(),
+            noise in any::<u128>(),
+            bits in 1u8..=128,
+            v4bits in 1u8..=32,
+            x in any::<u32>(),
+            noise4 in any::<u32>(),
+            flip_net in any::<bool>(),
+            which in any::<u32>(),
+        ) {
             let p = kp(v4bits, bits);
-            let shift = 128 - u32::from(bits);
-            let same = (a >> shift) == (b >> shift);
-            let (ka, kb) = (p.key(IpAddr::V6(Ipv6Addr::from(a))), p.key(IpAddr::V6(Ipv6Addr::from(b))));
-            prop_assert_eq!(ka == kb, same);
-            prop_assert_eq!(ka.network(), IpAddr::V6(Ipv6Addr::from((a >> shift) << shift)));
-            let shift4 = 32 - u32::from(v4bits);
-            let same4 = (x >> shift4) == (y >> shift4);
-            let (kx, ky) = (p.key(IpAddr::V4(Ipv4Addr::from(x))), p.key(IpAddr::V4(Ipv4Addr::from(y))));
-            prop_assert_eq!(kx == ky, same4);
-            prop_assert_eq!(kx.network(), IpAddr::V4(Ipv4Addr::from((x >> shift4) << shift4)));
+            let host = 128 - u32::from(bits);
+            let host_mask = if host == 0 { 0 } else { u128::MAX >> (128 - host) };
+            let mut b = a ^ (noise & host_mask);
+            if flip_net {
+                b ^= 1u128 << (host + which % u32::from(bits));
+            }
+            prop_assume!(Ipv6Addr::from(b).to_ipv4_mapped().is_none());
+            let (ka, kb) = (v6key(&p, a), v6key(&p, b));
+            prop_assert_eq!(ka == kb, !flip_net);
+            prop_assert_eq!(ka.network(), IpAddr::V6(Ipv6Addr::from(a & !host_mask)));
+            prop_assert_eq!(ka.prefix_bits(), bits);
+
+            let host4 = 32 - u32::from(v4bits);
+            let host_mask4 = if host4 == 0 { 0 } else { u32::MAX >> (32 - host4) };
+            let mut y = x ^ (noise4 & host_mask4);
+            if flip_net {
+                y ^= 1u32 << (host4 + which % u32::from(v4bits));
+            }
+            let (kx, ky) = (v4key(&p, x), v4key(&p, y));
+            prop_assert_eq!(kx == ky, !flip_net);
+            prop_assert_eq!(kx.network(), IpAddr::V4(Ipv4Addr::from(x & !host_mask4)));
+            prop_assert_eq!(kx.prefix_bits(), v4bits);
         }
 
         /// C-RATE-2: `::ffff:a.b.c.d` is the key of `a.b.c.d` under any prefix settings, and an
         /// IPv4 key never equals an IPv6 key.
         #[test]
-        fn c_rate_2_mapped_equals_ipv4_and_families_differ(x in any::<u32>(), a in ipv6_not_mapped(), v4bits in 1u8..=32, v6bits in 1u8..=128) {
+        fn c_rate_2_mapped_equals_ipv4_and_families_differ(
+            x in any::<u32>(),
+            a in ipv6_not_mapped(),
+            v4bits in 1u8..=32,
+            v6bits in 1u8..=128,
+        ) {
             let p = kp(v4bits, v6bits);
             let plain = Ipv4Addr::from(x);
             let k4 = p.key(IpAddr::V4(plain));
             prop_assert_eq!(p.key(IpAddr::V6(plain.to_ipv6_mapped())), k4);
-            prop_assert_ne!(p.key(IpAddr::V6(Ipv6Addr::from(a))), k4);
+            prop_assert_ne!(v6key(&p, a), k4);
             prop_assert_ne!(p.key(IpAddr::V6(plain.to_ipv6_compatible())), k4);
         }
     }

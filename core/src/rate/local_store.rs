@@ -1,9 +1,9 @@
 //! The bounded, sharded, per-process bucket store (C-RATE-3 `local`, C-RATE-4).
 //!
-//! Keys are spread over `shards` (default 64) mutex-guarded shards by a seeded foldhash, so concurrent
-//! requests of different clients rarely meet on a lock and a critical section is one hash lookup
-//! and one GCRA step (a few dozen nanoseconds). Each shard owns a fixed slot array allocated once
-//! in [`LocalStore::new`]; a new key takes the slot under the shard's FIFO cursor, evicting that
+//! Keys are spread over `shards` (default 64) mutex-guarded shards by a seeded foldhash, so
+//! concurrent requests of different clients rarely meet on a lock, and a critical section is one
+//! hash lookup and one GCRA step. Each shard owns a fixed slot array allocated once in
+//! [`LocalStore::new`]; a new key takes the slot under the shard's FIFO cursor, evicting that
 //! slot's previous key, and the cursor moves on. Insert and evict are O(1): no scan for the
 //! least recently used or an idle bucket, no linked list to maintain on every hit, no allocation
 //! after construction. The store as a whole is "approximately FIFO": exactly FIFO within a

@@ -108,7 +108,8 @@ impl StorageKind {
         }
     }
 
-    /// Whether this is a shared store whose calls can fail (and so go through [`on_store_failure`]).
+    /// Whether this is a shared store, whose calls can fail and then go through
+    /// [`on_store_failure`].
     #[must_use]
     pub const fn is_shared(self) -> bool {
         matches!(self, StorageKind::Redis | StorageKind::Postgres)
@@ -138,7 +139,8 @@ impl fmt::Display for StorageKind {
 /// What to do with a request whose shared-store call failed or timed out (C-RATE-5, C-RATE-6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureDecision {
-    /// `fail-open`: allow without a bucket; the response says degraded ([`RateOutcome::fail_open`]).
+    /// `fail-open`: allow without a bucket; the response says degraded
+    /// ([`RateOutcome::fail_open`]).
     AllowDegraded,
     /// `fail-closed`: answer `503`; readiness is false until the store answers again.
     Reject,
