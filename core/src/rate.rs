@@ -1,1 +1,351 @@
-//! (filled in by its own change)
+//! Rate limiting: a token bucket per client network, kept in a bounded local store or a shared
+//! one, with a declared policy for when the shared store fails (C-RATE-1..7).
+//!
+//! The pieces, each pure:
+//! - [`key`]: the client address aggregated to its network (`/32`, `/64` by default), so an IPv6
+//!   client rotating interface ids does not mint fresh buckets (C-RATE-2);
+//! - [`crate::bucket`]: the bucket arithmetic, GCRA (generic cell rate algorithm, ITU-T I.371, as
+//!   in Redis-Cell and Stripe's limiter): one `u64` per bucket, fractional tokens and continuous
+//!   refill in integer nanoseconds, identical in every store (C-RATE-1, C-RATE-3);
+//! - [`local_store`]: the per-process store, bounded and sharded (C-RATE-4);
+//! - [`policy`]: what a store failure means (C-RATE-5) and the typed [`RateOutcome`] that the
+//!   adapter turns into `429` and the `X-RateLimit-*` headers (C-RATE-1).
+//!
+//! The shared stores (Redis, PostgreSQL; C-RATE-3, C-RATE-6, C-RATE-7) live in `weir-storage`
+//! and run the same GCRA step server-side; core gives them [`BucketParams`] (interval, full-refill
+//! TTL) and decides what their failure means.
+//!
+//! # Why GCRA buckets
+//! A token bucket allows bursts up to `capacity` and a sustained `refill_per_second`, which is
+//! what the contract asks for; a sliding-window counter cannot express the burst, a fixed window
+//! doubles it at window edges. GCRA keeps the bucket as one "theoretical arrival time", so a
+//! bucket is 8 bytes, a shared store updates one number per key atomically, and a full bucket
+//! carries no information, which is what makes dropping buckets safe.
+//!
+//! # Why a FIFO slot array and not an LRU
+//! nginx `limit_req` keeps its states in a shared-memory rbtree plus an LRU queue: every hit
+//! moves the node to the queue head; each new key first frees up to two tail nodes that have
+//! been idle for a minute, and when the zone is out of memory frees the tail node by force,
+//! refusing the request if allocation still fails (`ngx_http_limit_req_expire`). Envoy's local
+//! rate limit filter keeps buckets only for the descriptors in its configuration, a fixed set,
+//! and leaves per-client limits to the global rate limit service. Here the key space is open
+//! (any client address), so the store must be bounded; an LRU costs a list update under the lock
+//! on every hit and a TTL sweep costs a scan. A FIFO slot array costs neither: a hit touches only
+//! its slot, an insert overwrites the slot under a cursor, and the table is allocated once. The
+//! price is that a busy client can be evicted while an idle one stays; eviction refills the
+//! evicted bucket, so it errs towards leniency, and only after `max_buckets / shards` newer
+//! clients arrived in that shard (C-RATE-4).
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::bucket::{BucketError, BucketParams};
+
+pub mod key;
+pub mod local_store;
+pub mod policy;
+
+pub use key::{ClientKey, KeyError, KeyParams};
+pub use local_store::{LocalStore, LocalStoreError, LocalStoreParams};
+pub use policy::{
+    FailureDecision, FailureMode, HeaderText, PolicyError, RateDecision, RateOutcome, StorageKind,
+    on_store_failure,
+};
+
+/// Errors in `rate_limit` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RateError {
+    /// capacity or refill_per_second is invalid
+    Bucket(BucketError),
+    /// a prefix length is out of range
+    Key(KeyError),
+    /// local_shards or local_max_buckets is out of range
+    LocalStore(LocalStoreError),
+    /// operation_timeout must be above zero
+    ZeroOperationTimeout,
+}
+
+impl fmt::Display for RateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RateError::Bucket(e) => write!(f, "rate_limit: {e}"),
+            RateError::Key(e) => write!(f, "rate_limit: {e}"),
+            RateError::LocalStore(e) => write!(f, "rate_limit: {e}"),
+            RateError::ZeroOperationTimeout => {
+                write!(f, "rate_limit: operation_timeout must be above 0")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RateError::Bucket(e) => Some(e),
+            RateError::Key(e) => Some(e),
+            RateError::LocalStore(e) => Some(e),
+            RateError::ZeroOperationTimeout => None,
+        }
+    }
+}
+
+impl From<BucketError> for RateError {
+    fn from(e: BucketError) -> RateError {
+        RateError::Bucket(e)
+    }
+}
+
+impl From<KeyError> for RateError {
+    fn from(e: KeyError) -> RateError {
+        RateError::Key(e)
+    }
+}
+
+impl From<LocalStoreError> for RateError {
+    fn from(e: LocalStoreError) -> RateError {
+        RateError::LocalStore(e)
+    }
+}
+
+/// The `rate_limit` settings as written (defaults from the contract), before validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateConfig {
+    /// Rate limiting on (default false).
+    pub enabled: bool,
+    /// Which store decides (default local).
+    pub storage: StorageKind,
+    /// What a shared-store failure means (default local-fallback).
+    pub failure_mode: FailureMode,
+    /// Bucket capacity, ≥ 1 (default 100).
+    pub capacity: u64,
+    /// Tokens per second, finite and > 0 (default 100).
+    pub refill_per_second: f64,
+    /// Bound on each shared-store call, > 0 (default 50ms).
+    pub operation_timeout: Duration,
+    /// Local store shards, 1..=4096 (default 64).
+    pub local_shards: usize,
+    /// Local store bucket bound, ≥ 1 (default 100000).
+    pub local_max_buckets: usize,
+    /// IPv4 key prefix, 1..=32 (default 32).
+    pub ipv4_prefix_bits: u8,
+    /// IPv6 key prefix, 1..=128 (default 64).
+    pub ipv6_prefix_bits: u8,
+}
+
+impl Default for RateConfig {
+    fn default() -> RateConfig {
+        RateConfig {
+            enabled: false,
+            storage: StorageKind::Local,
+            failure_mode: FailureMode::LocalFallback,
+            capacity: 100,
+            refill_per_second: 100.0,
+            operation_timeout: Duration::from_millis(50),
+            local_shards: LocalStoreParams::DEFAULT_SHARDS,
+            local_max_buckets: LocalStoreParams::DEFAULT_MAX_BUCKETS,
+            ipv4_prefix_bits: KeyParams::DEFAULT_IPV4_PREFIX_BITS,
+            ipv6_prefix_bits: KeyParams::DEFAULT_IPV6_PREFIX_BITS,
+        }
+    }
+}
+
+/// Validated `rate_limit` settings, split into the parameters of each piece.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateParams {
+    enabled: bool,
+    storage: StorageKind,
+    failure_mode: FailureMode,
+    bucket: BucketParams,
+    refill_per_second: f64,
+    operation_timeout: Duration,
+    local_store: LocalStoreParams,
+    key: KeyParams,
+}
+
+impl RateParams {
+    /// Validate `config`; the first invalid field is reported.
+    pub fn new(config: &RateConfig) -> Result<RateParams, RateError> {
+        let bucket = BucketParams::new(config.capacity, config.refill_per_second)?;
+        let key = KeyParams::new(config.ipv4_prefix_bits, config.ipv6_prefix_bits)?;
+        let local_store = LocalStoreParams {
+            shards: config.local_shards,
+            max_buckets: config.local_max_buckets,
+        };
+        local_store.validate()?;
+        if config.operation_timeout.is_zero() {
+            return Err(RateError::ZeroOperationTimeout);
+        }
+        Ok(RateParams {
+            enabled: config.enabled,
+            storage: config.storage,
+            failure_mode: config.failure_mode,
+            bucket,
+            refill_per_second: config.refill_per_second,
+            operation_timeout: config.operation_timeout,
+            local_store,
+            key,
+        })
+    }
+
+    /// Whether requests are rate limited at all.
+    #[must_use]
+    pub const fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The configured store; [`StorageKind::Disabled`] when limiting is off.
+    #[must_use]
+    pub const fn storage(&self) -> StorageKind {
+        if self.enabled {
+            self.storage
+        } else {
+            StorageKind::Disabled
+        }
+    }
+
+    /// What a shared-store failure means.
+    #[must_use]
+    pub const fn failure_mode(&self) -> FailureMode {
+        self.failure_mode
+    }
+
+    /// The bucket shape.
+    #[must_use]
+    pub const fn bucket(&self) -> BucketParams {
+        self.bucket
+    }
+
+    /// Capacity in tokens.
+    #[must_use]
+    pub const fn capacity(&self) -> u64 {
+        self.bucket.capacity()
+    }
+
+    /// The configured refill rate (for headers and status; the bucket keeps the rounded interval).
+    #[must_use]
+    pub const fn refill_per_second(&self) -> f64 {
+        self.refill_per_second
+    }
+
+    /// Bound on each shared-store call (C-RATE-5).
+    #[must_use]
+    pub const fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// The local store's size.
+    #[must_use]
+    pub const fn local_store(&self) -> LocalStoreParams {
+        self.local_store
+    }
+
+    /// How addresses aggregate into keys.
+    #[must_use]
+    pub const fn key(&self) -> KeyParams {
+        self.key
+    }
+}
+
+impl TryFrom<&RateConfig> for RateParams {
+    type Error = RateError;
+    fn try_from(c: &RateConfig) -> Result<RateParams, RateError> {
+        RateParams::new(c)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::bucket::Take;
+    use crate::time::Instant;
+    use std::net::IpAddr;
+
+    #[test]
+    fn defaults_are_valid() {
+        let p = RateParams::new(&RateConfig::default()).expect("defaults are valid");
+        assert!(!p.enabled());
+        assert_eq!(p.storage(), StorageKind::Disabled);
+        assert_eq!(p.failure_mode(), FailureMode::LocalFallback);
+        assert_eq!(p.capacity(), 100);
+        assert_eq!(p.refill_per_second(), 100.0);
+        assert_eq!(p.bucket().full_refill(), Duration::from_secs(1));
+        assert_eq!(p.operation_timeout(), Duration::from_millis(50));
+        assert_eq!(p.local_store(), LocalStoreParams::default());
+        assert_eq!(p.key(), KeyParams::default());
+    }
+
+    #[test]
+    fn invalid_fields_are_reported() {
+        let bad = |f: fn(&mut RateConfig)| {
+            let mut c = RateConfig::default();
+            f(&mut c);
+            RateParams::new(&c).expect_err("invalid")
+        };
+        assert_eq!(
+            bad(|c| c.capacity = 0),
+            RateError::Bucket(BucketError::ZeroCapacity)
+        );
+        assert!(matches!(
+            bad(|c| c.refill_per_second = 0.0),
+            RateError::Bucket(BucketError::BadRefill(_))
+        ));
+        assert_eq!(
+            bad(|c| c.ipv4_prefix_bits = 33),
+            RateError::Key(KeyError::Ipv4PrefixBits(33))
+        );
+        assert_eq!(
+            bad(|c| c.ipv6_prefix_bits = 0),
+            RateError::Key(KeyError::Ipv6PrefixBits(0))
+        );
+        assert_eq!(
+            bad(|c| c.local_shards = 0),
+            RateError::LocalStore(LocalStoreError::Shards(0))
+        );
+        assert_eq!(
+            bad(|c| c.local_max_buckets = 0),
+            RateError::LocalStore(LocalStoreError::MaxBuckets(0))
+        );
+        assert_eq!(
+            bad(|c| c.operation_timeout = Duration::ZERO),
+            RateError::ZeroOperationTimeout
+        );
+        assert_eq!(
+            bad(|c| c.capacity = 0).to_string(),
+            "rate_limit: capacity must be at least 1"
+        );
+    }
+
+    /// C-RATE-1, C-RATE-2, C-RATE-4: the pieces wired together as an adapter would.
+    #[test]
+    fn c_rate_1_end_to_end_local() {
+        let p = RateParams::new(&RateConfig {
+            enabled: true,
+            capacity: 2,
+            refill_per_second: 1.0,
+            ipv6_prefix_bits: 48,
+            ..RateConfig::default()
+        })
+        .expect("valid");
+        let store = LocalStore::new(p.local_store(), 42).expect("store");
+        let now = Instant::from_secs(3);
+        let a: IpAddr = "2001:db8:1:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:bbbb::2".parse().unwrap(); // same /48
+        let key_a = p.key().key(a);
+        assert_eq!(key_a, p.key().key(b));
+        let outcome = |t: Take| {
+            RateOutcome::from_take(t, &p.bucket(), p.refill_per_second(), p.storage(), false)
+        };
+        let o1 = outcome(store.take(key_a, &p.bucket(), now));
+        let o2 = outcome(store.take(p.key().key(b), &p.bucket(), now));
+        let o3 = outcome(store.take(key_a, &p.bucket(), now));
+        assert_eq!((o1.remaining, o2.remaining), (1, 0));
+        assert!(o1.is_allowed() && o2.is_allowed());
+        assert_eq!(o3.status(), Some(429));
+        assert_eq!(o3.retry_after_secs(), Some(1));
+        assert_eq!(store.len(), 1);
+        assert!(
+            o3.header_strings()
+                .contains(&("x-ratelimit-storage", "local".to_string()))
+        );
+    }
+}
