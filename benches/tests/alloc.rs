@@ -115,7 +115,7 @@ fn c_rate_4_local_take_allocates_nothing_on_hit_or_eviction() {
 fn c_rate_4_memory_per_bucket_at_100k_keys() {
     let (store, _, bytes) = counted(|| LocalStore::new(LocalStoreParams::default(), 1).unwrap());
     let per_bucket = bytes as f64 / 100_000.0;
-    println!("local store: {bytes} bytes allocated for 100000 buckets = {per_bucket:.1} B/bucket");
+    eprintln!("local store: {bytes} bytes allocated for 100000 buckets = {per_bucket:.1} B/bucket");
     assert!(per_bucket <= 128.0, "{per_bucket} B per bucket");
     // Filling it allocates nothing more: the memory is all reserved up front.
     let keys = KeyParams::default();
