@@ -296,3 +296,596 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Policies other than round robin (C-POOL-4).
+
+/// A pool of healthy backends built from `specs`, slow start off.
+fn healthy_pool_of(specs: &[BackendSpec], kind: PolicyKind, seed: u64) -> Pool {
+    let params = PoolParams {
+        slow_start: SlowStart::off(),
+        ..PoolParams::default()
+    };
+    let pool = Pool::new(
+        specs,
+        kind,
+        params,
+        None,
+        Instant::ZERO,
+        &mut WyRand::new(seed),
+    )
+    .expect("valid pool");
+    for b in pool.backends() {
+        b.set_healthy(true, Instant::ZERO);
+    }
+    pool
+}
+
+fn weighted_specs(weights: &[u32]) -> Vec<BackendSpec> {
+    let mut specs = specs(weights.len());
+    for (s, &w) in specs.iter_mut().zip(weights) {
+        s.weight = w;
+    }
+    specs
+}
+
+/// Every index the policy offers, in order, to a visitor that never breaks.
+fn offers(pool: &Pool, ctx: &PickContext, now: Instant, rng: &mut WyRand) -> Vec<usize> {
+    let mut seen = Vec::new();
+    pool.policy.policy().visit(
+        pool.backends(),
+        ctx,
+        pool.params(),
+        now,
+        rng,
+        &mut |i, _| {
+            seen.push(i);
+            ControlFlow::Continue(())
+        },
+    );
+    seen
+}
+
+/// Hold `count` slots on backend `i`.
+fn hold(pool: &Pool, i: usize, count: usize) -> Vec<Slot> {
+    (0..count)
+        .map(|_| Backend::try_reserve(&pool.backends()[i], pool.params(), Instant::ZERO, false))
+        .collect::<Result<_, _>>()
+        .expect("slots available")
+}
+
+fn weighted(pool: &Pool) -> &WeightedRoundRobin {
+    match &pool.policy {
+        AnyPolicy::WeightedRoundRobin(p) => p,
+        other => panic!("not weighted: {other:?}"),
+    }
+}
+
+fn max_cyclic_run(seq: &[usize], x: usize) -> usize {
+    let doubled: Vec<usize> = seq.iter().chain(seq).copied().collect();
+    let mut best = 0;
+    let mut run = 0;
+    for &i in &doubled {
+        run = if i == x { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best.min(seq.len())
+}
+
+#[test]
+fn c_pool_4_policy_names_round_trip() {
+    for &k in PolicyKind::ALL {
+        assert_eq!(PolicyKind::from_name(k.as_str()), Some(k));
+        let pool = healthy_pool(3, k, 1);
+        assert_eq!(pool.policy_kind(), k);
+    }
+    assert_eq!(PolicyKind::from_name("least_requests"), None);
+    assert_eq!(PolicyKind::ALL.len(), 5);
+}
+
+#[test]
+fn c_pool_4_weighted_5_1_1_is_interleaved_not_a_burst() {
+    let pool = healthy_pool_of(
+        &weighted_specs(&[5, 1, 1]),
+        PolicyKind::WeightedRoundRobin,
+        7,
+    );
+    let p = weighted(&pool);
+    assert_eq!(p.period(), 7);
+    let seq: Vec<usize> = (0..7).map(|i| p.entry(i).unwrap()).collect();
+    assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0], "nginx's a a b a c a a");
+    assert!(max_cyclic_run(&seq, 0) < 5, "never 5 a's in a row: {seq:?}");
+    // Through the driver, one worker walks the same sequence from its random offset.
+    let mut rng = WyRand::new(3);
+    let ctx = PickContext {
+        worker: 5,
+        hash: None,
+    };
+    let picks: Vec<usize> = (0..70)
+        .map(|_| pick(&pool, &ctx, Instant::ZERO, &mut rng).unwrap())
+        .collect();
+    let offset = (0..7)
+        .find(|&o| (0..7).all(|i| seq[(o + i) % 7] == picks[i]))
+        .expect("picks are a rotation of the smooth sequence");
+    for (i, &b) in picks.iter().enumerate() {
+        assert_eq!(b, seq[(offset + i) % 7]);
+    }
+    let mut run = 0;
+    for &b in &picks {
+        run = if b == 0 { run + 1 } else { 0 };
+        assert!(run < 5, "{picks:?}");
+    }
+}
+
+#[test]
+fn c_pool_4_weighted_cursors_start_at_random_offsets() {
+    let firsts: Vec<usize> = (0..16)
+        .map(|seed| {
+            let pool = healthy_pool_of(
+                &weighted_specs(&[3, 2, 1, 1]),
+                PolicyKind::WeightedRoundRobin,
+                seed,
+            );
+            pick(
+                &pool,
+                &PickContext::default(),
+                Instant::ZERO,
+                &mut WyRand::new(1),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(firsts.iter().any(|&f| f != firsts[0]), "{firsts:?}");
+}
+
+#[test]
+fn c_pool_4_weighted_down_backend_share_is_spread_by_weight() {
+    let pool = healthy_pool_of(
+        &weighted_specs(&[4, 2, 1, 1]),
+        PolicyKind::WeightedRoundRobin,
+        9,
+    );
+    pool.backends()[0].set_healthy(false, Instant::ZERO);
+    let mut rng = WyRand::new(4);
+    let mut counts = [0usize; 4];
+    let total = 40_000;
+    for w in 0..total {
+        let ctx = PickContext {
+            worker: w % 3,
+            hash: None,
+        };
+        counts[pick(&pool, &ctx, Instant::ZERO, &mut rng).unwrap()] += 1;
+    }
+    assert_eq!(counts[0], 0);
+    let share = |i: usize| counts[i] as f64 / total as f64;
+    // Weights 2:1:1 among the rest: about 1/2, 1/4, 1/4 (not all of it to the successor).
+    assert!((0.47..0.53).contains(&share(1)), "{counts:?}");
+    assert!((0.22..0.28).contains(&share(2)), "{counts:?}");
+    assert!((0.22..0.28).contains(&share(3)), "{counts:?}");
+}
+
+#[test]
+fn c_pool_4_weighted_sequence_is_compact_and_scales() {
+    let weights: Vec<u32> = (0..1024).map(|i| 1 + (i % 100)).collect();
+    let pool = healthy_pool_of(&weighted_specs(&weights), PolicyKind::WeightedRoundRobin, 1);
+    let p = weighted(&pool);
+    let sum: usize = weights.iter().map(|&w| w as usize).sum();
+    assert_eq!(p.period(), sum);
+    let mut counts = vec![0u32; 1024];
+    for pos in 0..p.period() {
+        counts[p.entry(pos).unwrap()] += 1;
+    }
+    assert_eq!(counts, weights);
+    // Equal weights reduce by their gcd: the period is n, a plain rotation.
+    let pool = healthy_pool_of(
+        &weighted_specs(&[40, 40, 40]),
+        PolicyKind::WeightedRoundRobin,
+        1,
+    );
+    assert_eq!(weighted(&pool).period(), 3);
+}
+
+#[test]
+fn c_pool_4_least_request_prefers_the_less_loaded_of_two() {
+    let pool = healthy_pool(2, PolicyKind::LeastRequest, 1);
+    let _held = hold(&pool, 0, 3);
+    let mut rng = WyRand::new(2);
+    for _ in 0..50 {
+        assert_eq!(
+            pick(&pool, &PickContext::default(), Instant::ZERO, &mut rng),
+            Some(1)
+        );
+    }
+}
+
+#[test]
+fn c_pool_4_least_request_starves_a_heavily_loaded_backend() {
+    let pool = healthy_pool(4, PolicyKind::LeastRequest, 1);
+    let _held = hold(&pool, 0, 50);
+    let mut rng = WyRand::new(8);
+    let mut counts = [0usize; 4];
+    let total = 12_000;
+    for _ in 0..total {
+        counts[pick(&pool, &PickContext::default(), Instant::ZERO, &mut rng).unwrap()] += 1;
+    }
+    assert!(counts[0] * 100 < total, "loaded backend got {counts:?}");
+    for &c in &counts[1..] {
+        let share = c as f64 / total as f64;
+        assert!((0.30..0.37).contains(&share), "{counts:?}");
+    }
+    // Unloaded, it spreads evenly.
+    let pool = healthy_pool(4, PolicyKind::LeastRequest, 1);
+    let mut counts = [0usize; 4];
+    for _ in 0..total {
+        counts[pick(&pool, &PickContext::default(), Instant::ZERO, &mut rng).unwrap()] += 1;
+    }
+    for &c in &counts {
+        let share = c as f64 / total as f64;
+        assert!((0.22..0.28).contains(&share), "{counts:?}");
+    }
+}
+
+#[test]
+fn c_pool_4_pick_first_uses_the_first_available_and_returns_to_it() {
+    let pool = healthy_pool(3, PolicyKind::PickFirst, 1);
+    let mut rng = WyRand::new(2);
+    let ctx = PickContext::default();
+    let t = Instant::from_secs(1);
+    let bs = pool.backends();
+    assert!((0..10).all(|_| pick(&pool, &ctx, t, &mut rng) == Some(0)));
+    bs[0].set_healthy(false, t);
+    assert!((0..10).all(|_| pick(&pool, &ctx, t, &mut rng) == Some(1)));
+    bs[1].start_drain(t);
+    assert!((0..10).all(|_| pick(&pool, &ctx, t, &mut rng) == Some(2)));
+    bs[1].set_enabled(true, t);
+    assert!((0..10).all(|_| pick(&pool, &ctx, t, &mut rng) == Some(1)));
+    bs[0].set_healthy(true, t);
+    assert!((0..10).all(|_| pick(&pool, &ctx, t, &mut rng) == Some(0)));
+    // A retry falls over in order too (C-RETRY-2).
+    let mut tried = Tried::new();
+    tried.insert(0);
+    assert!(matches!(
+        pool.select(&ctx, &tried, t, &mut rng),
+        Selection::Selected { index: 1, .. }
+    ));
+}
+
+/// The id of the backend a key goes to.
+fn owner_id(pool: &Pool, hash: u64, rng: &mut WyRand) -> Option<String> {
+    let ctx = PickContext {
+        worker: 0,
+        hash: Some(hash),
+    };
+    pick(pool, &ctx, Instant::ZERO, rng).map(|i| pool.backends()[i].id().to_owned())
+}
+
+fn hash_pool(ids: &[usize], seed: u64) -> Pool {
+    let specs: Vec<BackendSpec> = ids
+        .iter()
+        .map(|i| BackendSpec::new(format!("b{i}"), format!("http://10.0.0.{i}:80")))
+        .collect();
+    healthy_pool_of(&specs, PolicyKind::ConsistentHash, seed)
+}
+
+#[test]
+fn c_pool_4_hash_key_is_pinned() {
+    // FNV-1a test vectors (before the finaliser) and pinned outputs: a change here remaps every
+    // affinity key of every deployment.
+    assert_eq!(hash_key(b""), fmix64(0xcbf2_9ce4_8422_2325));
+    assert_eq!(hash_key(b"a"), fmix64(0xaf63_dc4c_8601_ec8c));
+    assert_eq!(hash_key(b"foobar"), fmix64(0x8594_4171_f739_67e8));
+    assert_eq!(fmix64(0), 0);
+    assert_ne!(hash_key(b"10.0.0.1"), hash_key(b"10.0.0.2"));
+    // Computed independently (Python) from the FNV-1a and fmix64 definitions.
+    assert_eq!(hash_key(b"session=42"), 0x9652_6fd0_cb6f_f2ac);
+}
+
+#[test]
+fn c_pool_4_consistent_hash_same_key_same_backend_across_replicas() {
+    let ids: Vec<usize> = (0..9).collect();
+    let a = hash_pool(&ids, 1);
+    let reversed: Vec<usize> = ids.iter().rev().copied().collect();
+    let b = hash_pool(&reversed, 99); // another replica: other rng, other config order
+    let mut rng = WyRand::new(5);
+    let mut seen = std::collections::BTreeSet::new();
+    for k in 0..3000u64 {
+        let h = hash_key(&k.to_le_bytes());
+        let x = owner_id(&a, h, &mut rng).unwrap();
+        assert_eq!(Some(&x), owner_id(&b, h, &mut rng).as_ref());
+        assert_eq!(Some(&x), owner_id(&a, h, &mut rng).as_ref(), "stable");
+        seen.insert(x);
+    }
+    assert_eq!(seen.len(), 9, "every backend owns keys");
+}
+
+#[test]
+fn c_pool_4_consistent_hash_removal_moves_only_the_removed_backends_keys() {
+    let n = 10;
+    let all: Vec<usize> = (0..n).collect();
+    let before = hash_pool(&all, 1);
+    let without: Vec<usize> = all.iter().copied().filter(|&i| i != 3).collect();
+    let after = hash_pool(&without, 2);
+    let mut rng = WyRand::new(5);
+    let keys = 20_000u64;
+    let mut moved = 0;
+    for k in 0..keys {
+        let h = hash_key(format!("client-{k}").as_bytes());
+        let x = owner_id(&before, h, &mut rng).unwrap();
+        let y = owner_id(&after, h, &mut rng).unwrap();
+        if x != y {
+            assert_eq!(x, "b3", "key {k} moved from {x} to {y}");
+            moved += 1;
+        } else {
+            assert_ne!(x, "b3");
+        }
+    }
+    let frac = f64::from(moved) / keys as f64;
+    assert!(
+        (0.085..0.115).contains(&frac),
+        "moved {frac}, expected ≈ 1/{n}"
+    );
+}
+
+#[test]
+fn c_pool_4_consistent_hash_unhealthy_backend_moves_only_its_keys() {
+    let pool = hash_pool(&(0..8).collect::<Vec<_>>(), 1);
+    let mut rng = WyRand::new(5);
+    let keys: Vec<u64> = (0..8000u64).map(|k| hash_key(&k.to_be_bytes())).collect();
+    let before: Vec<String> = keys
+        .iter()
+        .map(|&h| owner_id(&pool, h, &mut rng).unwrap())
+        .collect();
+    let (down, _) = pool.find("b2").unwrap();
+    pool.backends()[down].set_healthy(false, Instant::ZERO);
+    let mut spread = std::collections::BTreeMap::new();
+    for (&h, x) in keys.iter().zip(&before) {
+        let y = owner_id(&pool, h, &mut rng).unwrap();
+        if x == "b2" {
+            assert_ne!(y, "b2");
+            *spread.entry(y).or_insert(0) += 1;
+        } else {
+            assert_eq!(&y, x, "a key of an available backend moved");
+        }
+    }
+    assert_eq!(
+        spread.len(),
+        7,
+        "b2's keys spread over the others: {spread:?}"
+    );
+    let total: i32 = spread.values().sum();
+    for c in spread.values() {
+        assert!(*c * 20 > total, "{spread:?}");
+    }
+    // It comes back: its keys return.
+    pool.backends()[down].set_healthy(true, Instant::ZERO);
+    for (&h, x) in keys.iter().zip(&before) {
+        assert_eq!(&owner_id(&pool, h, &mut rng).unwrap(), x);
+    }
+}
+
+#[test]
+fn c_pool_4_consistent_hash_table_is_prime_and_balanced() {
+    for n in [1usize, 2, 10, 300, 1000] {
+        let m = consistent_hash::table_size(n);
+        assert!(m >= 65_537 && m >= 256 * n.min(1 << 16));
+        assert!(
+            (2..m)
+                .take_while(|d| d * d <= m)
+                .all(|d| !m.is_multiple_of(d)),
+            "{m}"
+        );
+    }
+    let pool = hash_pool(&(0..10).collect::<Vec<_>>(), 1);
+    let AnyPolicy::ConsistentHash(p) = &pool.policy else {
+        panic!("consistent hash expected");
+    };
+    let m = p.table_len();
+    let mut counts = [0usize; 10];
+    // The owner of the k-th slot-sized step of the hash space: every slot once.
+    for k in 0..m as u64 {
+        counts[p.owner(hash_key(&k.to_le_bytes())).unwrap()] += 1;
+    }
+    for &c in &counts {
+        let share = c as f64 * 10.0 / m as f64;
+        assert!((0.93..1.07).contains(&share), "{counts:?}");
+    }
+}
+
+#[test]
+fn c_pool_4_consistent_hash_bounded_load_caps_a_hot_key() {
+    let n = 8u64;
+    let pool = hash_pool(&(0..n as usize).collect::<Vec<_>>(), 1);
+    let mut rng = WyRand::new(5);
+    let hot = hash_key(b"the-hot-key");
+    let owner = pick(
+        &pool,
+        &PickContext {
+            worker: 0,
+            hash: Some(hot),
+        },
+        Instant::ZERO,
+        &mut rng,
+    )
+    .unwrap();
+    let mut held = Vec::new();
+    for round in 0..1500u64 {
+        // Mostly the hot key, some others: every pick holds its slot.
+        let hash = if round % 4 == 3 {
+            hash_key(&round.to_le_bytes())
+        } else {
+            hot
+        };
+        let ctx = PickContext {
+            worker: 0,
+            hash: Some(hash),
+        };
+        let Selection::Selected { slot, .. } =
+            pool.select(&ctx, &Tried::new(), Instant::ZERO, &mut rng)
+        else {
+            panic!("a backend is available");
+        };
+        held.push(slot);
+        let loads: Vec<u64> = pool
+            .backends()
+            .iter()
+            .map(|b| u64::from(b.in_flight()))
+            .collect();
+        let total: u64 = loads.iter().sum();
+        let cap = (125 * (total + 1)).div_ceil(100 * n);
+        assert!(loads.iter().all(|&l| l <= cap), "{loads:?} cap {cap}");
+    }
+    // The hot key's owner is full, not overfull, and everyone shares the rest.
+    let loads: Vec<u32> = pool.backends().iter().map(|b| b.in_flight()).collect();
+    let owner_load = u64::from(loads[owner]);
+    assert!(owner_load * n * 100 >= 1500 * 115, "{loads:?}");
+    // Released, the hot key is back on its owner.
+    drop(held);
+    assert_eq!(
+        pick(
+            &pool,
+            &PickContext {
+                worker: 0,
+                hash: Some(hot)
+            },
+            Instant::ZERO,
+            &mut rng
+        ),
+        Some(owner)
+    );
+}
+
+#[test]
+fn c_pool_4_consistent_hash_without_a_key_spreads_randomly() {
+    let pool = hash_pool(&(0..4).collect::<Vec<_>>(), 1);
+    let mut rng = WyRand::new(5);
+    let mut counts = [0usize; 4];
+    for _ in 0..8000 {
+        counts[pick(&pool, &PickContext::default(), Instant::ZERO, &mut rng).unwrap()] += 1;
+    }
+    for &c in &counts {
+        assert!((1700..2300).contains(&c), "{counts:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// C-POOL-4: the precomputed sequence is exactly nginx's smooth weighted round robin, and
+    /// smooth: at every prefix, every backend is less than two picks away from its exact share
+    /// (nginx's rule stays within about one pick; a burst of `weight` would be `weight` off).
+    #[test]
+    fn c_pool_4_weighted_sequence_is_nginx_smooth_wrr(
+        weights in proptest::collection::vec(1u32..=100, 1..10),
+    ) {
+        let seq = weighted::smooth_sequence(&weights);
+        let g = weights.iter().copied().fold(0, |a, b| {
+            let (mut a, mut b) = (a, b);
+            while b != 0 { (a, b) = (b, a % b); }
+            a
+        });
+        let reduced: Vec<i64> = weights.iter().map(|&w| i64::from(w / g)).collect();
+        let total: i64 = reduced.iter().sum();
+        prop_assert_eq!(seq.len() as i64, total);
+        let oracle = weighted::reference::nginx(&weights, seq.len());
+        let seq: Vec<usize> = seq.iter().map(|&i| i as usize).collect();
+        prop_assert_eq!(&seq, &oracle);
+        let mut counts = vec![0i64; weights.len()];
+        for (t, &i) in seq.iter().enumerate() {
+            counts[i] += 1;
+            let t = t as i64 + 1;
+            for (c, r) in counts.iter().zip(&reduced) {
+                prop_assert!((t * r - total * c).abs() < 2 * total, "prefix {} off by two picks", t);
+            }
+        }
+    }
+
+    /// C-POOL-4: over sum(weights) × k picks from one worker, with every backend available, each
+    /// backend is chosen exactly weight × k times.
+    #[test]
+    fn c_pool_4_weighted_shares_converge_exactly_to_weights(
+        weights in proptest::collection::vec(1u32..=100, 1..8),
+        k in 1usize..4,
+        worker in 0usize..64,
+        seed in any::<u64>(),
+    ) {
+        let pool = healthy_pool_of(&weighted_specs(&weights), PolicyKind::WeightedRoundRobin, seed);
+        let mut rng = WyRand::new(seed);
+        let ctx = PickContext { worker, hash: None };
+        let sum: usize = weights.iter().map(|&w| w as usize).sum();
+        let mut counts = vec![0usize; weights.len()];
+        for _ in 0..sum * k {
+            counts[pick(&pool, &ctx, Instant::ZERO, &mut rng).unwrap()] += 1;
+        }
+        let expected: Vec<usize> = weights.iter().map(|&w| w as usize * k).collect();
+        prop_assert_eq!(counts, expected);
+    }
+
+    /// C-POOL-4: least_request draws two distinct candidates and offers the less loaded first.
+    #[test]
+    fn c_pool_4_least_request_pair_is_distinct_and_less_loaded_first(
+        loads in proptest::collection::vec(0usize..4, 2..16),
+        seed in any::<u64>(),
+    ) {
+        let n = loads.len();
+        let pool = healthy_pool(n, PolicyKind::LeastRequest, seed);
+        let _held: Vec<Vec<Slot>> = loads.iter().enumerate().map(|(i, &l)| hold(&pool, i, l)).collect();
+        let mut rng = WyRand::new(seed);
+        for _ in 0..8 {
+            let seen = offers(&pool, &PickContext::default(), Instant::ZERO, &mut rng);
+            prop_assert_ne!(seen[0], seen[1], "the two choices are distinct");
+            prop_assert!(loads[seen[0]] <= loads[seen[1]], "{:?} {:?}", seen, loads);
+            prop_assert_eq!(seen.len(), n, "every index once");
+        }
+    }
+
+    /// C-POOL-4, C-POOL-5, C-RETRY-2: every policy offers every backend index if the driver
+    /// keeps asking (so a pick succeeds whenever any backend is available), whatever the loads,
+    /// key or worker.
+    #[test]
+    fn c_pool_4_every_policy_offers_every_index(
+        kind_ix in 0usize..5,
+        loads in proptest::collection::vec(0usize..6, 1..20),
+        hash in proptest::option::of(any::<u64>()),
+        worker in any::<usize>(),
+        seed in any::<u64>(),
+    ) {
+        let kind = PolicyKind::ALL[kind_ix % PolicyKind::ALL.len()];
+        let n = loads.len();
+        let pool = healthy_pool(n, kind, seed);
+        let _held: Vec<Vec<Slot>> = loads.iter().enumerate().map(|(i, &l)| hold(&pool, i, l)).collect();
+        let mut rng = WyRand::new(seed);
+        let seen = offers(&pool, &PickContext { worker, hash }, Instant::ZERO, &mut rng);
+        let mut set: Vec<usize> = seen.clone();
+        set.sort_unstable();
+        set.dedup();
+        prop_assert_eq!(set, (0..n).collect::<Vec<_>>(), "{:?} offered {:?}", kind, seen);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// C-POOL-4: removing any one backend from a consistent-hash pool moves only the keys it
+    /// owned, and all of them.
+    #[test]
+    fn c_pool_4_consistent_hash_removal_is_minimally_disruptive(
+        n in 2usize..12,
+        removed_ix in 0usize..12,
+        seed in any::<u64>(),
+    ) {
+        let removed = removed_ix % n;
+        let all: Vec<usize> = (0..n).collect();
+        let without: Vec<usize> = all.iter().copied().filter(|&i| i != removed).collect();
+        let before = hash_pool(&all, seed);
+        let after = hash_pool(&without, seed.wrapping_add(1));
+        let gone = format!("b{removed}");
+        let mut rng = WyRand::new(seed);
+        for k in 0..400u64 {
+            let h = hash_key(&(k ^ seed).to_le_bytes());
+            let x = owner_id(&before, h, &mut rng).unwrap();
+            let y = owner_id(&after, h, &mut rng).unwrap();
+            prop_assert!(x == y || x == gone, "key moved from {} to {}", x, y);
+            prop_assert_ne!(y, gone.clone());
+        }
+    }
+}
