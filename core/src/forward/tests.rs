@@ -36,12 +36,15 @@ fn values(h: &HeaderMap, name: &str) -> Vec<String> {
 
 const PEER: &str = "10.0.0.1";
 
+/// Header lines of a table case.
+type Lines<'a> = &'a [(&'a str, &'a str)];
+
 /// (headers, expected client, expected source) with peer 10.0.0.1 and 10.0.0.0/8 trusted.
 #[test]
 fn c_fwd_1_c_fwd_3_x_forwarded_for_table() {
     use AddressSource::*;
     use ChainHeader::XForwardedFor as X;
-    let cases: &[(&[(&str, &str)], &str, AddressSource)] = &[
+    let cases: &[(Lines, &str, AddressSource)] = &[
         (&[], PEER, TrustedPeerNoChain),
         (&[("x-forwarded-for", "")], PEER, TrustedPeerNoChain),
         (&[("x-forwarded-for", " , ,")], PEER, TrustedPeerNoChain),
@@ -385,7 +388,7 @@ fn c_fwd_3_hundred_thousand_elements() {
 /// C-FWD-2: `https` only when a trusted peer said so, rightmost value.
 #[test]
 fn c_fwd_2_proto_table() {
-    let cases: &[(bool, &[(&str, &str)], Proto)] = &[
+    let cases: &[(bool, Lines, Proto)] = &[
         (false, &[("x-forwarded-proto", "https")], Proto::Http),
         (false, &[("forwarded", "proto=https")], Proto::Http),
         (true, &[], Proto::Http),
