@@ -8,9 +8,9 @@
 //! only the elements appended by proxies we trust can be believed. Rules:
 //! - the peer and every chain address are unmapped first (`::ffff:a.b.c.d` → `a.b.c.d`);
 //! - `X-Forwarded-For` is used when present; RFC 7239 `Forwarded` (`for=` of each element) only
-//!   when there is no `X-Forwarded-For` line at all. X-Forwarded-For is what the reference
-//!   balancer, nginx and Envoy read, and mixing two chains that may disagree would let a client
-//!   pick whichever suits it;
+//!   when there is no `X-Forwarded-For` line at all. X-Forwarded-For is what nginx
+//!   (`real_ip_header`) and Envoy read by default, and consulting two chains that may disagree
+//!   would let a client pick whichever suits it;
 //! - an examined element that is not an IP address (garbage, a host name, RFC 7239 `unknown` or
 //!   an obfuscated `_node`, a `Forwarded` element without `for=`) resolves to the peer: the chain
 //!   cannot be followed through it. Elements left of the first untrusted address are never

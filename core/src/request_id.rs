@@ -8,9 +8,9 @@
 //!
 //! Why this alphabet: it covers UUIDs (with or without dashes), ULIDs, W3C trace ids, Heroku's and
 //! AWS ALB's `Root=1-...` style ids minus the `=` and `;`, and nothing in it needs escaping in a
-//! JSON log line, a header or a metric exemplar. This is the rule of the reference Go balancer
-//! (reference/000) and close to nginx's `$request_id` hygiene advice; Envoy regenerates any id it
-//! does not trust (`x-request-id`, `preserve_external_request_id`).
+//! JSON log line, a header or a metric exemplar. The reference balancer (reference/000) likewise
+//! keeps a valid incoming id and creates one otherwise; Envoy regenerates an external id unless
+//! told to keep it (`preserve_external_request_id`).
 //!
 //! Decisions (docs/forwarding.md):
 //! - an `X-Request-ID` header that appears on more than one line is ambiguous and is replaced,

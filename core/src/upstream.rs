@@ -5,11 +5,12 @@
 //! prefix followed by the client's path **byte for byte**: percent-encodings (`%2F`, `%2E`,
 //! `%252F`) are neither decoded nor normalised, dot-segments (`/a/../b`) are not resolved, empty
 //! segments (`//x`) are kept, and the query string passes unchanged. Decoding or normalising
-//! would let one request reach a route or a backend resource different from the one the route
-//! table matched (C-ROUTE-1 matches on the same raw bytes) — the class of path-confusion bugs
-//! behind Envoy's `normalize_path` and nginx's `merge_slashes` advisories. This is HAProxy's and
-//! Go `httputil.ReverseProxy`'s `RawPath` behaviour (with Go's `singleJoiningSlash` rule for the
-//! join: never a double slash between prefix and path).
+//! would make the path a backend sees differ from the path the route table matched (C-ROUTE-1
+//! matches on the same raw bytes), so one request could be routed by one reading of its path and
+//! served by another. This is what HAProxy does by default (the target is forwarded as received
+//! unless `normalize-uri` is configured) and what Go's `httputil.ReverseProxy` does with
+//! `URL.RawPath`; the join follows Go's `singleJoiningSlash`: never a double slash between the
+//! prefix and the path.
 //!
 //! Request-target forms (RFC 9112 §3.2):
 //! - origin-form `/p?q` — the usual case;

@@ -12,7 +12,7 @@
 //!   `TE` also send `Connection: TE`, so removing every named header would drop it always;
 //! - `Upgrade` when upgrading (C-PATH-8): kept, and `Connection: upgrade` is written;
 //! - `Host` is never removed: `Connection: host` is a client trying to strip the one header an
-//!   HTTP/1.1 request must carry (nginx and HAProxy never drop it either).
+//!   HTTP/1.1 request must carry.
 //!
 //! Headers weir writes itself (`X-Forwarded-*`, `X-Real-IP`, `X-Request-ID`,
 //! `X-Balancer-*`) are written after this strip runs, so a `Connection` token cannot remove
