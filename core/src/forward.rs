@@ -1,0 +1,312 @@
+//! Client address, forwarding headers and hop-by-hop headers (C-FWD-1..3, C-PATH-6, C-PATH-12).
+//!
+//! **Client address (C-FWD-1, C-FWD-3).** The client is the socket peer unless the peer is a
+//! trusted proxy (`server.trusted_proxies`); then the forwarding chain is walked from the right,
+//! skipping trusted hops, and the first untrusted address is the client. This is the
+//! "rightmost untrusted" rule of nginx's `real_ip_recursive on`, Envoy's `xff_trusted_cidrs` and
+//! MDN's `X-Forwarded-For` security notes: the leftmost element is whatever the client typed,
+//! only the elements appended by proxies we trust can be believed. Rules:
+//! - the peer and every chain address are unmapped first (`::ffff:a.b.c.d` → `a.b.c.d`);
+//! - `X-Forwarded-For` is used when present; RFC 7239 `Forwarded` (`for=` of each element) only
+//!   when there is no `X-Forwarded-For` line at all. X-Forwarded-For is what nginx
+//!   (`real_ip_header`) and Envoy read by default, and consulting two chains that may disagree
+//!   would let a client pick whichever suits it;
+//! - an examined element that is not an IP address (garbage, a host name, RFC 7239 `unknown` or
+//!   an obfuscated `_node`, a `Forwarded` element without `for=`) resolves to the peer: the chain
+//!   cannot be followed through it. Elements left of the first untrusted address are never
+//!   examined, so a client cannot force the fallback by prepending garbage;
+//! - a chain whose every element is trusted resolves to its leftmost element;
+//! - a trusted peer that sent no chain (or only empty elements) is itself the client;
+//! - at most [`MAX_HOPS`] elements are examined; more trusted hops than that resolve to the peer.
+//!
+//! **Scheme (C-FWD-2).** `X-Forwarded-Proto: https` (else `Forwarded: proto=https`) counts only
+//! from a trusted peer, and only the rightmost value — the one the peer itself wrote.
+//!
+//! **Rewrite (C-FWD-2).** Incoming `Forwarded`, `X-Forwarded-For`, `X-Forwarded-Proto`,
+//! `X-Forwarded-Host` and `X-Real-IP` are removed and replaced by weir's own values; `Host` is
+//! kept. The adapter calls, in this order: [`resolve_client`] on the headers as received (a
+//! header named in `Connection` is addressed to weir, the next hop, so it is still read), then
+//! [`strip_hop_by_hop`], then [`rewrite_forwarding`] and the request id — so no `Connection`
+//! token a client sends can remove a header weir writes.
+//!
+//! **Hop-by-hop (C-PATH-6, C-PATH-12).** See [`strip_hop_by_hop`].
+//!
+//! Nothing here does IO; the walk and the header parsing never allocate, and every input is
+//! bounded (docs/forwarding.md, "Hostile input").
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{FORWARDED, HOST};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use ipnet::{IpNet, Ipv4Net};
+
+mod chain;
+mod hop;
+mod node;
+
+pub use chain::{MAX_ELEMENT_BYTES, MAX_FORWARDED_LINE_BYTES, MAX_HOPS};
+pub use hop::{strip_hop_by_hop, wants_upgrade};
+
+use chain::{ForwardedRev, Walk, XffRev, forwarded_last_https, last_element, walk};
+
+/// `X-Forwarded-For`.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Forwarded-Host`.
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// `X-Real-IP`.
+pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// The networks whose hops are believed (`server.trusted_proxies`, C-FWD-1).
+///
+/// IPv4-mapped IPv6 networks (`::ffff:10.0.0.0/104`) are stored as their IPv4 network, and every
+/// address is unmapped before the lookup, so a mapped peer and a plain one are the same host.
+/// Lookup is a scan: proxy lists have a handful of entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    /// The given networks (validated by the config layer; host bits are ignored).
+    #[must_use]
+    pub fn new(nets: Vec<IpNet>) -> TrustedProxies {
+        TrustedProxies {
+            nets: nets.into_iter().map(unmap_net).collect(),
+        }
+    }
+
+    /// No trusted proxies: the peer is always the client.
+    #[must_use]
+    pub fn none() -> TrustedProxies {
+        TrustedProxies::default()
+    }
+
+    /// `true` when `ip` (unmapped first) is inside one of the networks.
+    #[must_use]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The networks, mapped IPv4 ones as IPv4.
+    #[must_use]
+    pub fn nets(&self) -> &[IpNet] {
+        &self.nets
+    }
+
+    /// `true` when no network is trusted.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+}
+
+/// `::ffff:a.b.c.d/n` with `n >= 96` → `a.b.c.d/(n - 96)`; anything else unchanged.
+fn unmap_net(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && v6.prefix_len() >= 96
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+        && let Ok(v4net) = Ipv4Net::new(v4, v6.prefix_len() - 96)
+    {
+        return IpNet::V4(v4net);
+    }
+    net
+}
+
+/// The scheme the client used, as weir tells the backend (C-FWD-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// Plain HTTP (the default).
+    Http,
+    /// HTTPS, said by a trusted peer.
+    Https,
+}
+
+impl Proto {
+    /// `http` or `https`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Http => "http",
+            Proto::Https => "https",
+        }
+    }
+}
+
+/// Which header a resolution read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainHeader {
+    /// `X-Forwarded-For`.
+    XForwardedFor,
+    /// RFC 7239 `Forwarded` (only when there is no `X-Forwarded-For`).
+    Forwarded,
+}
+
+/// How the client address was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressSource {
+    /// The peer is not a trusted proxy: it is the client.
+    Peer,
+    /// A trusted peer sent no chain (or only empty elements): the peer is the client.
+    TrustedPeerNoChain,
+    /// The first untrusted address of the chain, from the right.
+    Chain(ChainHeader),
+    /// Every element of the chain was trusted: its leftmost element.
+    AllTrusted(ChainHeader),
+    /// An examined element was not an IP address: the peer (C-FWD-3).
+    Malformed(ChainHeader),
+    /// More than [`MAX_HOPS`] elements would have to be examined: the peer.
+    TooManyHops(ChainHeader),
+}
+
+/// The outcome of client address resolution (C-FWD-1, C-FWD-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resolution {
+    /// The client address (unmapped).
+    pub client: IpAddr,
+    /// The socket peer (unmapped).
+    pub peer: IpAddr,
+    /// The peer is a trusted proxy; only then do forwarding headers count (C-FWD-2).
+    pub peer_trusted: bool,
+    /// How `client` was found.
+    pub source: AddressSource,
+}
+
+/// Resolves the client address from the socket peer and the request headers as received
+/// (C-FWD-1, C-FWD-3). Never fails and never allocates; examines at most [`MAX_HOPS`] elements.
+#[must_use]
+pub fn resolve_client(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Resolution {
+    let peer = peer.to_canonical();
+    let peer_trusted = trusted.contains(peer);
+    let resolved = |client, source| Resolution {
+        client,
+        peer,
+        peer_trusted,
+        source,
+    };
+    if !peer_trusted {
+        return resolved(peer, AddressSource::Peer);
+    }
+    let is_trusted = |ip: IpAddr| trusted.contains(ip);
+    let xff = headers.get_all(&X_FORWARDED_FOR);
+    let (header, outcome) = if xff.iter().next().is_some() {
+        let lines = xff.iter().rev().map(HeaderValue::as_bytes);
+        (
+            ChainHeader::XForwardedFor,
+            walk(XffRev::new(lines), is_trusted),
+        )
+    } else {
+        let fwd = headers.get_all(FORWARDED);
+        if fwd.iter().next().is_none() {
+            return resolved(peer, AddressSource::TrustedPeerNoChain);
+        }
+        let lines = fwd.iter().rev().map(HeaderValue::as_bytes);
+        (
+            ChainHeader::Forwarded,
+            walk(ForwardedRev::new(lines), is_trusted),
+        )
+    };
+    match outcome {
+        Walk::Client(ip) => resolved(ip, AddressSource::Chain(header)),
+        Walk::AllTrusted(ip) => resolved(ip, AddressSource::AllTrusted(header)),
+        Walk::NoAddress => resolved(peer, AddressSource::TrustedPeerNoChain),
+        Walk::Malformed => resolved(peer, AddressSource::Malformed(header)),
+        Walk::TooManyHops => resolved(peer, AddressSource::TooManyHops(header)),
+    }
+}
+
+/// The client address (C-FWD-1, C-FWD-3); see [`resolve_client`] for the reasons.
+#[must_use]
+pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
+    resolve_client(peer, headers, trusted).client
+}
+
+/// [`client_address`] for a socket address (the port is not used).
+#[must_use]
+pub fn client_address_of(
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    trusted: &TrustedProxies,
+) -> IpAddr {
+    client_address(peer.ip(), headers, trusted)
+}
+
+/// The scheme to tell the backend (C-FWD-2): `https` only when the peer is trusted and said so —
+/// the rightmost `X-Forwarded-Proto` value (the one the peer wrote), or, when there is no
+/// `X-Forwarded-Proto`, `proto=https` in the last `Forwarded` element. Case-insensitive.
+#[must_use]
+pub fn forwarded_proto(peer_trusted: bool, headers: &HeaderMap) -> Proto {
+    if !peer_trusted {
+        return Proto::Http;
+    }
+    let https = if let Some(last) = headers.get_all(&X_FORWARDED_PROTO).iter().next_back() {
+        // A window of 32 bytes: room for `https` and its whitespace, O(1) on a huge line.
+        last_element(last.as_bytes(), 32).is_some_and(|v| v.eq_ignore_ascii_case(b"https"))
+    } else if let Some(last) = headers.get_all(FORWARDED).iter().next_back() {
+        forwarded_last_https(last.as_bytes())
+    } else {
+        false
+    };
+    if https { Proto::Https } else { Proto::Http }
+}
+
+/// Replaces the forwarding headers of an upstream request (C-FWD-2): removes every incoming
+/// `Forwarded`, `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Real-IP`,
+/// then writes `X-Forwarded-For` and `X-Real-IP` = `client`, `X-Forwarded-Host` =
+/// `inbound_host` (the Host the client sent, or the request target's authority; left out when
+/// there is none) and `X-Forwarded-Proto` = `proto`. `Host` itself is not touched.
+///
+/// Call it after [`strip_hop_by_hop`], so that no `Connection` token removes what it writes.
+pub fn rewrite_forwarding(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    inbound_host: Option<HeaderValue>,
+    proto: Proto,
+) {
+    for name in [
+        FORWARDED,
+        X_FORWARDED_FOR,
+        X_FORWARDED_PROTO,
+        X_FORWARDED_HOST,
+        X_REAL_IP,
+    ] {
+        headers.remove(name);
+    }
+    let client = ip_header_value(client.to_canonical());
+    headers.insert(X_FORWARDED_FOR, client.clone());
+    headers.insert(X_REAL_IP, client);
+    if let Some(host) = inbound_host {
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto.as_str()));
+}
+
+/// The inbound Host for [`rewrite_forwarding`]: the `Host` header (its first line).
+#[must_use]
+pub fn inbound_host(headers: &HeaderMap) -> Option<HeaderValue> {
+    headers.get(HOST).cloned()
+}
+
+/// An IP address as a header value, formatted on the stack.
+fn ip_header_value(ip: IpAddr) -> HeaderValue {
+    use std::io::Write as _;
+    let mut buf = [0u8; 64];
+    let len = {
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        // An IP address is at most 45 bytes of text, so it fits the 64-byte buffer.
+        let _ = write!(cursor, "{ip}");
+        cursor.position() as usize
+    };
+    match HeaderValue::from_bytes(&buf[..len]) {
+        Ok(value) => value,
+        // Unreachable: the text of an IP address is digits, hex, `.` and `:`.
+        Err(_) => HeaderValue::from_static(""),
+    }
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
