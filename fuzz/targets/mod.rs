@@ -1,0 +1,15 @@
+//! The bodies of the fuzz targets, shared by cargo-fuzz (`fuzz/fuzz_targets/*.rs`, nightly) and
+//! by the stable replay test `core/tests/fuzz_seeds.rs`, which runs every file under
+//! `fuzz/seeds/<target>/` through the same function on every `.ci/run`.
+//! Each `run` must never panic on any input; the assertions inside are the target's oracle.
+
+pub mod forwarded_chain;
+pub mod request_id;
+pub mod upstream_uri;
+
+/// Every target by name, as the directories under `fuzz/seeds/` are named.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("forwarded_chain", forwarded_chain::run),
+    ("request_id", request_id::run),
+    ("upstream_uri", upstream_uri::run),
+];
