@@ -654,3 +654,96 @@ fn schema_paths_cover_every_section() {
         assert!(paths.contains(p), "{p} missing from {paths:?}");
     }
 }
+
+#[test]
+fn c_pool_4_hash_key_syntax() {
+    assert_eq!(HashKey::parse("client_address"), Ok(HashKey::ClientAddress));
+    assert_eq!(
+        HashKey::parse("header:X-User-Id"),
+        Ok(HashKey::Header(http::HeaderName::from_static("x-user-id")))
+    );
+    assert_eq!(
+        HashKey::parse("cookie:session_id"),
+        Ok(HashKey::Cookie("session_id".to_owned()))
+    );
+    for bad in [
+        "",
+        "ip",
+        "header:",
+        "header:bad name",
+        "cookie:",
+        "cookie:a;b",
+        "Header:x",
+        "client",
+    ] {
+        assert!(HashKey::parse(bad).is_err(), "{bad:?} parsed");
+    }
+    // consistent_hash needs a key; the error names the field whichever policies have landed.
+    let e = errs(&format!("balancing:\n  policy: consistent_hash\n{MIN}"));
+    assert!(
+        err_at(&e, "balancing.hash_key")
+            .message
+            .contains("needs a hash_key")
+    );
+    let e = errs(&format!(
+        "pools:\n  p:\n    balancing: {{policy: consistent_hash, hash_key: 'header:'}}\n    \
+         backends: [{{id: p, url: 'http://p:1'}}]\n{MIN}"
+    ));
+    assert!(e.has("pools.p.balancing.hash_key"), "{e}");
+}
+
+#[test]
+fn c_conf_1_backend_urls_and_ids() {
+    for good in [
+        "http://10.0.0.1",
+        "http://backend1:80",
+        "https://api.internal:8443/base/path",
+        "http://[::1]:9000",
+    ] {
+        let text = format!("backends:\n  - id: a\n    url: '{good}'\n");
+        assert_eq!(ok(&text).pools[0].backends[0].url, good);
+    }
+    for bad in [
+        "backend1:80",
+        "ftp://h",
+        "http://",
+        "http://u@h",
+        "http://h/?q",
+        "http://h/#f",
+        "http://h h",
+        "/relative",
+    ] {
+        let e = errs(&format!("backends:\n  - id: a\n    url: '{bad}'\n"));
+        assert!(e.has("backends[0].url"), "{bad:?} accepted");
+    }
+    let e = errs("backends:\n  - id: 'a b'\n    url: http://h\n");
+    assert!(e.has("backends[0].id"), "{e}");
+    let e = errs("backends:\n  - {id: a, url: 'http://h:1'}\n  - {id: b, url: 'http://h:1'}\n");
+    assert!(
+        err_at(&e, "backends[1].url")
+            .message
+            .contains("duplicate url"),
+        "{e}"
+    );
+}
+
+#[test]
+fn c_conf_0_listener_and_store_addresses() {
+    let v = ok(&format!(
+        "management:\n  address: '[::1]:9091'\nredis:\n  address: 'cache.internal:6380'\n{MIN}"
+    ));
+    assert_eq!(v.management.address.host, "::1");
+    assert_eq!(v.management.address.to_string(), "[::1]:9091");
+    assert_eq!(v.redis.address.port, 6380);
+    for (field, bad) in [
+        ("management.address", "9090"),
+        ("management.address", ":0"),
+        ("management.address", "host:port"),
+        ("redis.address", ":6379"),
+        ("redis.address", "redis"),
+    ] {
+        let (section, key) = field.split_once('.').unwrap();
+        let e = errs(&format!("{section}:\n  {key}: '{bad}'\n{MIN}"));
+        assert!(e.has(field), "{field}={bad:?} accepted");
+    }
+}
