@@ -34,6 +34,8 @@ mod secret;
 mod tree;
 mod validate;
 
+#[cfg(all(test, not(loom)))]
+mod examples;
 #[cfg(test)]
 mod tests;
 

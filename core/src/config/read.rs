@@ -520,7 +520,9 @@ impl<'t> Obj<'t> {
             .iter()
             .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == key));
         Field {
-            node: found.map(|(_, v)| v),
+            // `key:` with nothing after it (null) is the same as leaving the key out, as in the
+            // reference balancer (Go's YAML decoder leaves the default in place).
+            node: found.map(|(_, v)| v).filter(|v| v.value != Value::Null),
             path: self.path.key(key),
             pos: found.and_then(|(k, v)| v.pos.or(k.pos)),
         }

@@ -747,3 +747,18 @@ fn c_conf_0_listener_and_store_addresses() {
         assert!(e.has(field), "{field}={bad:?} accepted");
     }
 }
+
+#[test]
+fn c_conf_0_null_is_absent() {
+    let v = ok(&format!(
+        "server:\n  retry:\n    methods:\n    max_attempts: ~\n  write_timeout:\nhealth_check:\n{MIN}"
+    ));
+    assert_eq!(v.retry.methods(), ["GET", "HEAD", "OPTIONS"]);
+    assert_eq!(v.retry.max_attempts(), 2);
+    assert_eq!(v.server.write_timeout, None);
+    let e = errs("backends:\n  - id:\n    url: http://h\n");
+    assert!(
+        err_at(&e, "backends[0].id").message.contains("missing"),
+        "{e}"
+    );
+}

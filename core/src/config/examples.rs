@@ -2,7 +2,10 @@
 //! reference balancer's example loads unchanged; docs/configuration.md documents every schema
 //! field; hostile input fails fast. New example files are covered automatically (the directory
 //! is iterated).
-#![cfg(not(loom))]
+//!
+//! Written against the public API only. It lives in the crate rather than in `core/tests/`
+//! because an integration test makes `cargo test` build the library without `cfg(test)`, and
+//! under `--cfg loom` that build lacks `loom` (a dev-dependency), which breaks the loom command.
 // This test reads the example files and the documentation from disk, which core itself never does.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
@@ -10,11 +13,11 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_core::config::{
+use crate::config::{
     self, ConfigErrors, HashKey, MapSecrets, ProbeMode, ValidConfig, load, schema_paths,
 };
-use weir_core::rate::{FailureMode, StorageKind};
-use weir_core::select::PolicyKind;
+use crate::rate::{FailureMode, StorageKind};
+use crate::select::PolicyKind;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
