@@ -13,6 +13,7 @@ pub mod breaker;
 pub mod bucket;
 pub mod budget;
 pub mod bulkhead;
+pub mod config;
 pub mod forward;
 pub mod health;
 pub mod pool;

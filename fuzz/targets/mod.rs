@@ -7,8 +7,11 @@ pub mod forwarded_chain;
 pub mod request_id;
 pub mod upstream_uri;
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as the directories under `fuzz/seeds/` are named.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("forwarded_chain", forwarded_chain::run),
     ("request_id", request_id::run),
     ("upstream_uri", upstream_uri::run),

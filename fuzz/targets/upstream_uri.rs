@@ -7,7 +7,9 @@ pub fn run(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let (base, target) = text.split_once('\u{0}').unwrap_or(("http://127.0.0.1:8080", text));
+    let (base, target) = text
+        .split_once('\u{0}')
+        .unwrap_or(("http://127.0.0.1:8080", text));
     let Ok(base) = BackendBase::parse(base) else {
         return;
     };
@@ -17,7 +19,10 @@ pub fn run(data: &[u8]) {
         };
         if target.starts_with('/') && !target.contains('#') {
             let pq = uri.path_and_query().map_or("", |p| p.as_str());
-            assert!(pq.ends_with(target), "{pq:?} does not keep {target:?} byte for byte");
+            assert!(
+                pq.ends_with(target),
+                "{pq:?} does not keep {target:?} byte for byte"
+            );
             assert!(pq.starts_with(base.path_prefix()));
         }
     }

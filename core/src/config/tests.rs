@@ -1,0 +1,764 @@
+//! Unit tests of the configuration: defaults, explicit zeros, strict parsing with every error
+//! listed, durations, secrets, reload classification and hostile input.
+
+use core::time::Duration;
+
+use super::*;
+use crate::select::PolicyKind;
+
+const MIN: &str = "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n";
+
+fn ok(text: &str) -> ValidConfig {
+    match load(text, &MapSecrets::new()) {
+        Ok(v) => v,
+        Err(e) => panic!("expected a valid config, got:\n{e}"),
+    }
+}
+
+fn errs(text: &str) -> ConfigErrors {
+    match load(text, &MapSecrets::new()) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn err_at<'a>(e: &'a ConfigErrors, path: &str) -> &'a ConfigError {
+    e.0.iter()
+        .find(|x| x.path == path)
+        .unwrap_or_else(|| panic!("no error at {path}; got:\n{e}"))
+}
+
+#[test]
+fn c_conf_0_defaults_match_the_contract() {
+    let v = ok(MIN);
+    let s = &v.server;
+    assert_eq!(s.port, 8080);
+    assert!(s.trusted_proxies.is_empty());
+    assert!((s.access_log_sample_rate - 0.01).abs() < 1e-12);
+    assert!(!s.access_log_include_path);
+    assert_eq!(s.read_header_timeout, Duration::from_secs(5));
+    assert_eq!(s.read_timeout, Some(Duration::from_secs(15)));
+    assert_eq!(s.write_timeout, None);
+    assert_eq!(s.idle_timeout, Duration::from_secs(60));
+    assert_eq!(s.shutdown_timeout, Duration::from_secs(10));
+    assert_eq!(s.max_header_bytes, 1_048_576);
+    let u = &s.upstream;
+    assert_eq!(u.dial_timeout, Duration::from_secs(2));
+    assert_eq!(u.tls_handshake_timeout, Duration::from_secs(3));
+    assert_eq!(u.response_header_timeout, Some(Duration::from_secs(10)));
+    assert_eq!(u.expect_continue_timeout, Duration::from_secs(1));
+    assert_eq!(u.idle_conn_timeout, Some(Duration::from_secs(90)));
+    assert_eq!(u.max_idle_conns, 256);
+    assert_eq!(u.max_idle_conns_per_host, 64);
+    assert_eq!(u.max_conns_per_host, None);
+    assert_eq!(v.pool_params.max_concurrent_requests, 512);
+
+    assert_eq!(v.retry.max_attempts(), 2);
+    assert_eq!(v.retry.per_try_timeout(), Duration::from_secs(5));
+    assert_eq!(v.retry.body_limit(), 1_048_576);
+    assert_eq!(v.retry.methods(), ["GET", "HEAD", "OPTIONS"]);
+    assert_eq!(v.retry.statuses(), [502, 503, 504]);
+    assert_eq!(v.retry.budget_capacity(), 100);
+    assert!((v.retry.budget_refill_per_second() - 10.0).abs() < 1e-12);
+
+    assert_eq!(v.gate.max_concurrent_requests(), 2048);
+    assert_eq!(v.gate.max_queue(), 2048);
+    assert_eq!(v.gate.queue_timeout(), Duration::from_millis(50));
+
+    let h = &v.health;
+    assert_eq!(h.mode, ProbeMode::Http);
+    assert_eq!(h.path, "/health");
+    assert_eq!(h.params.interval(), Duration::from_secs(5));
+    assert_eq!(h.params.timeout(), Duration::from_secs(2));
+    assert_eq!(h.params.jitter(), Duration::from_millis(500));
+    assert_eq!(h.params.failure_threshold(), 2);
+    assert_eq!(h.params.success_threshold(), 1);
+    assert_eq!(h.params.max_concurrency(), 16);
+    assert_eq!(h.params.expected_statuses().collect::<Vec<_>>(), [200, 204]);
+    assert_eq!(
+        v.pool_params.breaker,
+        crate::breaker::BreakerParams::new(2, 1, Duration::from_secs(10), Duration::from_secs(300))
+            .unwrap()
+    );
+    assert_eq!(
+        v.pool_params.slow_start,
+        crate::slow_start::SlowStart::new(Duration::from_secs(30), 10).unwrap()
+    );
+
+    let r = &v.rate;
+    assert!(!r.enabled());
+    assert_eq!(r.failure_mode(), crate::rate::FailureMode::LocalFallback);
+    assert_eq!(r.capacity(), 100);
+    assert!((r.refill_per_second() - 100.0).abs() < 1e-12);
+    assert_eq!(r.operation_timeout(), Duration::from_millis(50));
+    assert_eq!(r.local_store().shards, 64);
+    assert_eq!(r.local_store().max_buckets, 100_000);
+    assert_eq!(r.key().ipv4_prefix_bits(), 32);
+    assert_eq!(r.key().ipv6_prefix_bits(), 64);
+    assert_eq!(v.config.rate_limit.storage, "local");
+    assert_eq!(
+        v.rate_housekeeping,
+        (
+            Duration::from_secs(6 * 3600),
+            Duration::from_secs(24 * 3600)
+        )
+    );
+
+    assert_eq!(v.redis.address.to_string(), "redis:6379");
+    assert_eq!(v.redis.database, 0);
+    assert_eq!(v.redis.pool_size, 64);
+    assert_eq!(v.redis.dial_timeout, Duration::from_secs(2));
+    assert_eq!(v.redis.read_timeout, Duration::from_millis(50));
+    assert_eq!(v.redis.write_timeout, Duration::from_millis(50));
+    assert!(v.database.is_none());
+    assert_eq!(v.config.database.connect_timeout, Duration::from_secs(5));
+    assert_eq!(v.config.database.max_open_connections, 25);
+
+    let m = &v.management;
+    assert!(!m.enabled);
+    assert_eq!(m.address.to_string(), ":9090");
+    assert_eq!(v.config.management.auth_token_env, "BALANCER_ADMIN_TOKEN");
+    assert!(!m.allow_insecure && !m.enable_pprof && !m.runtime_mutations);
+    assert_eq!(m.write_timeout, Duration::from_secs(30));
+
+    assert_eq!(v.pools.len(), 1);
+    assert_eq!(v.pools[0].name, "default");
+    assert_eq!(v.pools[0].policy, PolicyKind::RoundRobin);
+    assert_eq!(
+        v.pools[0].backends,
+        [crate::pool::BackendSpec::new("a", "http://127.0.0.1:9001")]
+    );
+    assert!(v.routes.is_empty() && v.route_table.is_empty());
+}
+
+#[test]
+fn c_conf_0_explicit_zeros_are_honoured_not_replaced() {
+    let v = ok(&format!(
+        "server:\n  write_timeout: 0s\n  read_timeout: 0s\n  shutdown_timeout: 0s\n  \
+         upstream:\n    response_header_timeout: 0s\n    idle_conn_timeout: 0s\n    \
+         max_idle_conns: 0\n    max_conns_per_host: 0\n  overload:\n    queue_timeout: 0s\n    \
+         max_queue: 0\nhealth_check:\n  jitter: 0s\n  slow_start: 0s\n{MIN}"
+    ));
+    assert_eq!(v.server.write_timeout, None);
+    assert_eq!(v.server.read_timeout, None);
+    assert_eq!(v.server.shutdown_timeout, Duration::ZERO);
+    assert_eq!(v.server.upstream.response_header_timeout, None);
+    assert_eq!(v.server.upstream.idle_conn_timeout, None);
+    assert_eq!(v.server.upstream.max_idle_conns, 0);
+    assert_eq!(v.gate.queue_timeout(), Duration::ZERO);
+    assert!(!v.gate.queues());
+    assert_eq!(v.gate.max_queue(), 0);
+    assert_eq!(v.health.params.jitter(), Duration::ZERO);
+    assert_eq!(v.pool_params.slow_start.window(), Duration::ZERO);
+}
+
+#[test]
+fn c_conf_0_zero_without_a_meaning_is_rejected_with_its_path() {
+    let e = errs(&format!(
+        "server:\n  read_header_timeout: 0s\n  idle_timeout: 0s\n  upstream:\n    dial_timeout: 0s\n    \
+         max_concurrent_requests: 0\n  retry:\n    per_try_timeout: 0s\n    budget_capacity: 0\n  \
+         overload:\n    max_concurrent_requests: 0\nhealth_check:\n  interval: 0s\n  timeout: 0s\n  \
+         cooldown: 0s\n  failure_threshold: 0\n  slow_start_minimum_percent: 0\nrate_limit:\n  capacity: 0\n  \
+         operation_timeout: 0s\nmanagement:\n  write_timeout: 0s\n{MIN}"
+    ));
+    for path in [
+        "server.read_header_timeout",
+        "server.idle_timeout",
+        "server.upstream.dial_timeout",
+        "server.upstream.max_concurrent_requests",
+        "server.retry.per_try_timeout",
+        "server.retry.budget_capacity",
+        "server.overload.max_concurrent_requests",
+        "health_check.interval",
+        "health_check.timeout",
+        "health_check.cooldown",
+        "health_check.failure_threshold",
+        "health_check.slow_start_minimum_percent",
+        "rate_limit.capacity",
+        "rate_limit.operation_timeout",
+        "management.write_timeout",
+    ] {
+        let err = err_at(&e, path);
+        assert!(err.pos.is_some(), "{path} has no position: {err}");
+    }
+    assert_eq!(e.0.len(), 15, "one error per field:\n{e}");
+}
+
+#[test]
+fn c_conf_1_unknown_field_names_path_line_and_suggestion() {
+    let e = errs(&format!("server:\n  retry:\n    max_atempts: 3\n{MIN}"));
+    let err = err_at(&e, "server.retry.max_atempts");
+    assert_eq!(err.pos.map(|p| p.line), Some(3));
+    assert!(err.message.contains("did you mean `max_attempts`"), "{err}");
+    let e = errs(&format!("colour: blue\n{MIN}"));
+    let err = err_at(&e, "colour");
+    assert_eq!(err.pos.map(|p| (p.line, p.column)), Some((1, 1)));
+    assert!(err.message.contains("unknown field `colour`"), "{err}");
+}
+
+#[test]
+fn c_conf_1_wrong_type_names_path_and_line() {
+    let e = errs(&format!(
+        "server:\n  retry:\n    max_attempts: three\n  access_log_include_path: yes\n{MIN}"
+    ));
+    let err = err_at(&e, "server.retry.max_attempts");
+    assert_eq!(err.pos.map(|p| p.line), Some(3));
+    assert!(err.message.contains("expected an integer"), "{err}");
+    // Strict booleans: YAML 1.1's `yes` is not a boolean here.
+    let err = err_at(&e, "server.access_log_include_path");
+    assert_eq!(err.pos.map(|p| p.line), Some(4));
+    assert!(err.message.contains("true or false"), "{err}");
+    let text = e.to_string();
+    assert!(
+        text.contains("server.retry.max_attempts (line 3, column 19)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn c_conf_1_invalid_value_names_path_and_line() {
+    let e = errs(&format!("server:\n  retry:\n    max_attempts: 9\n{MIN}"));
+    let err = err_at(&e, "server.retry.max_attempts");
+    assert_eq!(err.pos.map(|p| p.line), Some(3));
+    assert!(err.message.contains("1..=5"), "{err}");
+    assert_eq!(e.0.len(), 1);
+}
+
+#[test]
+fn c_conf_1_every_error_is_listed_in_document_order() {
+    let text = "\
+server:
+  port: 70000
+  trusted_proxies: [10.0.0.1/8, not-an-ip, 192.168.0.0/16, ::1]
+  retry:
+    max_attempts: 0
+    methods: [GET, 'BAD METHOD']
+    statuses: [200, 503]
+  overload:
+    queue_timeout: soon
+health_check:
+  mode: udp
+  expected_statuses: [700]
+rate_limit:
+  storage: memcached
+  failure_mode: fail-sometimes
+  ipv4_prefix_bits: 40
+  bogus: 1
+balancing:
+  policy: random
+backends:
+  - id: a
+    url: ftp://x
+  - id: a
+    url: http://h:1?q=1
+    weight: 0
+  - url: http://user:pw@h:2
+routes:
+  - prefix: api
+    pool: nowhere
+  - prefix: /x
+    pool: default
+    max_concurrent_requests: 0
+";
+    let e = errs(text);
+    for path in [
+        "server.port",
+        "server.trusted_proxies[0]",
+        "server.trusted_proxies[1]",
+        "server.retry.max_attempts",
+        "server.retry.methods",
+        "server.retry.statuses",
+        "server.overload.queue_timeout",
+        "health_check.mode",
+        "health_check.expected_statuses",
+        "rate_limit.storage",
+        "rate_limit.failure_mode",
+        "rate_limit.ipv4_prefix_bits",
+        "rate_limit.bogus",
+        "balancing.policy",
+        "backends[0].url",
+        "backends[1].id",
+        "backends[1].url",
+        "backends[1].weight",
+        "backends[2].id",
+        "backends[2].url",
+        "routes[0].prefix",
+        "routes[0].pool",
+        "routes[1].max_concurrent_requests",
+    ] {
+        let err = err_at(&e, path);
+        assert!(err.pos.is_some(), "{path}: no position");
+    }
+    assert!(!e.has("server.trusted_proxies[2]") && !e.has("server.trusted_proxies[3]"));
+    let lines: Vec<u32> = e.0.iter().filter_map(|x| x.pos.map(|p| p.line)).collect();
+    assert!(
+        lines.windows(2).all(|w| w[0] <= w[1]),
+        "not in order: {lines:?}"
+    );
+    assert!(
+        err_at(&e, "server.trusted_proxies[0]")
+            .message
+            .contains("did you mean 10.0.0.0/8")
+    );
+}
+
+#[test]
+fn c_conf_1_syntax_error_and_duplicate_keys_have_a_line() {
+    let e = errs("server:\n  port: \"8080\"\n  port: \"8081\"\n");
+    assert_eq!(e.0.len(), 1);
+    assert!(e.0[0].pos.is_some(), "{e}");
+    let e = errs("server: [unclosed\n");
+    assert!(e.0[0].pos.is_some(), "{e}");
+}
+
+#[test]
+fn c_conf_1_required_and_cross_field_rules() {
+    let e = errs("backends:\n  - {}\n");
+    assert!(e.has("backends[0].id") && e.has("backends[0].url"), "{e}");
+    assert_eq!(err_at(&e, "backends[0].id").pos.map(|p| p.line), Some(2));
+    let e = errs("");
+    assert!(e.has("backends"), "{e}");
+    let e = errs(&format!(
+        "balancing:\n  policy: round_robin\n  hash_key: client_address\n{MIN}"
+    ));
+    assert!(e.has("balancing.hash_key"), "{e}");
+    let e = errs(&format!(
+        "management:\n  enabled: true\n  auth_token_env: \"\"\n{MIN}"
+    ));
+    assert!(e.has("management.auth_token_env"), "{e}");
+    let e = errs(&format!("management:\n  enabled: true\n{MIN}"));
+    assert!(
+        err_at(&e, "management.auth_token_env")
+            .message
+            .contains("BALANCER_ADMIN_TOKEN")
+    );
+    let v = ok(&format!(
+        "management:\n  enabled: true\n  allow_insecure: true\n{MIN}"
+    ));
+    assert!(v.management.auth_token.is_none());
+    let e = errs(&format!(
+        "rate_limit:\n  storage: postgres\ndatabase:\n  host: db\n{MIN}"
+    ));
+    for f in ["port", "user", "name", "sslmode", "password_env"] {
+        assert!(e.has(&format!("database.{f}")), "{f}: {e}");
+    }
+    assert!(!e.has("database.host"));
+    let e = errs(&format!(
+        "pools:\n  p:\n    backends:\n      - id: a\n        url: http://x:1\n{MIN}"
+    ));
+    // The later occurrence is the duplicate (the default pool is read first).
+    let err = err_at(&e, "pools.p.backends[0].id");
+    assert!(err.message.contains("duplicate backend id"), "{err}");
+    let e = errs(&format!(
+        "routes:\n  - prefix: /api\n    pool: default\n  - prefix: /api/\n    pool: default\n{MIN}"
+    ));
+    assert!(
+        err_at(&e, "routes[1].prefix").message.contains("duplicate"),
+        "{e}"
+    );
+    let e = errs(&format!("pools:\n  empty: {{}}\n{MIN}"));
+    assert!(e.has("pools.empty.backends"), "{e}");
+    let e = errs(&format!(
+        "pools:\n  default:\n    backends: [{{id: z, url: 'http://z:1'}}]\n{MIN}"
+    ));
+    assert!(e.has("pools.default"), "{e}");
+    // A catch-all route lets the default pool be empty.
+    let v = ok(
+        "pools:\n  all:\n    backends: [{id: z, url: 'http://z:1'}]\nroutes:\n  - prefix: /\n    pool: all\n",
+    );
+    assert!(v.pools[0].backends.is_empty());
+}
+
+#[test]
+fn c_conf_0_trusted_proxies_cidrs_and_bare_addresses() {
+    let v = ok(&format!(
+        "server:\n  trusted_proxies: [10.0.0.0/8, 192.168.1.10, '::1', 'fd00::/8']\n{MIN}"
+    ));
+    let nets: Vec<String> = v
+        .server
+        .trusted_proxies
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        nets,
+        ["10.0.0.0/8", "192.168.1.10/32", "::1/128", "fd00::/8"]
+    );
+}
+
+#[test]
+fn c_conf_0_port_as_string_or_number() {
+    assert_eq!(
+        ok(&format!("server:\n  port: \"9000\"\n{MIN}")).server.port,
+        9000
+    );
+    assert_eq!(
+        ok(&format!("server:\n  port: 9001\n{MIN}")).server.port,
+        9001
+    );
+    for bad in ["0", "\"0\"", "65536", "\"80a\"", "\"\"", "-1"] {
+        let e = errs(&format!("server:\n  port: {bad}\n{MIN}"));
+        assert!(e.has("server.port"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn c_conf_2_durations() {
+    let cases = [
+        ("50ms", Duration::from_millis(50)),
+        ("5s", Duration::from_secs(5)),
+        ("1m", Duration::from_secs(60)),
+        ("1h", Duration::from_secs(3600)),
+        ("1m30s", Duration::from_secs(90)),
+        ("1.5s", Duration::from_millis(1500)),
+        ("2h45m", Duration::from_secs(9900)),
+        ("250us", Duration::from_micros(250)),
+        ("10ns", Duration::from_nanos(10)),
+        ("0s", Duration::ZERO),
+        ("0", Duration::ZERO),
+    ];
+    for (text, want) in cases {
+        assert_eq!(parse_duration(text), Ok(want), "{text}");
+    }
+    for bad in [
+        "",
+        "5",
+        "-5s",
+        "5 s",
+        "s",
+        "5x",
+        "1.s.",
+        "five",
+        "5S",
+        "1e3s",
+        "99999999999999999999h",
+        "5s ",
+        ".s",
+    ] {
+        assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+    }
+    let e = errs(&format!(
+        "health_check:\n  interval: -5s\n  timeout: 5\n  jitter: [1s]\n{MIN}"
+    ));
+    assert!(
+        err_at(&e, "health_check.interval")
+            .message
+            .contains("negative")
+    );
+    assert!(err_at(&e, "health_check.timeout").message.contains("unit"));
+    assert!(e.has("health_check.jitter"));
+}
+
+#[test]
+fn c_conf_3_env_wins_over_file_and_file_loses_one_newline() {
+    let text = format!("management:\n  enabled: true\n{MIN}");
+    let both = MapSecrets::new()
+        .with_env("BALANCER_ADMIN_TOKEN", "from-env")
+        .with_env("BALANCER_ADMIN_TOKEN_FILE", "/run/secrets/t")
+        .with_file("/run/secrets/t", "from-file\n");
+    let v = load(&text, &both).unwrap();
+    assert_eq!(
+        v.management.auth_token.as_ref().unwrap().expose(),
+        "from-env"
+    );
+    let file = MapSecrets::new()
+        .with_env("BALANCER_ADMIN_TOKEN_FILE", "/run/secrets/t")
+        .with_file("/run/secrets/t", "from-file\r\n\n");
+    let v = load(&text, &file).unwrap();
+    assert_eq!(
+        v.management.auth_token.as_ref().unwrap().expose(),
+        "from-file\r\n"
+    );
+    let file = MapSecrets::new()
+        .with_env("BALANCER_ADMIN_TOKEN", "")
+        .with_env("BALANCER_ADMIN_TOKEN_FILE", "/t")
+        .with_file("/t", "x\r\n");
+    let v = load(&text, &file).unwrap();
+    assert_eq!(v.management.auth_token.as_ref().unwrap().expose(), "x");
+    let missing = MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN_FILE", "/nope");
+    let e = load(&text, &missing).unwrap_err();
+    assert!(
+        err_at(&e, "management.auth_token_env")
+            .message
+            .contains("/nope")
+    );
+}
+
+#[test]
+fn c_conf_3_secrets_never_printed() {
+    let token = "s3cr3t-t0ken-value";
+    let text = format!(
+        "management:\n  enabled: true\nrate_limit:\n  storage: redis\nredis:\n  password_env: RP\n  \
+         pool_size: 0\n{MIN}"
+    );
+    let secrets = MapSecrets::new()
+        .with_env("BALANCER_ADMIN_TOKEN", token)
+        .with_env("RP", token);
+    // Invalid (pool_size): the error text must not carry the secrets.
+    let e = load(&text, &secrets).unwrap_err();
+    assert!(!e.to_string().contains(token) && !format!("{e:?}").contains(token));
+    let v = load(&text.replace("  pool_size: 0\n", ""), &secrets).unwrap();
+    let dump = format!("{v:?}");
+    assert!(!dump.contains(token), "secret in Debug output");
+    assert!(dump.contains("[redacted]"));
+    let s = v.management.auth_token.clone().unwrap();
+    assert_eq!(format!("{s} {s:?}"), "[redacted] [redacted]");
+    assert!(s.matches(token.as_bytes()));
+    assert!(!s.matches(b"s3cr3t-t0ken-valuf"));
+    assert!(!s.matches(b""));
+    assert_eq!(v.redis.password.as_ref().map(Secret::expose), Some(token));
+}
+
+#[test]
+fn c_conf_7_diff_classifies_dynamic_and_restart_changes() {
+    let base = ok(MIN);
+    assert!(diff(&base, &ok(MIN)).is_empty());
+    // Writing a default explicitly is not a change.
+    assert!(diff(&base, &ok(&format!("server:\n  port: \"8080\"\n{MIN}"))).is_empty());
+    let new = ok("\
+server:
+  port: 9000
+  trusted_proxies: [10.0.0.0/8]
+  write_timeout: 30s
+  retry:
+    max_attempts: 3
+  overload:
+    max_concurrent_requests: 10
+  upstream:
+    max_idle_conns: 5
+    max_concurrent_requests: 7
+health_check:
+  slow_start: 0s
+rate_limit:
+  capacity: 5
+  storage: redis
+redis:
+  address: r:1
+management:
+  address: ':9999'
+backends:
+  - id: a
+    url: http://127.0.0.1:9001
+    disabled: true
+  - id: b
+    url: http://127.0.0.1:9002
+");
+    let d = diff(&base, &new);
+    let dynamic: Vec<&str> = d.dynamic_paths().collect();
+    let restart: Vec<&str> = d.restart_paths().collect();
+    for p in [
+        "backends[0].disabled",
+        "backends[1].id",
+        "backends[1].url",
+        "health_check.slow_start",
+        "rate_limit.capacity",
+        "server.retry.max_attempts",
+        "server.trusted_proxies",
+        "server.upstream.max_concurrent_requests",
+    ] {
+        assert!(dynamic.contains(&p), "{p} not dynamic: {d:?}");
+    }
+    for p in [
+        "management.address",
+        "rate_limit.storage",
+        "redis.address",
+        "server.overload.max_concurrent_requests",
+        "server.port",
+        "server.upstream.max_idle_conns",
+        "server.write_timeout",
+    ] {
+        assert!(restart.contains(&p), "{p} not restart: {d:?}");
+    }
+    assert!(d.needs_restart());
+    assert_eq!(d.changes.len(), dynamic.len() + restart.len());
+    // Routes, pools and balancing are dynamic.
+    let routed = ok(&format!(
+        "balancing:\n  policy: round_robin\npools:\n  p:\n    backends: [{{id: p1, url: 'http://p:1'}}]\n\
+         routes:\n  - prefix: /p\n    pool: p\n{MIN}"
+    ));
+    let d = diff(&base, &routed);
+    assert!(!d.is_empty() && !d.needs_restart(), "{d:?}");
+    // A rotated secret behind the same name is a change of the naming field.
+    let text = format!("management:\n  enabled: true\n{MIN}");
+    let a = load(
+        &text,
+        &MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN", "one"),
+    )
+    .unwrap();
+    let b = load(
+        &text,
+        &MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN", "two"),
+    )
+    .unwrap();
+    let d = diff(&a, &b);
+    assert_eq!(d.changes.len(), 1);
+    assert_eq!(d.changes[0].path, "management.auth_token_env");
+    assert_eq!(classify("pools.<name>.backends[].url"), Apply::Dynamic);
+    assert_eq!(classify("server.upstream.dial_timeout"), Apply::Restart);
+    assert_eq!(classify("server.retryx"), Apply::Restart);
+}
+
+#[test]
+fn c_conf_1_hostile_input_fails_fast_without_panic() {
+    // Billion laughs: nine levels of ten aliases each.
+    let mut bomb = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let e = errs(&bomb);
+    assert_eq!(e.0.len(), 1, "{e}");
+    // Deep nesting.
+    let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+    assert_eq!(errs(&deep).0.len(), 1);
+    // Oversized input is refused before parsing.
+    let big = "#".repeat(MAX_CONFIG_BYTES + 1);
+    assert!(errs(&big).0[0].message.contains("limit"));
+}
+
+#[test]
+fn c_conf_1_random_text_never_panics() {
+    use crate::rng::{Rng, WyRand};
+    let mut rng = WyRand::new(7);
+    let alphabet = b"ab:- \n\t[]{}&*!|>'\"#%@,?0123456789.";
+    for _ in 0..300 {
+        let len = rng.below(400) as usize;
+        let text: String = (0..len)
+            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize] as char)
+            .collect();
+        let _ = load(&text, &MapSecrets::new());
+    }
+}
+
+#[test]
+fn schema_paths_cover_every_section() {
+    let paths = schema_paths();
+    for p in [
+        "server.port",
+        "server.retry.max_attempts",
+        "server.overload.max_queue",
+        "server.upstream.max_conns_per_host",
+        "health_check.half_open_requests",
+        "rate_limit.retention",
+        "redis.password_env",
+        "database.sslmode",
+        "management.runtime_mutations",
+        "backends[].weight",
+        "balancing.hash_key",
+        "pools.<name>.balancing.policy",
+        "pools.<name>.backends[].url",
+        "routes[].max_concurrent_requests",
+    ] {
+        assert!(paths.contains(p), "{p} missing from {paths:?}");
+    }
+}
+
+#[test]
+fn c_pool_4_hash_key_syntax() {
+    assert_eq!(HashKey::parse("client_address"), Ok(HashKey::ClientAddress));
+    assert_eq!(
+        HashKey::parse("header:X-User-Id"),
+        Ok(HashKey::Header(http::HeaderName::from_static("x-user-id")))
+    );
+    assert_eq!(
+        HashKey::parse("cookie:session_id"),
+        Ok(HashKey::Cookie("session_id".to_owned()))
+    );
+    for bad in [
+        "",
+        "ip",
+        "header:",
+        "header:bad name",
+        "cookie:",
+        "cookie:a;b",
+        "Header:x",
+        "client",
+    ] {
+        assert!(HashKey::parse(bad).is_err(), "{bad:?} parsed");
+    }
+    // consistent_hash needs a key; the error names the field whichever policies have landed.
+    let e = errs(&format!("balancing:\n  policy: consistent_hash\n{MIN}"));
+    assert!(
+        err_at(&e, "balancing.hash_key")
+            .message
+            .contains("needs a hash_key")
+    );
+    let e = errs(&format!(
+        "pools:\n  p:\n    balancing: {{policy: consistent_hash, hash_key: 'header:'}}\n    \
+         backends: [{{id: p, url: 'http://p:1'}}]\n{MIN}"
+    ));
+    assert!(e.has("pools.p.balancing.hash_key"), "{e}");
+}
+
+#[test]
+fn c_conf_1_backend_urls_and_ids() {
+    for good in [
+        "http://10.0.0.1",
+        "http://backend1:80",
+        "https://api.internal:8443/base/path",
+        "http://[::1]:9000",
+    ] {
+        let text = format!("backends:\n  - id: a\n    url: '{good}'\n");
+        assert_eq!(ok(&text).pools[0].backends[0].url, good);
+    }
+    for bad in [
+        "backend1:80",
+        "ftp://h",
+        "http://",
+        "http://u@h",
+        "http://h/?q",
+        "http://h/#f",
+        "http://h h",
+        "/relative",
+    ] {
+        let e = errs(&format!("backends:\n  - id: a\n    url: '{bad}'\n"));
+        assert!(e.has("backends[0].url"), "{bad:?} accepted");
+    }
+    let e = errs("backends:\n  - id: 'a b'\n    url: http://h\n");
+    assert!(e.has("backends[0].id"), "{e}");
+    let e = errs("backends:\n  - {id: a, url: 'http://h:1'}\n  - {id: b, url: 'http://h:1'}\n");
+    assert!(
+        err_at(&e, "backends[1].url")
+            .message
+            .contains("duplicate url"),
+        "{e}"
+    );
+}
+
+#[test]
+fn c_conf_0_listener_and_store_addresses() {
+    let v = ok(&format!(
+        "management:\n  address: '[::1]:9091'\nredis:\n  address: 'cache.internal:6380'\n{MIN}"
+    ));
+    assert_eq!(v.management.address.host, "::1");
+    assert_eq!(v.management.address.to_string(), "[::1]:9091");
+    assert_eq!(v.redis.address.port, 6380);
+    for (field, bad) in [
+        ("management.address", "9090"),
+        ("management.address", ":0"),
+        ("management.address", "host:port"),
+        ("redis.address", ":6379"),
+        ("redis.address", "redis"),
+    ] {
+        let (section, key) = field.split_once('.').unwrap();
+        let e = errs(&format!("{section}:\n  {key}: '{bad}'\n{MIN}"));
+        assert!(e.has(field), "{field}={bad:?} accepted");
+    }
+}
+
+#[test]
+fn c_conf_0_null_is_absent() {
+    let v = ok(&format!(
+        "server:\n  retry:\n    methods:\n    max_attempts: ~\n  write_timeout:\nhealth_check:\n{MIN}"
+    ));
+    assert_eq!(v.retry.methods(), ["GET", "HEAD", "OPTIONS"]);
+    assert_eq!(v.retry.max_attempts(), 2);
+    assert_eq!(v.server.write_timeout, None);
+    let e = errs("backends:\n  - id:\n    url: http://h\n");
+    assert!(
+        err_at(&e, "backends[0].id").message.contains("missing"),
+        "{e}"
+    );
+}
