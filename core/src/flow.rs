@@ -361,7 +361,7 @@ impl Flow {
             current.header_deadline = Instant::MAX;
         }
         Action::Deliver(Deliver {
-            backend: self.backend.unwrap_or(0),
+            backend: self.backend.unwrap_or(0), // always Some while awaiting a head
             attempt: self.attempts,
             status,
             budget_exhausted: stopped.budget_exhausted(),
@@ -388,7 +388,7 @@ impl Flow {
             Ok(attempt) => return Action::Retry(attempt),
             Err(stopped) => stopped,
         };
-        let backend = self.backend.unwrap_or(0);
+        let backend = self.backend.unwrap_or(0); // always Some while awaiting a head
         self.finish();
         Action::Fail(Failure {
             status: if error == AttemptError::PerTryTimeout {

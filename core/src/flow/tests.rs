@@ -442,6 +442,22 @@ fn c_path_9_client_gone_frees_a_half_open_trial() {
 }
 
 #[test]
+fn c_pool_5_panic_routing_is_flagged_on_the_attempt() {
+    let (p, pol, bud, rng) = (pool(2), policy(2), budget(10, 0), &mut WyRand::new(1));
+    for b in p.backends() {
+        for _ in 0..2 {
+            let mut s = Backend::try_reserve(b, p.params(), T0, false).unwrap();
+            let _ = s.record(crate::breaker::Outcome::Failure, p.params(), T0);
+        }
+    }
+    let (mut flow, first) = start(&p, &pol, &bud, get(), rng);
+    assert!(first.panic, "every circuit open: panic routing (select.rs)");
+    let second = attempt(flow.handle_error(AttemptError::Connect, T0, rng));
+    assert!(second.panic);
+    assert_ne!(second.backend, first.backend);
+}
+
+#[test]
 fn c_retry_2_retries_never_revisit_a_backend() {
     let (p, pol, bud, rng) = (pool(3), policy(5), budget(10, 0), &mut WyRand::new(3));
     let (mut flow, first) = start(&p, &pol, &bud, get(), rng);
@@ -753,13 +769,13 @@ pub(crate) fn scenario() -> impl Strategy<Value = Scenario> {
         (0u64..2_000_000).prop_map(BodyKind::Sized),
     ];
     (
-        proptest::collection::vec(setup, 0..7),
+        prop_oneof![1 => proptest::collection::vec(setup.clone(), 0..2), 9 => proptest::collection::vec(setup, 2..7)],
         1u32..3,
         1u32..=5,
         prop::sample::select(vec!["GET", "get", "HEAD", "OPTIONS", "POST", "PUT"]),
         body,
         (1u64..5, 0u64..5),
-        proptest::option::of((1u32..3, 0u32..3)),
+        proptest::option::weighted(0.3, (1u32..3, 0u32..3)),
         0u64..30_000,
         any::<u64>(),
     )
