@@ -1,0 +1,432 @@
+//! Every response weir makes itself, in one place: status, headers and JSON body per outcome
+//! (C-PATH-11), the headers weir adds to responses it passes on (C-PATH-4), and the protection
+//! event each outcome counts (C-LOAD-3).
+//!
+//! The design doc asks for typed outcomes "mapped to a status code in one place": decisions
+//! elsewhere in core are values ([`Reject`], [`Failure`], [`ManagementError`]), and this module is
+//! the only code that knows which status, which headers and which message each one gets. The
+//! adapters copy what it says onto the wire and format nothing themselves. Envoy does the same
+//! with its local-reply mapper (one table from response flags to status and body).
+//!
+//! Everything here allocates nothing until a body is rendered: a [`SyntheticResponse`] is a small
+//! `Copy` value (status, a static message, the request id and a fixed header list), and header
+//! values are [`Text`], formatted by `Display` or turned into `http::HeaderValue`s.
+
+use core::fmt;
+
+use crate::admission::Overloaded;
+use crate::bulkhead::BulkheadFull;
+use crate::flow::{Deliver, Failure};
+use crate::rate::{HeaderText, RateOutcome};
+use crate::select::NoBackend;
+
+/// Header names weir writes, lower-case (HTTP field names are case-insensitive; HTTP/2 requires
+/// lower case and `http::HeaderName::from_static` accepts only that).
+pub mod header {
+    /// The id of the backend that produced a response (C-PATH-4).
+    pub const BACKEND: &str = "x-balancer-backend";
+    /// The attempt number that produced a response (C-PATH-4).
+    pub const ATTEMPTS: &str = "x-balancer-attempts";
+    /// The request id in force (C-PATH-3).
+    pub const REQUEST_ID: &str = "x-request-id";
+    /// `exhausted` when the retry budget stopped a retry (C-PATH-4).
+    pub const RETRY_BUDGET: &str = "x-balancer-retry-budget";
+    /// On upstream requests: the id of the backend the attempt goes to (C-PATH-4).
+    pub const BACKEND_ATTEMPT: &str = "x-balancer-backend-attempt";
+    /// `true` on an overload `503` (C-LOAD-1).
+    pub const OVERLOADED: &str = "x-balancer-overloaded";
+    /// Seconds to wait before trying again.
+    pub const RETRY_AFTER: &str = "retry-after";
+    /// `application/json` on every synthetic response (C-PATH-11).
+    pub const CONTENT_TYPE: &str = "content-type";
+    /// `no-store` on management JSON responses (C-MGMT-2).
+    pub const CACHE_CONTROL: &str = "cache-control";
+    /// The allowed methods on a `405`.
+    pub const ALLOW: &str = "allow";
+    /// `Bearer` on a `401` (RFC 6750).
+    pub const WWW_AUTHENTICATE: &str = "www-authenticate";
+}
+
+/// The media type of every synthetic body.
+pub const JSON: &str = "application/json";
+
+/// A header value weir writes, formatted by `Display` without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Text<'a> {
+    /// An integer.
+    Int(u64),
+    /// A string: a fixed token, a backend id, a request id.
+    Str(&'a str),
+    /// A rate: the shortest decimal that round-trips (`100`, `0.5`).
+    Rate(f64),
+}
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Text::Int(n) => write!(f, "{n}"),
+            Text::Str(s) => f.write_str(s),
+            Text::Rate(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl Text<'_> {
+    /// The value as an `http::HeaderValue`; `None` if it holds bytes a header cannot carry
+    /// (only possible for a string that was not validated, such as a malformed id).
+    #[must_use]
+    pub fn to_header_value(&self) -> Option<http::HeaderValue> {
+        match self {
+            Text::Int(n) => Some(http::HeaderValue::from(*n)),
+            Text::Str(s) => http::HeaderValue::from_str(s).ok(),
+            Text::Rate(_) => http::HeaderValue::from_str(&self.to_string()).ok(),
+        }
+    }
+}
+
+impl From<HeaderText> for Text<'static> {
+    fn from(t: HeaderText) -> Text<'static> {
+        match t {
+            HeaderText::Int(n) => Text::Int(n),
+            HeaderText::Rate(r) => Text::Rate(r),
+            HeaderText::Static(s) => Text::Str(s),
+        }
+    }
+}
+
+/// The label values of `load_balancer_protection_events_total{reason}` (C-LOAD-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProtectionReason {
+    /// The global gate turned a request away (C-LOAD-1).
+    Overload,
+    /// A route bulkhead was full (C-LOAD-2).
+    BulkheadFull,
+    /// Every usable backend was at `max_concurrent_requests`, so a request was turned away or a
+    /// retry could not happen (C-POOL-6).
+    BackendSaturated,
+    /// The retry budget stopped a retry (C-RETRY-7).
+    RetryBudgetExhausted,
+    /// The rate limiter denied a request (C-RATE-1).
+    RateLimited,
+}
+
+impl ProtectionReason {
+    /// Every reason, so the adapter can expose each series at zero from the start (C-OBS-1).
+    pub const ALL: [ProtectionReason; 5] = [
+        ProtectionReason::Overload,
+        ProtectionReason::BulkheadFull,
+        ProtectionReason::BackendSaturated,
+        ProtectionReason::RetryBudgetExhausted,
+        ProtectionReason::RateLimited,
+    ];
+
+    /// The metric label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ProtectionReason::Overload => "overload",
+            ProtectionReason::BulkheadFull => "bulkhead_full",
+            ProtectionReason::BackendSaturated => "backend_saturated",
+            ProtectionReason::RetryBudgetExhausted => "retry_budget_exhausted",
+            ProtectionReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
+impl fmt::Display for ProtectionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request turned away before any upstream attempt, in request-path order (C-PATH-2). The flow
+/// makes the last two; the adapter makes the others from the gate and the rate limiter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reject {
+    /// The global gate is full (C-LOAD-1): `503`, `Retry-After: 1`, `X-Balancer-Overloaded: true`.
+    Overloaded(Overloaded),
+    /// The rate limiter denied the request (C-RATE-1): `429`, `Retry-After` and the rate headers.
+    RateLimited(RateOutcome),
+    /// The shared rate-limit store failed and `failure_mode` is `fail-closed` (C-RATE-5): `503`.
+    StoreUnavailable,
+    /// The route's bulkhead is full (C-LOAD-2): `503`.
+    BulkheadFull(BulkheadFull),
+    /// No backend could be selected (C-POOL-5): `503`, the reason in the message.
+    NoBackend(NoBackend),
+}
+
+impl Reject {
+    /// The status the client gets.
+    #[must_use]
+    pub const fn status(&self) -> u16 {
+        match self {
+            Reject::RateLimited(_) => 429,
+            Reject::Overloaded(_)
+            | Reject::StoreUnavailable
+            | Reject::BulkheadFull(_)
+            | Reject::NoBackend(_) => 503,
+        }
+    }
+
+    /// The protection event this rejection counts (C-LOAD-3), if any.
+    #[must_use]
+    pub const fn protection_reason(&self) -> Option<ProtectionReason> {
+        match self {
+            Reject::Overloaded(_) => Some(ProtectionReason::Overload),
+            Reject::RateLimited(_) => Some(ProtectionReason::RateLimited),
+            Reject::BulkheadFull(_) => Some(ProtectionReason::BulkheadFull),
+            Reject::NoBackend(NoBackend::AllSaturated) => Some(ProtectionReason::BackendSaturated),
+            Reject::NoBackend(_) | Reject::StoreUnavailable => None,
+        }
+    }
+
+    /// The `message` of the JSON body.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            Reject::Overloaded(_) => "overloaded: too many requests in flight, retry later",
+            Reject::RateLimited(_) => "rate limit exceeded",
+            Reject::StoreUnavailable => "rate limit store unavailable",
+            Reject::BulkheadFull(_) => "route at its concurrency limit (bulkhead full)",
+            Reject::NoBackend(why) => match why {
+                NoBackend::EmptyPool => "no backend available: empty_pool",
+                NoBackend::AllTried => "no backend available: all_tried",
+                NoBackend::NoHealthy => "no backend available: no_healthy_backend",
+                NoBackend::AllOpen => "no backend available: all_circuits_open",
+                NoBackend::AllSaturated => "no backend available: all_backends_saturated",
+            },
+        }
+    }
+}
+
+/// Errors of the management plane that weir answers itself (C-MGMT-1..4). Every management JSON
+/// response carries `Cache-Control: no-store` (C-MGMT-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManagementError {
+    /// No valid bearer token (C-MGMT-1): `401` with `WWW-Authenticate: Bearer`.
+    Unauthorized,
+    /// `Sec-Fetch-Site: cross-site` on a mutating request (C-MGMT-2): `403`.
+    CrossSite,
+    /// `X-Balancer-CSRF` is not exactly `1` (C-MGMT-2): `403`.
+    CsrfHeader,
+    /// The body is not `application/json` (C-MGMT-2): `415`.
+    UnsupportedMediaType,
+    /// `runtime_mutations` is off (C-MGMT-3): `403`.
+    MutationsDisabled,
+    /// The body is over 64 KiB (C-MGMT-2): `413`.
+    PayloadTooLarge,
+    /// The body is not exactly one JSON object of known fields (C-MGMT-2): `400`.
+    BadRequest,
+    /// Unknown path (C-MGMT-4): `404`.
+    NotFound,
+    /// Known path, wrong method (C-MGMT-4): `405` with `Allow`.
+    MethodNotAllowed {
+        /// The `Allow` value, e.g. `GET, HEAD`.
+        allow: &'static str,
+    },
+}
+
+impl ManagementError {
+    /// The status the client gets.
+    #[must_use]
+    pub const fn status(&self) -> u16 {
+        match self {
+            ManagementError::Unauthorized => 401,
+            ManagementError::CrossSite
+            | ManagementError::CsrfHeader
+            | ManagementError::MutationsDisabled => 403,
+            ManagementError::UnsupportedMediaType => 415,
+            ManagementError::PayloadTooLarge => 413,
+            ManagementError::BadRequest => 400,
+            ManagementError::NotFound => 404,
+            ManagementError::MethodNotAllowed { .. } => 405,
+        }
+    }
+
+    /// The `message` of the JSON body.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            ManagementError::Unauthorized => "missing or invalid bearer token",
+            ManagementError::CrossSite => "cross-site requests are not allowed",
+            ManagementError::CsrfHeader => "x-balancer-csrf: 1 is required",
+            ManagementError::UnsupportedMediaType => "content type must be application/json",
+            ManagementError::MutationsDisabled => {
+                "runtime mutations are disabled: change the configuration and roll it out declaratively"
+            }
+            ManagementError::PayloadTooLarge => "request body is over 64 KiB",
+            ManagementError::BadRequest => "request body must be one json object of known fields",
+            ManagementError::NotFound => "not found",
+            ManagementError::MethodNotAllowed { .. } => "method not allowed",
+        }
+    }
+}
+
+/// Most headers a synthetic response adds besides `Content-Type` and `X-Request-ID` (the rate
+/// headers of a `429` are the longest list: six).
+const MAX_EXTRA: usize = 6;
+
+/// A response weir makes itself (C-PATH-11): a status, a fixed header list and the JSON body
+/// `{"code": <status>, "message": "...", "request_id": "..."}` with
+/// `Content-Type: application/json`. Build one with [`SyntheticResponse::reject`],
+/// [`SyntheticResponse::failure`] or [`SyntheticResponse::management`].
+///
+/// It is complete: it already carries `X-Request-ID` (C-PATH-3), so an adapter that adds that
+/// header to every response must `insert` it, not `append` it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyntheticResponse<'a> {
+    status: u16,
+    message: &'static str,
+    request_id: &'a str,
+    extra: [Option<(&'static str, Text<'static>)>; MAX_EXTRA],
+}
+
+impl<'a> SyntheticResponse<'a> {
+    fn new(status: u16, message: &'static str, request_id: &'a str) -> SyntheticResponse<'a> {
+        SyntheticResponse {
+            status,
+            message,
+            request_id,
+            extra: [None; MAX_EXTRA],
+        }
+    }
+
+    /// Add a header; the lists built here never exceed [`MAX_EXTRA`] (checked by the tests), and
+    /// an overflow would drop the header rather than panic.
+    fn with(mut self, name: &'static str, value: Text<'static>) -> SyntheticResponse<'a> {
+        if let Some(free) = self.extra.iter_mut().find(|h| h.is_none()) {
+            *free = Some((name, value));
+        }
+        self
+    }
+
+    /// The answer to a request turned away before any attempt.
+    #[must_use]
+    pub fn reject(reject: &Reject, request_id: &'a str) -> SyntheticResponse<'a> {
+        let r = SyntheticResponse::new(reject.status(), reject.message(), request_id);
+        match reject {
+            Reject::Overloaded(_) => r
+                .with(header::RETRY_AFTER, Text::Int(1))
+                .with(header::OVERLOADED, Text::Str("true")),
+            Reject::RateLimited(outcome) => outcome
+                .headers()
+                .fold(r, |r, (name, value)| r.with(name, value.into())),
+            Reject::StoreUnavailable | Reject::BulkheadFull(_) | Reject::NoBackend(_) => r,
+        }
+    }
+
+    /// The answer when the last attempt failed without a response (C-RETRY-4): `502` or `504`,
+    /// with `X-Balancer-Attempts` (how many attempts were made) and, when the budget stopped a
+    /// retry, `X-Balancer-Retry-Budget: exhausted`. No `X-Balancer-Backend`: no backend produced
+    /// it.
+    #[must_use]
+    pub fn failure(failure: &Failure, request_id: &'a str) -> SyntheticResponse<'a> {
+        let message = match failure.cause {
+            crate::flow::AttemptError::PerTryTimeout => "upstream timed out before responding",
+            crate::flow::AttemptError::Connect => "upstream connection failed",
+            crate::flow::AttemptError::Transport | crate::flow::AttemptError::ClientGone => {
+                "upstream connection broke before a response"
+            }
+        };
+        let r = SyntheticResponse::new(failure.status, message, request_id)
+            .with(header::ATTEMPTS, Text::Int(u64::from(failure.attempts)));
+        if failure.budget_exhausted {
+            r.with(header::RETRY_BUDGET, Text::Str("exhausted"))
+        } else {
+            r
+        }
+    }
+
+    /// The answer to a refused management request, with `Cache-Control: no-store`.
+    #[must_use]
+    pub fn management(error: &ManagementError, request_id: &'a str) -> SyntheticResponse<'a> {
+        let r = SyntheticResponse::new(error.status(), error.message(), request_id)
+            .with(header::CACHE_CONTROL, Text::Str("no-store"));
+        match error {
+            ManagementError::Unauthorized => r.with(header::WWW_AUTHENTICATE, Text::Str("Bearer")),
+            ManagementError::MethodNotAllowed { allow } => r.with(header::ALLOW, Text::Str(allow)),
+            _ => r,
+        }
+    }
+
+    /// The status.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The body's `message`.
+    #[must_use]
+    pub fn message(&self) -> &'static str {
+        self.message
+    }
+
+    /// Every header, in a fixed order: `Content-Type`, `X-Request-ID`, then the outcome's own.
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, Text<'a>)> + '_ {
+        [
+            (header::CONTENT_TYPE, Text::Str(JSON)),
+            (header::REQUEST_ID, Text::Str(self.request_id)),
+        ]
+        .into_iter()
+        .chain(self.extra.iter().flatten().copied())
+    }
+
+    /// The JSON body (C-PATH-11). Strings are escaped by `serde_json`.
+    #[must_use]
+    pub fn body(&self) -> String {
+        serde_json::json!({
+            "code": self.status,
+            "message": self.message,
+            "request_id": self.request_id,
+        })
+        .to_string()
+    }
+
+    /// The whole response as an `http::Response`. A header whose value cannot be a header value
+    /// (a request id that was never validated) is left out rather than failing the response.
+    #[must_use]
+    pub fn to_http(&self) -> http::Response<String> {
+        let mut response = http::Response::new(self.body());
+        *response.status_mut() = http::StatusCode::from_u16(self.status)
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in self.headers() {
+            if let Some(value) = value.to_header_value() {
+                // Every name is a lower-case constant of `header` (checked by the tests).
+                headers.append(http::HeaderName::from_static(name), value);
+            }
+        }
+        response
+    }
+}
+
+/// The headers weir adds to a response it passes on from a backend (C-PATH-4, C-PATH-3):
+/// `X-Balancer-Backend: <backend_id>`, `X-Balancer-Attempts: <attempt>`, `X-Request-ID` and,
+/// when the budget stopped a retry, `X-Balancer-Retry-Budget: exhausted`. Set them with `insert`
+/// (they replace any the backend sent).
+pub fn delivered_headers<'a>(
+    deliver: &Deliver,
+    backend_id: &'a str,
+    request_id: &'a str,
+) -> impl Iterator<Item = (&'static str, Text<'a>)> + use<'a> {
+    [
+        Some((header::BACKEND, Text::Str(backend_id))),
+        Some((header::ATTEMPTS, Text::Int(u64::from(deliver.attempt)))),
+        Some((header::REQUEST_ID, Text::Str(request_id))),
+        deliver
+            .budget_exhausted
+            .then_some((header::RETRY_BUDGET, Text::Str("exhausted"))),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The header weir adds to every upstream request: `X-Balancer-Backend-Attempt: <backend id>`
+/// (C-PATH-4).
+#[must_use]
+pub fn upstream_attempt_header(backend_id: &str) -> (&'static str, Text<'_>) {
+    (header::BACKEND_ATTEMPT, Text::Str(backend_id))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;
