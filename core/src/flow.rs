@@ -557,7 +557,7 @@ impl Flow {
                     None
                 }
             },
-            drop,
+            |(_, slot): (usize, Slot)| slot.cancel(),
         );
         match reserved {
             Ok((index, slot)) => Ok(self.begin(index, slot, now)),

@@ -274,6 +274,7 @@ impl Backend {
             backend: Arc::clone(this),
             permit,
             recorded: false,
+            sent: true,
         })
     }
 }
@@ -285,6 +286,7 @@ pub struct Slot {
     backend: Arc<Backend>,
     permit: Permit,
     recorded: bool,
+    sent: bool,
 }
 
 impl Slot {
@@ -292,6 +294,12 @@ impl Slot {
     #[must_use]
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
+    }
+
+    /// Give the slot back without sending anything on it (for example when the retry budget
+    /// refuses the retry it was reserved for, C-RETRY-3): it is not counted as an attempt.
+    pub fn cancel(mut self) {
+        self.sent = false;
     }
 
     /// Whether this slot was granted by panic routing.
@@ -342,7 +350,8 @@ impl Drop for Slot {
                 Instant::ZERO,
             );
         }
-        self.backend.load.fetch_sub(1, Ordering::AcqRel);
+        let release = if self.sent { 1 } else { ONE_ATTEMPT };
+        self.backend.load.fetch_sub(release, Ordering::AcqRel);
     }
 }
 
@@ -596,6 +605,17 @@ mod tests {
         assert_eq!(b.availability(&p, t), Availability::CircuitOpen);
         assert_eq!(b.passive_failures(), 2);
         assert_eq!(b.requests(), 3);
+    }
+
+    #[test]
+    fn c_pool_6_a_cancelled_slot_is_released_and_not_counted() {
+        let p = PoolParams::default();
+        let t = Instant::from_secs(1);
+        let b = healthy(&BackendSpec::new("a", "http://a"), t);
+        Backend::try_reserve(&b, &p, t, false).unwrap().cancel();
+        assert_eq!((b.in_flight(), b.requests()), (0, 0));
+        drop(Backend::try_reserve(&b, &p, t, false).unwrap());
+        assert_eq!((b.in_flight(), b.requests()), (0, 1));
     }
 
     #[test]

@@ -277,6 +277,11 @@ fn c_retry_3_an_empty_budget_delivers_the_last_response_and_keeps_the_reservatio
         0,
         "the reserved slot was given back"
     );
+    assert_eq!(
+        p.backends()[other].requests(),
+        0,
+        "a reservation given back is not an attempt"
+    );
     let headers: Vec<(&str, String)> = delivered_headers(&d, "b0", "req-1")
         .map(|(n, v)| (n, v.to_string()))
         .collect();
