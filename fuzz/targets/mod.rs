@@ -3,6 +3,8 @@
 //! `fuzz/seeds/<target>/` through the same function on every `.ci/run`.
 //! Each `run` must never panic on any input; the assertions inside are the target's oracle.
 
+pub mod config_yaml;
+pub mod flow;
 pub mod forwarded_chain;
 pub mod request_id;
 pub mod upstream_uri;
@@ -12,6 +14,8 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as the directories under `fuzz/seeds/` are named.
 pub const TARGETS: &[(&str, Target)] = &[
+    ("config_yaml", config_yaml::run),
+    ("flow", flow::run),
     ("forwarded_chain", forwarded_chain::run),
     ("request_id", request_id::run),
     ("upstream_uri", upstream_uri::run),
