@@ -1,0 +1,3 @@
+//! The `weir` binary (filled in by the tokio adapter change).
+
+fn main() {}
