@@ -257,7 +257,7 @@ impl Driver {
                         if let Some(change) =
                             self.schedule.handle_result(token, ok, now, &mut self.rng)
                         {
-                            (self.on_change)(change.backend_index, change.health.is_healthy(), now);
+                            self.flip(change.backend_index, change.health.is_healthy(), now);
                         }
                     }
                 }
@@ -295,10 +295,23 @@ impl Driver {
             let now = self.clock.now();
             let mut change = Some(first);
             while let Some(c) = change {
-                (self.on_change)(c.backend_index, c.health.is_healthy(), now);
+                self.flip(c.backend_index, c.health.is_healthy(), now);
                 change = self.schedule.poll_change();
             }
         }
+    }
+
+    /// Logs a flip and hands it to the callback.
+    fn flip(&mut self, index: usize, healthy: bool, now: weir_core::Instant) {
+        if let Some(t) = self.targets.get(index) {
+            tracing::info!(
+                backend = t.key(),
+                url = t.url(),
+                healthy,
+                "active health check changed a backend's health"
+            );
+        }
+        (self.on_change)(index, healthy, now);
     }
 
     fn publish_cycles(&self) {
