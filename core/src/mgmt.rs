@@ -420,9 +420,9 @@ pub fn parse(req: &MgmtRequest<'_>, access: &Access<'_>) -> Result<Parsed, Manag
 }
 
 /// [`parse`] over raw parts, for fuzzing (`fuzz_targets/mgmt_request`) and replay: a method
-/// that is not a token, a path that is not UTF-8 or a header that is not a valid name or value
-/// is treated as an HTTP server would have treated it (`400`, `404`, header dropped). Never
-/// panics.
+/// that is not a token is refused `400` as an HTTP server would; a header that is not a valid
+/// name or value is dropped; a path that is not UTF-8 names no endpoint (`404` once
+/// authenticated). Never panics.
 pub fn parse_raw(
     method: &[u8],
     path: &[u8],
@@ -432,7 +432,8 @@ pub fn parse_raw(
     access: &Access<'_>,
 ) -> Result<Parsed, ManagementError> {
     let method = Method::from_bytes(method).map_err(|_| ManagementError::BadRequest)?;
-    let path = core::str::from_utf8(path).map_err(|_| ManagementError::NotFound)?;
+    // Not UTF-8: no endpoint has that path; authentication still comes first.
+    let path = core::str::from_utf8(path).unwrap_or("\u{fffd}");
     let mut map = HeaderMap::new();
     for (name, value) in headers {
         if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
