@@ -378,6 +378,12 @@ impl Backend {
             "backend {} still accepts connections after down()",
             self.inner.id
         );
+        // A connection accepted just before the accept task stopped may have registered after
+        // the first sweep.
+        let conns: Vec<Arc<ConnCtl>> = lock(&self.inner.conns).values().cloned().collect();
+        for c in conns {
+            c.reset().await;
+        }
     }
 
     /// Listens again on the same address.
