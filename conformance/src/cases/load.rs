@@ -82,6 +82,7 @@ pub async fn c_load_1_queue_is_fifo(bin: Binary) {
     b.set_mode(Mode::Hold);
     let cfg = Config::new(&[&b])
         .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.max_queue", 8)
         .set("server.overload.queue_timeout", "5s");
     let p = Proxy::start(&bin, &cfg).await;
     let held = spawn_send(p.public, Req::get("/held"));
