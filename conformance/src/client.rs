@@ -317,6 +317,56 @@ pub async fn get(addr: SocketAddr, target: &str) -> Resp {
     send(addr, &Req::get(target)).await
 }
 
+/// Sends `GET uri` (absolute: its authority becomes `:authority`) over HTTP/2 with prior
+/// knowledge (h2c) on a new connection, with extra `headers`, and reads the whole response.
+pub async fn h2c_get(
+    addr: SocketAddr,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> Result<Resp, String> {
+    let start = Instant::now();
+    let fut = async {
+        let stream = connect(addr, None)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .handshake::<_, TestBody>(TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("h2 handshake: {e}"))?;
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut b = Request::builder().method(Method::GET).uri(uri);
+        for (n, v) in headers {
+            b = b.header(*n, *v);
+        }
+        let req = b
+            .body(TestBody::Full(None))
+            .map_err(|e| format!("request: {e}"))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("h2 request: {e:?}"))?;
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| format!("h2 body: {e}"))?
+            .to_bytes();
+        task.abort();
+        Ok(Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+            elapsed: start.elapsed(),
+        })
+    };
+    tokio::time::timeout(DEFAULT_TIMEOUT, fut)
+        .await
+        .map_err(|_| "h2c request timed out".to_string())?
+}
+
 /// The head of a response read off a raw connection.
 #[derive(Debug, Clone)]
 pub struct RawHead {

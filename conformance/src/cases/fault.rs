@@ -10,7 +10,7 @@ use crate::backend::{Backend, Mode, lock};
 use crate::client::{Conn, Req, get};
 use crate::config::Config;
 use crate::harness::{Binary, Proxy};
-use crate::util::{eventually, ms, secs};
+use crate::util::{eventually, ms, secs, wait_until};
 
 #[derive(Debug, Default)]
 struct Tally {
@@ -76,7 +76,12 @@ async fn run_load_with_kill(bin: &Binary, req: Req) -> (usize, Vec<String>, usiz
         (victim.in_flight() > 0).then_some(())
     })
     .await;
+    // Run under load for a while, then kill the victim while requests are in flight to it.
     tokio::time::sleep(ms(300)).await;
+    wait_until(secs(5), "requests in flight to the victim", || {
+        victim.in_flight() >= 2
+    })
+    .await;
     let in_flight_at_kill = victim.in_flight();
     victim.down().await;
     let killed = Instant::now();

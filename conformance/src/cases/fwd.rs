@@ -227,3 +227,32 @@ pub async fn c_fwd_3_ipv4_mapped_peer_is_unmapped(bin: Binary) {
         "mapped peer written unmapped",
     );
 }
+
+/// C-FWD-2 over h2c: an HTTP/2 (prior knowledge) request takes the same path; its
+/// `:authority` is the inbound host (`X-Forwarded-Host`, and `Host` upstream).
+pub async fn c_fwd_2_h2c_authority_is_the_inbound_host(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b])).await;
+    let uri = format!("http://app.example:{}/h2/x?q=1", p.public.port());
+    let r = match crate::client::h2c_get(p.public, &uri, &[("x-request-id", "h2-1")]).await {
+        Ok(r) => r,
+        Err(e) => panic!("h2c request failed: {e}"),
+    };
+    expect_status(&r, 200, "h2c request");
+    assert_eq!(r.backend().as_deref(), Some("b-1"));
+    assert_eq!(r.header("x-request-id").as_deref(), Some("h2-1"));
+    let up = b.last().expect("upstream request");
+    assert_eq!(up.target, "/h2/x?q=1");
+    let authority = format!("app.example:{}", p.public.port());
+    assert_eq!(
+        up.header_all("x-forwarded-host"),
+        [authority.clone()],
+        "X-Forwarded-Host from :authority"
+    );
+    assert_eq!(
+        up.header_all("host"),
+        [authority],
+        "Host upstream from :authority"
+    );
+    expect_client(&up, "127.0.0.1", "h2c client");
+}

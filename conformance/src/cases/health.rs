@@ -170,12 +170,17 @@ pub async fn c_health_2_thresholds(bin: Binary) {
         .set("health_check.timeout", "300ms");
     let p = Proxy::start(&bin, &cfg).await;
     // Backends start unhealthy and the first cycle gives one success of the two needed.
-    eventually(secs(5), "th-1 healthy after two successful probes", || async {
-        (get(p.public, "/x").await.backend().as_deref() == Some("th-1")).then_some(())
-    })
+    eventually(
+        secs(5),
+        "th-1 healthy after two successful probes",
+        || async { (get(p.public, "/x").await.backend().as_deref() == Some("th-1")).then_some(()) },
+    )
     .await;
     let ok_probes = a.probes().iter().filter(|x| x.status == 200).count();
-    assert!(ok_probes >= 2, "healthy after {ok_probes} successful probe(s) (success_threshold 2)");
+    assert!(
+        ok_probes >= 2,
+        "healthy after {ok_probes} successful probe(s) (success_threshold 2)"
+    );
 
     let mark = Instant::now();
     a.set_health(500);
@@ -315,8 +320,14 @@ pub async fn c_health_3_success_resets_failure_count(bin: Binary) {
     assert_eq!(b.count(), 0);
 }
 
-/// C-HEALTH-3: a failed half-open trial re-opens the circuit with a doubled cooldown.
-pub async fn c_health_3_reopen_doubles_cooldown(bin: Binary) {
+/// Opens `dbl-1`'s circuit with a `503` and fails `failed_trials` half-open trials, then lets
+/// the next trial succeed; returns the gaps between the backend's requests (open → trial 1 → ...).
+async fn trial_gaps(
+    bin: &Binary,
+    cooldown: &str,
+    max_cooldown: &str,
+    failed_trials: usize,
+) -> Vec<Duration> {
     let a = Backend::start("dbl-1").await;
     let b = Backend::start("dbl-2").await;
     a.set_mode(Mode::Status(503));
@@ -324,9 +335,9 @@ pub async fn c_health_3_reopen_doubles_cooldown(bin: Binary) {
         .policy("pick_first")
         .set("server.retry.max_attempts", 1)
         .set("health_check.failure_threshold", 1)
-        .set("health_check.cooldown", "400ms")
-        .set("health_check.max_cooldown", "10s");
-    let p = Proxy::start(&bin, &cfg).await;
+        .set("health_check.cooldown", cooldown)
+        .set("health_check.max_cooldown", max_cooldown);
+    let p = Proxy::start(bin, &cfg).await;
     let driver = {
         let addr = p.public;
         tokio::spawn(async move {
@@ -337,17 +348,23 @@ pub async fn c_health_3_reopen_doubles_cooldown(bin: Binary) {
             }
         })
     };
-    wait_until(
-        secs(10),
-        "the open, two failed trials and a successful one",
-        || a.count() >= 3,
-    )
+    wait_until(secs(15), "the open and the failed trials", || {
+        a.count() > failed_trials
+    })
     .await;
     a.set_mode(Mode::Ok);
-    wait_until(secs(10), "a successful trial", || a.count() >= 4).await;
+    wait_until(secs(15), "a successful trial", || {
+        a.count() > failed_trials + 1
+    })
+    .await;
     driver.abort();
     let t: Vec<Instant> = a.requests().iter().map(|r| r.at).collect();
-    let gaps: Vec<Duration> = t.windows(2).map(|w| w[1] - w[0]).collect();
+    t.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// C-HEALTH-3: a failed half-open trial re-opens the circuit with a doubled cooldown.
+pub async fn c_health_3_reopen_doubles_cooldown(bin: Binary) {
+    let gaps = trial_gaps(&bin, "400ms", "10s", 2).await;
     assert!(
         gaps[0] >= ms(400),
         "first trial {:?} after opening (cooldown 400ms)",
@@ -364,9 +381,34 @@ pub async fn c_health_3_reopen_doubles_cooldown(bin: Binary) {
         gaps[2]
     );
     assert!(
-        gaps[1] < ms(1600) + ms(800),
-        "second cooldown {:?} far more than doubled",
+        gaps[1] < ms(1600),
+        "second cooldown {:?}: more than doubled",
         gaps[1]
+    );
+}
+
+/// C-HEALTH-3: the doubling stops at `max_cooldown`.
+pub async fn c_health_3_cooldown_capped_at_max_cooldown(bin: Binary) {
+    let gaps = trial_gaps(&bin, "200ms", "400ms", 2).await;
+    assert!(
+        gaps[0] >= ms(200),
+        "first trial {:?} after opening (cooldown 200ms)",
+        gaps[0]
+    );
+    assert!(
+        gaps[1] >= ms(400),
+        "second trial {:?} (doubled: 400ms)",
+        gaps[1]
+    );
+    assert!(
+        gaps[2] >= ms(400),
+        "third trial {:?} (capped: 400ms)",
+        gaps[2]
+    );
+    assert!(
+        gaps[2] < ms(750),
+        "third trial {:?} after re-opening: not capped at max_cooldown 400ms",
+        gaps[2]
     );
 }
 

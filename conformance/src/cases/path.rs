@@ -602,6 +602,47 @@ pub async fn c_path_9_client_disconnect_cancels_and_is_not_a_failure(bin: Binary
     assert_eq!(r.attempts(), Some(1));
 }
 
+/// C-PATH-9 (and C-POOL-6): a client that leaves in the middle of a streamed body cancels the
+/// upstream response and frees the backend slot; the backend stays in use.
+pub async fn c_path_9_client_leaving_mid_body_cancels_upstream(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    b.set_mode(Mode::HoldBody);
+    let cfg = Config::new(&[&b])
+        .set("server.upstream.max_concurrent_requests", 1)
+        .set("health_check.failure_threshold", 1)
+        .set("health_check.cooldown", "30s")
+        .set("health_check.max_cooldown", "30s");
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..3 {
+        let mut c = Raw::connect(p.public).await;
+        c.write(format!("GET /stream-{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let head = c.read_head(secs(5)).await.expect("head");
+        assert_eq!(head.status, 200);
+        let first = c.read_some(secs(5)).await.expect("first chunk");
+        assert!(
+            String::from_utf8_lossy(&first).contains("first"),
+            "first chunk: {first:?}"
+        );
+        let rec = b.last().expect("backend request");
+        drop(c);
+        wait_until(
+            secs(5),
+            "upstream response cancelled after the client left mid-body",
+            || matches!(rec.end(), Some((End::Cancelled, _))),
+        )
+        .await;
+    }
+    b.set_mode(Mode::Ok);
+    let r = eventually(secs(5), "the slot to be free again", || async {
+        let r = get(p.public, "/after").await;
+        (r.status == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(r.backend().as_deref(), Some("b-1"));
+}
+
 /// C-PATH-10: SIGTERM closes the listeners, closes idle keep-alive connections, lets in-flight
 /// requests finish, then exits 0.
 pub async fn c_path_10_graceful_shutdown(bin: Binary) {
