@@ -246,7 +246,7 @@ pub async fn c_fwd_2_h2c_authority_is_the_inbound_host(bin: Binary) {
     let authority = format!("app.example:{}", p.public.port());
     assert_eq!(
         up.header_all("x-forwarded-host"),
-        [authority.clone()],
+        std::slice::from_ref(&authority),
         "X-Forwarded-Host from :authority"
     );
     assert_eq!(
