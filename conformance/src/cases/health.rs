@@ -454,16 +454,17 @@ pub async fn c_health_3_half_open_admits_one_trial(bin: Binary) {
 /// C-HEALTH-4: a backend that comes back gets a share growing from the minimum to 100% over
 /// `slow_start`.
 pub async fn c_health_4_slow_start_ramps_share(bin: Binary) {
+    let ramp = ms(3000);
     let a = Backend::start("ss-1").await;
     let b = Backend::start("ss-2").await;
     a.set_health(500);
     let cfg = Config::new(&[&a, &b])
-        .set("health_check.slow_start", "2s")
+        .set("health_check.slow_start", "3s")
         .set("health_check.slow_start_minimum_percent", 10)
         .set("health_check.interval", "50ms");
     let p = Proxy::start(&bin, &cfg).await;
     // Let ss-2's own ramp (it became healthy at start) finish first.
-    tokio::time::sleep(ms(2100)).await;
+    tokio::time::sleep(ramp + ms(100)).await;
     let mut c = Conn::open(p.public, None).await.expect("connect");
     a.set_health(200);
     // Send until ss-1 serves again: its ramp has begun by then.
@@ -480,27 +481,31 @@ pub async fn c_health_4_slow_start_ramps_share(bin: Binary) {
         );
     }
     let came_back = a.requests()[0].at;
-    let mut early = 0;
-    for _ in 0..100 {
+    // Early: the first quarter of the ramp, where ss-1's share is at most 10% + 90% / 4 = 32.5%
+    // of its round-robin half.
+    let (mut early, mut early_n) = (0usize, 0usize);
+    while came_back.elapsed() < ramp / 4 && early_n < 300 {
         let r = c.send(&Req::get("/s")).await.expect("request");
         expect_status(&r, 200, "during slow start");
+        early_n += 1;
         early += usize::from(r.backend().as_deref() == Some("ss-1"));
     }
-    let early_window = came_back.elapsed();
-    tokio::time::sleep_until((came_back + ms(2200)).into()).await;
+    tokio::time::sleep_until((came_back + ramp + ms(200)).into()).await;
     let mut late = 0;
     for _ in 0..200 {
         let r = c.send(&Req::get("/s")).await.expect("request");
         expect_status(&r, 200, "after slow start");
         late += usize::from(r.backend().as_deref() == Some("ss-1"));
     }
+    eprintln!("slow start: early {early}/{early_n}, late {late}/200");
     assert!(
-        early_window < ms(1000),
-        "early window took {early_window:?}; too slow to measure a ramp"
+        early_n >= 30,
+        "only {early_n} requests in the first {:?} of the ramp: too slow to measure",
+        ramp / 4
     );
     assert!(
-        early < 30,
-        "ss-1 got {early}/100 in the first {early_window:?} of a 2s ramp from 10%"
+        early * 100 < early_n * 30,
+        "ss-1 got {early}/{early_n} in the first quarter of a ramp from 10% (round robin alone: half)"
     );
     assert!(
         late > 70,
