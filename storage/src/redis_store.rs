@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 use weir_core::bucket::{BucketParams, Take};
 use weir_core::config::RedisSettings;
 use weir_core::rate::{ClientKey, StorageKind};
@@ -173,6 +173,31 @@ impl RedisStore {
         self.conns[i].clone()
     }
 
+    /// Run the script (EVALSHA; on NOSCRIPT the script is loaded and run again).
+    ///
+    /// A connection manager whose last connection attempt failed hands that failure to the
+    /// next call and only then starts a new attempt; when the failure was a refused
+    /// connection the command was never sent, so it is sent once more on the fresh attempt.
+    /// That makes the first call after Redis returns succeed instead of discovering the old
+    /// failure (C-RATE-5 recovery). A command that may have reached the server is never
+    /// repeated: a take is not idempotent.
+    async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        let mut conn = self.conn();
+        match inv.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => Ok(inv.invoke_async(&mut conn).await?),
+            r => Ok(r?),
+        }
+    }
+
+    /// Run a command, with the same one retry on a refused connection as [`Self::invoke`].
+    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, StoreError> {
+        let mut conn = self.conn();
+        match cmd.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => Ok(cmd.query_async(&mut conn).await?),
+            r => Ok(r?),
+        }
+    }
+
     /// [`Store::take`], also returning the server's now (nanoseconds since the Unix epoch, as a
     /// core [`Instant`]) the script used: what tests replay against the core arithmetic.
     pub async fn take_traced(
@@ -181,16 +206,12 @@ impl RedisStore {
         params: &BucketParams,
     ) -> Result<(Take, Instant), StoreError> {
         check_params(params)?;
-        let mut conn = self.conn();
-        let reply: Value = self
-            .script
-            .key(self.redis_key(key))
-            .arg("take")
+        let mut inv = self.script.key(self.redis_key(key));
+        inv.arg("take")
             .arg(params.interval().as_nanos() as u64)
             .arg(params.full_refill().as_nanos() as u64)
-            .arg(ttl_ms(params))
-            .invoke_async(&mut conn)
-            .await?;
+            .arg(ttl_ms(params));
+        let reply = self.invoke(&inv).await?;
         let (tag, value, now) = parse_reply(&reply)?;
         let take = match tag {
             1 => Take::Allowed {
@@ -247,16 +268,9 @@ impl Store for RedisStore {
     }
 
     async fn peek(&self, key: ClientKey, params: &BucketParams) -> Result<u64, StoreError> {
-        let mut conn = self.conn();
-        let reply: Value = self
-            .script
-            .key(self.redis_key(key))
-            .arg("peek")
-            .arg(0u64)
-            .arg(0u64)
-            .arg(0u64)
-            .invoke_async(&mut conn)
-            .await?;
+        let mut inv = self.script.key(self.redis_key(key));
+        inv.arg("peek").arg(0u64).arg(0u64).arg(0u64);
+        let reply = self.invoke(&inv).await?;
         let (tag, tat, now) = parse_reply(&reply)?;
         if tag != 2 {
             return Err(protocol(&reply));
@@ -265,21 +279,15 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: ClientKey) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let _: i64 = redis::cmd("DEL")
-            .arg(self.redis_key(key))
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
+        let mut del = redis::cmd("DEL");
+        del.arg(self.redis_key(key));
+        self.query(&del).await.map(|_| ())
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
-        if pong == "PONG" {
-            Ok(())
-        } else {
-            Err(StoreError::Protocol(pong))
+        match self.query(&redis::cmd("PING")).await? {
+            Value::SimpleString(s) if s == "PONG" => Ok(()),
+            other => Err(protocol(&other)),
         }
     }
 }

@@ -109,7 +109,7 @@ pub(crate) fn check_params(params: &BucketParams) -> Result<(), StoreError> {
 /// Key TTL in milliseconds: full refill rounded up plus [`TTL_MARGIN`] (C-RATE-3).
 pub(crate) fn ttl_ms(params: &BucketParams) -> u64 {
     let refill = params.full_refill();
-    let ms = refill.as_millis() + u128::from(refill.as_nanos() % 1_000_000 != 0);
+    let ms = refill.as_millis() + u128::from(!refill.as_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms)
         .unwrap_or(u64::MAX)
         .saturating_add(TTL_MARGIN.as_millis() as u64)
@@ -124,8 +124,8 @@ pub enum StoreKind {
     Local,
     /// The shared Redis store.
     Redis(RedisStore),
-    /// The shared PostgreSQL store.
-    Postgres(PostgresStore),
+    /// The shared PostgreSQL store (boxed: it is the large variant).
+    Postgres(Box<PostgresStore>),
 }
 
 impl StoreKind {
@@ -154,9 +154,9 @@ impl StoreKind {
                         "rate_limit.storage is postgres but database is absent".into(),
                     )
                 })?;
-                Ok(StoreKind::Postgres(PostgresStore::new(
+                Ok(StoreKind::Postgres(Box::new(PostgresStore::new(
                     PostgresOptions::from_settings(db)?,
-                )?))
+                )?)))
             }
         }
     }
@@ -177,7 +177,7 @@ impl StoreKind {
         match self {
             StoreKind::Local => None,
             StoreKind::Redis(s) => Some(s),
-            StoreKind::Postgres(s) => Some(s),
+            StoreKind::Postgres(s) => Some(&**s),
         }
     }
 }
