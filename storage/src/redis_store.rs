@@ -12,7 +12,8 @@
 use core::fmt;
 use core::time::Duration;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
@@ -117,6 +118,8 @@ impl RedisOptions {
 pub struct RedisStore {
     conns: Box<[ConnectionManager]>,
     next: AtomicUsize,
+    /// A [`RedisStore::heal`] round is running.
+    healing: Arc<AtomicBool>,
     script: Script,
     prefix: String,
 }
@@ -156,6 +159,7 @@ impl RedisStore {
         Ok(RedisStore {
             conns: conns.into_boxed_slice(),
             next: AtomicUsize::new(0),
+            healing: Arc::new(AtomicBool::new(false)),
             script: Script::new(BUCKET_SCRIPT),
             prefix: opts.key_prefix,
         })
@@ -183,19 +187,52 @@ impl RedisStore {
     /// repeated: a take is not idempotent.
     async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
         let mut conn = self.conn();
-        match inv.invoke_async(&mut conn).await {
-            Err(e) if e.is_connection_refusal() => Ok(inv.invoke_async(&mut conn).await?),
-            r => Ok(r?),
-        }
+        let r = match inv.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => inv.invoke_async(&mut conn).await,
+            r => r,
+        };
+        self.checked(r)
     }
 
     /// Run a command, with the same one retry on a refused connection as [`Self::invoke`].
     async fn query(&self, cmd: &redis::Cmd) -> Result<Value, StoreError> {
         let mut conn = self.conn();
-        match cmd.query_async(&mut conn).await {
-            Err(e) if e.is_connection_refusal() => Ok(cmd.query_async(&mut conn).await?),
-            r => Ok(r?),
+        let r = match cmd.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => cmd.query_async(&mut conn).await,
+            r => r,
+        };
+        self.checked(r)
+    }
+
+    /// Map a result; on a connection failure, heal the other connections too.
+    fn checked(&self, r: redis::RedisResult<Value>) -> Result<Value, StoreError> {
+        let e = match r {
+            Ok(v) => return Ok(v),
+            Err(e) => StoreError::from(e),
+        };
+        if matches!(e, StoreError::Connection(_)) {
+            self.heal();
         }
+        Err(e)
+    }
+
+    /// After one connection failed, the others are likely broken too (Redis restarted, or
+    /// `CLIENT KILL`), but an idle RESP2 connection only learns that on its next command, which
+    /// would then fail a request. So send each one a `PING` in the background now: a broken one
+    /// fails it and starts reconnecting at once, and by the next recovery trial every
+    /// connection is fresh (C-RATE-5). One round at a time.
+    fn heal(&self) {
+        if self.healing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let conns: Vec<ConnectionManager> = self.conns.to_vec();
+        let healing = Arc::clone(&self.healing);
+        tokio::spawn(async move {
+            for mut c in conns {
+                let _: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut c).await;
+            }
+            healing.store(false, Ordering::Release);
+        });
     }
 
     /// [`Store::take`], also returning the server's now (nanoseconds since the Unix epoch, as a
