@@ -402,7 +402,8 @@ fn slow_start_recovery(rng: &mut WyRand) -> Setup {
     s.max_concurrent_requests = 512;
     s.streams[0].rate = vec![(Instant::ZERO, between(rng, 40, 60) as u32)];
     let victim = rng.below(2) as usize;
-    let crash = at_ms(between(rng, 3000, 5000));
+    // After both initial ramps are over, so only the victim's ramp is measured.
+    let crash = at_ms(between(rng, 1000, 3000)) + s.slow_start_window;
     s.faults.push((crash, victim, Fault::Crash));
     s.faults
         .push((crash + ms(between(rng, 2000, 4000)), victim, Fault::Recover));

@@ -375,7 +375,7 @@ impl World<'_> {
         let sh = &self.share;
         if sh.samples > 0 {
             let deviation = (sh.observed as f64 - sh.expected).abs();
-            let tolerance = 6.0 * sh.variance.sqrt() + 3.0;
+            let tolerance = 5.0 * sh.variance.sqrt() + 2.0;
             if deviation > tolerance {
                 let detail = format!(
                     "the ramping backend got {} of {} first attempts, the formula expects {:.1} \
