@@ -199,6 +199,8 @@ pub(crate) struct Setup {
     /// `(at, backend, fault)`.
     pub faults: Vec<(Instant, usize, Fault)>,
     pub reloads: Vec<ReloadSetup>,
+    /// `(at, backend)`: the operator starts draining the backend in its current pool.
+    pub drains: Vec<(Instant, usize)>,
     /// When the last fault ends (the liveness phase starts).
     pub fault_end: Instant,
     /// A client gives up on its request after this long.
@@ -268,7 +270,9 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
     let threshold = between(rng, 2, 4) as u32;
     let cooldown = ms(between(rng, 300, 1500));
     let max_cooldown = cooldown * between(rng, 2, 6) as u32;
-    let breaker = BreakerParams::new(threshold, 1, cooldown, max_cooldown).unwrap_or_default();
+    let half_open = between(rng, 1, 2) as u32;
+    let breaker =
+        BreakerParams::new(threshold, half_open, cooldown, max_cooldown).unwrap_or_default();
     let health = HealthSpec {
         interval: ms(between(rng, 500, 1500)),
         jitter: ms(between(rng, 0, 300)),
@@ -316,6 +320,7 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         }],
         faults: Vec::new(),
         reloads: Vec::new(),
+        drains: Vec::new(),
         fault_end: Instant::ZERO,
         patience: Duration::from_secs(20),
         disconnect_permille: 20,
@@ -523,7 +528,11 @@ fn reload_warmup(rng: &mut WyRand, policy: PolicyKind) -> Setup {
         }
         s.backends.push(b);
     }
-    let (d, g, n0) = ([3, 4, 5], [6, 7], 8);
+    // d1 again, moved to another url: the same id with a new url is a new backend (C-CONF-6).
+    let mut moved = SimBackend::new("d1", lat(rng));
+    moved.url = "http://d1-moved.sim:8080".to_owned();
+    s.backends.push(moved);
+    let (d, g, n0, d1_moved) = ([3, 4, 5], [6, 7], 8, 9);
     let mut t = at_ms(between(rng, 3000, 5000));
     if rng.chance_permille(400) {
         s.reloads.push(ReloadSetup {
@@ -540,10 +549,19 @@ fn reload_warmup(rng: &mut WyRand, policy: PolicyKind) -> Setup {
         backends: d.to_vec(),
         decommission_after: Some(ms(between(rng, 2000, 5000))),
     });
+    // The operator drains d0 (C-POOL-7), then a reload drops it, keeps d2 (so it applies at
+    // once), adds n0, and keeps or moves d1.
+    let third = t + ms(between(rng, 6000, 9000));
+    s.drains.push((third - ms(between(rng, 500, 3000)), d[0]));
+    let d1 = if rng.chance_permille(500) {
+        d1_moved
+    } else {
+        d[1]
+    };
     s.reloads.push(ReloadSetup {
-        at: t + ms(between(rng, 6000, 9000)),
+        at: third,
         pool: 0,
-        backends: vec![d[1], d[2], n0],
+        backends: vec![d1, d[2], n0],
         decommission_after: Some(ms(between(rng, 1000, 3000))),
     });
     s.checks.reload_no_gap = true;

@@ -91,6 +91,8 @@ enum Ev {
     Fault { backend: usize, fault: Fault },
     /// A scheduled reload.
     Reload { index: usize },
+    /// The operator drains a backend.
+    Drain { backend: usize },
     /// The liveness deadline: the pool must have converged.
     Liveness,
     /// No more arrivals.
@@ -111,6 +113,7 @@ impl Ev {
             Ev::HealthTimer { .. } => 8,
             Ev::Fault { .. } => 9,
             Ev::Reload { .. } => 10,
+            Ev::Drain { .. } => 13,
             Ev::Liveness => 11,
             Ev::StopTraffic => 12,
         }
@@ -485,6 +488,10 @@ impl<'w> World<'w> {
         for (at, backend, fault) in faults {
             self.schedule(at, Ev::Fault { backend, fault });
         }
+        let drains = self.s.drains.clone();
+        for (at, backend) in drains {
+            self.schedule(at, Ev::Drain { backend });
+        }
         for index in 0..self.s.reloads.len() {
             let at = self.s.reloads[index].at;
             self.schedule(at, Ev::Reload { index });
@@ -555,6 +562,7 @@ impl<'w> World<'w> {
             Ev::HealthTimer { runner, generation } => self.health_timer(runner, generation),
             Ev::Fault { backend, fault } => self.fault(backend, fault),
             Ev::Reload { index } => self.reload(index),
+            Ev::Drain { backend } => self.drain(backend),
             Ev::Liveness => {
                 self.liveness_checked = true;
                 self.check_liveness();

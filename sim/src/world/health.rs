@@ -20,6 +20,15 @@ use crate::backend::Fault;
 use crate::trace::Rec;
 use weir_core::flow::AttemptError;
 
+/// The key a backend has in a probe schedule: its id *and* url. `ProbeSchedule::replace_backends`
+/// keeps the health of a kept *id*, while `Pool::new` keeps a backend's state only for the same
+/// id *and* url (C-CONF-6); keyed by id alone, a backend moved to a new url would be a new,
+/// unhealthy `Backend` whose schedule entry still reads healthy, so no flip would ever publish
+/// its first successful probe (found by `reload_warmup` seed 4; docs/simulation.md).
+fn schedule_key(id: &str, url: &str) -> String {
+    format!("{id} {url}")
+}
+
 /// One published pool: its current snapshot and the schedule that checks it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PoolSlot {
@@ -100,7 +109,7 @@ impl World<'_> {
                     let sim = self
                         .backends
                         .iter()
-                        .position(|s| s.id == b.id())
+                        .position(|s| s.id == b.id() && s.url == b.url())
                         .unwrap_or(0);
                     self.tracked.push(Tracked {
                         arc: Arc::clone(b),
@@ -125,7 +134,7 @@ impl World<'_> {
             .pool
             .backends()
             .iter()
-            .map(|b| b.id().to_owned())
+            .map(|b| schedule_key(b.id(), b.url()))
             .collect();
         let schedule = ProbeSchedule::new(ids, self.health_params, self.now);
         let rid = self.next_runner;
@@ -257,15 +266,19 @@ impl World<'_> {
         let Some(warmup) = runner.warmup else {
             return;
         };
-        if runner.schedule.cycles_completed() < 1 {
-            return;
-        }
         let snapshot = runner.snapshot;
         let any_healthy = self.snapshots[snapshot]
             .pool
             .backends()
             .iter()
             .any(|b| b.is_healthy());
+        // Publish after a full cycle that found a healthy backend; give up once
+        // `success_threshold` cycles (what an up backend needs to turn healthy) found none.
+        let cycles = runner.schedule.cycles_completed();
+        let needed = u64::from(self.health_params.success_threshold());
+        if cycles < 1 || (!any_healthy && cycles < needed) {
+            return;
+        }
         let pool = warmup.pool as u32;
         if any_healthy {
             let old = self.pools[warmup.pool];
@@ -328,7 +341,7 @@ impl World<'_> {
         let ids: Vec<String> = spec
             .backends
             .iter()
-            .map(|&i| self.backends[i].id.clone())
+            .map(|&i| schedule_key(&self.backends[i].id, &self.backends[i].url))
             .collect();
         let kept_healthy = old.backends().iter().any(|b| {
             b.is_healthy()
@@ -377,6 +390,23 @@ impl World<'_> {
             });
             self.drive_runner(rid);
         }
+    }
+
+    /// The operator drains a backend of its current pool (C-POOL-7).
+    pub(super) fn drain(&mut self, backend: usize) {
+        let Some(&t) = self.pools.iter().find_map(|p| {
+            self.snapshots[p.snapshot]
+                .tracked
+                .iter()
+                .find(|&&t| self.tracked[t].sim == backend)
+        }) else {
+            return;
+        };
+        self.tracked[t].arc.start_drain(self.now);
+        self.record(Rec::Fault {
+            backend: backend as u32,
+            fault: "drain",
+        });
     }
 
     /// A fault hits a simulated backend; a crash breaks its open connections now.
