@@ -51,12 +51,18 @@ pub fn on_change(
 pub fn spawn(shared: &Arc<Shared>, tls: Arc<ClientConfig>) -> HealthDriver {
     let rt = shared.runtime.load();
     let (targets, backends) = targets(&rt);
-    HealthDriver::spawn(
+    let metrics = Arc::clone(&shared.metrics);
+    HealthDriver::spawn_observed(
         targets,
         rt.config().health.params,
         tls,
         shared.clock,
         on_change(backends),
+        move |target: &ProbeTarget, ok| {
+            if let Some(m) = metrics.backend(target.key()) {
+                m.health_check(ok);
+            }
+        },
     )
 }
 

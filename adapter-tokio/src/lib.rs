@@ -24,15 +24,18 @@ use weir_core::config::ValidConfig;
 use weir_core::pool::Availability;
 use weir_core::runtime::Runtime;
 
+pub mod access_log;
 pub mod admission;
 pub mod body;
 pub mod clock;
 pub mod demo;
 pub mod health;
 pub mod management;
+pub mod metrics;
 pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
+pub mod reload;
 pub mod secrets;
 pub mod server;
 pub mod upstream;
@@ -63,18 +66,26 @@ pub struct Shared {
     pub limits: ServerLimits,
     /// `server.upstream.response_header_timeout` (`None`: only `per_try_timeout` applies).
     pub response_header_timeout: Option<Duration>,
+    /// Prometheus metrics (C-OBS-1, C-OBS-2).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Reloads and management changes: their lock, the health driver, the instance id.
+    pub control: reload::Control,
     shutting_down: AtomicBool,
 }
 
 impl Shared {
-    /// Readiness (C-OBS-4): not shutting down, and some backend available (enabled, not
-    /// draining, healthy, circuit not open; saturated counts as up).
+    /// Readiness (C-OBS-4): not shutting down, a fail-closed shared rate-limit store not down,
+    /// and some backend available (enabled, not draining, healthy, circuit not open; saturated
+    /// counts as up).
     #[must_use]
     pub fn ready(&self) -> bool {
         if self.shutting_down.load(Ordering::Relaxed) {
             return false;
         }
         let rt = self.runtime.load();
+        if metrics::store_blocks_readiness(self, &rt) {
+            return false;
+        }
         let now = self.clock.now();
         rt.pools().iter().any(|pool| {
             pool.backends().iter().any(|b| {
@@ -197,6 +208,14 @@ impl ProxyHandle {
         }
     }
 
+    /// Re-read `path` and apply it as SIGHUP does (C-CONF-4..7); see [`reload::reload_file`].
+    pub async fn reload_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<reload::Applied, reload::Rejected> {
+        reload::reload_file(&self.shared, path).await
+    }
+
     /// [`shutdown`](Self::shutdown) and [`wait`](Self::wait).
     pub async fn stop(self) {
         self.shutdown();
@@ -255,8 +274,15 @@ pub async fn start(cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, Start
     let limiter = Limiter::new(&cfg.rate, worker::entropy_seed(), opts.rate_store.clone())
         .map_err(|e| StartError::RateStore(e.to_string()))?;
     let admission = Arc::new(Admission::new(cfg.gate, clock));
+    if cfg.management.enabled && cfg.management.allow_insecure {
+        tracing::warn!(
+            "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
+        );
+    }
     let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
         .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    metrics.set_backends(runtime.backend_ids());
     let shared = Arc::new(Shared {
         runtime: ArcSwap::from_pointee(runtime),
         admission,
@@ -265,11 +291,14 @@ pub async fn start(cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, Start
         clock,
         limits,
         response_header_timeout,
+        metrics,
+        control: reload::Control::new(),
         shutting_down: AtomicBool::new(false),
     });
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
     let health = health::spawn(&shared, tls);
+    shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
 
     let public = listen(public_bind)?;

@@ -36,7 +36,7 @@ mod exec_tests;
 mod test_support;
 
 pub use clock::Clock;
-pub use driver::{DriverStopped, HealthDriver, OnChange};
+pub use driver::{DriverStopped, HealthDriver, HealthReloader, OnChange};
 pub use exec::{ProbeOutcome, probe, probe_until};
 pub use target::{ProbeTarget, ProbeTargetError};
 pub use weir_core::config::ProbeMode;

@@ -23,6 +23,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, EXPECT, HOST, TRANSFER_ENCODING};
@@ -39,11 +40,13 @@ use weir_core::request_id::{RequestId, X_REQUEST_ID, request_id_in_force};
 use weir_core::response::{
     ProtectionReason, Reject, SyntheticResponse, Text, delivered_headers, header,
 };
-use weir_core::retry::BodyKind;
+use weir_core::retry::{BodyKind, RetryPolicy};
 use weir_core::upstream::BackendBase;
 
+use crate::access_log::{self, Trace};
 use crate::admission::Permit;
 use crate::body::{Delivered, ResBody};
+use crate::metrics::{AttemptOutcome, Listener};
 use crate::ratelimit::RateCheck;
 use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
@@ -58,12 +61,78 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ResBody>, Infallible> {
     let guard = RequestGuard::new(&ctx);
-    Ok(Handler {
+    let started = tokio::time::Instant::now();
+    let mut pending = Pending {
         ctx: &ctx,
-        started: tokio::time::Instant::now(),
+        started,
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        trace: Trace::default(),
+        done: false,
+    };
+    let resp = Handler {
+        ctx: &ctx,
+        started,
+        trace: &pending.trace,
     }
     .run(req, guard)
-    .await)
+    .await;
+    pending.finish(resp.status().as_u16(), resp.headers());
+    Ok(resp)
+}
+
+/// Counts and logs a request once its response head is ready (C-OBS-1..3), or, when hyper
+/// drops the handler first (the client went away), as `499` (nginx's "client closed request").
+struct Pending<'a> {
+    ctx: &'a Arc<ConnCtx>,
+    started: tokio::time::Instant,
+    method: Method,
+    uri: Uri,
+    trace: Trace,
+    done: bool,
+}
+
+impl Pending<'_> {
+    fn finish(&mut self, status: u16, headers: &HeaderMap) {
+        self.done = true;
+        let elapsed = self.started.elapsed();
+        let shared = &self.ctx.shared;
+        shared.metrics.request(Listener::Public, status, elapsed);
+        let rt = shared.runtime.load();
+        let server = &rt.config().server;
+        let log = worker::with_rng(|rng| {
+            access_log::should_log(status, false, server.access_log_sample_rate, rng)
+        });
+        if !log {
+            return;
+        }
+        let backend = self.trace.backend();
+        access_log::Line {
+            request_id: headers
+                .get(&X_REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+            listener: Listener::Public,
+            method: &self.method,
+            path: self.uri.path(),
+            include_path: server.access_log_include_path,
+            status,
+            duration: elapsed,
+            backend: backend.as_deref().map(crate::metrics::BackendMetrics::id),
+            attempts: self.trace.attempts(),
+            client: self.trace.client().unwrap_or_else(|| self.ctx.peer.ip()),
+            endpoint: None,
+        }
+        .emit();
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(499, &HeaderMap::new());
+        }
+    }
 }
 
 /// What a response needs from the request: its id and, once known, its rate-limit outcome.
@@ -76,6 +145,8 @@ struct Answer {
 struct Handler<'a> {
     ctx: &'a Arc<ConnCtx>,
     started: tokio::time::Instant,
+    /// What the access log needs to know (client, backend, attempts).
+    trace: &'a Trace,
 }
 
 impl Handler<'_> {
@@ -148,13 +219,15 @@ impl Handler<'_> {
             let proto = forwarded_proto(r.peer_trusted, req.headers());
             (r, rt.config().rate.clone(), proto)
         };
+        self.trace.set_client(resolution.client);
 
         // C-RATE-1, C-RATE-2: one token, after the gate so an overload 503 costs none.
-        match shared
+        let check = shared
             .limiter
             .check(&rate_params, resolution.client, clock.now())
-            .await
-        {
+            .await;
+        shared.metrics.rate_check(&check, rate_params.storage());
+        match check {
             RateCheck::Off => {}
             RateCheck::Outcome(o) if o.is_allowed() => answer.rate = Some(o),
             RateCheck::Outcome(o) => return self.reject(&Reject::RateLimited(o), &answer, guard),
@@ -270,6 +343,7 @@ impl Handler<'_> {
             client_failed,
             replayable,
             max_attempts: retry.max_attempts(),
+            retry,
         };
         attempts
             .run(flow, action, answer, permit, guard, client_upgrade)
@@ -277,7 +351,7 @@ impl Handler<'_> {
     }
 
     fn reject(&self, reject: &Reject, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-        count_protection(reject.protection_reason());
+        count_protection(&self.ctx.shared, reject.protection_reason());
         synthetic(
             &SyntheticResponse::reject(reject, answer.rid.as_str()),
             answer,
@@ -304,6 +378,8 @@ struct Attempts<'h, 'a> {
     /// Whether a retry is possible at all (method and body, C-RETRY-1).
     replayable: bool,
     max_attempts: u32,
+    /// Classifies attempt outcomes for the metrics (`retry.statuses`).
+    retry: Arc<RetryPolicy>,
 }
 
 impl Attempts<'_, '_> {
@@ -329,9 +405,20 @@ impl Attempts<'_, '_> {
                     let (Some(id), Some(url)) = (flow.backend_id(), flow.backend_url()) else {
                         return internal_error(&answer, guard);
                     };
+                    // C-OBS-1: the backend's pre-built handles (no lock, no label hashing).
+                    let metrics = shared.metrics.backend(id);
+                    if a.panic
+                        && let Some(m) = &metrics
+                    {
+                        m.panic_selection();
+                    }
+                    self.handler.trace.set_attempt(metrics.clone(), a.attempt);
                     let target = match shared.upstream.target(id, url) {
                         Ok(t) => t,
                         Err(_) => {
+                            if let Some(m) = &metrics {
+                                m.attempt(AttemptOutcome::ConnectError, Duration::ZERO);
+                            }
                             let now = clock.now();
                             action = worker::with_rng(|rng| {
                                 flow.handle_error(AttemptError::Connect, now, rng)
@@ -350,9 +437,13 @@ impl Attempts<'_, '_> {
                     if let Some(t) = shared.response_header_timeout {
                         deadline = deadline.min(tokio::time::Instant::now() + t);
                     }
+                    let sent_at = tokio::time::Instant::now();
                     let sent =
                         tokio::time::timeout_at(deadline, shared.upstream.send(&target, req)).await;
                     let now = clock.now();
+                    if let Some(m) = &metrics {
+                        m.attempt(self.outcome(&sent), sent_at.elapsed());
+                    }
                     action = match sent {
                         Ok(Ok((resp, conn))) => {
                             let status = resp.status().as_u16();
@@ -387,7 +478,7 @@ impl Attempts<'_, '_> {
                     };
                 }
                 Action::Deliver(d) => {
-                    count_protection(d.protection);
+                    count_protection(shared, d.protection);
                     let Some((resp, conn, target)) = last.take() else {
                         return internal_error(&answer, guard);
                     };
@@ -404,12 +495,12 @@ impl Attempts<'_, '_> {
                     );
                 }
                 Action::Fail(f) => {
-                    count_protection(f.protection);
+                    count_protection(shared, f.protection);
                     let s = SyntheticResponse::failure(&f, answer.rid.as_str());
                     return synthetic(&s, &answer, guard);
                 }
                 Action::Reject(r) => {
-                    count_protection(r.protection_reason());
+                    count_protection(shared, r.protection_reason());
                     let s = SyntheticResponse::reject(&r, answer.rid.as_str());
                     return synthetic(&s, &answer, guard);
                 }
@@ -419,6 +510,30 @@ impl Attempts<'_, '_> {
                     return internal_error(&answer, guard);
                 }
             }
+        }
+    }
+
+    /// The metrics outcome of one attempt (C-OBS-1): what the flow is told, by the same rules.
+    fn outcome(
+        &self,
+        sent: &Result<Result<(Response<Incoming>, Conn), SendError>, tokio::time::error::Elapsed>,
+    ) -> AttemptOutcome {
+        match sent {
+            Ok(Ok((resp, _))) if self.retry.is_retryable_status(resp.status().as_u16()) => {
+                AttemptOutcome::FailureStatus
+            }
+            Ok(Ok(_)) => AttemptOutcome::Success,
+            Ok(Err(SendError::Connect(_))) => AttemptOutcome::ConnectError,
+            Ok(Err(SendError::Transport(_)))
+                if self
+                    .client_failed
+                    .as_ref()
+                    .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+            {
+                AttemptOutcome::Cancelled
+            }
+            Ok(Err(SendError::Transport(_))) => AttemptOutcome::TransportError,
+            Err(_) => AttemptOutcome::Timeout,
         }
     }
 
@@ -600,10 +715,10 @@ async fn buffer(
         .map_err(|_| StatusCode::BAD_REQUEST)
 }
 
-/// Count a protection event (C-LOAD-3). The metrics of issue 5 hook in here.
-fn count_protection(reason: Option<ProtectionReason>) {
+/// Count a protection event (C-LOAD-3) in `load_balancer_protection_events_total{reason}`.
+fn count_protection(shared: &crate::Shared, reason: Option<ProtectionReason>) {
     if let Some(reason) = reason {
-        tracing::debug!(reason = reason.as_str(), "protection event");
+        shared.metrics.protection(reason);
     }
 }
 

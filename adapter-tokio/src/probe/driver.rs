@@ -106,10 +106,30 @@ impl HealthDriver {
     where
         F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
     {
+        HealthDriver::spawn_observed(targets, params, tls, clock, on_change, |_, _| {})
+    }
+
+    /// [`spawn`](Self::spawn), and `on_probe(target, success)` is called once per finished
+    /// probe (the `load_balancer_health_checks_total` metric, C-OBS-1).
+    pub fn spawn_observed<F, P>(
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        tls: Arc<ClientConfig>,
+        clock: Clock,
+        on_change: F,
+        on_probe: P,
+    ) -> HealthDriver
+    where
+        F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
+        P: Fn(&ProbeTarget, bool) + Send + Sync + 'static,
+    {
+        let on_probe = Arc::new(on_probe);
         let probe: ProbeFn = Arc::new(move |target, params, deadline| {
             let tls = Arc::clone(&tls);
+            let on_probe = Arc::clone(&on_probe);
             Box::pin(async move {
                 let outcome = probe_until(&target, &tls, &params, deadline).await;
+                on_probe(&target, outcome.is_success());
                 if !outcome.is_success() {
                     tracing::debug!(
                         backend = target.key(),
@@ -206,12 +226,49 @@ impl HealthDriver {
             .map_err(|_| DriverStopped)
     }
 
+    /// A handle that can [`reload`](HealthReloader::reload) this driver from elsewhere (the
+    /// management plane and SIGHUP share one), without owning it.
+    #[must_use]
+    pub fn reloader(&self) -> HealthReloader {
+        HealthReloader {
+            commands: self.commands.clone(),
+        }
+    }
+
     /// Stops the task: probes in flight are aborted (their sockets closed) and no callback runs
     /// after this returns.
     pub async fn shutdown(self) {
         let _ = self.commands.send(Command::Shutdown);
         // A panic in the callback ends the task early; there is nothing left to stop then.
         let _ = self.task.await;
+    }
+}
+
+/// A cloneable handle that reloads a [`HealthDriver`] (see [`HealthDriver::reload`]); it does
+/// not keep the driver running.
+#[derive(Debug, Clone)]
+pub struct HealthReloader {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl HealthReloader {
+    /// [`HealthDriver::reload`].
+    pub fn reload<F>(
+        &self,
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        on_change: F,
+    ) -> Result<(), DriverStopped>
+    where
+        F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
+    {
+        self.commands
+            .send(Command::Reload {
+                targets,
+                params,
+                on_change: Box::new(on_change),
+            })
+            .map_err(|_| DriverStopped)
     }
 }
 

@@ -1,0 +1,771 @@
+//! Prometheus metrics (C-OBS-1, C-OBS-2, C-LOAD-3), exposed on the management listener's
+//! `/metrics` in the OpenMetrics text format by the official `prometheus-client` crate.
+//!
+//! **The request path touches atomics only.** Every counter and histogram the data plane
+//! updates is a plain `AtomicU64` (`Relaxed` adds) in a structure built ahead of time:
+//! per listener an array indexed by status code and a fixed-bucket histogram; per reason of
+//! `response::ProtectionReason` one counter; per backend a [`BackendMetrics`] (attempts by
+//! outcome, upstream duration, panic selections, health checks) kept in a table that is
+//! rebuilt on reload and published with an [`ArcSwap`], exactly like the runtime snapshot. No
+//! label set is hashed into a shared map on the request path and no lock is taken; a request
+//! finds its backend's handles with one lock-free `ArcSwap` load and one lookup by id. This is
+//! what DESIGN.md asks of `prometheus-client`'s `Family` ("never hold two guards; keep
+//! per-backend handles in the snapshot"), taken one step further: `Family` and `Histogram` take
+//! a lock per update and per encode, so the hot path does not use them at all.
+//!
+//! **A scrape never blocks the request path (C-OBS-2).** A scrape first takes a [`Snapshot`]:
+//! it reads the atomics and computes the gauges from the runtime in force (backend
+//! availability, in-flight counts, retry-budget tokens, local buckets; the local store's shards
+//! are locked one at a time, briefly, as on any request). The snapshot is owned data; it is
+//! handed to a fresh `prometheus_client::registry::Registry` as a `Collector` and encoded into a
+//! `String` in memory. Only then is the body written to the scraper, so a slow or stalled
+//! scraper holds nothing that a request needs (the reference balancer's rule: "scrape takes a
+//! snapshot first and does not hold the request path while writing to a slow client").
+//!
+//! **Every family is exposed from start (C-OBS-1)**, with zero values: both listeners'
+//! `code="200"` series, every protection reason, every backend's attempt outcomes and health
+//! check results, every reload source and result.
+//!
+//! Labels are bounded: listener, status code, backend id, pool name, outcome, reason, result,
+//! storage kind, reload source. Never a path or a client address.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use foldhash::fast::FixedState;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use weir_core::pool::Availability;
+use weir_core::rate::{FailureMode, StorageKind};
+use weir_core::response::ProtectionReason;
+use weir_core::runtime::Runtime;
+
+use crate::Shared;
+use crate::ratelimit::RateCheck;
+
+/// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the duration histograms: 1 ms to 30 s, Prometheus-style steps.
+const DURATION_BOUNDS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Which listener answered (`listener` label, C-OBS-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The data plane.
+    Public,
+    /// The management plane.
+    Management,
+}
+
+impl Listener {
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Listener::Public => "public",
+            Listener::Management => "management",
+        }
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            Listener::Public => 0,
+            Listener::Management => 1,
+        }
+    }
+}
+
+/// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// A response head whose status is a success for retry and breaker purposes (any status not
+    /// in `retry.statuses`, 500 included, C-RETRY-1).
+    Success,
+    /// A response head whose status is in `retry.statuses` (a passive failure, C-HEALTH-3).
+    FailureStatus,
+    /// The connection could not be established.
+    ConnectError,
+    /// The connection broke before a response head.
+    TransportError,
+    /// No response head within the per-try timeout (C-RETRY-5).
+    Timeout,
+    /// The client went away during the attempt (C-PATH-9; neutral for health).
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    /// Every outcome, in label order.
+    pub const ALL: [AttemptOutcome; 6] = [
+        AttemptOutcome::Success,
+        AttemptOutcome::FailureStatus,
+        AttemptOutcome::ConnectError,
+        AttemptOutcome::TransportError,
+        AttemptOutcome::Timeout,
+        AttemptOutcome::Cancelled,
+    ];
+
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Success => "success",
+            AttemptOutcome::FailureStatus => "failure_status",
+            AttemptOutcome::ConnectError => "connect_error",
+            AttemptOutcome::TransportError => "transport_error",
+            AttemptOutcome::Timeout => "timeout",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Who asked for a new runtime (`source` label of `load_balancer_config_reloads_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadSource {
+    /// SIGHUP: the file was re-read (C-CONF-4).
+    Signal,
+    /// `PATCH /api/dashboard/config` (C-CONF-8).
+    Management,
+}
+
+impl ReloadSource {
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReloadSource::Signal => "signal",
+            ReloadSource::Management => "management",
+        }
+    }
+}
+
+/// A histogram over [`DURATION_BOUNDS`] made of atomics: an observation is two `Relaxed` adds.
+/// The count is the sum of the buckets when read, so a snapshot's count and buckets agree.
+#[derive(Debug)]
+pub struct AtomicHistogram {
+    /// Per bucket (not cumulative); the last one is `+Inf`.
+    buckets: [AtomicU64; DURATION_BOUNDS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Default for AtomicHistogram {
+    fn default() -> Self {
+        AtomicHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+impl AtomicHistogram {
+    /// Record one duration.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        // Prometheus buckets are `le`: a value equal to a bound belongs to that bound's bucket.
+        let i = DURATION_BOUNDS.partition_point(|&b| b < secs);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        let buckets: Vec<(f64, u64)> = DURATION_BOUNDS
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
+            .collect();
+        HistogramSnapshot {
+            count: buckets.iter().map(|(_, n)| n).sum(),
+            sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            buckets,
+        }
+    }
+}
+
+/// Per-listener request metrics.
+#[derive(Debug)]
+struct RequestMetrics {
+    /// Indexed by status code (hyper's `StatusCode` is 100..=999).
+    codes: Box<[AtomicU64]>,
+    duration: AtomicHistogram,
+}
+
+impl RequestMetrics {
+    fn new() -> RequestMetrics {
+        RequestMetrics {
+            codes: (0..1000).map(|_| AtomicU64::new(0)).collect(),
+            duration: AtomicHistogram::default(),
+        }
+    }
+}
+
+/// One backend's handles (C-OBS-1), shared by every request that attempts it. Kept across
+/// reloads for the same id.
+#[derive(Debug)]
+pub struct BackendMetrics {
+    id: Box<str>,
+    attempts: [AtomicU64; AttemptOutcome::ALL.len()],
+    duration: AtomicHistogram,
+    panic: AtomicU64,
+    /// `[success, failure]`.
+    checks: [AtomicU64; 2],
+}
+
+impl BackendMetrics {
+    fn new(id: &str) -> BackendMetrics {
+        BackendMetrics {
+            id: Box::from(id),
+            attempts: std::array::from_fn(|_| AtomicU64::new(0)),
+            duration: AtomicHistogram::default(),
+            panic: AtomicU64::new(0),
+            checks: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    /// The backend's id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Count one attempt and the time until its outcome was known.
+    pub fn attempt(&self, outcome: AttemptOutcome, elapsed: Duration) {
+        self.attempts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        self.duration.observe(elapsed);
+    }
+
+    /// Count a slot granted by panic routing (every eligible circuit open).
+    pub fn panic_selection(&self) {
+        self.panic.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one active health check (not an upstream attempt, C-OBS-1).
+    pub fn health_check(&self, success: bool) {
+        self.checks[usize::from(!success)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The per-backend handles of the runtime in force, by id (ids are unique across pools,
+/// C-POOL-1), in runtime order.
+#[derive(Debug, Default)]
+struct BackendTable {
+    by_id: HashMap<Box<str>, Arc<BackendMetrics>, FixedState>,
+    order: Vec<Arc<BackendMetrics>>,
+}
+
+impl BackendTable {
+    /// A table over `ids`, reusing the handles of `previous` for ids it had.
+    fn build<'a>(ids: impl Iterator<Item = &'a str>, previous: &BackendTable) -> BackendTable {
+        let mut table = BackendTable::default();
+        for id in ids {
+            if table.by_id.contains_key(id) {
+                continue;
+            }
+            let m = previous
+                .by_id
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(BackendMetrics::new(id)));
+            table.by_id.insert(Box::from(id), Arc::clone(&m));
+            table.order.push(m);
+        }
+        table
+    }
+}
+
+/// What the data plane last saw of the shared rate-limit store.
+const STORE_UNKNOWN: u8 = 0;
+const STORE_UP: u8 = 1;
+const STORE_DOWN: u8 = 2;
+
+/// The process's metrics. See the module doc.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: [RequestMetrics; 2],
+    protection: [AtomicU64; ProtectionReason::ALL.len()],
+    backends: ArcSwap<BackendTable>,
+    store: AtomicU8,
+    degraded: AtomicBool,
+    /// `[signal applied, signal rejected, management applied, management rejected]`.
+    reloads: [AtomicU64; 4],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Empty metrics (no backends yet: see [`Metrics::set_backends`]).
+    #[must_use]
+    pub fn new() -> Metrics {
+        Metrics {
+            requests: [RequestMetrics::new(), RequestMetrics::new()],
+            protection: std::array::from_fn(|_| AtomicU64::new(0)),
+            backends: ArcSwap::from_pointee(BackendTable::default()),
+            store: AtomicU8::new(STORE_UNKNOWN),
+            degraded: AtomicBool::new(false),
+            reloads: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Count one answered request of `listener` (C-OBS-1, C-OBS-2: every request, sampled for
+    /// the log or not).
+    pub fn request(&self, listener: Listener, status: u16, elapsed: Duration) {
+        let m = &self.requests[listener.index()];
+        if let Some(c) = m.codes.get(usize::from(status)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        m.duration.observe(elapsed);
+    }
+
+    /// Count a protection event (C-LOAD-3).
+    pub fn protection(&self, reason: ProtectionReason) {
+        if let Some(i) = ProtectionReason::ALL.iter().position(|r| *r == reason) {
+            self.protection[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The handles of backend `id`, when it is in the runtime in force (or being warmed up).
+    #[must_use]
+    pub fn backend(&self, id: &str) -> Option<Arc<BackendMetrics>> {
+        self.backends.load().by_id.get(id).cloned()
+    }
+
+    /// Make the per-backend handles those of `ids` (a reload or a warm-up): kept ids keep their
+    /// counters, new ones start at zero, others are no longer exposed.
+    pub fn set_backends<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let previous = self.backends.load();
+        self.backends
+            .store(Arc::new(BackendTable::build(ids, &previous)));
+    }
+
+    /// Record what a rate-limit check says about the shared store (C-RATE-5): a shared-store
+    /// answer that is not degraded means the store is up; a degraded answer or a fail-closed
+    /// refusal means it is down. Local-store answers say nothing about a shared store.
+    pub fn rate_check(&self, check: &RateCheck, storage: StorageKind) {
+        match check {
+            RateCheck::Off => {}
+            RateCheck::Outcome(o) if o.degraded => {
+                self.degraded.store(true, Ordering::Relaxed);
+                self.store.store(STORE_DOWN, Ordering::Relaxed);
+            }
+            RateCheck::Outcome(_) => {
+                if storage.is_shared() {
+                    self.degraded.store(false, Ordering::Relaxed);
+                    self.store.store(STORE_UP, Ordering::Relaxed);
+                }
+            }
+            RateCheck::StoreUnavailable => {
+                self.store.store(STORE_DOWN, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the last shared-store call failed (degraded answers or fail-closed refusals).
+    #[must_use]
+    pub fn store_down(&self) -> bool {
+        self.store.load(Ordering::Relaxed) == STORE_DOWN
+    }
+
+    /// Whether the last rate-limit answer was degraded (C-RATE-5).
+    #[must_use]
+    pub fn degraded(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// Count a reload or management change that was published (`applied`) or not.
+    pub fn reload(&self, source: ReloadSource, applied: bool) {
+        let i = match source {
+            ReloadSource::Signal => 0,
+            ReloadSource::Management => 2,
+        } + usize::from(!applied);
+        self.reloads[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests of `listener` answered with `status` so far.
+    #[must_use]
+    pub fn requests(&self, listener: Listener, status: u16) -> u64 {
+        self.requests[listener.index()]
+            .codes
+            .get(usize::from(status))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Whether `shared`'s store answers keep the process from being ready (C-OBS-4, C-RATE-5): rate
+/// limiting on, a shared store, `fail-closed`, and the store down.
+///
+/// Store health comes from what the data plane last saw of the store ([`Metrics::store_down`]).
+/// HOOK(storewire): when the limiter gains a store-health getter (a store that pings itself
+/// while no traffic flows), read it here as well, so readiness returns without traffic.
+#[must_use]
+pub fn store_blocks_readiness(shared: &Shared, rt: &Runtime) -> bool {
+    let rate = &rt.config().rate;
+    rate.enabled()
+        && rate.storage().is_shared()
+        && rate.failure_mode() == FailureMode::FailClosed
+        && shared.metrics.store_down()
+}
+
+/// A histogram read: per-bucket counts (not cumulative), their sum, and the sum of values.
+#[derive(Debug, Clone)]
+struct HistogramSnapshot {
+    count: u64,
+    sum: f64,
+    buckets: Vec<(f64, u64)>,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug)]
+enum Samples {
+    Counter(Vec<(Labels, u64)>),
+    Gauge(Vec<(Labels, f64)>),
+    Histogram(Vec<(Labels, HistogramSnapshot)>),
+}
+
+#[derive(Debug)]
+struct FamilySnapshot {
+    /// The name without the type's suffixes (`_total`) and without the unit.
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    samples: Samples,
+}
+
+/// Everything a scrape exposes, read at one moment (C-OBS-2). Owned: encoding it holds no
+/// lock of the request path.
+#[derive(Debug)]
+pub struct Snapshot {
+    families: Vec<FamilySnapshot>,
+}
+
+fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+fn counter(name: &'static str, help: &'static str, samples: Vec<(Labels, u64)>) -> FamilySnapshot {
+    FamilySnapshot {
+        name,
+        help,
+        unit: None,
+        samples: Samples::Counter(samples),
+    }
+}
+
+fn gauge(name: &'static str, help: &'static str, samples: Vec<(Labels, f64)>) -> FamilySnapshot {
+    FamilySnapshot {
+        name,
+        help,
+        unit: None,
+        samples: Samples::Gauge(samples),
+    }
+}
+
+fn seconds_histogram(
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Labels, HistogramSnapshot)>,
+) -> FamilySnapshot {
+    FamilySnapshot {
+        name,
+        help,
+        unit: Some(Unit::Seconds),
+        samples: Samples::Histogram(samples),
+    }
+}
+
+fn flag(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+impl Snapshot {
+    /// Read every metric of `shared` now.
+    #[must_use]
+    pub fn take(shared: &Shared) -> Snapshot {
+        let m = &shared.metrics;
+        let rt = shared.runtime.load();
+        let now = shared.clock.now();
+        let table = m.backends.load();
+        let mut families = Vec::with_capacity(16);
+
+        // Requests per listener and status; `code="200"` always, so the family has series from
+        // the start.
+        let mut requests = Vec::new();
+        let mut durations = Vec::new();
+        for listener in [Listener::Public, Listener::Management] {
+            let r = &m.requests[listener.index()];
+            for (code, c) in r.codes.iter().enumerate() {
+                let n = c.load(Ordering::Relaxed);
+                if n > 0 || code == 200 {
+                    requests.push((
+                        labels([("listener", listener.as_str()), ("code", &code.to_string())]),
+                        n,
+                    ));
+                }
+            }
+            durations.push((
+                labels([("listener", listener.as_str())]),
+                r.duration.snapshot(),
+            ));
+        }
+        families.push(counter(
+            "load_balancer_http_requests",
+            "Requests answered, by listener and status code (/healthz and /readyz included).",
+            requests,
+        ));
+        families.push(seconds_histogram(
+            "load_balancer_http_request_duration",
+            "Time from a request's head to its response head, by listener.",
+            durations,
+        ));
+
+        let mut attempts = Vec::new();
+        let mut upstream = Vec::new();
+        let mut panics = Vec::new();
+        let mut checks = Vec::new();
+        for b in &table.order {
+            for o in AttemptOutcome::ALL {
+                attempts.push((
+                    labels([("backend", b.id()), ("outcome", o.as_str())]),
+                    b.attempts[o.index()].load(Ordering::Relaxed),
+                ));
+            }
+            upstream.push((labels([("backend", b.id())]), b.duration.snapshot()));
+            panics.push((
+                labels([("backend", b.id())]),
+                b.panic.load(Ordering::Relaxed),
+            ));
+            for (i, result) in ["success", "failure"].into_iter().enumerate() {
+                checks.push((
+                    labels([("backend", b.id()), ("result", result)]),
+                    b.checks[i].load(Ordering::Relaxed),
+                ));
+            }
+        }
+        families.push(counter(
+            "load_balancer_upstream_attempts",
+            "Upstream attempts, by backend and outcome (health probes are not attempts).",
+            attempts,
+        ));
+        families.push(seconds_histogram(
+            "load_balancer_upstream_duration",
+            "Time from sending an attempt to its response head or failure, by backend.",
+            upstream,
+        ));
+        families.push(counter(
+            "load_balancer_panic_selections",
+            "Slots granted by panic routing (every eligible circuit open), by backend.",
+            panics,
+        ));
+        families.push(counter(
+            "load_balancer_health_checks",
+            "Active health probes, by backend and result.",
+            checks,
+        ));
+
+        let mut available = Vec::new();
+        let mut inflight = Vec::new();
+        let cfg = rt.config();
+        for (pool_index, b) in rt.backends() {
+            let pool_name = cfg.pools.get(pool_index).map_or("", |p| p.name.as_str());
+            let up = rt.pool(pool_index).is_some_and(|p| {
+                matches!(
+                    b.availability(p.params(), now),
+                    Availability::Available | Availability::Saturated
+                )
+            });
+            available.push((
+                labels([("backend", b.id()), ("pool", pool_name)]),
+                flag(up),
+            ));
+            inflight.push((labels([("backend", b.id())]), f64::from(b.in_flight())));
+        }
+        families.push(gauge(
+            "load_balancer_backend_available",
+            "1 when the backend can take requests (enabled, not draining, healthy, circuit not open).",
+            available,
+        ));
+        families.push(gauge(
+            "load_balancer_backend_inflight_requests",
+            "Requests holding a slot of the backend now.",
+            inflight,
+        ));
+        let gate = shared.admission.gate();
+        families.push(gauge(
+            "load_balancer_inflight_requests",
+            "Data-plane requests inside the global overload gate now.",
+            vec![(Vec::new(), f64::from(gate.in_flight()))],
+        ));
+        families.push(gauge(
+            "load_balancer_queued_requests",
+            "Data-plane requests waiting at the global overload gate now.",
+            vec![(Vec::new(), f64::from(gate.queued()))],
+        ));
+
+        let reasons = ProtectionReason::ALL
+            .iter()
+            .zip(&m.protection)
+            .map(|(r, c)| (labels([("reason", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        families.push(counter(
+            "load_balancer_protection_events",
+            "Protection events (C-LOAD-3), by reason.",
+            reasons,
+        ));
+        families.push(gauge(
+            "load_balancer_retry_budget_tokens",
+            "Tokens in the process-wide retry budget now.",
+            vec![(Vec::new(), rt.budget().tokens_milli(now) as f64 / 1000.0)],
+        ));
+
+        let rate = &cfg.rate;
+        let storage = rate.storage();
+        let store_healthy = !storage.is_shared() || !m.store_down();
+        families.push(gauge(
+            "load_balancer_rate_limit_storage_healthy",
+            "1 when the configured rate-limit store answers (the local store always does).",
+            vec![(labels([("storage", storage.label())]), flag(store_healthy))],
+        ));
+        families.push(gauge(
+            "load_balancer_rate_limit_degraded",
+            "1 when rate-limit answers come from a degraded path (store failure policy).",
+            vec![(Vec::new(), flag(rate.enabled() && m.degraded()))],
+        ));
+        let local = shared.limiter.local();
+        families.push(gauge(
+            "load_balancer_rate_limit_local_buckets",
+            "Buckets held by the local rate-limit store.",
+            vec![(Vec::new(), local.len() as f64)],
+        ));
+        families.push(counter(
+            "load_balancer_rate_limit_local_evictions",
+            "Buckets evicted from the full local rate-limit store.",
+            vec![(Vec::new(), local.evictions())],
+        ));
+
+        let mut reloads = Vec::new();
+        for (si, source) in [ReloadSource::Signal, ReloadSource::Management]
+            .into_iter()
+            .enumerate()
+        {
+            for (ri, result) in ["applied", "rejected"].into_iter().enumerate() {
+                reloads.push((
+                    labels([("source", source.as_str()), ("result", result)]),
+                    m.reloads[si * 2 + ri].load(Ordering::Relaxed),
+                ));
+            }
+        }
+        families.push(counter(
+            "load_balancer_config_reloads",
+            "New runtimes asked for (SIGHUP reloads, management changes), by source and result.",
+            reloads,
+        ));
+        Snapshot { families }
+    }
+
+    /// The OpenMetrics text of this snapshot, encoded by `prometheus-client`.
+    #[must_use]
+    pub fn encode(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail; an encoder error would leave a partial body,
+        // which the scraper rejects.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
+        out
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        for f in &self.families {
+            let kind = match f.samples {
+                Samples::Counter(_) => MetricType::Counter,
+                Samples::Gauge(_) => MetricType::Gauge,
+                Samples::Histogram(_) => MetricType::Histogram,
+            };
+            let mut metric = encoder.encode_descriptor(f.name, f.help, f.unit.as_ref(), kind)?;
+            match &f.samples {
+                Samples::Counter(s) => {
+                    for (l, v) in s {
+                        metric
+                            .encode_family(l)?
+                            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
+                    }
+                }
+                Samples::Gauge(s) => {
+                    for (l, v) in s {
+                        metric.encode_family(l)?.encode_gauge(v)?;
+                    }
+                }
+                Samples::Histogram(s) => {
+                    for (l, h) in s {
+                        metric.encode_family(l)?.encode_histogram::<NoLabelSet>(
+                            h.sum,
+                            h.count,
+                            &h.buckets,
+                            None,
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The exposition of `shared` now (C-OBS-1, C-OBS-2).
+#[must_use]
+pub fn render(shared: &Shared) -> String {
+    Snapshot::take(shared).encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_le() {
+        let h = AtomicHistogram::default();
+        h.observe(Duration::from_millis(1));
+        h.observe(Duration::from_micros(1001));
+        h.observe(Duration::from_secs(100));
+        let s = h.snapshot();
+        assert_eq!(s.count, 3);
+        assert_eq!(s.buckets[0], (0.001, 1));
+        assert_eq!(s.buckets[1], (0.0025, 1));
+        assert_eq!(s.buckets.last().map(|b| b.1), Some(1));
+        assert!((s.sum - 100.002_001).abs() < 1e-6);
+    }
+
+    #[test]
+    fn backend_handles_survive_a_rebuild_by_id() {
+        let m = Metrics::new();
+        m.set_backends(["a", "b"].into_iter());
+        let a = m.backend("a").expect("a");
+        a.attempt(AttemptOutcome::Success, Duration::from_millis(3));
+        m.set_backends(["a", "c"].into_iter());
+        let again = m.backend("a").expect("a kept");
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(m.backend("b").is_none());
+        assert!(m.backend("c").is_some());
+    }
+}

@@ -1,0 +1,363 @@
+//! Hot reload and the one path that publishes a new runtime (C-CONF-4..8).
+//!
+//! Two things ask for a new runtime: SIGHUP ([`reload_file`]: re-read the file, validate the
+//! whole of it with `config::load`, plan it over the running configuration with
+//! `Runtime::reload`) and the management API (`PATCH /api/dashboard/config`: weir-core's
+//! `mgmt::handle` returns `Decision::Publish`). Both end in [`install`], under the same lock
+//! ([`Control::lock`]), so changes are applied one at a time and a change is always built from
+//! the runtime in force when it is published (C-CONF-8).
+//!
+//! [`install`]:
+//! 1. **Warm-up (C-CONF-5).** When `runtime::warmup_required` lists pools (the new backend list
+//!    keeps none of the healthy ones), the health driver is pointed at the union of the
+//!    running and the candidate backends: the running ones keep their state and keep being
+//!    checked, the new ones start unhealthy (C-HEALTH-1) and are probed by the driver with its
+//!    executor, thresholds and concurrency (`success_threshold` consecutive successes, as for
+//!    any backend). [`install`] waits until every listed pool has a healthy backend, at most
+//!    `(interval + jitter + timeout) × (success_threshold + 1)` (at least 1 s, at most 60 s).
+//!    If that passes, the driver is pointed back at the running backends alone and the reload is
+//!    rejected: nothing was published, the running backends never stopped being checked.
+//! 2. **Publish** in one `ArcSwap` store: every request from then on loads the new runtime;
+//!    requests in flight finish on the one they loaded.
+//! 3. **Follow-up**: the health driver takes the new target list (kept id + url keep their state,
+//!    the warmed-up ones included, so there is no flap) and the new health settings; the
+//!    metrics' per-backend table follows the new backend list.
+//!
+//! A rejected reload changes nothing and logs one structured error event
+//! (`target: weir::reload`, message `configuration reload rejected`, with `reason` and every
+//! error in `errors`); an applied one logs `configuration reloaded` with the applied paths and,
+//! as a warning, the changed paths that need a restart (C-CONF-7: they keep their running
+//! values; `runtime::plan_reload`).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use weir_core::config;
+use weir_core::pool::Backend;
+use weir_core::runtime::{ReloadError, Runtime, warmup_required};
+
+use crate::Shared;
+use crate::metrics::ReloadSource;
+use crate::probe::{HealthReloader, ProbeTarget};
+use crate::secrets::EnvSecrets;
+use crate::worker;
+
+/// Process state of the control plane: who serialises changes, how to reach the health
+/// driver, and this process's id (shown by the status document).
+#[derive(Debug)]
+pub struct Control {
+    instance_id: String,
+    mutations: tokio::sync::Mutex<()>,
+    health: OnceLock<HealthReloader>,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control::new()
+    }
+}
+
+impl Control {
+    /// A control block with a fresh instance id (`<hostname>-<pid>`).
+    #[must_use]
+    pub fn new() -> Control {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "weir".to_owned());
+        Control {
+            instance_id: format!("{host}-{}", std::process::id()),
+            mutations: tokio::sync::Mutex::new(()),
+            health: OnceLock::new(),
+        }
+    }
+
+    /// This process's id.
+    #[must_use]
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// Hold this while building a new runtime from the one in force and publishing it: changes
+    /// are applied one at a time (C-CONF-8; management mutations too, C-MGMT-5).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.mutations.lock().await
+    }
+
+    /// The health driver to reload (set once by `start`).
+    pub fn set_health(&self, health: HealthReloader) {
+        let _ = self.health.set(health);
+    }
+}
+
+/// Why a new runtime was not published (the old one keeps serving, C-CONF-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// The file could not be read.
+    Read(String),
+    /// The configuration is invalid: every error, one per entry (path, line, message).
+    Invalid(Vec<String>),
+    /// The runtime could not be built.
+    Build(String),
+    /// Warm-up found no healthy backend in these pools (C-CONF-5).
+    WarmUp(Vec<String>),
+}
+
+impl Rejected {
+    /// A short machine-readable reason (`read`, `invalid`, `build`, `warm_up`).
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Rejected::Read(_) => "read",
+            Rejected::Invalid(_) => "invalid",
+            Rejected::Build(_) => "build",
+            Rejected::WarmUp(_) => "warm_up",
+        }
+    }
+
+    /// Every error, one per entry.
+    #[must_use]
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            Rejected::Read(e) | Rejected::Build(e) => vec![e.clone()],
+            Rejected::Invalid(errors) => errors.clone(),
+            Rejected::WarmUp(pools) => pools
+                .iter()
+                .map(|p| format!("pool {p}: no backend passed the warm-up health check"))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason(), self.errors().join("; "))
+    }
+}
+
+impl From<ReloadError> for Rejected {
+    fn from(e: ReloadError) -> Rejected {
+        match e {
+            ReloadError::Invalid(errors) => {
+                Rejected::Invalid(errors.errors().iter().map(ToString::to_string).collect())
+            }
+            ReloadError::Build(b) => Rejected::Build(b.to_string()),
+        }
+    }
+}
+
+/// What an applied reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Paths applied now (C-CONF-7 dynamic).
+    pub applied: Vec<String>,
+    /// Paths that changed but need a restart (kept at their running values).
+    pub restart_required: Vec<String>,
+    /// Pools that were warmed up before publishing.
+    pub warmed_up: Vec<String>,
+}
+
+/// SIGHUP: re-read `path`, validate it whole, plan it over the running configuration, warm up
+/// and publish (C-CONF-4..7). Logs the result (module doc) and counts it in
+/// `load_balancer_config_reloads_total{source="signal"}`.
+pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+    let result = reload_file_inner(shared, path).await;
+    shared
+        .metrics
+        .reload(ReloadSource::Signal, result.is_ok());
+    match &result {
+        Ok(a) => {
+            tracing::info!(
+                target: "weir::reload",
+                source = "signal",
+                path = %path.display(),
+                applied = ?a.applied,
+                warmed_up = ?a.warmed_up,
+                "configuration reloaded"
+            );
+            if !a.restart_required.is_empty() {
+                tracing::warn!(
+                    target: "weir::reload",
+                    source = "signal",
+                    path = %path.display(),
+                    restart_required = ?a.restart_required,
+                    "configuration changes need a restart and were not applied"
+                );
+            }
+        }
+        Err(e) => log_rejected("signal", Some(path), e),
+    }
+    result
+}
+
+/// The structured error of a rejected change (C-CONF-4).
+pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
+    let errors = e.errors();
+    tracing::error!(
+        target: "weir::reload",
+        source,
+        path = path.map(|p| p.display().to_string()),
+        reason = e.reason(),
+        error_count = errors.len(),
+        errors = ?errors,
+        "configuration reload rejected; the running configuration stays in force"
+    );
+}
+
+async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Rejected::Read(format!("cannot read {}: {e}", path.display())))?;
+    let valid = config::load(&text, &EnvSecrets::new()).map_err(|errors| {
+        Rejected::Invalid(errors.errors().iter().map(ToString::to_string).collect())
+    })?;
+    let _one_at_a_time = shared.control.lock().await;
+    let current = shared.runtime.load_full();
+    let now = shared.clock.now();
+    let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;
+    let warmed_up = reload
+        .warmup
+        .iter()
+        .filter_map(|i| reload.runtime.config().pools.get(*i))
+        .map(|p| p.name.clone())
+        .collect();
+    let applied = Applied {
+        applied: reload.diff.dynamic_paths().map(str::to_owned).collect(),
+        restart_required: reload.diff.restart_paths().map(str::to_owned).collect(),
+        warmed_up,
+    };
+    install(shared, &current, reload.runtime).await?;
+    Ok(applied)
+}
+
+/// Warm up (when needed) and publish `next`, built from `current` (the runtime in force), then
+/// point the health driver and the metrics at it. The caller holds [`Control::lock`]. See the
+/// module doc.
+pub async fn install(shared: &Arc<Shared>, current: &Runtime, next: Runtime) -> Result<(), Rejected> {
+    let warmup = warmup_required(current, &next);
+    if !warmup.is_empty() {
+        warm_up(shared, current, &next, &warmup).await?;
+    }
+    let next = Arc::new(next);
+    shared.runtime.store(Arc::clone(&next));
+    shared.metrics.set_backends(next.backend_ids());
+    point_health_at(shared, &[&next]);
+    Ok(())
+}
+
+/// Probe targets and the backends each reports on, for the backends of `runtimes` (deduplicated
+/// by id + url: one probe per backend even when two runtimes hold it, each flip applied to every
+/// `Arc<Backend>` with that id + url).
+fn targets(runtimes: &[&Runtime]) -> (Vec<ProbeTarget>, Vec<Vec<Arc<Backend>>>) {
+    let mut targets: Vec<ProbeTarget> = Vec::new();
+    let mut backends: Vec<Vec<Arc<Backend>>> = Vec::new();
+    for rt in runtimes {
+        let hc = &rt.config().health;
+        for (_, b) in rt.backends() {
+            let same = targets
+                .iter()
+                .position(|t| t.key() == b.id() && t.url() == b.url());
+            if let Some(i) = same {
+                if !backends[i].iter().any(|x| Arc::ptr_eq(x, b)) {
+                    backends[i].push(Arc::clone(b));
+                }
+                continue;
+            }
+            match ProbeTarget::new(b.id(), b.url(), hc.mode, &hc.path) {
+                Ok(t) => {
+                    targets.push(t);
+                    backends.push(vec![Arc::clone(b)]);
+                }
+                Err(e) => tracing::error!(
+                    backend = b.id(),
+                    error = %e,
+                    "backend cannot be probed; it stays unhealthy"
+                ),
+            }
+        }
+    }
+    (targets, backends)
+}
+
+/// Point the health driver at the backends of `runtimes` with the settings of the first one.
+fn point_health_at(shared: &Shared, runtimes: &[&Runtime]) {
+    let (Some(health), Some(first)) = (shared.control.health.get(), runtimes.first()) else {
+        return;
+    };
+    let params = first.config().health.params;
+    let (targets, backends) = targets(runtimes);
+    let on_change = move |index: usize, healthy: bool, now: weir_core::Instant| {
+        if let Some(list) = backends.get(index) {
+            for b in list {
+                if b.is_healthy() != healthy {
+                    tracing::info!(backend = b.id(), healthy, "backend health changed");
+                }
+                b.set_healthy(healthy, now);
+            }
+        }
+    };
+    if health.reload(targets, params, on_change).is_err() {
+        tracing::error!("the health driver has stopped; backend health is no longer updated");
+    }
+}
+
+/// The longest a warm-up waits for `next`'s settings: a whole cycle plus `success_threshold`
+/// probes, twice over, within 1..=60 s.
+fn warmup_deadline(next: &Runtime) -> Duration {
+    let hc = &next.config().config.health_check;
+    let cycle = hc.interval + hc.jitter + hc.timeout;
+    let rounds = hc.success_threshold.saturating_add(1);
+    cycle
+        .saturating_mul(rounds)
+        .clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+/// C-CONF-5: see the module doc.
+async fn warm_up(
+    shared: &Arc<Shared>,
+    current: &Runtime,
+    next: &Runtime,
+    pools: &[usize],
+) -> Result<(), Rejected> {
+    let names: Vec<String> = pools
+        .iter()
+        .filter_map(|i| next.config().pools.get(*i))
+        .map(|p| p.name.clone())
+        .collect();
+    tracing::info!(target: "weir::reload", pools = ?names, "warming up pools before publishing");
+    // Count the candidates' probes too (health checks of backends not yet in force).
+    shared
+        .metrics
+        .set_backends(current.backend_ids().chain(next.backend_ids()));
+    point_health_at(shared, &[next, current]);
+    let ready = |rt: &Runtime| {
+        pools.iter().all(|i| {
+            rt.pool(*i)
+                .is_some_and(|p| p.backends().iter().any(|b| b.is_healthy()))
+        })
+    };
+    let deadline = tokio::time::Instant::now() + warmup_deadline(next);
+    let mut warmed = ready(next);
+    while !warmed && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        warmed = ready(next);
+    }
+    if warmed {
+        return Ok(());
+    }
+    // Back to the running backends only; they were checked all along.
+    shared.metrics.set_backends(current.backend_ids());
+    point_health_at(shared, &[current]);
+    let failed = pools
+        .iter()
+        .filter(|i| {
+            next.pool(**i)
+                .is_some_and(|p| !p.backends().iter().any(|b| b.is_healthy()))
+        })
+        .filter_map(|i| next.config().pools.get(*i))
+        .map(|p| p.name.clone())
+        .collect();
+    Err(Rejected::WarmUp(failed))
+}
