@@ -206,7 +206,13 @@ async fn run(args: RunArgs) -> ExitCode {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => {
-                tracing::warn!("SIGHUP: reload not yet supported");
+                // C-CONF-4: re-read, validate, warm up, publish; the result is logged there.
+                // In a task, so a warm-up never delays a SIGTERM; reloads queue on one lock.
+                let shared = std::sync::Arc::clone(handle.shared());
+                let path = path.clone();
+                tokio::spawn(async move {
+                    let _ = weir_tokio::reload::reload_file(&shared, &path).await;
+                });
             }
         }
     }

@@ -1,15 +1,39 @@
-//! The management listener (C-PATH-1: separate from the data plane). This is the listener and
-//! its authentication (C-MGMT-1); the endpoints of C-MGMT-2..4, metrics and reload arrive with
-//! issue 5 and plug in at [`route`]. Until then every authenticated request other than
-//! `/healthz` and `/readyz` gets `404`.
+//! The management listener (C-PATH-1: separate from the data plane), carrying out weir-core's
+//! management semantics (`weir_core::mgmt`, C-MGMT-1..5, C-CONF-8).
+//!
+//! Per request: the request id (C-PATH-3); the caller's address resolved as on the data plane
+//! (trusted proxies, C-FWD-1); authentication first (`mgmt::authorize`, C-MGMT-1), so no body is
+//! read for a caller without the token; then, for methods other than `GET`/`HEAD`, at most
+//! `mgmt::MAX_BODY_BYTES + 1` bytes of body and the change lock ([`reload::Control::lock`]: one
+//! mutation at a time, built from the runtime in force when it is published); then
+//! `mgmt::handle`, whose [`Decision`] this module carries out:
+//! - `Read`: `/healthz`, `/readyz` (readiness, C-OBS-4), `/metrics` (the OpenMetrics exposition,
+//!   C-OBS-1), `/api/dashboard/status` (`mgmt::status_document` with this process's facts), and
+//!   `/api/dashboard/request` (below);
+//! - `Reply`: the answer as core spells it (refusals included, `Cache-Control: no-store`);
+//! - `RefillBucket`: the caller's bucket in the local store set to the given tokens;
+//! - `Publish`: the new runtime through [`reload::install`], the path SIGHUP uses (C-CONF-8).
+//!
+//! Every request is counted in `load_balancer_http_requests_total{listener="management"}`;
+//! every mutation (any method but `GET`/`HEAD`) and every error is access-logged (C-MGMT-5,
+//! C-OBS-3), successful reads are sampled like the data plane's.
+//!
+//! `/api/dashboard/request` sends one `GET /` through the real data plane: an in-process HTTP/1.1
+//! connection served by the data-plane handler itself (`server::serve_in_process`) as if from
+//! the caller's resolved address, so it passes the same gate, client-address resolution,
+//! limiter, routing, flow and metrics as any request. It carries only the headers
+//! `mgmt::dashboard_forward_headers` keeps. The answer is a JSON summary of what the data plane
+//! returned (status, backend, attempts, request id, duration, response headers, the first 4 KiB
+//! of the body as text).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
-use http_body_util::Full;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -17,10 +41,27 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_core::config::HostPort;
+use weir_core::forward::resolve_client;
+use weir_core::mgmt::{
+    self, Access, BucketFacts, Decision, Endpoint, FieldError, MgmtRequest, Reply, StatusFacts,
+};
+use weir_core::rate::{ClientKey, RateParams};
 use weir_core::request_id::{X_REQUEST_ID, request_id_in_force};
-use weir_core::response::{ManagementError, SyntheticResponse};
+use weir_core::runtime::Runtime;
 
-use crate::{Shared, StartError, worker};
+use crate::access_log::{self, Line};
+use crate::metrics::{self, Listener, ReloadSource};
+use crate::reload;
+use crate::{Shared, StartError, server, worker};
+
+/// How long a mutating request's body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most bytes of the synthetic request's response body shown by `/api/dashboard/request`.
+const DASHBOARD_BODY_BYTES: usize = 4096;
+
+/// Most single-token steps a bucket refill takes (see [`refill`]).
+const MAX_REFILL_STEPS: u64 = 1_000_000;
 
 /// Resolve `management.address` (an empty host listens on every interface).
 pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
@@ -56,7 +97,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(shared.limits.read_header_timeout);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() { return; }
                 continue;
@@ -71,7 +112,7 @@ pub async fn serve(
             TokioIo::new(stream),
             service_fn(move |req| {
                 let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(route(&shared, &req)) }
+                async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
             }),
         );
         tokio::spawn(async move {
@@ -80,53 +121,420 @@ pub async fn serve(
     }
 }
 
-/// One management request: authentication first (C-MGMT-1), then the endpoint.
-fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+type MgmtResponse = Response<Full<Bytes>>;
+
+/// One management request (module doc).
+pub async fn handle(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>) -> MgmtResponse {
+    let started = tokio::time::Instant::now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
-    let rt = shared.runtime.load();
-    let m = &rt.config().management;
-    let authorized = m.allow_insecure
-        || m.auth_token.as_ref().is_some_and(|token| {
-            req.headers()
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-                .is_some_and(|given| token.matches(given))
-        });
-    if !authorized {
-        return refuse(&ManagementError::Unauthorized, rid.as_str());
-    }
-    let (status, body): (StatusCode, &'static str) = match req.uri().path() {
-        "/healthz" => (StatusCode::OK, "{\"status\":\"ok\"}"),
-        "/readyz" if shared.ready() => (StatusCode::OK, "{\"status\":\"ready\"}"),
-        "/readyz" => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "{\"status\":\"not ready\"}",
-        ),
-        _ => return refuse(&ManagementError::NotFound, rid.as_str()),
+    let (parts, body) = req.into_parts();
+    let rt = shared.runtime.load_full();
+    let client = resolve_client(peer.ip(), &parts.headers, rt.trusted_proxies()).client;
+    let mutation = parts.method != Method::GET && parts.method != Method::HEAD;
+    let endpoint = mgmt::route(&parts.method, parts.uri.path())
+        .ok()
+        .map(|e| e.name());
+
+    let response = {
+        let access = Access::of(&rt);
+        let unauthenticated = MgmtRequest {
+            method: &parts.method,
+            path: parts.uri.path(),
+            headers: &parts.headers,
+            body: &[],
+            client,
+        };
+        match mgmt::authorize(&unauthenticated, access.token, access.allow_insecure) {
+            // C-MGMT-1: refused before anything else looks at the request; the body is not read.
+            Err(e) => reply(&Reply::Refused(e), rid.as_str()),
+            Ok(()) => {
+                let body = if mutation {
+                    read_body(body).await
+                } else {
+                    Ok(Bytes::new())
+                };
+                match body {
+                    Err(message) => problem(400, message, Vec::new(), rid.as_str()),
+                    Ok(body) => {
+                        let req = Authorized {
+                            parts: &parts,
+                            body: &body,
+                            client,
+                            peer,
+                            rid: rid.as_str(),
+                        };
+                        if mutation {
+                            // One change at a time, built from the runtime in force (C-CONF-8).
+                            let _one_at_a_time = shared.control.lock().await;
+                            let rt = shared.runtime.load_full();
+                            execute(shared, &rt, &req).await
+                        } else {
+                            execute(shared, &rt, &req).await
+                        }
+                    }
+                }
+            }
+        }
     };
-    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+
+    let status = response.status().as_u16();
+    let elapsed = started.elapsed();
+    shared
+        .metrics
+        .request(Listener::Management, status, elapsed);
+    let server = &rt.config().server;
+    let log = worker::with_rng(|rng| {
+        access_log::should_log(status, mutation, server.access_log_sample_rate, rng)
+    });
+    if log {
+        Line {
+            request_id: rid.as_str(),
+            listener: Listener::Management,
+            method: &parts.method,
+            path: parts.uri.path(),
+            include_path: server.access_log_include_path,
+            status,
+            duration: elapsed,
+            backend: None,
+            attempts: 0,
+            client,
+            endpoint,
+        }
+        .emit();
+    }
+    response
+}
+
+/// An authenticated request, its body read.
+struct Authorized<'a> {
+    parts: &'a http::request::Parts,
+    body: &'a [u8],
+    client: IpAddr,
+    peer: SocketAddr,
+    rid: &'a str,
+}
+
+/// `mgmt::handle` against `rt`, and what its decision asks for.
+async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) -> MgmtResponse {
+    let now = shared.clock.now();
+    let mreq = MgmtRequest {
+        method: &req.parts.method,
+        path: req.parts.uri.path(),
+        headers: &req.parts.headers,
+        body: req.body,
+        client: req.client,
+    };
+    let decision = worker::with_rng(|rng| mgmt::handle(&mreq, rt, now, rng));
+    match decision {
+        Decision::Read(endpoint) => read(shared, rt, &endpoint, req).await,
+        Decision::Reply(r) => reply(&r, req.rid),
+        Decision::RefillBucket { key, tokens, reply: r } => {
+            refill(shared, key, tokens, &rt.config().rate);
+            reply(&r, req.rid)
+        }
+        Decision::Publish { runtime, reply: r } => {
+            let result = reload::install(shared, rt, *runtime).await;
+            shared
+                .metrics
+                .reload(ReloadSource::Management, result.is_ok());
+            match result {
+                Ok(()) => {
+                    tracing::info!(
+                        target: "weir::reload",
+                        source = "management",
+                        request_id = req.rid,
+                        "configuration change applied"
+                    );
+                    reply(&r, req.rid)
+                }
+                Err(e) => {
+                    reload::log_rejected("management", None, &e);
+                    let errors = e
+                        .errors()
+                        .into_iter()
+                        .map(|message| FieldError {
+                            path: String::new(),
+                            message,
+                        })
+                        .collect();
+                    problem(400, "change rejected", errors, req.rid)
+                }
+            }
+        }
+    }
+}
+
+/// The read endpoints (C-MGMT-4, C-OBS-1, C-OBS-4).
+async fn read(
+    shared: &Arc<Shared>,
+    rt: &Runtime,
+    endpoint: &Endpoint,
+    req: &Authorized<'_>,
+) -> MgmtResponse {
+    match endpoint {
+        Endpoint::Healthz => json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}"), req.rid),
+        Endpoint::Readyz if shared.ready() => json(
+            StatusCode::OK,
+            Bytes::from_static(b"{\"status\":\"ready\"}"),
+            req.rid,
+        ),
+        Endpoint::Readyz => problem(
+            503,
+            "not ready: no backend available, the fail-closed rate-limit store is down, or shutting down",
+            Vec::new(),
+            req.rid,
+        ),
+        Endpoint::Metrics => {
+            let body = metrics::render(shared);
+            let mut resp = Response::new(Full::new(Bytes::from(body)));
+            let h = resp.headers_mut();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            insert_rid(h, req.rid);
+            resp
+        }
+        Endpoint::Status => {
+            let now = shared.clock.now();
+            let gate = shared.admission.gate();
+            let facts = StatusFacts {
+                instance_id: shared.control.instance_id(),
+                ready: shared.ready(),
+                client: req.client,
+                bucket: bucket_facts(shared, &rt.config().rate, req.client),
+                gate_in_flight: gate.in_flight(),
+                gate_queued: gate.queued(),
+            };
+            let doc = mgmt::status_document(rt, &facts, now);
+            match serde_json::to_vec(&doc) {
+                Ok(body) => json(StatusCode::OK, Bytes::from(body), req.rid),
+                Err(e) => problem(500, &format!("cannot encode the status: {e}"), Vec::new(), req.rid),
+            }
+        }
+        Endpoint::DashboardRequest => {
+            let timeout = rt.config().management.write_timeout;
+            match dashboard_request(shared, req, timeout).await {
+                Ok(v) => json(StatusCode::OK, Bytes::from(v.to_string()), req.rid),
+                Err(message) => problem(502, &message, Vec::new(), req.rid),
+            }
+        }
+        // `mgmt::handle` answers mutations itself; a read decision never names one.
+        _ => reply(
+            &Reply::Refused(weir_core::response::ManagementError::NotFound),
+            req.rid,
+        ),
+    }
+}
+
+/// The caller's bucket, read without taking a token (C-MGMT-4).
+fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> BucketFacts {
+    if !rate.enabled() {
+        return BucketFacts::default();
+    }
+    let key = rate.key().key(client);
+    let milli = shared
+        .limiter
+        .local()
+        .peek(key, &rate.bucket(), shared.clock.now());
+    BucketFacts {
+        tokens: milli / 1000,
+        degraded: shared.metrics.degraded(),
+    }
+}
+
+/// `POST /api/dashboard/limit`: make `key`'s bucket in the local store hold `tokens` tokens.
+/// The local store offers a full reset and single-token takes, so the bucket is reset and then
+/// `capacity - tokens` tokens are taken at one instant (GCRA: exactly `tokens` remain), at most
+/// [`MAX_REFILL_STEPS`] of them.
+///
+/// HOOK(storewire): a shared store (Redis, PostgreSQL) needs its own "set bucket" operation;
+/// until the limiter has one, only the local store's bucket is set.
+fn refill(shared: &Shared, key: ClientKey, tokens: u64, rate: &RateParams) {
+    let local = shared.limiter.local();
+    let bucket = rate.bucket();
+    let now = shared.clock.now();
+    local.reset(key);
+    let spend = rate.capacity().saturating_sub(tokens).min(MAX_REFILL_STEPS);
+    for _ in 0..spend {
+        let _ = local.take(key, &bucket, now);
+    }
+}
+
+/// Read at most `mgmt::MAX_BODY_BYTES + 1` bytes of a body (C-MGMT-2: one byte more shows an
+/// oversized body without reading it to the end).
+async fn read_body(mut body: Incoming) -> Result<Bytes, &'static str> {
+    let limit = mgmt::MAX_BODY_BYTES + 1;
+    let mut out = BytesMut::new();
+    let read = async {
+        while out.len() < limit {
+            match body.frame().await {
+                None => break,
+                Some(Err(_)) => return Err("request body could not be read"),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        let room = limit - out.len();
+                        out.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(())) => Ok(out.freeze()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err("request body timed out"),
+    }
+}
+
+/// `GET /api/dashboard/request` (module doc).
+async fn dashboard_request(
+    shared: &Arc<Shared>,
+    req: &Authorized<'_>,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
+    let (near, far) = tokio::io::duplex(64 * 1024);
+    let as_from = SocketAddr::new(req.client, req.peer.port());
+    let server = tokio::spawn(server::serve_in_process(Arc::clone(shared), as_from, far));
+    let exchange = async {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(near))
+            .await
+            .map_err(|e| format!("synthetic request: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let mut synthetic = Request::new(Empty::<Bytes>::new());
+        *synthetic.uri_mut() = http::Uri::from_static("/");
+        *synthetic.headers_mut() = mgmt::dashboard_forward_headers(&req.parts.headers);
+        let started = tokio::time::Instant::now();
+        let resp = sender
+            .send_request(synthetic)
+            .await
+            .map_err(|e| format!("synthetic request: {e}"))?;
+        let head_after = started.elapsed();
+        let (parts, mut body) = resp.into_parts();
+        let mut text = BytesMut::new();
+        let mut truncated = false;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Ok(data) = frame.into_data() {
+                let room = DASHBOARD_BODY_BYTES - text.len();
+                if data.len() > room {
+                    text.extend_from_slice(&data[..room]);
+                    truncated = true;
+                    break;
+                }
+                text.extend_from_slice(&data);
+            }
+        }
+        drop(sender);
+        conn.abort();
+        Ok::<_, String>(summary(&parts, head_after, &text, truncated))
+    };
+    let result = tokio::time::timeout(timeout, exchange).await;
+    server.abort();
+    match result {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "synthetic request timed out after {}",
+            mgmt::format_duration(timeout)
+        )),
+    }
+}
+
+/// The JSON answer of `/api/dashboard/request`.
+fn summary(
+    parts: &http::response::Parts,
+    head_after: Duration,
+    body: &[u8],
+    truncated: bool,
+) -> serde_json::Value {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut headers = serde_json::Map::new();
+    for name in parts.headers.keys() {
+        if name == http::header::SET_COOKIE {
+            continue;
+        }
+        let values: Vec<&str> = parts
+            .headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        headers.insert(name.as_str().to_owned(), values.join(", ").into());
+    }
+    serde_json::json!({
+        "status": parts.status.as_u16(),
+        "backend": header("x-balancer-backend"),
+        "attempts": header("x-balancer-attempts").and_then(|a| a.parse::<u32>().ok()),
+        "request_id": header("x-request-id"),
+        "duration_ms": head_after.as_secs_f64() * 1000.0,
+        "headers": headers,
+        "body": String::from_utf8_lossy(body),
+        "body_truncated": truncated,
+    })
+}
+
+fn insert_rid(h: &mut HeaderMap, rid: &str) {
+    if let Ok(v) = HeaderValue::from_str(rid) {
+        h.insert(X_REQUEST_ID, v);
+    }
+}
+
+/// A JSON success with `Cache-Control: no-store` (C-MGMT-2).
+fn json(status: StatusCode, body: Bytes, rid: &str) -> MgmtResponse {
+    let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    h.insert(X_REQUEST_ID, rid.to_header_value());
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    insert_rid(h, rid);
     resp
 }
 
-fn refuse(error: &ManagementError, rid: &str) -> Response<Full<Bytes>> {
-    let s = SyntheticResponse::management(error, rid);
-    let mut resp = Response::new(Full::new(Bytes::from(s.body())));
-    *resp.status_mut() = StatusCode::from_u16(s.status()).unwrap_or(StatusCode::FORBIDDEN);
-    for (name, value) in s.headers() {
-        if let Some(v) = value.to_header_value() {
-            resp.headers_mut().insert(HeaderName::from_static(name), v);
-        }
+/// A problem document (`{"code","message","request_id","errors"}`).
+fn problem(status: u16, message: &str, errors: Vec<FieldError>, rid: &str) -> MgmtResponse {
+    reply(
+        &Reply::Problem {
+            status,
+            message: message.to_owned(),
+            errors,
+        },
+        rid,
+    )
+}
+
+/// Core's reply as a hyper response.
+fn reply(r: &Reply, rid: &str) -> MgmtResponse {
+    let (parts, body) = r.to_http(rid).into_parts();
+    let mut resp = Response::from_parts(parts, Full::new(Bytes::from(body)));
+    // Core names its headers; make sure the id is the one in force.
+    insert_rid(resp.headers_mut(), rid);
+    if !resp.headers().contains_key(http::header::CACHE_CONTROL) {
+        resp.headers_mut().insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        );
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_has_an_instance_id() {
+        let c = reload::Control::new();
+        assert!(c.instance_id().contains('-'));
+    }
 }

@@ -208,12 +208,13 @@ pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
 }
 
 async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+    // Locked before reading, so reloads queued behind one another each read the latest file.
+    let _one_at_a_time = shared.control.lock().await;
     let text = std::fs::read_to_string(path)
         .map_err(|e| Rejected::Read(format!("cannot read {}: {e}", path.display())))?;
     let valid = config::load(&text, &EnvSecrets::new()).map_err(|errors| {
         Rejected::Invalid(errors.errors().iter().map(ToString::to_string).collect())
     })?;
-    let _one_at_a_time = shared.control.lock().await;
     let current = shared.runtime.load_full();
     let now = shared.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;

@@ -387,6 +387,37 @@ async fn serve(
     }
 }
 
+/// Serve one in-process HTTP/1.1 connection `io` with the data-plane handler, as if it came
+/// from `peer`: the management plane's synthetic request (C-MGMT-4) passes the same gate, client
+/// address resolution, limiter, routing and flow as any request. No watchdog: the caller bounds
+/// the exchange.
+pub(crate) async fn serve_in_process<I>(shared: Arc<Shared>, peer: SocketAddr, io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (alive, _unused) = mpsc::channel(1);
+    let now = shared.clock.now().as_nanos();
+    let ctx = Arc::new(ConnCtx {
+        shared,
+        peer,
+        state: ConnState {
+            phase: AtomicU8::new(BUSY),
+            in_flight: AtomicU32::new(0),
+            head_started: AtomicU64::new(now),
+            last_idle: AtomicU64::new(now),
+            smuggle: AtomicU8::new(0),
+        },
+        h1: true,
+        _alive: alive,
+        // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
+        open: Arc::new(AtomicUsize::new(1)),
+    });
+    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&ctx), req));
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new());
+    let _ = builder.serve_connection(TokioIo::new(io), svc).await;
+}
+
 /// The per-connection deadlines (module doc).
 struct Watchdog<'a> {
     ctx: &'a Arc<ConnCtx>,
