@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use weir_core::config;
-use weir_core::pool::Backend;
+use weir_core::pool::{Availability, Backend, Pool};
 use weir_core::runtime::{ReloadError, Runtime, warmup_required};
 
 use crate::Shared;
@@ -315,6 +315,22 @@ fn warmup_deadline(next: &Runtime) -> Duration {
         .clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
+/// Whether a candidate pool may be published (C-CONF-5): some backend can take a request
+/// (healthy, enabled, not draining, circuit not open; saturated counts), so publishing opens no
+/// window of `503`. A pool the file disables entirely only needs a healthy backend: no request
+/// could reach it anyway, and that is the operator's declared intent.
+fn pool_warm(pool: &Pool, now: weir_core::Instant) -> bool {
+    let backends = pool.backends();
+    let up = |b: &Arc<Backend>| {
+        matches!(
+            b.availability(pool.params(), now),
+            Availability::Available | Availability::Saturated
+        )
+    };
+    backends.iter().any(up)
+        || (!backends.iter().any(|b| b.is_enabled()) && backends.iter().any(|b| b.is_healthy()))
+}
+
 /// C-CONF-5: see the module doc.
 async fn warm_up(
     shared: &Arc<Shared>,
@@ -334,10 +350,8 @@ async fn warm_up(
         .set_backends(current.backend_ids().chain(next.backend_ids()));
     point_health_at(shared, &[next, current]);
     let ready = |rt: &Runtime| {
-        pools.iter().all(|i| {
-            rt.pool(*i)
-                .is_some_and(|p| p.backends().iter().any(|b| b.is_healthy()))
-        })
+        let now = shared.clock.now();
+        pools.iter().all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
     };
     let deadline = tokio::time::Instant::now() + warmup_deadline(next);
     let mut warmed = ready(next);
@@ -351,12 +365,10 @@ async fn warm_up(
     // Back to the running backends only; they were checked all along.
     shared.metrics.set_backends(current.backend_ids());
     point_health_at(shared, &[current]);
+    let now = shared.clock.now();
     let failed = pools
         .iter()
-        .filter(|i| {
-            next.pool(**i)
-                .is_some_and(|p| !p.backends().iter().any(|b| b.is_healthy()))
-        })
+        .filter(|i| next.pool(**i).is_some_and(|p| !pool_warm(p, now)))
         .filter_map(|i| next.config().pools.get(*i))
         .map(|p| p.name.clone())
         .collect();
