@@ -124,7 +124,11 @@ pub async fn serve(
 type MgmtResponse = Response<Full<Bytes>>;
 
 /// One management request (module doc).
-pub async fn handle(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>) -> MgmtResponse {
+pub async fn handle(
+    shared: &Arc<Shared>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> MgmtResponse {
     let started = tokio::time::Instant::now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
     let (parts, body) = req.into_parts();
@@ -228,7 +232,11 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
     match decision {
         Decision::Read(endpoint) => read(shared, rt, &endpoint, req).await,
         Decision::Reply(r) => reply(&r, req.rid),
-        Decision::RefillBucket { key, tokens, reply: r } => {
+        Decision::RefillBucket {
+            key,
+            tokens,
+            reply: r,
+        } => {
             refill(shared, key, tokens, &rt.config().rate);
             reply(&r, req.rid)
         }
@@ -272,7 +280,11 @@ async fn read(
     req: &Authorized<'_>,
 ) -> MgmtResponse {
     match endpoint {
-        Endpoint::Healthz => json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}"), req.rid),
+        Endpoint::Healthz => json(
+            StatusCode::OK,
+            Bytes::from_static(b"{\"status\":\"ok\"}"),
+            req.rid,
+        ),
         Endpoint::Readyz if shared.ready() => json(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"ready\"}"),
@@ -292,7 +304,10 @@ async fn read(
                 http::header::CONTENT_TYPE,
                 HeaderValue::from_static(metrics::CONTENT_TYPE),
             );
-            h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            h.insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            );
             insert_rid(h, req.rid);
             resp
         }
@@ -310,7 +325,12 @@ async fn read(
             let doc = mgmt::status_document(rt, &facts, now);
             match serde_json::to_vec(&doc) {
                 Ok(body) => json(StatusCode::OK, Bytes::from(body), req.rid),
-                Err(e) => problem(500, &format!("cannot encode the status: {e}"), Vec::new(), req.rid),
+                Err(e) => problem(
+                    500,
+                    &format!("cannot encode the status: {e}"),
+                    Vec::new(),
+                    req.rid,
+                ),
             }
         }
         Endpoint::DashboardRequest => {
@@ -496,7 +516,10 @@ fn json(status: StatusCode, body: Bytes, rid: &str) -> MgmtResponse {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
     insert_rid(h, rid);
     resp
 }

@@ -590,10 +590,7 @@ impl Snapshot {
                     Availability::Available | Availability::Saturated
                 )
             });
-            available.push((
-                labels([("backend", b.id()), ("pool", pool_name)]),
-                flag(up),
-            ));
+            available.push((labels([("backend", b.id()), ("pool", pool_name)]), flag(up)));
             inflight.push((labels([("backend", b.id())]), f64::from(b.in_flight())));
         }
         families.push(gauge(
@@ -718,12 +715,9 @@ impl Collector for Snapshot {
                 }
                 Samples::Histogram(s) => {
                     for (l, h) in s {
-                        metric.encode_family(l)?.encode_histogram::<NoLabelSet>(
-                            h.sum,
-                            h.count,
-                            &h.buckets,
-                            None,
-                        )?;
+                        metric
+                            .encode_family(l)?
+                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
                     }
                 }
             }

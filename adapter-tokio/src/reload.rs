@@ -165,9 +165,7 @@ pub struct Applied {
 /// `load_balancer_config_reloads_total{source="signal"}`.
 pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
     let result = reload_file_inner(shared, path).await;
-    shared
-        .metrics
-        .reload(ReloadSource::Signal, result.is_ok());
+    shared.metrics.reload(ReloadSource::Signal, result.is_ok());
     match &result {
         Ok(a) => {
             tracing::info!(
@@ -236,7 +234,11 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
 /// Warm up (when needed) and publish `next`, built from `current` (the runtime in force), then
 /// point the health driver and the metrics at it. The caller holds [`Control::lock`]. See the
 /// module doc.
-pub async fn install(shared: &Arc<Shared>, current: &Runtime, next: Runtime) -> Result<(), Rejected> {
+pub async fn install(
+    shared: &Arc<Shared>,
+    current: &Runtime,
+    next: Runtime,
+) -> Result<(), Rejected> {
     let warmup = warmup_required(current, &next);
     if !warmup.is_empty() {
         warm_up(shared, current, &next, &warmup).await?;
@@ -351,7 +353,9 @@ async fn warm_up(
     point_health_at(shared, &[next, current]);
     let ready = |rt: &Runtime| {
         let now = shared.clock.now();
-        pools.iter().all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
+        pools
+            .iter()
+            .all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
     };
     let deadline = tokio::time::Instant::now() + warmup_deadline(next);
     let mut warmed = ready(next);

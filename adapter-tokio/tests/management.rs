@@ -47,10 +47,18 @@ const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/api/dashboard/status", ""),
     ("GET", "/api/dashboard/request", ""),
     ("POST", "/api/dashboard/backends", r#"{"count": 1}"#),
-    ("POST", "/api/dashboard/backends/m-a", r#"{"enabled": false}"#),
+    (
+        "POST",
+        "/api/dashboard/backends/m-a",
+        r#"{"enabled": false}"#,
+    ),
     ("POST", "/api/dashboard/backends/m-a/drain", "{}"),
     ("POST", "/api/dashboard/limit", r#"{"capacity": 3}"#),
-    ("PATCH", "/api/dashboard/config", r#"{"retry": {"max_attempts": 3}}"#),
+    (
+        "PATCH",
+        "/api/dashboard/config",
+        r#"{"retry": {"max_attempts": 3}}"#,
+    ),
 ];
 
 /// The state a refused request must not change: every backend's flags, the dynamic settings,
@@ -107,7 +115,12 @@ async fn c_mgmt_1_auth_matrix() {
                 req = req.header("authorization", &bearer(t));
             }
             let r = send(m, &req).await;
-            assert_eq!(r.status, 401, "{method} {path} with {auth:?}: {}", r.summary());
+            assert_eq!(
+                r.status,
+                401,
+                "{method} {path} with {auth:?}: {}",
+                r.summary()
+            );
             assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer"));
             assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
             assert!(r.header("x-request-id").is_some());
@@ -128,7 +141,11 @@ async fn c_mgmt_1_auth_matrix() {
     .await;
     assert_eq!(r.status, 401);
     assert_eq!(state(m).await, before, "a refused request changed state");
-    assert_eq!(a.count() + b.count(), served, "a refused request reached a backend");
+    assert_eq!(
+        a.count() + b.count(),
+        served,
+        "a refused request reached a backend"
+    );
 
     // The right token: reads answer.
     for (path, status) in [
@@ -182,7 +199,10 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
     let mut refusals = 0;
     for (method, path, body) in ENDPOINTS.iter().filter(|e| e.0 != "GET") {
         let base = || authed(method, path);
-        let unknown_field = format!("{}, \"unknown\": 1}}", body.trim_end_matches('}').trim_end());
+        let unknown_field = format!(
+            "{}, \"unknown\": 1}}",
+            body.trim_end_matches('}').trim_end()
+        );
         let unknown_field = if *body == "{}" {
             r#"{"unknown": 1}"#.to_string()
         } else {
@@ -245,19 +265,39 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
             assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
             assert_eq!(r.json()["code"], status);
             refusals += 1;
-            assert_eq!(state(m).await, before, "{method} {path} {what} changed state");
+            assert_eq!(
+                state(m).await,
+                before,
+                "{method} {path} {what} changed state"
+            );
         }
     }
     // Handler-level refusals change nothing either.
     for (req, status) in [
-        (mutation("POST", "/api/dashboard/backends", r#"{"count": 0}"#), 400),
-        (mutation("POST", "/api/dashboard/backends", r#"{"count": 3}"#), 400),
         (
-            mutation("POST", "/api/dashboard/backends/nope", r#"{"enabled": true}"#),
+            mutation("POST", "/api/dashboard/backends", r#"{"count": 0}"#),
+            400,
+        ),
+        (
+            mutation("POST", "/api/dashboard/backends", r#"{"count": 3}"#),
+            400,
+        ),
+        (
+            mutation(
+                "POST",
+                "/api/dashboard/backends/nope",
+                r#"{"enabled": true}"#,
+            ),
             404,
         ),
-        (mutation("POST", "/api/dashboard/backends/nope/drain", "{}"), 404),
-        (mutation("POST", "/api/dashboard/limit", r#"{"capacity": 101}"#), 400),
+        (
+            mutation("POST", "/api/dashboard/backends/nope/drain", "{}"),
+            404,
+        ),
+        (
+            mutation("POST", "/api/dashboard/limit", r#"{"capacity": 101}"#),
+            400,
+        ),
         (
             mutation(
                 "PATCH",
@@ -268,9 +308,22 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
         ),
     ] {
         let r = send(m, &req).await;
-        assert_eq!(r.status, status, "{} {}: {}", req.method, req.target, r.summary());
+        assert_eq!(
+            r.status,
+            status,
+            "{} {}: {}",
+            req.method,
+            req.target,
+            r.summary()
+        );
         refusals += 1;
-        assert_eq!(state(m).await, before, "{} {} changed state", req.method, req.target);
+        assert_eq!(
+            state(m).await,
+            before,
+            "{} {} changed state",
+            req.method,
+            req.target
+        );
     }
     let r = send(
         m,
@@ -294,27 +347,49 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
     );
 
     // The valid mutations apply.
-    let r = send(m, &mutation("POST", "/api/dashboard/backends", r#"{"count": 1}"#)).await;
-    assert_eq!(r.status, 200, "{}", r.summary());
-    let s = state(m).await;
-    assert_eq!(s["backends"], json!([["m-a", true, false], ["m-b", false, false]]));
     let r = send(
         m,
-        &mutation("POST", "/api/dashboard/backends/m-b", r#"{"enabled": true}"#),
+        &mutation("POST", "/api/dashboard/backends", r#"{"count": 1}"#),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.summary());
-    let r = send(m, &mutation("POST", "/api/dashboard/backends/m-a/drain", "{}")).await;
+    let s = state(m).await;
+    assert_eq!(
+        s["backends"],
+        json!([["m-a", true, false], ["m-b", false, false]])
+    );
+    let r = send(
+        m,
+        &mutation(
+            "POST",
+            "/api/dashboard/backends/m-b",
+            r#"{"enabled": true}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.summary());
+    let r = send(
+        m,
+        &mutation("POST", "/api/dashboard/backends/m-a/drain", "{}"),
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.summary());
     let s = state(m).await;
-    assert_eq!(s["backends"], json!([["m-a", true, true], ["m-b", true, false]]));
+    assert_eq!(
+        s["backends"],
+        json!([["m-a", true, true], ["m-b", true, false]])
+    );
     // Traffic now goes to m-b only (m-a drains).
     for _ in 0..4 {
         assert_eq!(get(p.public, "/x").await.backend().as_deref(), Some("m-b"));
     }
     let r = send(
         m,
-        &mutation("POST", "/api/dashboard/backends/m-a", r#"{"enabled": true}"#),
+        &mutation(
+            "POST",
+            "/api/dashboard/backends/m-a",
+            r#"{"enabled": true}"#,
+        ),
     )
     .await;
     assert_eq!(r.status, 200);
@@ -324,14 +399,22 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
         "enabling clears a drain"
     );
     // The caller's bucket: 100 - 4 requests; set it to 3.
-    let r = send(m, &mutation("POST", "/api/dashboard/limit", r#"{"capacity": 3}"#)).await;
+    let r = send(
+        m,
+        &mutation("POST", "/api/dashboard/limit", r#"{"capacity": 3}"#),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.summary());
     assert_eq!(state(m).await["bucket_tokens"], 3);
     for _ in 0..3 {
         assert_eq!(get(p.public, "/x").await.status, 200);
     }
     assert_eq!(get(p.public, "/x").await.status, 429);
-    let r = send(m, &mutation("POST", "/api/dashboard/limit", r#"{"capacity": 100}"#)).await;
+    let r = send(
+        m,
+        &mutation("POST", "/api/dashboard/limit", r#"{"capacity": 100}"#),
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(state(m).await["bucket_tokens"], 100);
     // PATCH goes through the reload path (C-CONF-8) and shows in the status.
@@ -372,7 +455,15 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
     );
     for l in &lines {
         let f = &l["fields"];
-        for key in ["request_id", "listener", "method", "path", "status", "duration_ms", "client"] {
+        for key in [
+            "request_id",
+            "listener",
+            "method",
+            "path",
+            "status",
+            "duration_ms",
+            "client",
+        ] {
             assert!(!f[key].is_null(), "no {key} in {l}");
         }
         assert_eq!(f["path"], "[redacted]");
@@ -392,9 +483,7 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_mgmt_4_dashboard_request_forwards_only_whitelisted_headers() {
     let a = Backend::start("d-a").await;
-    let cfg = Config::new(&[&a])
-        .management()
-        .rate_limit(3, 0.001);
+    let cfg = Config::new(&[&a]).management().rate_limit(3, 0.001);
     let p = Proxy::start(&bin(), &cfg).await;
     let m = p.management.expect("management listener");
     let sent = [
@@ -402,7 +491,10 @@ async fn c_mgmt_4_dashboard_request_forwards_only_whitelisted_headers() {
         ("accept-language", "de"),
         ("user-agent", "console/1"),
         ("x-request-id", "dash-req-1"),
-        ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        (
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
         ("tracestate", "vendor=1"),
         ("cookie", "session=cookie-secret"),
         ("proxy-authorization", "Basic cHJveHk="),
@@ -459,7 +551,10 @@ async fn c_mgmt_4_dashboard_request_forwards_only_whitelisted_headers() {
         "x-balancer-backend-attempt",
     ];
     for (n, _) in &seen.headers {
-        assert!(allowed.contains(&n.as_str()), "unexpected header {n} upstream");
+        assert!(
+            allowed.contains(&n.as_str()),
+            "unexpected header {n} upstream"
+        );
     }
     // Same limiter and client address: the caller's bucket (3) is shared with the data plane.
     assert_eq!(get(p.public, "/x").await.status, 200);
@@ -543,7 +638,11 @@ async fn c_mgmt_1_allow_insecure_warns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_mgmt_5_wrong_token_leaves_data_plane_alone() {
     let a = Backend::start("w-a").await;
-    let p = Proxy::start(&bin(), &Config::new(&[&a]).management().rate_limit(5, 0.001)).await;
+    let p = Proxy::start(
+        &bin(),
+        &Config::new(&[&a]).management().rate_limit(5, 0.001),
+    )
+    .await;
     let m = p.management.expect("management listener");
     for _ in 0..20 {
         let r = send(
@@ -611,11 +710,18 @@ async fn c_obs_4_readiness_follows_fail_closed_store_and_shutdown() {
     let public = handle.public_addr();
     let m = handle.management_addr().expect("management");
     let readyz = |addr| async move {
-        send(addr, &Req::get("/readyz").header("authorization", "Bearer tok"))
-            .await
-            .status
+        send(
+            addr,
+            &Req::get("/readyz").header("authorization", "Bearer tok"),
+        )
+        .await
+        .status
     };
-    assert_eq!(readyz(public).await, 200, "ready before the store is seen down");
+    assert_eq!(
+        readyz(public).await,
+        200,
+        "ready before the store is seen down"
+    );
     let r = get(public, "/x").await;
     assert_eq!(r.status, 503, "fail-closed: {}", r.summary());
     assert_eq!(readyz(public).await, 503);

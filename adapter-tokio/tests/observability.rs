@@ -89,7 +89,10 @@ async fn c_obs_1_every_family_from_start() {
         "rate_limited",
     ] {
         assert_eq!(
-            e.value("load_balancer_protection_events_total", &[("reason", reason)]),
+            e.value(
+                "load_balancer_protection_events_total",
+                &[("reason", reason)]
+            ),
             0.0,
             "{reason}"
         );
@@ -143,7 +146,10 @@ async fn c_obs_1_every_family_from_start() {
             assert!(allowed.contains(&k.as_str()), "label {k} on {}", s.name);
         }
         for v in s.labels.values() {
-            assert!(!v.starts_with('/') && !v.starts_with("127."), "label value {v}");
+            assert!(
+                !v.starts_with('/') && !v.starts_with("127."),
+                "label value {v}"
+            );
         }
     }
     // The management listener counts its own requests (the scrape above).
@@ -226,7 +232,10 @@ async fn c_obs_1_values_match_traffic() {
     assert_eq!(requests("503"), 1.0);
     assert_eq!(requests("429"), 4.0);
     assert_eq!(
-        e.sum("load_balancer_http_requests_total", &[("listener", "public")]),
+        e.sum(
+            "load_balancer_http_requests_total",
+            &[("listener", "public")]
+        ),
         39.0
     );
     assert_eq!(
@@ -248,7 +257,11 @@ async fn c_obs_1_values_match_traffic() {
     assert_eq!(attempts("v-ok", "success"), ok.count() as f64);
     assert_eq!(attempts("v-ok", "failure_status"), 0.0);
     assert_eq!(attempts("v-slow", "success"), slow.count() as f64);
-    assert_eq!(ok.count(), 28, "every allowed default-pool request ended on v-ok");
+    assert_eq!(
+        ok.count(),
+        28,
+        "every allowed default-pool request ended on v-ok"
+    );
     assert!(bad.count() >= 5, "round robin sent first attempts to v-bad");
     assert_eq!(
         e.value(
@@ -257,8 +270,12 @@ async fn c_obs_1_values_match_traffic() {
         ),
         ok.count() as f64
     );
-    let protection =
-        |reason: &str| e.value("load_balancer_protection_events_total", &[("reason", reason)]);
+    let protection = |reason: &str| {
+        e.value(
+            "load_balancer_protection_events_total",
+            &[("reason", reason)],
+        )
+    };
     assert_eq!(protection("bulkhead_full"), 1.0);
     assert_eq!(protection("rate_limited"), 4.0);
     assert_eq!(protection("overload"), 0.0);
@@ -295,7 +312,11 @@ async fn c_obs_2_scrape_held_open_does_not_block_requests() {
         &Req::get("/metrics").header("authorization", &format!("Bearer {ADMIN_TOKEN}")),
     )
     .await;
-    assert!(first.body.len() > 64 * 1024, "exposition of {} bytes", first.body.len());
+    assert!(
+        first.body.len() > 64 * 1024,
+        "exposition of {} bytes",
+        first.body.len()
+    );
 
     // Stalled scrapers: request sent, nothing read.
     let mut stalled = Vec::new();
@@ -304,8 +325,10 @@ async fn c_obs_2_scrape_held_open_does_not_block_requests() {
         socket.set_recv_buffer_size(1024).expect("rcvbuf");
         let mut s = socket.connect(m).await.expect("connect");
         s.write_all(
-            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n")
-                .as_bytes(),
+            format!(
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await
         .expect("write");
@@ -344,7 +367,9 @@ async fn c_obs_2_scrape_held_open_does_not_block_requests() {
     for t in tasks {
         worst = worst.max(t.await.expect("join"));
     }
-    scraper.await.expect("scrapes completed while others were held open");
+    scraper
+        .await
+        .expect("scrapes completed while others were held open");
     let e = scrape(m).await;
     assert!(
         e.value(
@@ -380,7 +405,12 @@ async fn c_obs_3_access_log_errors_always_successes_sampled_path_redacted() {
         .set("server.access_log_sample_rate", 0.0);
     let p = Proxy::start(&bin(), &cfg).await;
     for i in 0..10 {
-        assert_eq!(get(p.public, &format!("/ok/{i}?token=querysecret")).await.status, 200);
+        assert_eq!(
+            get(p.public, &format!("/ok/{i}?token=querysecret"))
+                .await
+                .status,
+            200
+        );
     }
     a.set_mode(Mode::Status(500));
     let r = send(
@@ -415,7 +445,12 @@ async fn c_obs_3_access_log_every_success_with_path_never_query() {
         .set("server.access_log_include_path", true);
     let p = Proxy::start(&bin(), &cfg).await;
     for i in 0..5 {
-        assert_eq!(get(p.public, &format!("/ok/{i}?token=querysecret")).await.status, 200);
+        assert_eq!(
+            get(p.public, &format!("/ok/{i}?token=querysecret"))
+                .await
+                .status,
+            200
+        );
     }
     let lines = wait_lines(&p, 5).await;
     let paths: Vec<&str> = lines

@@ -44,7 +44,7 @@ fn write_config(dir: &Path, yaml: &str) {
 /// step replaces every backend), the second backend disabled on odd steps, `max_attempts`
 /// cycling 2..=4, the rate capacity `1_000_000 + i` (so each step is visible).
 fn step(i: u64, a: &[Backend; 2], b: &[Backend; 2]) -> (Config, Value) {
-    let set = if (i / 2) % 2 == 0 { a } else { b };
+    let set = if (i / 2).is_multiple_of(2) { a } else { b };
     let disabled = i % 2 == 1;
     let second = if disabled {
         entry(&set[1]).disabled()
@@ -184,7 +184,10 @@ async fn c_conf_4_5_100_reloads_under_load_without_errors() {
         .filter(|l| l.contains("warming up pools before publishing"))
         .count();
     assert!(warmups >= 49, "{warmups} warm-ups for 50 replacements");
-    eprintln!("100 reloads in {elapsed:?}, {} requests", ok.load(Ordering::Relaxed));
+    eprintln!(
+        "100 reloads in {elapsed:?}, {} requests",
+        ok.load(Ordering::Relaxed)
+    );
 }
 
 /// The file of step `base` with errors in four places.
@@ -220,7 +223,11 @@ async fn c_conf_4_invalid_file_keeps_serving() {
         if let Some(v) = found {
             break v;
         }
-        assert!(Instant::now() < deadline, "no reload error logged\n{}", p.describe());
+        assert!(
+            Instant::now() < deadline,
+            "no reload error logged\n{}",
+            p.describe()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let f = &event["fields"];
@@ -264,7 +271,10 @@ async fn c_conf_4_invalid_file_keeps_serving() {
         .arg(p.dir().join("weir.yaml"))
         .output()
         .expect("run check-config");
-    assert!(!out.status.success(), "check-config accepted an invalid file");
+    assert!(
+        !out.status.success(),
+        "check-config accepted an invalid file"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     for path in [
         "server.retry.max_attempts",
@@ -272,10 +282,16 @@ async fn c_conf_4_invalid_file_keeps_serving() {
         "bogus_section",
         "backends[0].url",
     ] {
-        assert!(stderr.contains(path), "{path} not listed by check-config:\n{stderr}");
+        assert!(
+            stderr.contains(path),
+            "{path} not listed by check-config:\n{stderr}"
+        );
     }
     // A valid file afterwards applies again.
-    write_config(p.dir(), &cfg.clone().set("server.retry.max_attempts", 3).yaml());
+    write_config(
+        p.dir(),
+        &cfg.clone().set("server.retry.max_attempts", 3).yaml(),
+    );
     p.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(10);
     while status(m).await["retry"]["max_attempts"] != 3 {
@@ -319,7 +335,11 @@ async fn c_conf_5_failed_warm_up_rejects_the_reload() {
         if rejected {
             break;
         }
-        assert!(Instant::now() < deadline, "warm-up never rejected\n{}", p.describe());
+        assert!(
+            Instant::now() < deadline,
+            "warm-up never rejected\n{}",
+            p.describe()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let doc = status(m).await;

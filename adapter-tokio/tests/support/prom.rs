@@ -100,7 +100,9 @@ fn parse_value(s: &str) -> Result<f64, String> {
         "+Inf" => Ok(f64::INFINITY),
         "-Inf" => Ok(f64::NEG_INFINITY),
         "NaN" => Ok(f64::NAN),
-        _ => s.parse::<f64>().map_err(|e| format!("bad value {s:?}: {e}")),
+        _ => s
+            .parse::<f64>()
+            .map_err(|e| format!("bad value {s:?}: {e}")),
     }
 }
 
@@ -142,7 +144,9 @@ fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
         if let Some(r) = rest.strip_prefix('}') {
             return Ok((labels, r));
         }
-        rest = rest.strip_prefix(',').ok_or("labels must be separated by ,")?;
+        rest = rest
+            .strip_prefix(',')
+            .ok_or("labels must be separated by ,")?;
     }
 }
 
@@ -163,7 +167,9 @@ fn family_of<'a>(name: &'a str, families: &HashMap<String, Family>) -> Result<&'
             return Ok(base);
         }
     }
-    Err(format!("sample {name} belongs to no declared family of a matching type"))
+    Err(format!(
+        "sample {name} belongs to no declared family of a matching type"
+    ))
 }
 
 /// Parse `text` strictly.
@@ -203,8 +209,17 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
             match kw {
                 "HELP" if f.help.is_none() => f.help = Some(arg),
                 "TYPE" if f.kind.is_empty() => {
-                    if !["counter", "gauge", "histogram", "summary", "info", "unknown", "stateset", "gaugehistogram"]
-                        .contains(&arg.as_str())
+                    if ![
+                        "counter",
+                        "gauge",
+                        "histogram",
+                        "summary",
+                        "info",
+                        "unknown",
+                        "stateset",
+                        "gaugehistogram",
+                    ]
+                    .contains(&arg.as_str())
                     {
                         return Err(at(format!("unknown type {arg:?}")));
                     }
@@ -224,7 +239,7 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
             return Err(at("not a sample, metadata or # EOF".into()));
         }
         let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
+            .find(['{', ' '])
             .ok_or_else(|| at("sample without value".into()))?;
         let name = &line[..name_end];
         if !is_metric_name(name) {
@@ -300,7 +315,10 @@ fn check_histograms(e: &Exposition) -> Result<(), String> {
                 .get(&key)
                 .ok_or_else(|| format!("{name}{labels:?}: no _count"))?;
             if *count != last.1 {
-                return Err(format!("{name}{labels:?}: _count {count} != +Inf bucket {}", last.1));
+                return Err(format!(
+                    "{name}{labels:?}: _count {count} != +Inf bucket {}",
+                    last.1
+                ));
             }
             let sum = Series {
                 name: format!("{name}_sum"),
@@ -320,13 +338,13 @@ fn parser_rejects_what_it_should() {
     let e = parse(good).expect("good");
     assert_eq!(e.value("a_x_total", &[("k", "v\"q")]), 1.0);
     for bad in [
-        "# TYPE a counter\na_total 1\n",                       // no EOF
-        "a_total 1\n# EOF\n",                                   // undeclared
-        "# TYPE a gauge\na_total 1\n# EOF\n",                   // wrong suffix for type
-        "# TYPE a counter\na_total{k=v} 1\n# EOF\n",            // unquoted label
-        "# TYPE a counter\na_total 1\na_total 2\n# EOF\n",      // duplicate
-        "# TYPE a counter\na_total one\n# EOF\n",               // bad value
-        "# TYPE a counter\na_total 1\n# EOF\nx\n",              // after EOF
+        "# TYPE a counter\na_total 1\n",                   // no EOF
+        "a_total 1\n# EOF\n",                              // undeclared
+        "# TYPE a gauge\na_total 1\n# EOF\n",              // wrong suffix for type
+        "# TYPE a counter\na_total{k=v} 1\n# EOF\n",       // unquoted label
+        "# TYPE a counter\na_total 1\na_total 2\n# EOF\n", // duplicate
+        "# TYPE a counter\na_total one\n# EOF\n",          // bad value
+        "# TYPE a counter\na_total 1\n# EOF\nx\n",         // after EOF
         "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum 0\n# EOF\n",
     ] {
         assert!(parse(bad).is_err(), "accepted {bad:?}");
