@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use http::Method;
 use weir_core::Rng;
+use weir_core::request_id::RequestId;
 
 use crate::metrics::{BackendMetrics, Listener};
 
@@ -57,12 +58,24 @@ pub fn sampled(rate: f64, rng: &mut dyn Rng) -> bool {
 /// future must be `Send`; nothing else touches it, so its lock is never contended.
 #[derive(Debug, Default)]
 pub struct Trace {
+    request_id: OnceLock<RequestId>,
     client: OnceLock<IpAddr>,
     backend: Mutex<Option<Arc<BackendMetrics>>>,
     attempts: AtomicU32,
 }
 
 impl Trace {
+    /// The request id in force (C-PATH-3).
+    pub fn set_request_id(&self, id: RequestId) {
+        let _ = self.request_id.set(id);
+    }
+
+    /// The request id in force, once known.
+    #[must_use]
+    pub fn request_id(&self) -> Option<&RequestId> {
+        self.request_id.get()
+    }
+
     /// The client address resolved for this request.
     pub fn set_client(&self, client: IpAddr) {
         let _ = self.client.set(client);

@@ -258,6 +258,41 @@ impl BackendMetrics {
     }
 }
 
+/// Times one upstream attempt and counts it exactly once: with its outcome when
+/// [`finish`](Self::finish) is called, or as [`AttemptOutcome::Cancelled`] when dropped first
+/// (hyper dropped the request because the client went away, C-PATH-9).
+#[derive(Debug)]
+pub struct AttemptTimer {
+    backend: Option<Arc<BackendMetrics>>,
+    started: tokio::time::Instant,
+}
+
+impl AttemptTimer {
+    /// Start timing an attempt to `backend` (no-op when `None`).
+    #[must_use]
+    pub fn start(backend: Option<Arc<BackendMetrics>>) -> AttemptTimer {
+        AttemptTimer {
+            backend,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Count the attempt with `outcome`.
+    pub fn finish(mut self, outcome: AttemptOutcome) {
+        if let Some(b) = self.backend.take() {
+            b.attempt(outcome, self.started.elapsed());
+        }
+    }
+}
+
+impl Drop for AttemptTimer {
+    fn drop(&mut self) {
+        if let Some(b) = self.backend.take() {
+            b.attempt(AttemptOutcome::Cancelled, self.started.elapsed());
+        }
+    }
+}
+
 /// The per-backend handles of the runtime in force, by id (ids are unique across pools,
 /// C-POOL-1), in runtime order.
 #[derive(Debug, Default)]

@@ -46,7 +46,7 @@ use weir_core::upstream::BackendBase;
 use crate::access_log::{self, Trace};
 use crate::admission::Permit;
 use crate::body::{Delivered, ResBody};
-use crate::metrics::{AttemptOutcome, Listener};
+use crate::metrics::{AttemptOutcome, AttemptTimer, Listener};
 use crate::ratelimit::RateCheck;
 use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
@@ -77,7 +77,7 @@ pub async fn handle(
     }
     .run(req, guard)
     .await;
-    pending.finish(resp.status().as_u16(), resp.headers());
+    pending.finish(resp.status().as_u16());
     Ok(resp)
 }
 
@@ -93,7 +93,7 @@ struct Pending<'a> {
 }
 
 impl Pending<'_> {
-    fn finish(&mut self, status: u16, headers: &HeaderMap) {
+    fn finish(&mut self, status: u16) {
         self.done = true;
         let elapsed = self.started.elapsed();
         let shared = &self.ctx.shared;
@@ -108,10 +108,7 @@ impl Pending<'_> {
         }
         let backend = self.trace.backend();
         access_log::Line {
-            request_id: headers
-                .get(&X_REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
+            request_id: self.trace.request_id().map_or("", RequestId::as_str),
             listener: Listener::Public,
             method: &self.method,
             path: self.uri.path(),
@@ -130,7 +127,7 @@ impl Pending<'_> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.finish(499, &HeaderMap::new());
+            self.finish(499);
         }
     }
 }
@@ -156,6 +153,7 @@ impl Handler<'_> {
 
         // C-PATH-3: the id in force, needed by every answer from here on.
         let (rid, origin) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
+        self.trace.set_request_id(rid);
         let rid_value = if origin.is_kept() {
             req.headers()
                 .get(&X_REQUEST_ID)
@@ -437,13 +435,11 @@ impl Attempts<'_, '_> {
                     if let Some(t) = shared.response_header_timeout {
                         deadline = deadline.min(tokio::time::Instant::now() + t);
                     }
-                    let sent_at = tokio::time::Instant::now();
+                    let timer = AttemptTimer::start(metrics);
                     let sent =
                         tokio::time::timeout_at(deadline, shared.upstream.send(&target, req)).await;
                     let now = clock.now();
-                    if let Some(m) = &metrics {
-                        m.attempt(self.outcome(&sent), sent_at.elapsed());
-                    }
+                    timer.finish(self.outcome(&sent));
                     action = match sent {
                         Ok(Ok((resp, conn))) => {
                             let status = resp.status().as_u16();

@@ -13,9 +13,10 @@
 //!    running and the candidate backends: the running ones keep their state and keep being
 //!    checked, the new ones start unhealthy (C-HEALTH-1) and are probed by the driver with its
 //!    executor, thresholds and concurrency (`success_threshold` consecutive successes, as for
-//!    any backend). [`install`] waits until every listed pool has a healthy backend, at most
+//!    any backend). [`install`] waits until every listed pool has a backend that can take
+//!    requests (healthy, enabled, not draining, circuit not open), at most
 //!    `(interval + jitter + timeout) × (success_threshold + 1)` (at least 1 s, at most 60 s).
-//!    If that passes, the driver is pointed back at the running backends alone and the reload is
+//!    If the deadline passes first, the driver is pointed back at the running backends alone and the reload is
 //!    rejected: nothing was published, the running backends never stopped being checked.
 //! 2. **Publish** in one `ArcSwap` store: every request from then on loads the new runtime;
 //!    requests in flight finish on the one they loaded.

@@ -473,3 +473,47 @@ async fn wait_lines(p: &Proxy, n: usize) -> Vec<Value> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// C-OBS-1, C-OBS-3: a client that leaves before the response head is still counted and
+/// logged, as `499`, with its request id and the backend it was waiting for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_obs_1_client_gone_is_counted_as_499() {
+    let a = Backend::start("g-a").await;
+    a.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("server.access_log_sample_rate", 0.0);
+    let p = Proxy::start(&bin(), &cfg).await;
+    let r = weir_conformance::client::try_send(
+        p.public,
+        &Req::get("/held")
+            .header("x-request-id", "gone-1")
+            .timeout(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(r.is_err(), "the client gave up");
+    a.set_mode(Mode::Ok);
+    a.release_all();
+    let lines = wait_lines(&p, 1).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let f = &lines[0]["fields"];
+    assert_eq!(f["status"], 499);
+    assert_eq!(f["request_id"], "gone-1");
+    assert_eq!(f["backend"], "g-a");
+    let e = scrape(p.management.expect("management listener")).await;
+    assert_eq!(
+        e.value(
+            "load_balancer_http_requests_total",
+            &[("listener", "public"), ("code", "499")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        e.value(
+            "load_balancer_upstream_attempts_total",
+            &[("backend", "g-a"), ("outcome", "cancelled")]
+        ),
+        1.0,
+        "the attempt was dropped with the request"
+    );
+}
