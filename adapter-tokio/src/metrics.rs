@@ -457,6 +457,37 @@ pub fn store_blocks_readiness(shared: &Shared, rt: &Runtime) -> bool {
         && shared.metrics.store_down()
 }
 
+/// The rate-limit store's gauges (C-OBS-1), read in one place.
+///
+/// HOOK(storewire): once the limiter exposes its state (`Shared::rate_limit_status()`:
+/// storage, `storage_healthy()`, `degraded`, `local_buckets`, `local_evictions`), read it here
+/// instead of what the data plane last saw ([`Metrics::rate_check`]), and drop
+/// [`store_blocks_readiness`] in favour of the limiter's own readiness.
+#[derive(Debug, Clone, Copy)]
+struct RateGauges {
+    storage: StorageKind,
+    healthy: bool,
+    degraded: bool,
+    local_buckets: usize,
+    local_evictions: u64,
+}
+
+impl RateGauges {
+    fn read(shared: &Shared, rt: &Runtime) -> RateGauges {
+        let rate = &rt.config().rate;
+        let storage = rate.storage();
+        let m = &shared.metrics;
+        let local = shared.limiter.local();
+        RateGauges {
+            storage,
+            healthy: !storage.is_shared() || !m.store_down(),
+            degraded: rate.enabled() && m.degraded(),
+            local_buckets: local.len(),
+            local_evictions: local.evictions(),
+        }
+    }
+}
+
 /// A histogram read: per-bucket counts (not cumulative), their sum, and the sum of values.
 #[derive(Debug, Clone)]
 struct HistogramSnapshot {
@@ -666,29 +697,29 @@ impl Snapshot {
             vec![(Vec::new(), rt.budget().tokens_milli(now) as f64 / 1000.0)],
         ));
 
-        let rate = &cfg.rate;
-        let storage = rate.storage();
-        let store_healthy = !storage.is_shared() || !m.store_down();
+        let store = RateGauges::read(shared, &rt);
         families.push(gauge(
             "load_balancer_rate_limit_storage_healthy",
             "1 when the configured rate-limit store answers (the local store always does).",
-            vec![(labels([("storage", storage.label())]), flag(store_healthy))],
+            vec![(
+                labels([("storage", store.storage.label())]),
+                flag(store.healthy),
+            )],
         ));
         families.push(gauge(
             "load_balancer_rate_limit_degraded",
             "1 when rate-limit answers come from a degraded path (store failure policy).",
-            vec![(Vec::new(), flag(rate.enabled() && m.degraded()))],
+            vec![(Vec::new(), flag(store.degraded))],
         ));
-        let local = shared.limiter.local();
         families.push(gauge(
             "load_balancer_rate_limit_local_buckets",
             "Buckets held by the local rate-limit store.",
-            vec![(Vec::new(), local.len() as f64)],
+            vec![(Vec::new(), store.local_buckets as f64)],
         ));
         families.push(counter(
             "load_balancer_rate_limit_local_evictions",
             "Buckets evicted from the full local rate-limit store.",
-            vec![(Vec::new(), local.evictions())],
+            vec![(Vec::new(), store.local_evictions)],
         ));
 
         let mut reloads = Vec::new();
