@@ -302,7 +302,7 @@ impl Gate {
             if !admit && !self.params.queues() {
                 return Entry::Rejected(Overloaded::NoWait);
             }
-            if !admit && waiting >= self.params.max_queue {
+            if !admit && waiting >= self.params.max_queue && !mutated!(GATE_QUEUE_UNBOUNDED) {
                 return Entry::Rejected(Overloaded::QueueFull);
             }
             let next = if admit { word + 1 } else { word + ONE_QUEUED };

@@ -306,6 +306,9 @@ impl Breaker {
     /// Whether [`Breaker::try_acquire`] would currently grant a permit (no side effect).
     #[must_use]
     pub fn admits(&self, params: &BreakerParams, now: Instant) -> bool {
+        if mutated!(BREAKER_ADMITS_WHILE_OPEN) {
+            return true;
+        }
         let w = self.load();
         match w.state() {
             CLOSED => true,
@@ -321,7 +324,9 @@ impl Breaker {
         loop {
             let next = match w.state() {
                 CLOSED => return Some(Permit::Normal),
-                OPEN if ceil_ms(now) < w.until_ms() => return None,
+                OPEN if ceil_ms(now) < w.until_ms() => {
+                    return mutated!(BREAKER_ADMITS_WHILE_OPEN).then_some(Permit::Normal);
+                }
                 OPEN => Word::pack(HALF_OPEN, 0, w.level(), 1, w.epoch() + 1, 0),
                 _ if w.trials() >= u64::from(params.half_open_requests) => return None,
                 _ => w.with_trials(w.trials() + 1),
@@ -345,12 +350,18 @@ impl Breaker {
         params: &BreakerParams,
         now: Instant,
     ) -> Option<Transition> {
+        if mutated!(BREAKER_IGNORES_FAILURES) && outcome == Outcome::Failure {
+            return None;
+        }
         let mut w = self.load();
         loop {
             let is_trial = matches!(permit, Permit::Trial { epoch } if w.state() == HALF_OPEN
                 && u64::from(epoch) == w.epoch());
             let (next, transition) = match (w.state(), outcome) {
                 (HALF_OPEN, _) if !is_trial => return None,
+                (HALF_OPEN, Outcome::Success) if mutated!(BREAKER_NEVER_CLOSES) => {
+                    (w.with_trials(w.trials().saturating_sub(1)), None)
+                }
                 (HALF_OPEN, Outcome::Success) => (
                     Word::pack(CLOSED, 0, 0, 0, w.epoch(), 0),
                     Some(Transition::Closed),

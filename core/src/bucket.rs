@@ -119,7 +119,7 @@ impl BucketParams {
     #[must_use]
     pub fn take(&self, tat: u64, now: Instant) -> (Take, u64) {
         let now = now.as_nanos();
-        let debt = tat.saturating_sub(now);
+        let debt = tat.saturating_sub(now) >> u32::from(mutated!(BUCKET_FAST_REFILL));
         // Allowed iff at least one whole token: C*T - debt >= T.
         if debt.saturating_add(self.interval_ns) <= self.window_ns {
             let new_debt = debt + self.interval_ns;

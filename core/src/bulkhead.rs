@@ -100,7 +100,7 @@ impl Bulkhead {
     pub fn try_acquire(this: &Arc<Bulkhead>) -> Result<BulkheadPermit, BulkheadFull> {
         let mut current = this.in_flight.load(Ordering::Relaxed);
         loop {
-            if current >= this.limit {
+            if current >= this.limit && !mutated!(BULKHEAD_UNLIMITED) {
                 return Err(BulkheadFull { limit: this.limit });
             }
             match this.in_flight.compare_exchange_weak(

@@ -380,7 +380,9 @@ impl Flow {
         }
         let outcome = error.outcome();
         self.record(outcome, now);
-        if error == AttemptError::ClientGone {
+        if error == AttemptError::ClientGone
+            || (error == AttemptError::PerTryTimeout && mutated!(FLOW_TIMEOUT_ABANDONS))
+        {
             self.finish();
             return Action::Abandon;
         }

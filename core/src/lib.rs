@@ -8,6 +8,19 @@
 //! Methods of a machine fall into four kinds: getters (`&self`), facts in (`handle_*`),
 //! commands, and actions out (`poll_*`).
 
+/// Whether the test-only mutation switch `$name` is on: always `false` (a constant the compiler
+/// folds away) unless the `mutations` feature is enabled, which only weir-sim's tests do. See
+/// the `mutations` module (present with the feature) and docs/simulation.md.
+macro_rules! mutated {
+    ($name:ident) => {{
+        #[cfg(feature = "mutations")]
+        let on = $crate::mutations::on(&$crate::mutations::$name);
+        #[cfg(not(feature = "mutations"))]
+        let on = false;
+        on
+    }};
+}
+
 pub mod admission;
 pub mod breaker;
 pub mod bucket;
@@ -18,6 +31,8 @@ pub mod flow;
 pub mod forward;
 pub mod health;
 pub mod mgmt;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 pub mod pool;
 pub mod rate;
 pub mod request_id;

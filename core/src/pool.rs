@@ -192,7 +192,9 @@ impl Backend {
             Availability::Unhealthy
         } else if !self.breaker.admits(&params.breaker, now) {
             Availability::CircuitOpen
-        } else if self.in_flight() >= params.max_concurrent_requests {
+        } else if self.in_flight() >= params.max_concurrent_requests
+            && !mutated!(SLOT_LIMIT_IGNORED)
+        {
             Availability::Saturated
         } else {
             Availability::Available
@@ -251,7 +253,8 @@ impl Backend {
         now: Instant,
         panic: bool,
     ) -> Result<Slot, Availability> {
-        let max = u64::from(params.max_concurrent_requests);
+        let max = u64::from(params.max_concurrent_requests)
+            .max(IN_FLIGHT_MASK * u64::from(mutated!(SLOT_LIMIT_IGNORED)));
         let reserved = this
             .load
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {

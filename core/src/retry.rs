@@ -463,7 +463,8 @@ impl RetryPolicy {
             NoRetryReason::MethodNotAllowed
         } else if !self.body_replayable(facts.body) {
             NoRetryReason::BodyNotReplayable
-        } else if facts.attempts >= self.max_attempts {
+        } else if facts.attempts >= self.max_attempts + u32::from(mutated!(RETRY_ATTEMPTS_PLUS_ONE))
+        {
             NoRetryReason::AttemptsExhausted
         } else {
             return RetryVerdict::Retry;

@@ -307,14 +307,14 @@ impl Pool {
             let Some(b) = backends.get(i) else {
                 return ControlFlow::Continue(());
             };
-            if tried.contains(i) {
+            if tried.contains(i) && !mutated!(RETRY_MAY_REUSE_BACKEND) {
                 return ControlFlow::Continue(());
             }
             scan.untried = true;
             let mut why = b.availability(params, now);
             if why == Availability::Available {
                 let share = b.slow_start_permille(&params.slow_start, now);
-                if share < 1000 && !rng.chance_permille(share) {
+                if share < 1000 && !mutated!(SLOW_START_IGNORED) && !rng.chance_permille(share) {
                     scan.warming.get_or_insert(i);
                     return ControlFlow::Continue(());
                 }
@@ -347,7 +347,7 @@ impl Pool {
         {
             return Ok((i, t));
         }
-        if let Some(i) = scan.open {
+        if let Some(i) = scan.open.filter(|_| !mutated!(PANIC_ROUTING_DISABLED)) {
             return take(&backends[i], true)
                 .map(|t| (i, t))
                 .map_err(|_| NoBackend::AllOpen);

@@ -1,1 +1,36 @@
-//! Shared Redis and PostgreSQL rate-limit stores (their own issue follows).
+//! Shared rate-limit stores for weir: Redis and PostgreSQL keep one GCRA bucket per client key
+//! so that every replica enforces one limit (C-RATE-3), and the failure policies of C-RATE-5
+//! decide what a slow or failing store means.
+//!
+//! - [`Store`] (and its object-safe twin [`DynStore`]): take, peek, reset, health; async,
+//!   `Send`, runtime-neutral in shape (the clients underneath are tokio's);
+//! - [`RedisStore`]: one Lua script (EVALSHA, reloaded on NOSCRIPT) on the server's `TIME`,
+//!   key TTL = full refill + margin, lazily connecting self-reconnecting connections, `OOM`
+//!   refusals as store errors (C-RATE-3, C-RATE-5, C-RATE-6);
+//! - [`PostgresStore`]: numbered embedded migrations under a session advisory lock, a SQL
+//!   function under an advisory transaction lock plus a row lock on `clock_timestamp()`
+//!   (C-RATE-3, C-RATE-7), a small deadpool pool;
+//! - [`RateLimiter`]: the store selected by `rate_limit.storage` ([`StoreKind`]), every call
+//!   bounded by `operation_timeout`, fail-open / fail-closed / local-fallback, health getters
+//!   and automatic return to the shared store (C-RATE-5).
+//!
+//! The bucket arithmetic is weir-core's ([`weir_core::bucket`]) reproduced server-side: for the
+//! same stored state and the same now, a shared store answers exactly the [`Take`] the local
+//! store would. See docs/storage.md.
+//!
+//! [`Take`]: weir_core::bucket::Take
+
+pub mod error;
+pub mod limiter;
+pub mod postgres_store;
+pub mod redis_store;
+pub mod store;
+
+pub use error::StoreError;
+pub use limiter::{RateLimiter, StoreHealth, Verdict};
+pub use postgres_store::{
+    MIGRATIONS, Migration, MigrationReport, PostgresOptions, PostgresStore, migrate, migrate_only,
+    migrate_only_requested,
+};
+pub use redis_store::{RedisOptions, RedisStore};
+pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, StoreKind, TTL_MARGIN};

@@ -118,7 +118,7 @@ impl Queue {
         let mut expired = 0;
         while let Some(w) = self.entries.get_mut(self.scan) {
             if w.state == State::Waiting {
-                if w.deadline > now {
+                if w.deadline > now || mutated!(GATE_NEVER_EXPIRES) {
                     break;
                 }
                 w.state = State::Expired;

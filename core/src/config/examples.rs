@@ -166,7 +166,7 @@ fn c_rate_3_postgres_example() {
     assert_eq!(v.rate.failure_mode(), FailureMode::FailClosed);
     let db = v.database.as_ref().expect("postgres settings");
     assert_eq!((db.host.as_str(), db.port), ("postgres.internal", 5432));
-    assert_eq!(db.sslmode, "verify-full");
+    assert_eq!(db.sslmode, "disable");
     // From POSTGRES_PASSWORD_FILE, one trailing newline removed (C-CONF-3).
     assert_eq!(db.password.expose(), "example-pg-password");
     assert!(!format!("{v:?}").contains("example-pg-password"));

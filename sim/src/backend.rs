@@ -1,0 +1,281 @@
+//! Simulated backends and the fault library.
+//!
+//! A simulated backend is a server, not a core `Backend`: it answers attempts and probes the way
+//! its current [`Mode`] says, with latencies drawn from the world's backend RNG. Faults are
+//! scheduled changes of mode ([`Fault`]); a crash also breaks the connections it holds.
+
+use core::time::Duration;
+use std::collections::BTreeSet;
+
+use weir_core::rng::Rng;
+
+/// How a backend treats real traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Serves normally (a few `500`/`404` among the `200`s: successes for the breaker).
+    Up,
+    /// Refuses connections (crashed or stopped): attempts fail to connect, probes are refused.
+    Down,
+    /// Answers `503` to this share of requests (permille), fast; probes still pass.
+    Burst503(u32),
+    /// Breaks this share of connections (permille) before the response head; probes still pass.
+    TrafficFails(u32),
+    /// Sends `503` headers and then never finishes the body (C-RETRY-6); probes pass.
+    HeadThenHang,
+    /// Sends headers only after the per-try timeout (C-RETRY-5); probes time out too.
+    SlowHeaders,
+}
+
+impl Mode {
+    /// A stable label for the trace.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Up => "up",
+            Mode::Down => "down",
+            Mode::Burst503(_) => "burst_503",
+            Mode::TrafficFails(_) => "traffic_fails",
+            Mode::HeadThenHang => "head_then_hang",
+            Mode::SlowHeaders => "slow_headers",
+        }
+    }
+}
+
+/// A scheduled change of a backend's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Crash: every open connection breaks now, new ones are refused until `Recover`.
+    Crash,
+    /// Refuse new connections; open ones finish normally.
+    Refuse,
+    /// Back to normal service (ends every mode and the probe fault).
+    Recover,
+    /// Switch the traffic mode (probes follow the mode, see [`SimBackend::probe`]).
+    Mode(Mode),
+    /// The health endpoint fails (`true`) or answers again (`false`) while traffic is unchanged.
+    ProbesFail(bool),
+}
+
+impl Fault {
+    /// A stable label for the trace.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash",
+            Fault::Refuse => "refuse",
+            Fault::Recover => "recover",
+            Fault::Mode(m) => m.as_str(),
+            Fault::ProbesFail(true) => "probes_fail",
+            Fault::ProbesFail(false) => "probes_pass",
+        }
+    }
+}
+
+/// A latency distribution: `base + uniform(0..spread)`, and with probability `tail_permille` an
+/// extra `uniform(0..tail)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latency {
+    /// The fastest answer.
+    pub base: Duration,
+    /// Uniform spread above the base.
+    pub spread: Duration,
+    /// Chance of a slow answer, in permille.
+    pub tail_permille: u32,
+    /// Extra delay of a slow answer, uniform up to this.
+    pub tail: Duration,
+}
+
+impl Latency {
+    /// `base..base+spread`, with a 1% tail of up to `4 × spread`.
+    #[must_use]
+    pub const fn new(base: Duration, spread: Duration) -> Latency {
+        Latency {
+            base,
+            spread,
+            tail_permille: 10,
+            tail: Duration::from_nanos(spread.as_nanos() as u64 * 4),
+        }
+    }
+
+    /// One draw.
+    pub fn sample(&self, rng: &mut dyn Rng) -> Duration {
+        let mut d = self.base + uniform(rng, self.spread);
+        if rng.chance_permille(self.tail_permille) {
+            d += uniform(rng, self.tail);
+        }
+        d
+    }
+}
+
+/// Uniform in `0..max` (zero for a zero max).
+pub fn uniform(rng: &mut dyn Rng, max: Duration) -> Duration {
+    let n = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rng.below(n))
+}
+
+/// What happens to one attempt, decided when it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// The connection is refused after `after`.
+    Refused,
+    /// The connection breaks before the response head.
+    Broken,
+    /// A response head with this status; then the body takes `body` (`None`: it never ends).
+    Head {
+        /// The status.
+        status: u16,
+        /// How long the body streams after the head; `None` for a body that hangs.
+        body: Option<Duration>,
+    },
+}
+
+/// An attempt's fate and when it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// After this long.
+    pub after: Duration,
+    /// This happens.
+    pub reply: Reply,
+}
+
+/// One simulated server.
+#[derive(Debug, Clone)]
+pub struct SimBackend {
+    /// Its id (unique over the whole run, reloads included).
+    pub id: String,
+    /// Its url.
+    pub url: String,
+    /// Weight for `weighted_round_robin`.
+    pub weight: u32,
+    /// Its latency when healthy.
+    pub latency: Latency,
+    /// How it treats traffic now.
+    pub mode: Mode,
+    /// The health endpoint fails regardless of the mode.
+    pub probes_fail: bool,
+    /// Open connections: (request, attempt number), for a crash to break.
+    pub conns: BTreeSet<(usize, u32)>,
+}
+
+impl SimBackend {
+    /// An up, healthy server.
+    #[must_use]
+    pub fn new(id: &str, latency: Latency) -> SimBackend {
+        SimBackend {
+            id: id.to_owned(),
+            url: format!("http://{id}.sim:8080"),
+            weight: 1,
+            latency,
+            mode: Mode::Up,
+            probes_fail: false,
+            conns: BTreeSet::new(),
+        }
+    }
+
+    /// Apply a fault. Returns whether open connections must break now (a crash).
+    pub fn apply(&mut self, fault: Fault) -> bool {
+        match fault {
+            Fault::Crash => {
+                self.mode = Mode::Down;
+                true
+            }
+            Fault::Refuse => {
+                self.mode = Mode::Down;
+                false
+            }
+            Fault::Recover => {
+                self.mode = Mode::Up;
+                self.probes_fail = false;
+                false
+            }
+            Fault::Mode(m) => {
+                self.mode = m;
+                false
+            }
+            Fault::ProbesFail(on) => {
+                self.probes_fail = on;
+                false
+            }
+        }
+    }
+
+    /// How an attempt sent now will end. `per_try` is the per-try timeout (slow headers land
+    /// beyond it).
+    pub fn plan_attempt(&self, per_try: Duration, rng: &mut dyn Rng) -> Planned {
+        let latency = self.latency.sample(rng);
+        match self.mode {
+            Mode::Down => Planned {
+                after: Duration::from_micros(200) + uniform(rng, Duration::from_millis(2)),
+                reply: Reply::Refused,
+            },
+            Mode::Burst503(p) if rng.chance_permille(p) => Planned {
+                after: latency / 4,
+                reply: Reply::Head {
+                    status: 503,
+                    body: Some(Duration::from_millis(1)),
+                },
+            },
+            Mode::TrafficFails(p) if rng.chance_permille(p) => Planned {
+                after: latency / 2,
+                reply: Reply::Broken,
+            },
+            Mode::HeadThenHang => Planned {
+                after: latency,
+                reply: Reply::Head {
+                    status: 503,
+                    body: None,
+                },
+            },
+            Mode::SlowHeaders => Planned {
+                after: per_try + Duration::from_millis(1) + uniform(rng, per_try),
+                reply: Reply::Head {
+                    status: 200,
+                    body: Some(Duration::from_millis(5)),
+                },
+            },
+            Mode::Up | Mode::Burst503(_) | Mode::TrafficFails(_) => {
+                let roll = rng.below(1000);
+                let status = match roll {
+                    0..=9 => 500, // a success for retries and the breaker (C-RETRY-1)
+                    10..=14 => 404,
+                    _ => 200,
+                };
+                Planned {
+                    after: latency,
+                    reply: Reply::Head {
+                        status,
+                        body: Some(body_time(rng)),
+                    },
+                }
+            }
+        }
+    }
+
+    /// How a probe sent now ends: `Some((after, ok))`, or `None` when it never answers (the
+    /// schedule times it out, C-HEALTH-6).
+    pub fn probe(&self, rng: &mut dyn Rng) -> Option<(Duration, bool)> {
+        let quick = Duration::from_micros(300) + uniform(rng, Duration::from_millis(3));
+        if self.mode == Mode::Down {
+            return Some((quick, false));
+        }
+        if self.probes_fail {
+            return Some((quick, false));
+        }
+        match self.mode {
+            Mode::SlowHeaders => None,
+            _ => Some((
+                quick + self.latency.base.min(Duration::from_millis(20)) / 2,
+                true,
+            )),
+        }
+    }
+}
+
+/// How long a delivered body streams: mostly short, sometimes a long download or stream.
+fn body_time(rng: &mut dyn Rng) -> Duration {
+    match rng.below(100) {
+        0..=79 => Duration::from_millis(1) + uniform(rng, Duration::from_millis(20)),
+        80..=97 => Duration::from_millis(20) + uniform(rng, Duration::from_millis(300)),
+        _ => Duration::from_secs(1) + uniform(rng, Duration::from_secs(4)),
+    }
+}

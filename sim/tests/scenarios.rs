@@ -1,0 +1,105 @@
+//! The CI sweep: every scenario over seeds `0..500` (or `WEIR_SIM_SEEDS`), or one seed with
+//! `WEIR_SIM_SEED=<seed>` (the replay command a failure prints). Each test is named after its
+//! scenario, so `cargo test -p weir-sim <scenario>` selects it.
+
+use weir_sim::{Scenario, Summary, Violation};
+
+/// Run `scenario` over the seeds, print a summary (every seed's when replaying one seed, the
+/// totals otherwise), and fail listing every violation with its replay command.
+fn sweep(scenario: Scenario) {
+    let seeds = weir_sim::seeds_from_env();
+    let mut violations: Vec<Violation> = Vec::new();
+    let mut summaries: Vec<Summary> = Vec::new();
+    for &seed in &seeds {
+        match weir_sim::run(scenario, seed) {
+            Ok(s) => summaries.push(s),
+            Err(v) => violations.push(v),
+        }
+    }
+    if seeds.len() == 1 {
+        for s in &summaries {
+            eprintln!("{s}");
+        }
+    } else {
+        let total = |f: fn(&Summary) -> u64| summaries.iter().map(f).sum::<u64>();
+        let requests = total(|s| s.requests);
+        let ok = total(|s| s.succeeded);
+        let p99_max = summaries.iter().map(|s| s.p99_us).max().unwrap_or(0);
+        eprintln!(
+            "{scenario}: {} seeds, {} violations; requests={requests} success={:.1}% \
+             retries={} ejections={} panic={} worst p99={}.{:03}ms events={}",
+            seeds.len(),
+            violations.len(),
+            if requests == 0 {
+                0.0
+            } else {
+                ok as f64 * 100.0 / requests as f64
+            },
+            total(|s| s.retries),
+            total(|s| s.ejections),
+            total(|s| s.panic_selections),
+            p99_max / 1000,
+            p99_max % 1000,
+            total(|s| s.events),
+        );
+    }
+    if !violations.is_empty() {
+        let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        panic!(
+            "{} of {} seeds of {scenario} broke an invariant:\n{}",
+            violations.len(),
+            seeds.len(),
+            list.join("\n")
+        );
+    }
+}
+
+#[test]
+fn backend_crash() {
+    sweep(Scenario::BackendCrash);
+}
+
+#[test]
+fn flapping_backend() {
+    sweep(Scenario::FlappingBackend);
+}
+
+#[test]
+fn slow_start_recovery() {
+    sweep(Scenario::SlowStartRecovery);
+}
+
+#[test]
+fn retry_storm() {
+    sweep(Scenario::RetryStorm);
+}
+
+#[test]
+fn all_down_then_back() {
+    sweep(Scenario::AllDownThenBack);
+}
+
+#[test]
+fn overload_spike() {
+    sweep(Scenario::OverloadSpike);
+}
+
+#[test]
+fn hot_client() {
+    sweep(Scenario::HotClient);
+}
+
+#[test]
+fn reload_warmup() {
+    sweep(Scenario::ReloadWarmup);
+}
+
+#[test]
+fn small_pool() {
+    sweep(Scenario::SmallPool);
+}
+
+#[test]
+fn bulkhead_isolation() {
+    sweep(Scenario::BulkheadIsolation);
+}

@@ -1,0 +1,167 @@
+//! Teeth: a checker that never fires proves nothing. For each invariant, turn on the core
+//! mutation switch that breaks the decision upholding it (`weir_core::mutations`, compiled in
+//! only for weir-sim's tests) and require that some seed of the CI range reports a violation of
+//! exactly that invariant. The switches are process-wide, so this file is its own test binary
+//! and runs every mutation serially in one test.
+
+use std::sync::atomic::AtomicBool;
+
+use weir_core::mutations;
+use weir_sim::{CI_SEEDS, Invariant, Scenario};
+
+struct Tooth {
+    switch: &'static str,
+    flag: &'static AtomicBool,
+    scenario: Scenario,
+    expect: Invariant,
+}
+
+fn teeth() -> Vec<Tooth> {
+    use Invariant as I;
+    use Scenario as S;
+    let t = |switch: &'static str, flag: &'static AtomicBool, scenario, expect| Tooth {
+        switch,
+        flag,
+        scenario,
+        expect,
+    };
+    vec![
+        t(
+            "BREAKER_ADMITS_WHILE_OPEN",
+            &mutations::BREAKER_ADMITS_WHILE_OPEN,
+            S::BackendCrash,
+            I::CircuitOpenReached,
+        ),
+        t(
+            "BREAKER_IGNORES_FAILURES",
+            &mutations::BREAKER_IGNORES_FAILURES,
+            S::BackendCrash,
+            I::BreakerFollowsOutcomes,
+        ),
+        t(
+            "RETRY_MAY_REUSE_BACKEND",
+            &mutations::RETRY_MAY_REUSE_BACKEND,
+            S::RetryStorm,
+            I::RetryRevisits,
+        ),
+        t(
+            "RETRY_ATTEMPTS_PLUS_ONE",
+            &mutations::RETRY_ATTEMPTS_PLUS_ONE,
+            S::RetryStorm,
+            I::AttemptsExceedMax,
+        ),
+        t(
+            "BUDGET_DISABLED",
+            &mutations::BUDGET_DISABLED,
+            S::RetryStorm,
+            I::RetryBudget,
+        ),
+        t(
+            "SLOT_LIMIT_IGNORED",
+            &mutations::SLOT_LIMIT_IGNORED,
+            S::OverloadSpike,
+            I::BackendSlots,
+        ),
+        t(
+            "BUCKET_FAST_REFILL",
+            &mutations::BUCKET_FAST_REFILL,
+            S::HotClient,
+            I::RateBucket,
+        ),
+        t(
+            "FLOW_TIMEOUT_ABANDONS",
+            &mutations::FLOW_TIMEOUT_ABANDONS,
+            S::BackendCrash,
+            I::OneResponse,
+        ),
+        t(
+            "GATE_QUEUE_UNBOUNDED",
+            &mutations::GATE_QUEUE_UNBOUNDED,
+            S::OverloadSpike,
+            I::QueueBound,
+        ),
+        t(
+            "GATE_NEVER_EXPIRES",
+            &mutations::GATE_NEVER_EXPIRES,
+            S::OverloadSpike,
+            I::QueueTimeout,
+        ),
+        t(
+            "SLOW_START_IGNORED",
+            &mutations::SLOW_START_IGNORED,
+            S::SlowStartRecovery,
+            I::SlowStart,
+        ),
+        t(
+            "BREAKER_NEVER_CLOSES",
+            &mutations::BREAKER_NEVER_CLOSES,
+            S::BackendCrash,
+            I::Liveness,
+        ),
+        t(
+            "PANIC_ROUTING_DISABLED",
+            &mutations::PANIC_ROUTING_DISABLED,
+            S::SmallPool,
+            I::PoolNeverEmptied,
+        ),
+        t(
+            "BULKHEAD_UNLIMITED",
+            &mutations::BULKHEAD_UNLIMITED,
+            S::BulkheadIsolation,
+            I::Bulkhead,
+        ),
+    ]
+}
+
+#[test]
+fn teeth_every_invariant_catches_its_mutation() {
+    mutations::reset();
+    let all = teeth();
+    assert_eq!(
+        all.len(),
+        mutations::ALL.len(),
+        "every mutation switch has a tooth"
+    );
+    let mut report = Vec::new();
+    let mut missed = Vec::new();
+    for tooth in &all {
+        mutations::set(tooth.flag, true);
+        let mut first_any: Option<(u64, Invariant)> = None;
+        let mut caught: Option<(u64, String)> = None;
+        for seed in 0..CI_SEEDS {
+            if let Err(v) = weir_sim::run(tooth.scenario, seed) {
+                first_any.get_or_insert((seed, v.invariant));
+                if v.invariant == tooth.expect {
+                    caught = Some((seed, v.detail));
+                    break;
+                }
+            }
+        }
+        mutations::set(tooth.flag, false);
+        match caught {
+            Some((seed, detail)) => report.push(format!(
+                "| {} | {} ({}) | {} | {} | {}",
+                tooth.switch,
+                tooth.expect,
+                tooth.expect.contract(),
+                tooth.scenario,
+                seed,
+                detail
+            )),
+            None => missed.push(format!(
+                "{}: no seed of {} in 0..{CI_SEEDS} broke {} (first violation: {:?})",
+                tooth.switch, tooth.scenario, tooth.expect, first_any
+            )),
+        }
+    }
+    mutations::reset();
+    eprintln!("| mutation | invariant | scenario | seed | what the simulator saw");
+    for line in &report {
+        eprintln!("{line}");
+    }
+    assert!(
+        missed.is_empty(),
+        "toothless checks:\n{}",
+        missed.join("\n")
+    );
+}

@@ -1,0 +1,207 @@
+//! The one interface every shared store offers, its object-safe twin, and the store selected by
+//! `rate_limit.storage` (C-RATE-3).
+
+use core::future::Future;
+use core::pin::Pin;
+use core::time::Duration;
+
+use weir_core::bucket::{BucketParams, Take};
+use weir_core::config::{DatabaseSettings, RedisSettings};
+use weir_core::rate::{ClientKey, RateParams, StorageKind};
+
+use crate::error::StoreError;
+use crate::postgres_store::{PostgresOptions, PostgresStore};
+use crate::redis_store::{RedisOptions, RedisStore};
+
+/// A boxed, `Send` future borrowing the store (the object-safe form of the [`Store`] methods).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A bucket store shared by replicas: one GCRA bucket per [`ClientKey`], kept on a server
+/// and stepped there on the server's clock (C-RATE-3).
+///
+/// Kinds: `take` is the per-request command; `peek` is a getter (the status endpoint's read);
+/// `reset` is an operator command; `health` is a probe. None of them bounds its own time: the
+/// [`RateLimiter`](crate::RateLimiter) wraps every call in `rate_limit.operation_timeout`
+/// (C-RATE-5). The futures are `Send` and need a tokio runtime context (the Redis connection
+/// manager and the PostgreSQL pool are tokio's; a smol adapter runs them through a tokio
+/// context such as async-compat).
+pub trait Store: Send + Sync {
+    /// Which store this is (`X-RateLimit-Storage`).
+    fn storage(&self) -> StorageKind;
+
+    /// Take one token from `key`'s bucket of shape `params`: the same [`Take`] that
+    /// `weir_core::bucket::BucketParams::take` gives for the stored state and the server's now.
+    fn take(
+        &self,
+        key: ClientKey,
+        params: &BucketParams,
+    ) -> impl Future<Output = Result<Take, StoreError>> + Send;
+
+    /// Tokens in `key`'s bucket in thousandths (floor), without taking one; unknown keys are full.
+    fn peek(
+        &self,
+        key: ClientKey,
+        params: &BucketParams,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Refill `key`'s bucket: it becomes full (the stored state is removed).
+    fn reset(&self, key: ClientKey) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether the store answers (and, for PostgreSQL, its schema is migrated).
+    fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The object-safe form of [`Store`], implemented for every store: for `dyn DynStore` users.
+pub trait DynStore: Send + Sync {
+    /// See [`Store::storage`].
+    fn storage_dyn(&self) -> StorageKind;
+    /// See [`Store::take`].
+    fn take_dyn<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> StoreFuture<'a, Take>;
+    /// See [`Store::peek`].
+    fn peek_dyn<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> StoreFuture<'a, u64>;
+    /// See [`Store::reset`].
+    fn reset_dyn(&self, key: ClientKey) -> StoreFuture<'_, ()>;
+    /// See [`Store::health`].
+    fn health_dyn(&self) -> StoreFuture<'_, ()>;
+}
+
+impl<S: Store> DynStore for S {
+    fn storage_dyn(&self) -> StorageKind {
+        self.storage()
+    }
+    fn take_dyn<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> StoreFuture<'a, Take> {
+        Box::pin(self.take(key, params))
+    }
+    fn peek_dyn<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> StoreFuture<'a, u64> {
+        Box::pin(self.peek(key, params))
+    }
+    fn reset_dyn(&self, key: ClientKey) -> StoreFuture<'_, ()> {
+        Box::pin(self.reset(key))
+    }
+    fn health_dyn(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.health())
+    }
+}
+
+/// Margin added to a bucket's full-refill time for the key TTL (C-RATE-3): a key outlives the
+/// moment its bucket is full again by this much, so clock skew between the server's expiry and
+/// its `TIME` can never drop a bucket that still holds debt.
+pub const TTL_MARGIN: Duration = Duration::from_secs(1);
+
+/// The longest full-refill time (capacity × refill interval) a shared store accepts: 2^51 ns,
+/// about 26 days. Redis scripts compute in doubles, exact to 2^53; the bound leaves room for
+/// the sums the script forms. PostgreSQL applies the same bound so both stores accept the
+/// same configurations.
+pub const MAX_FULL_REFILL: Duration = Duration::from_nanos(1 << 51);
+
+/// Reject bucket shapes the shared stores cannot step exactly.
+pub(crate) fn check_params(params: &BucketParams) -> Result<(), StoreError> {
+    if params.full_refill() > MAX_FULL_REFILL {
+        return Err(StoreError::Unsupported(format!(
+            "a full refill of {:?} is longer than the {:?} a shared store supports",
+            params.full_refill(),
+            MAX_FULL_REFILL
+        )));
+    }
+    Ok(())
+}
+
+/// Key TTL in milliseconds: full refill rounded up plus [`TTL_MARGIN`] (C-RATE-3).
+pub(crate) fn ttl_ms(params: &BucketParams) -> u64 {
+    let refill = params.full_refill();
+    let ms = refill.as_millis() + u128::from(!refill.as_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms)
+        .unwrap_or(u64::MAX)
+        .saturating_add(TTL_MARGIN.as_millis() as u64)
+}
+
+/// The store `rate_limit.storage` selects (C-RATE-3): what the adapter builds at start (and
+/// again when a reload changes `rate_limit.storage`, `redis` or `database`) and hands to
+/// [`RateLimiter::new`](crate::RateLimiter::new).
+#[derive(Debug)]
+pub enum StoreKind {
+    /// The per-process store only (`storage: local`), or rate limiting off.
+    Local,
+    /// The shared Redis store.
+    Redis(RedisStore),
+    /// The shared PostgreSQL store (boxed: it is the large variant).
+    Postgres(Box<PostgresStore>),
+}
+
+impl StoreKind {
+    /// Build the store of `rate.storage()` from the validated settings (`ValidConfig::redis`,
+    /// `ValidConfig::database`, `ValidConfig::rate`). Nothing connects here: Redis connects on
+    /// first use and reconnects by itself, PostgreSQL's pool connects on demand and migrates in
+    /// the background on first use (C-RATE-5: the process starts with the store down). Must be
+    /// called inside a tokio runtime.
+    pub fn from_config(
+        redis: &RedisSettings,
+        database: Option<&DatabaseSettings>,
+        rate: &RateParams,
+    ) -> Result<StoreKind, StoreError> {
+        match rate.storage() {
+            StorageKind::Local | StorageKind::Disabled => Ok(StoreKind::Local),
+            StorageKind::Redis => {
+                check_params(&rate.bucket())?;
+                Ok(StoreKind::Redis(RedisStore::new(
+                    RedisOptions::from_settings(redis),
+                )?))
+            }
+            StorageKind::Postgres => {
+                check_params(&rate.bucket())?;
+                let db = database.ok_or_else(|| {
+                    StoreError::Config(
+                        "rate_limit.storage is postgres but database is absent".into(),
+                    )
+                })?;
+                Ok(StoreKind::Postgres(Box::new(PostgresStore::new(
+                    PostgresOptions::from_settings(db)?,
+                )?)))
+            }
+        }
+    }
+
+    /// Which store this is.
+    #[must_use]
+    pub fn storage(&self) -> StorageKind {
+        match self {
+            StoreKind::Local => StorageKind::Local,
+            StoreKind::Redis(_) => StorageKind::Redis,
+            StoreKind::Postgres(_) => StorageKind::Postgres,
+        }
+    }
+
+    /// The shared store, if this is one.
+    #[must_use]
+    pub fn shared(&self) -> Option<&dyn DynStore> {
+        match self {
+            StoreKind::Local => None,
+            StoreKind::Redis(s) => Some(s),
+            StoreKind::Postgres(s) => Some(&**s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_rate_3_ttl_is_full_refill_plus_margin() {
+        let p = BucketParams::new(100, 100.0).expect("valid");
+        assert_eq!(ttl_ms(&p), 1000 + 1000);
+        let p = BucketParams::new(1, 3.0).expect("valid"); // 333_333_334 ns
+        assert_eq!(ttl_ms(&p), 334 + 1000);
+    }
+
+    #[test]
+    fn too_long_refill_is_unsupported() {
+        let ok = BucketParams::new(1000, 0.001).expect("valid"); // 1e6 s
+        assert!(check_params(&ok).is_ok());
+        let long = BucketParams::new(10_000_000, 0.001).expect("valid"); // 1e10 s
+        assert!(matches!(
+            check_params(&long),
+            Err(StoreError::Unsupported(_))
+        ));
+    }
+}

@@ -1,0 +1,354 @@
+//! The PostgreSQL store against the real PostgreSQL on 127.0.0.1:5432 (database `test`, trust
+//! auth), with fresh databases for the migration tests and a switchable proxy for outages
+//! (C-RATE-1, C-RATE-3, C-RATE-5, C-RATE-7).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use common::*;
+use weir_core::bucket::{BucketParams, Take};
+use weir_core::config::{DatabaseSettings, Secret};
+use weir_core::rate::{FailureMode, StorageKind};
+use weir_storage::{
+    MIGRATIONS, PostgresOptions, PostgresStore, RateLimiter, Store, StoreError, StoreKind,
+};
+
+const PG: u16 = 5432;
+
+async fn ready_store(opts: PostgresOptions) -> PostgresStore {
+    let store = PostgresStore::new(opts).expect("store");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+async fn stored_tat(store: &PostgresStore, k: weir_core::rate::ClientKey) -> u64 {
+    pg_client("test")
+        .await
+        .query_opt(
+            "SELECT tat_ns FROM weir_rate_buckets WHERE key = $1",
+            &[&store.row_key(k)],
+        )
+        .await
+        .expect("select")
+        .map_or(0, |r| r.get::<_, i64>(0) as u64)
+}
+
+/// C-RATE-3: the SQL function is weir-core's GCRA step on the database clock: replaying
+/// `BucketParams::take` on the stored state with the database's now gives the same `Take` and
+/// the same new state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_function_matches_core_arithmetic() {
+    let store = ready_store(pg_opts(PG, "test")).await;
+    for (i, (capacity, refill)) in [
+        (5u64, 10.0f64),
+        (3, 3.0),
+        (1, 0.4),
+        (100, 1000.0),
+        (7, 123.456),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let params = BucketParams::new(capacity, refill).expect("valid");
+        let k = key(i as u32);
+        let mut tat = 0u64;
+        for _ in 0..(capacity + 5) {
+            let (take, now) = store.take_traced(k, &params).await.expect("take");
+            let (expected, new_tat) = params.take(tat, now);
+            assert_eq!(take, expected, "capacity {capacity} refill {refill}");
+            assert_eq!(stored_tat(&store, k).await, new_tat, "stored tat");
+            tat = new_tat;
+        }
+    }
+}
+
+/// C-RATE-3: rows expire after the full refill plus the margin; peek reads without taking;
+/// reset refills; the sweep removes expired rows only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_expiry_peek_reset_sweep() {
+    let store = ready_store(pg_opts(PG, "test")).await;
+    let params = BucketParams::new(4, 2.0).expect("valid");
+    let k = key(1);
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
+    store.take(k, &params).await.expect("take");
+    store.take(k, &params).await.expect("take");
+    let milli = store.peek(k, &params).await.expect("peek");
+    assert!((2000..2100).contains(&milli), "peek {milli}");
+    let row = pg_client("test")
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM weir_rate_buckets WHERE key = $1",
+            &[&store.row_key(k)],
+        )
+        .await
+        .expect("row");
+    let ttl: f64 = row.get(0);
+    assert!(
+        (2.8..=3.0).contains(&ttl),
+        "ttl {ttl} s = 2 s refill + 1 s margin"
+    );
+    store.reset(k).await.expect("reset");
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
+    assert_eq!(stored_tat(&store, k).await, 0);
+    // An expired row is a full bucket, and the sweep takes it away.
+    store.take(k, &params).await.expect("take");
+    pg_client("test")
+        .await
+        .execute(
+            "UPDATE weir_rate_buckets SET expires_at = clock_timestamp() - interval '1 s' \
+             WHERE key = $1",
+            &[&store.row_key(k)],
+        )
+        .await
+        .expect("expire");
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
+    // Other tests share the table: sweep until nothing expired is left.
+    let mut swept = 0;
+    loop {
+        let n = store.sweep_expired(10_000).await.expect("sweep");
+        if n == 0 {
+            break;
+        }
+        swept += n;
+    }
+    assert!(swept >= 1);
+    assert_eq!(stored_tat(&store, k).await, 0);
+    store.health().await.expect("health");
+}
+
+/// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
+/// exactly 20 allowed (C-RATE-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_atomic_across_two_replicas() {
+    let opts = pg_opts(PG, "test");
+    let a = Arc::new(ready_store(opts.clone()).await);
+    let b = Arc::new(ready_store(opts).await);
+    let params = BucketParams::new(20, 0.001).expect("valid");
+    let k = key(7);
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let s = if i % 2 == 0 {
+            Arc::clone(&a)
+        } else {
+            Arc::clone(&b)
+        };
+        tasks.push(tokio::spawn(async move { s.take(k, &params).await }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        if matches!(t.await.expect("task").expect("take"), Take::Allowed { .. }) {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 20);
+}
+
+/// Acceptance: after a burst, the takes allowed follow capacity + refill × elapsed on the
+/// database clock, within one token (C-RATE-1, C-RATE-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_1_refill_follows_database_clock() {
+    let store = ready_store(pg_opts(PG, "test")).await;
+    refill_follows_clock(&store).await;
+}
+
+/// Acceptance (C-RATE-7): six OS processes migrating one empty database at once all succeed,
+/// and each migration is applied exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_7_six_processes_migrate_one_database() {
+    let db = create_database().await;
+    let exe = env!("CARGO_BIN_EXE_weir-storage-migrate");
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            std::process::Command::new(exe)
+                .env("WEIR_PG_DB", &db)
+                .env("WEIR_PG_USER", pg_user())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn migrator")
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("migrator");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "migrator failed: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list = stdout
+            .trim()
+            .strip_prefix("applied")
+            .expect("report")
+            .trim();
+        applied.extend(
+            list.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|v| v.parse::<i32>().expect("version")),
+        );
+    }
+    applied.sort_unstable();
+    let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(
+        applied, all,
+        "each migration applied by exactly one process"
+    );
+    let rows = pg_client(&db)
+        .await
+        .query(
+            "SELECT version, name FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("schema_migrations");
+    let recorded: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let expected: Vec<(i32, String)> = MIGRATIONS
+        .iter()
+        .map(|m| (m.version, m.name.to_owned()))
+        .collect();
+    assert_eq!(recorded, expected);
+    // The schema works.
+    let store = ready_store(pg_opts(PG, &db)).await;
+    let params = BucketParams::new(2, 1.0).expect("valid");
+    assert_eq!(
+        store.take(key(1), &params).await,
+        Ok(Take::Allowed { remaining: 1 })
+    );
+    drop(store);
+    drop_database(&db).await;
+}
+
+/// C-RATE-7: the `MIGRATE_ONLY=true` entry migrates from the validated `database` settings;
+/// a second run applies nothing; TLS sslmodes are refused rather than silently downgraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_7_migrate_only_entry() {
+    assert!(weir_storage::migrate_only_requested(Some("true")));
+    assert!(!weir_storage::migrate_only_requested(Some("1")));
+    assert!(!weir_storage::migrate_only_requested(None));
+    let db = create_database().await;
+    let mut settings = DatabaseSettings {
+        host: "127.0.0.1".into(),
+        port: PG,
+        user: pg_user(),
+        name: db.clone(),
+        sslmode: "disable".into(),
+        password: Secret::new(""),
+        connect_timeout: Duration::from_secs(2),
+        max_open_connections: 2,
+    };
+    let first = weir_storage::migrate_only(&settings)
+        .await
+        .expect("migrate");
+    assert_eq!(first.applied.len(), MIGRATIONS.len());
+    let second = weir_storage::migrate_only(&settings)
+        .await
+        .expect("migrate");
+    assert!(second.applied.is_empty() && second.unknown.is_empty());
+    settings.sslmode = "verify-full".into();
+    assert!(matches!(
+        weir_storage::migrate_only(&settings).await,
+        Err(StoreError::Config(_))
+    ));
+    drop_database(&db).await;
+}
+
+/// Acceptance (C-RATE-5), for one policy: PostgreSQL unreachable at start (the proxy is not
+/// listening), then reachable; `pg_terminate_backend` of the pool under load; an outage (proxy
+/// off, every connection cut) and return under load. Every request gets the store's or the
+/// policy's answer, none waits past the operation timeout, and within 1 s of the store's return
+/// the requests use it again.
+async fn outage_scenario(mode: FailureMode) {
+    let timeout = Duration::from_millis(150);
+    let mut proxy = Proxy::new(PG);
+    let mut opts = pg_opts(proxy.port, "test");
+    opts.max_connections = 4;
+    let app = opts.application_name.clone();
+    let rate = rate(1_000_000, 1_000_000.0, StorageKind::Postgres, mode, timeout);
+    let limiter = Arc::new(
+        RateLimiter::new(
+            StoreKind::Postgres(Box::new(PostgresStore::new(opts).expect("store"))),
+            &rate,
+            7,
+        )
+        .expect("limiter"),
+    );
+    let clock = Clock::new();
+    assert!(limiter.prepare(timeout, clock.now()).await.is_err());
+    let stop = Arc::new(AtomicBool::new(false));
+    let records = load(
+        Arc::clone(&limiter),
+        rate.clone(),
+        clock,
+        6,
+        Arc::clone(&stop),
+    );
+
+    // Down at start.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!limiter.store_up());
+    assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
+    let t_start = clock.elapsed();
+    proxy.start().await;
+    let t_back = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(limiter.store_up() && limiter.ready(mode) && !limiter.degraded(mode));
+
+    // Connection loss under load.
+    let t_kill = clock.elapsed();
+    let killed = pg_client("test")
+        .await
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .expect("terminate");
+    assert!(!killed.is_empty(), "no backend terminated");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    // Outage and return under load.
+    let t_stop_begin = clock.elapsed();
+    proxy.stop().await;
+    let t_down = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_restart = clock.elapsed();
+    proxy.start().await;
+    let t_back2 = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let records = records.await.expect("load");
+    proxy.stop().await;
+
+    assert_bounded(&records, timeout);
+    assert_policy_between(&records, Duration::ZERO, t_start);
+    let d1 = assert_recovered(&records, t_back, t_kill);
+    let d2 = assert_recovered(&records, t_kill, t_stop_begin);
+    assert_policy_between(&records, t_down, t_restart);
+    let d3 = assert_recovered(&records, t_back2, Duration::MAX);
+    let h = limiter.health();
+    assert!(h.failures_total >= 2 && h.recoveries_total >= 2, "{h:?}");
+    eprintln!(
+        "{mode}: {} requests; back on the store after {d1:?}, {d2:?}, {d3:?}",
+        records.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_fail_open() {
+    outage_scenario(FailureMode::FailOpen).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_fail_closed() {
+    outage_scenario(FailureMode::FailClosed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_local_fallback() {
+    outage_scenario(FailureMode::LocalFallback).await;
+}

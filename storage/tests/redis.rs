@@ -1,0 +1,381 @@
+//! The Redis store against the real Redis on 127.0.0.1:6379 and private `redis-server`s
+//! (C-RATE-1, C-RATE-3, C-RATE-5, C-RATE-6).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use common::*;
+use weir_core::bucket::{BucketParams, Take};
+use weir_core::rate::{FailureMode, StorageKind};
+use weir_storage::{RateLimiter, RedisStore, Store, StoreError, StoreKind, Verdict};
+
+const REDIS: u16 = 6379;
+
+async fn get_raw(store: &RedisStore, port: u16, k: weir_core::rate::ClientKey) -> Option<String> {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd("GET")
+        .arg(store.redis_key(k))
+        .query_async(&mut c)
+        .await
+        .expect("GET")
+}
+
+/// C-RATE-3: the script is weir-core's GCRA step on the server clock: replaying
+/// `BucketParams::take` on the stored state with the server's now gives the same `Take` and
+/// the same new state, for several bucket shapes, through allowed and denied takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_script_matches_core_arithmetic() {
+    let store = RedisStore::new(redis_opts(REDIS)).expect("store");
+    for (i, (capacity, refill)) in [
+        (5u64, 10.0f64),
+        (3, 3.0),
+        (1, 0.4),
+        (100, 1000.0),
+        (7, 123.456),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let params = BucketParams::new(capacity, refill).expect("valid");
+        let k = key(i as u32);
+        let mut tat = 0u64;
+        for _ in 0..(capacity + 5) {
+            let (take, now) = store.take_traced(k, &params).await.expect("take");
+            let (expected, new_tat) = params.take(tat, now);
+            assert_eq!(take, expected, "capacity {capacity} refill {refill}");
+            let stored = get_raw(&store, REDIS, k)
+                .await
+                .map_or(0, |s| s.parse::<u64>().expect("a number"));
+            assert_eq!(stored, new_tat, "stored tat");
+            tat = new_tat;
+        }
+    }
+}
+
+/// C-RATE-3: the key TTL is the full refill time plus the margin; peek reads without taking;
+/// reset refills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_ttl_peek_reset() {
+    let store = RedisStore::new(redis_opts(REDIS)).expect("store");
+    let params = BucketParams::new(4, 2.0).expect("valid"); // full refill 2 s
+    let k = key(1);
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
+    store.take(k, &params).await.expect("take");
+    store.take(k, &params).await.expect("take");
+    let milli = store.peek(k, &params).await.expect("peek");
+    assert!((2000..2100).contains(&milli), "peek {milli}");
+    let mut c = redis::Client::open("redis://127.0.0.1:6379/")
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(store.redis_key(k))
+        .query_async(&mut c)
+        .await
+        .expect("PTTL");
+    assert!(
+        (2900..=3000).contains(&pttl),
+        "ttl {pttl} ms = 2 s refill + 1 s margin"
+    );
+    store.reset(k).await.expect("reset");
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
+    store.health().await.expect("health");
+}
+
+/// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
+/// exactly 20 allowed (C-RATE-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_atomic_across_two_replicas() {
+    let opts = redis_opts(REDIS);
+    let a = Arc::new(RedisStore::new(opts.clone()).expect("store a"));
+    let b = Arc::new(RedisStore::new(opts).expect("store b"));
+    let params = BucketParams::new(20, 0.001).expect("valid");
+    let k = key(7);
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let s = if i % 2 == 0 {
+            Arc::clone(&a)
+        } else {
+            Arc::clone(&b)
+        };
+        tasks.push(tokio::spawn(async move { s.take(k, &params).await }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        if matches!(t.await.expect("task").expect("take"), Take::Allowed { .. }) {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 20);
+}
+
+/// Acceptance: after a burst, the takes allowed follow capacity + refill × elapsed on the
+/// server clock, within one token (C-RATE-1, C-RATE-3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_1_refill_follows_server_clock() {
+    let store = RedisStore::new(redis_opts(REDIS)).expect("store");
+    refill_follows_clock(&store).await;
+}
+
+/// The script is reloaded after `SCRIPT FLUSH` (EVALSHA answers NOSCRIPT).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evalsha_reloads_on_noscript() {
+    let server = RedisServer::start(None, &[]);
+    let store = RedisStore::new(redis_opts(server.port)).expect("store");
+    let params = BucketParams::new(3, 1.0).expect("valid");
+    assert_eq!(
+        store.take(key(1), &params).await,
+        Ok(Take::Allowed { remaining: 2 })
+    );
+    let mut c = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .expect("flush");
+    assert_eq!(
+        store.take(key(1), &params).await,
+        Ok(Take::Allowed { remaining: 1 })
+    );
+}
+
+/// Acceptance (C-RATE-6): a private Redis with maxmemory 1mb and noeviction, filled up: takes
+/// fail as store errors (out of memory), and the policy applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_6_maxmemory_is_a_store_failure() {
+    let server = RedisServer::start(
+        None,
+        &["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"],
+    );
+    let store = RedisStore::new(redis_opts(server.port)).expect("store");
+    let params = BucketParams::new(3, 1.0).expect("valid");
+    store
+        .take(key(1), &params)
+        .await
+        .expect("room before filling");
+    let mut c = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let blob = vec![b'x'; 16 * 1024];
+    let mut filled = false;
+    for i in 0..1000 {
+        let r: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("fill:{i}"))
+            .arg(&blob)
+            .query_async(&mut c)
+            .await;
+        if r.is_err() {
+            filled = true;
+            break;
+        }
+    }
+    assert!(filled, "maxmemory never reached");
+    let err = store
+        .take(key(2), &params)
+        .await
+        .expect_err("a write must fail");
+    assert!(matches!(err, StoreError::OutOfMemory(_)), "{err:?}");
+
+    // The policies apply to it (fail-closed answers 503; local-fallback decides locally).
+    for mode in [
+        FailureMode::FailClosed,
+        FailureMode::LocalFallback,
+        FailureMode::FailOpen,
+    ] {
+        let rate = rate(3, 1.0, StorageKind::Redis, mode, Duration::from_millis(200));
+        let limiter = RateLimiter::new(
+            StoreKind::Redis(RedisStore::new(redis_opts(server.port)).expect("store")),
+            &rate,
+            1,
+        )
+        .expect("limiter");
+        let clock = Clock::new();
+        let v = limiter.check(key(3), &rate, clock.now()).await;
+        assert_eq!(
+            classify(&v, StorageKind::Redis, mode),
+            Answer::Policy,
+            "{mode}"
+        );
+        assert!(matches!(
+            limiter.health().last_error,
+            Some(StoreError::OutOfMemory(_))
+        ));
+        assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
+        assert_eq!(limiter.degraded(mode), mode != FailureMode::FailClosed);
+        if mode == FailureMode::FailClosed {
+            assert_eq!(v, Verdict::Unavailable);
+            assert_eq!(v.status(), Some(503));
+        }
+    }
+}
+
+/// Acceptance (C-RATE-5), for one policy: Redis down at start (nothing on the port), then
+/// started; `CLIENT KILL` under load; killed and restarted under load. Every request gets the
+/// store's or the policy's answer, none waits past the operation timeout, and within 1 s of
+/// the store's return the requests use it again.
+async fn outage_scenario(mode: FailureMode) {
+    let timeout = Duration::from_millis(100);
+    let mut server = RedisServer::not_started(free_port(), &[]);
+    let rate = rate(1_000_000, 1_000_000.0, StorageKind::Redis, mode, timeout);
+    let limiter = Arc::new(
+        RateLimiter::new(
+            StoreKind::Redis(RedisStore::new(redis_opts(server.port)).expect("store")),
+            &rate,
+            7,
+        )
+        .expect("limiter"),
+    );
+    let clock = Clock::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let records = load(
+        Arc::clone(&limiter),
+        rate.clone(),
+        clock,
+        6,
+        Arc::clone(&stop),
+    );
+
+    // Down at start.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!limiter.store_up());
+    assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
+    assert_eq!(limiter.degraded(mode), mode != FailureMode::FailClosed);
+    let t_start = clock.elapsed();
+    server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .expect("start");
+    let t_back = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(limiter.store_up() && limiter.ready(mode) && !limiter.degraded(mode));
+
+    // Connection loss under load.
+    let t_kill = clock.elapsed();
+    let mut c = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut c)
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "no connection killed");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    // Killed and restarted under load.
+    let t_stop_begin = clock.elapsed();
+    server = tokio::task::spawn_blocking(move || {
+        server.stop();
+        server
+    })
+    .await
+    .expect("stop");
+    let t_down = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_restart = clock.elapsed();
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .expect("restart");
+    let t_back2 = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let records = records.await.expect("load");
+    drop(server);
+
+    assert_bounded(&records, timeout);
+    assert_policy_between(&records, Duration::ZERO, t_start);
+    let d1 = assert_recovered(&records, t_back, t_kill);
+    let d2 = assert_recovered(&records, t_kill, t_stop_begin);
+    assert_policy_between(&records, t_down, t_restart);
+    let d3 = assert_recovered(&records, t_back2, Duration::MAX);
+    let h = limiter.health();
+    assert!(h.failures_total >= 2 && h.recoveries_total >= 2, "{h:?}");
+    eprintln!(
+        "{mode}: {} requests; back on the store after {d1:?}, {d2:?}, {d3:?}",
+        records.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_fail_open() {
+    outage_scenario(FailureMode::FailOpen).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_fail_closed() {
+    outage_scenario(FailureMode::FailClosed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_outages_local_fallback() {
+    outage_scenario(FailureMode::LocalFallback).await;
+}
+
+/// C-RATE-5: a fail-closed replica gets no traffic while not ready; the recovery probe alone
+/// brings it back within 1 s of the store's return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_5_probe_recovers_without_traffic() {
+    let timeout = Duration::from_millis(100);
+    let mut server = RedisServer::not_started(free_port(), &[]);
+    let rate = rate(
+        10,
+        10.0,
+        StorageKind::Redis,
+        FailureMode::FailClosed,
+        timeout,
+    );
+    let limiter = RateLimiter::new(
+        StoreKind::Redis(RedisStore::new(redis_opts(server.port)).expect("store")),
+        &rate,
+        7,
+    )
+    .expect("limiter");
+    let clock = Clock::new();
+    assert!(limiter.prepare(timeout, clock.now()).await.is_err());
+    assert!(!limiter.ready(FailureMode::FailClosed));
+    assert!(!limiter.probe(&rate, clock.now()).await);
+    server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .expect("start");
+    let back = clock.elapsed();
+    while !limiter.probe(&rate, clock.now()).await {
+        assert!(
+            clock.elapsed() - back < Duration::from_secs(1),
+            "not ready 1 s after"
+        );
+        tokio::time::sleep(limiter.retry_interval() / 4).await;
+    }
+    assert!(limiter.ready(FailureMode::FailClosed));
+    let v = limiter.check(key(1), &rate, clock.now()).await;
+    assert_eq!(
+        classify(&v, StorageKind::Redis, FailureMode::FailClosed),
+        Answer::Store
+    );
+    drop(server);
+}
