@@ -124,7 +124,7 @@ impl Handler<'_> {
                 } else {
                     client_error(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: no backend available or shutting down",
+                        "not ready: no backend available, rate-limit store down (fail-closed), or shutting down",
                         &answer,
                         guard,
                     )
