@@ -499,8 +499,14 @@ impl Attempts<'_, '_> {
             tokio::spawn(async move {
                 let _alive = alive;
                 let _permit = permit;
-                let _conn = conn;
-                let end = match tokio::try_join!(client_upgrade, backend_upgrade) {
+                // The backend side upgrades when its connection future runs to the hand-over.
+                let backend_side = async move {
+                    if let Some(driver) = conn.into_driver() {
+                        let _ = driver.await;
+                    }
+                    backend_upgrade.await
+                };
+                let end = match tokio::try_join!(client_upgrade, backend_side) {
                     Ok((client, backend)) => {
                         let mut client = TokioIo::new(client);
                         let mut backend = TokioIo::new(backend);
