@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use weir_conformance::backend::Backend;
 use weir_conformance::client::{Req, Resp, try_send};
-use weir_conformance::config::Config;
+use weir_conformance::config::{ADMIN_TOKEN, Config};
 use weir_conformance::harness::{Binary, Proxy, StartOptions};
 
 const REDIS: u16 = 6379;
@@ -146,10 +146,16 @@ fn with_postgres(c: Config, port: u16, db: &str) -> Config {
         .set("database.max_open_connections", 4)
 }
 
-/// Start a proxy on `config` with the PostgreSQL password variable set (trust auth ignores it).
+/// Start a proxy on `config` with the PostgreSQL password variable set (trust auth ignores it),
+/// and the management listener when the config enables it.
 async fn start(config: &Config) -> Proxy {
+    let mut env = config.env();
+    env.push((PG_PASSWORD_ENV.into(), "unused-with-trust-auth".into()));
     let opts = StartOptions {
-        env: vec![(PG_PASSWORD_ENV.into(), "unused-with-trust-auth".into())],
+        management_bind: config
+            .management_enabled()
+            .then(|| "127.0.0.1:0".to_string()),
+        env,
         backends: config.backends_used(),
         ..StartOptions::default()
     };
@@ -170,7 +176,10 @@ async fn request(p: &Proxy, from: IpAddr) -> Resp {
 }
 
 async fn readyz(addr: SocketAddr) -> u16 {
-    match try_send(addr, &Req::get("/readyz").timeout(Duration::from_secs(5))).await {
+    let req = Req::get("/readyz")
+        .header("authorization", &format!("Bearer {ADMIN_TOKEN}"))
+        .timeout(Duration::from_secs(5));
+    match try_send(addr, &req).await {
         Ok(r) => r.status,
         Err(e) => panic!("GET /readyz via {addr}: {e}"),
     }
@@ -287,7 +296,8 @@ async fn c_rate_3_two_processes_share_one_postgres_limit() {
 async fn redis_down_at_start(mode: &str) {
     let b = Backend::start("sw-down").await;
     let config = with_redis(limited(&b, "redis", mode, 3), free_port())
-        .set("rate_limit.operation_timeout", "200ms");
+        .set("rate_limit.operation_timeout", "200ms")
+        .management();
     let p = start(&config).await;
     let ip = client_ip();
     let mut statuses = Vec::new();
@@ -328,6 +338,12 @@ async fn redis_down_at_start(mode: &str) {
     };
     assert_eq!(statuses, want_statuses, "{mode}");
     assert_eq!(readyz(p.public).await, want_ready, "{mode}: /readyz");
+    let management = p.management.expect("management listener");
+    assert_eq!(
+        readyz(management).await,
+        want_ready,
+        "{mode}: management /readyz"
+    );
     let denied_upstream = statuses.iter().filter(|s| **s == 200).count();
     assert_eq!(
         b.count(),
