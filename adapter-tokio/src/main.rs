@@ -182,7 +182,13 @@ async fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(&e),
     };
     if weir_storage::migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
-        return migrate_only(&cfg).await;
+        // A migration may queue behind another process's on the advisory lock: a signal ends
+        // the wait (the server releases what this session held).
+        return tokio::select! {
+            code = migrate_only(&cfg) => code,
+            _ = term.recv() => fail("MIGRATE_ONLY: interrupted"),
+            _ = int.recv() => fail("MIGRATE_ONLY: interrupted"),
+        };
     }
     let opts = Options {
         public_bind: args.public_bind,
