@@ -10,7 +10,9 @@
 //! Modules: `server` (listeners, workers, client connections, timeouts, shutdown), `proxy` (the
 //! request handler), `upstream` (backend connections and their pool), `body` (response bodies),
 //! `admission` (waiting at the gate), `ratelimit` (the store seam), `health` (probe wiring),
-//! `probe` (probe executors and driver), `management` (the management listener), `demo`.
+//! `probe` (probe executors and driver), `management` (the management listener), `metrics`
+//! (Prometheus exposition), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
+//! path that publishes a new runtime), `demo`. Operating it: docs/operations.md.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
