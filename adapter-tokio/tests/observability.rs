@@ -484,17 +484,22 @@ async fn c_obs_1_client_gone_is_counted_as_499() {
         .management()
         .set("server.access_log_sample_rate", 0.0);
     let p = Proxy::start(&bin(), &cfg).await;
-    let r = weir_conformance::client::try_send(
-        p.public,
-        &Req::get("/held")
-            .header("x-request-id", "gone-1")
-            .timeout(Duration::from_millis(300)),
-    )
-    .await;
-    assert!(r.is_err(), "the client gave up");
+    let public = p.public;
+    let client = tokio::spawn(async move {
+        weir_conformance::client::try_send(
+            public,
+            &Req::get("/held").header("x-request-id", "gone-1"),
+        )
+        .await
+    });
+    // The request reached the backend; now the client goes away.
+    a.wait_in_flight(1, Duration::from_secs(10)).await;
+    client.abort();
+    let _ = client.await;
+    // Counted once the proxy sees the client gone (the backend still holds the answer).
+    let lines = wait_lines(&p, 1).await;
     a.set_mode(Mode::Ok);
     a.release_all();
-    let lines = wait_lines(&p, 1).await;
     assert_eq!(lines.len(), 1, "{lines:?}");
     let f = &lines[0]["fields"];
     assert_eq!(f["status"], 499);
