@@ -46,7 +46,7 @@ pub mod worker;
 use admission::Admission;
 use clock::Clock;
 use probe::HealthDriver;
-use ratelimit::{Limiter, RateStore};
+use ratelimit::{Limiter, RateLimitStatus, RateLimiter};
 use server::ServerLimits;
 use upstream::{Upstream, UpstreamConfig};
 
@@ -58,7 +58,7 @@ pub struct Shared {
     pub runtime: ArcSwap<Runtime>,
     /// The global overload gate (C-LOAD-1; restart-only).
     pub admission: Arc<Admission>,
-    /// The rate limiter (C-RATE-1..5).
+    /// The rate limiter over the store `rate_limit.storage` selects (C-RATE-1..5).
     pub limiter: Limiter,
     /// Backend connections (one idle pool per worker).
     pub upstream: Arc<Upstream>,
@@ -76,16 +76,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Readiness (C-OBS-4): not shutting down, a fail-closed shared rate-limit store not down,
-    /// and some backend available (enabled, not draining, healthy, circuit not open; saturated
-    /// counts as up).
+    /// Readiness (C-OBS-4): not shutting down, the rate-limit store not down under
+    /// `fail-closed` (C-RATE-5), and some backend available (enabled, not draining, healthy,
+    /// circuit not open; saturated counts as up).
     #[must_use]
     pub fn ready(&self) -> bool {
         if self.shutting_down.load(Ordering::Relaxed) {
             return false;
         }
         let rt = self.runtime.load();
-        if metrics::store_blocks_readiness(self, &rt) {
+        if !self.limiter.ready(&rt.config().rate) {
             return false;
         }
         let now = self.clock.now();
@@ -97,6 +97,15 @@ impl Shared {
                 )
             })
         })
+    }
+
+    /// The rate limiter's state under the settings in force: store, up, ready, degraded,
+    /// failure/recovery counters, local buckets (for `/readyz`, the metrics
+    /// `load_balancer_rate_limit_storage_healthy` / `_degraded` / `_local_buckets` /
+    /// `_local_evictions_total`, and `/api/dashboard/status`; C-RATE-5, C-OBS-1, C-MGMT-4).
+    #[must_use]
+    pub fn rate_limit_status(&self) -> RateLimitStatus {
+        self.limiter.status(&self.runtime.load().config().rate)
     }
 
     /// Whether a graceful shutdown has begun (C-PATH-10).
@@ -115,9 +124,9 @@ pub struct Options {
     pub management_bind: Option<SocketAddr>,
     /// Worker threads; default: the number of CPUs.
     pub workers: Option<usize>,
-    /// A shared rate-limit store (Redis, PostgreSQL; C-RATE-3) when `rate_limit.storage` names
-    /// one; without it the local store decides.
-    pub rate_store: Option<Arc<dyn RateStore>>,
+    /// A rate limiter built by the caller (tests); default: the store `rate_limit.storage`
+    /// selects, built from the configuration (C-RATE-3).
+    pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
 /// Why a proxy could not start.
@@ -126,8 +135,9 @@ pub enum StartError {
     /// The runtime snapshot could not be built from the configuration.
     #[error("cannot build the runtime: {0}")]
     Runtime(String),
-    /// The rate-limit store could not be allocated.
-    #[error("cannot allocate the local rate-limit store: {0}")]
+    /// The rate-limit store could not be built (invalid store settings, or the local store
+    /// could not be allocated).
+    #[error("cannot build the rate-limit store: {0}")]
     RateStore(String),
     /// The TLS client configuration could not be built.
     #[error("cannot build the TLS client configuration: {0}")]
@@ -273,8 +283,13 @@ pub async fn start(cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, Start
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
     let response_header_timeout = cfg.server.upstream.response_header_timeout;
     let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
-    let limiter = Limiter::new(&cfg.rate, worker::entropy_seed(), opts.rate_store.clone())
-        .map_err(|e| StartError::RateStore(e.to_string()))?;
+    let limiter = match opts.rate_limiter.clone() {
+        Some(l) => Limiter::new(l),
+        None => Limiter::from_config(&cfg, worker::entropy_seed())
+            .map_err(|e| StartError::RateStore(e.to_string()))?,
+    };
+    // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
+    limiter.prepare(&cfg, clock.now()).await;
     let admission = Arc::new(Admission::new(cfg.gate, clock));
     if cfg.management.enabled && cfg.management.allow_insecure {
         tracing::warn!(
@@ -330,6 +345,10 @@ pub async fn start(cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, Start
         handles,
         shutdown_rx.clone(),
     ))];
+    tasks.push(tokio::spawn(ratelimit::recovery_task(
+        Arc::clone(&shared),
+        shutdown_rx.clone(),
+    )));
     if let Some(listener) = management {
         tasks.push(tokio::spawn(management::serve(
             listener,

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
                     public_bind: Some(args.public_bind),
                     management_bind: Some(args.management_bind),
                     workers: args.workers,
-                    rate_store: None,
+                    rate_limiter: None,
                 };
                 match weir_tokio::demo::run(opts).await {
                     Ok(()) => ExitCode::SUCCESS,
@@ -181,11 +181,20 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
+    if weir_storage::migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
+        // A migration may queue behind another process's on the advisory lock: a signal ends
+        // the wait (the server releases what this session held).
+        return tokio::select! {
+            code = migrate_only(&cfg) => code,
+            _ = term.recv() => fail("MIGRATE_ONLY: interrupted"),
+            _ = int.recv() => fail("MIGRATE_ONLY: interrupted"),
+        };
+    }
     let opts = Options {
         public_bind: args.public_bind,
         management_bind: args.management_bind,
         workers: args.workers,
-        rate_store: None,
+        rate_limiter: None,
     };
     let handle = tokio::select! {
         h = weir_tokio::start(cfg, opts) => match h {
@@ -220,6 +229,28 @@ async fn run(args: RunArgs) -> ExitCode {
     handle.stop().await;
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// `MIGRATE_ONLY=true` (C-RATE-7): apply the PostgreSQL migrations of the configured
+/// `database` and exit without opening any listener: 0 when the schema is migrated (or there is
+/// no database to migrate), 1 with the error on stderr otherwise.
+async fn migrate_only(cfg: &ValidConfig) -> ExitCode {
+    let Some(db) = cfg.database.as_ref() else {
+        tracing::info!("MIGRATE_ONLY: rate_limit.storage is not postgres; nothing to migrate");
+        return ExitCode::SUCCESS;
+    };
+    match weir_storage::migrate_only(db).await {
+        Ok(report) => {
+            tracing::info!(
+                applied = ?report.applied,
+                unknown = ?report.unknown,
+                database = %db.name,
+                "MIGRATE_ONLY: migrations applied; exiting"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&format!("MIGRATE_ONLY: cannot migrate {}: {e}", db.name)),
+    }
 }
 
 /// `{"public":"…","management":"…"|null,"pid":N}` written to FILE.tmp, then renamed.

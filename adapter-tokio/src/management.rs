@@ -11,7 +11,7 @@
 //!   C-OBS-1), `/api/dashboard/status` (`mgmt::status_document` with this process's facts), and
 //!   `/api/dashboard/request` (below);
 //! - `Reply`: the answer as core spells it (refusals included, `Cache-Control: no-store`);
-//! - `RefillBucket`: the caller's bucket in the local store set to the given tokens;
+//! - `RefillBucket`: the caller's bucket set to the given tokens in the store in force;
 //! - `Publish`: the new runtime through [`reload::install`], the path SIGHUP uses (C-CONF-8).
 //!
 //! Every request is counted in `load_balancer_http_requests_total{listener="management"}`;
@@ -59,9 +59,6 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most bytes of the synthetic request's response body shown by `/api/dashboard/request`.
 const DASHBOARD_BODY_BYTES: usize = 4096;
-
-/// Most single-token steps a bucket refill takes (see [`refill`]).
-const MAX_REFILL_STEPS: u64 = 1_000_000;
 
 /// Resolve `management.address` (an empty host listens on every interface).
 pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
@@ -236,10 +233,10 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
             key,
             tokens,
             reply: r,
-        } => {
-            refill(shared, key, tokens, &rt.config().rate);
-            reply(&r, req.rid)
-        }
+        } => match refill(shared, key, tokens, &rt.config().rate).await {
+            Ok(()) => reply(&r, req.rid),
+            Err(message) => problem(503, &message, Vec::new(), req.rid),
+        },
         Decision::Publish { runtime, reply: r } => {
             let result = reload::install(shared, rt, *runtime).await;
             shared
@@ -318,7 +315,7 @@ async fn read(
                 instance_id: shared.control.instance_id(),
                 ready: shared.ready(),
                 client: req.client,
-                bucket: bucket_facts(shared, &rt.config().rate, req.client),
+                bucket: bucket_facts(shared, &rt.config().rate, req.client).await,
                 gate_in_flight: gate.in_flight(),
                 gate_queued: gate.queued(),
             };
@@ -348,38 +345,39 @@ async fn read(
     }
 }
 
-/// The caller's bucket, read without taking a token (C-MGMT-4).
-fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> BucketFacts {
+/// The caller's bucket, read without taking a token from the store in force (C-MGMT-4). A
+/// store that cannot answer reads as empty, marked degraded.
+async fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> BucketFacts {
     if !rate.enabled() {
         return BucketFacts::default();
     }
     let key = rate.key().key(client);
-    let milli = shared
-        .limiter
-        .local()
-        .peek(key, &rate.bucket(), shared.clock.now());
-    BucketFacts {
-        tokens: milli / 1000,
-        degraded: shared.metrics.degraded(),
+    let degraded = shared.rate_limit_status().degraded;
+    match shared.limiter.peek(key, rate, shared.clock.now()).await {
+        Ok(milli) => BucketFacts {
+            tokens: milli / 1000,
+            degraded,
+        },
+        Err(_) => BucketFacts {
+            tokens: 0,
+            degraded: true,
+        },
     }
 }
 
-/// `POST /api/dashboard/limit`: make `key`'s bucket in the local store hold `tokens` tokens.
-/// The local store offers a full reset and single-token takes, so the bucket is reset and then
-/// `capacity - tokens` tokens are taken at one instant (GCRA: exactly `tokens` remain), at most
-/// [`MAX_REFILL_STEPS`] of them.
-///
-/// HOOK(storewire): a shared store (Redis, PostgreSQL) needs its own "set bucket" operation;
-/// until the limiter has one, only the local store's bucket is set.
-fn refill(shared: &Shared, key: ClientKey, tokens: u64, rate: &RateParams) {
-    let local = shared.limiter.local();
-    let bucket = rate.bucket();
-    let now = shared.clock.now();
-    local.reset(key);
-    let spend = rate.capacity().saturating_sub(tokens).min(MAX_REFILL_STEPS);
-    for _ in 0..spend {
-        let _ = local.take(key, &bucket, now);
-    }
+/// `POST /api/dashboard/limit`: make `key`'s bucket hold `tokens` tokens in the store in force
+/// (and the local one). A shared-store failure answers `503` with what happened.
+async fn refill(
+    shared: &Shared,
+    key: ClientKey,
+    tokens: u64,
+    rate: &RateParams,
+) -> Result<(), String> {
+    shared
+        .limiter
+        .set_tokens(key, rate, tokens, shared.clock.now())
+        .await
+        .map_err(|e| format!("the rate-limit store did not answer: {e}"))
 }
 
 /// Read at most `mgmt::MAX_BODY_BYTES + 1` bytes of a body (C-MGMT-2: one byte more shows an

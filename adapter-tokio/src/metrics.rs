@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -42,12 +42,11 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use weir_core::pool::Availability;
-use weir_core::rate::{FailureMode, StorageKind};
+use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
 use weir_core::runtime::Runtime;
 
 use crate::Shared;
-use crate::ratelimit::RateCheck;
 
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -321,19 +320,12 @@ impl BackendTable {
     }
 }
 
-/// What the data plane last saw of the shared rate-limit store.
-const STORE_UNKNOWN: u8 = 0;
-const STORE_UP: u8 = 1;
-const STORE_DOWN: u8 = 2;
-
 /// The process's metrics. See the module doc.
 #[derive(Debug)]
 pub struct Metrics {
     requests: [RequestMetrics; 2],
     protection: [AtomicU64; ProtectionReason::ALL.len()],
     backends: ArcSwap<BackendTable>,
-    store: AtomicU8,
-    degraded: AtomicBool,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
 }
@@ -352,8 +344,6 @@ impl Metrics {
             requests: [RequestMetrics::new(), RequestMetrics::new()],
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
-            store: AtomicU8::new(STORE_UNKNOWN),
-            degraded: AtomicBool::new(false),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -389,40 +379,6 @@ impl Metrics {
             .store(Arc::new(BackendTable::build(ids, &previous)));
     }
 
-    /// Record what a rate-limit check says about the shared store (C-RATE-5): a shared-store
-    /// answer that is not degraded means the store is up; a degraded answer or a fail-closed
-    /// refusal means it is down. Local-store answers say nothing about a shared store.
-    pub fn rate_check(&self, check: &RateCheck, storage: StorageKind) {
-        match check {
-            RateCheck::Off => {}
-            RateCheck::Outcome(o) if o.degraded => {
-                self.degraded.store(true, Ordering::Relaxed);
-                self.store.store(STORE_DOWN, Ordering::Relaxed);
-            }
-            RateCheck::Outcome(_) => {
-                if storage.is_shared() {
-                    self.degraded.store(false, Ordering::Relaxed);
-                    self.store.store(STORE_UP, Ordering::Relaxed);
-                }
-            }
-            RateCheck::StoreUnavailable => {
-                self.store.store(STORE_DOWN, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Whether the last shared-store call failed (degraded answers or fail-closed refusals).
-    #[must_use]
-    pub fn store_down(&self) -> bool {
-        self.store.load(Ordering::Relaxed) == STORE_DOWN
-    }
-
-    /// Whether the last rate-limit answer was degraded (C-RATE-5).
-    #[must_use]
-    pub fn degraded(&self) -> bool {
-        self.degraded.load(Ordering::Relaxed)
-    }
-
     /// Count a reload or management change that was published (`applied`) or not.
     pub fn reload(&self, source: ReloadSource, applied: bool) {
         let i = match source {
@@ -442,27 +398,8 @@ impl Metrics {
     }
 }
 
-/// Whether `shared`'s store answers keep the process from being ready (C-OBS-4, C-RATE-5): rate
-/// limiting on, a shared store, `fail-closed`, and the store down.
-///
-/// Store health comes from what the data plane last saw of the store ([`Metrics::store_down`]).
-/// HOOK(storewire): when the limiter gains a store-health getter (a store that pings itself
-/// while no traffic flows), read it here as well, so readiness returns without traffic.
-#[must_use]
-pub fn store_blocks_readiness(shared: &Shared, rt: &Runtime) -> bool {
-    let rate = &rt.config().rate;
-    rate.enabled()
-        && rate.storage().is_shared()
-        && rate.failure_mode() == FailureMode::FailClosed
-        && shared.metrics.store_down()
-}
-
-/// The rate-limit store's gauges (C-OBS-1), read in one place.
-///
-/// HOOK(storewire): once the limiter exposes its state (`Shared::rate_limit_status()`:
-/// storage, `storage_healthy()`, `degraded`, `local_buckets`, `local_evictions`), read it here
-/// instead of what the data plane last saw ([`Metrics::rate_check`]), and drop
-/// [`store_blocks_readiness`] in favour of the limiter's own readiness.
+/// The rate-limit store's gauges (C-OBS-1), from the limiter's own state
+/// ([`Shared::rate_limit_status`]).
 #[derive(Debug, Clone, Copy)]
 struct RateGauges {
     storage: StorageKind,
@@ -473,17 +410,18 @@ struct RateGauges {
 }
 
 impl RateGauges {
-    fn read(shared: &Shared, rt: &Runtime) -> RateGauges {
-        let rate = &rt.config().rate;
-        let storage = rate.storage();
-        let m = &shared.metrics;
-        let local = shared.limiter.local();
+    fn read(shared: &Shared, _rt: &Runtime) -> RateGauges {
+        let status = shared.rate_limit_status();
         RateGauges {
-            storage,
-            healthy: !storage.is_shared() || !m.store_down(),
-            degraded: rate.enabled() && m.degraded(),
-            local_buckets: local.len(),
-            local_evictions: local.evictions(),
+            storage: if status.enabled {
+                status.storage
+            } else {
+                StorageKind::Disabled
+            },
+            healthy: status.storage_healthy(),
+            degraded: status.degraded,
+            local_buckets: status.local_buckets,
+            local_evictions: status.local_evictions,
         }
     }
 }

@@ -193,7 +193,7 @@ impl Handler<'_> {
                 } else {
                     client_error(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: no backend available or shutting down",
+                        "not ready: no backend available, rate-limit store down (fail-closed), or shutting down",
                         &answer,
                         guard,
                     )
@@ -224,7 +224,6 @@ impl Handler<'_> {
             .limiter
             .check(&rate_params, resolution.client, clock.now())
             .await;
-        shared.metrics.rate_check(&check, rate_params.storage());
         match check {
             RateCheck::Off => {}
             RateCheck::Outcome(o) if o.is_allowed() => answer.rate = Some(o),

@@ -1,149 +1,296 @@
-//! Rate limiting on the request path (C-RATE-1, C-RATE-2, C-RATE-4, C-RATE-5), over a store
-//! seam so the shared stores of `weir-storage` plug in without touching the proxy.
+//! Rate limiting on the request path (C-RATE-1..5) over the store `rate_limit.storage` selects:
+//! `local` (weir-core's [`LocalStore`]), `redis` or `postgres` (the shared stores of
+//! `weir-storage`, C-RATE-3).
 //!
-//! weir-core decides everything: the client key ([`KeyParams::key`], C-RATE-2), the bucket step
-//! (GCRA in [`LocalStore`], C-RATE-1, C-RATE-4), what a shared-store failure means
-//! ([`on_store_failure`], C-RATE-5) and the headers ([`RateOutcome::headers`]). This module only
-//! calls the store, bounds a shared store's call by `operation_timeout`, and returns the outcome.
+//! weir-core decides the client key ([`KeyParams::key`](weir_core::rate::KeyParams::key),
+//! C-RATE-2), the bucket step (GCRA), what a store failure means
+//! ([`on_store_failure`](weir_core::rate::on_store_failure), C-RATE-5) and the headers
+//! ([`RateOutcome::headers`]); `weir-storage`'s [`RateLimiter`] bounds every store call by
+//! `rate_limit.operation_timeout`, applies the failure policy, keeps the store's health and
+//! spaces recovery trials. This module builds that limiter from the configuration, prepares the
+//! store at start (PostgreSQL migrations, a first Redis connection; a failure is logged, never
+//! fatal: the process starts with the store down), runs the recovery task that calls
+//! [`RateLimiter::probe`] every [`RateLimiter::retry_interval`] (so a replica without traffic,
+//! such as a fail-closed one taken out of rotation by its readiness, returns to the store by
+//! itself), and reports the state for readiness, metrics and the status endpoint
+//! ([`RateLimitStatus`], read through [`Shared::rate_limit_status`](crate::Shared::rate_limit_status)).
 //!
-//! The local store is called synchronously (a short per-shard lock, no await); a shared store is
-//! a [`RateStore`] trait object whose `take` is a boxed future.
+//! Runtimes: the store clients are tokio's and are runtime-agnostic once built. The limiter is
+//! built on the control runtime; each Redis or PostgreSQL connection is driven by the runtime
+//! that opened it (the control runtime for the start-up and probe calls, a worker's for a
+//! request that found no connection). Calls from any runtime go through channels.
 
-use std::future::Future;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::sync::watch;
 use weir_core::Instant;
-use weir_core::bucket::{BucketParams, Take};
-use weir_core::rate::{
-    ClientKey, FailureDecision, LocalStore, LocalStoreError, RateOutcome, RateParams, StorageKind,
-    on_store_failure,
-};
+use weir_core::config::ValidConfig;
+use weir_core::rate::{ClientKey, FailureMode, LocalStore, RateOutcome, RateParams, StorageKind};
+use weir_storage::{PostgresOptions, PostgresStore, RedisOptions, RedisStore, StoreKind, Verdict};
 
-/// Why a shared store could not answer (the failure policy decides what it means, C-RATE-5).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
+pub use weir_storage::{RateLimiter, StoreError, StoreHealth};
 
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-/// The answer of a shared store's `take`.
-pub type TakeFuture<'a> = Pin<Box<dyn Future<Output = Result<Take, StoreError>> + Send + 'a>>;
-
-/// A shared rate-limit store (Redis, PostgreSQL; C-RATE-3): one atomic GCRA step per call.
-pub trait RateStore: Send + Sync + std::fmt::Debug {
-    /// Which store this is (`X-RateLimit-Storage`).
-    fn kind(&self) -> StorageKind;
-    /// Take one token from `key`'s bucket with shape `params`.
-    fn take<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> TakeFuture<'a>;
-}
+use crate::Shared;
 
 /// The limiter's answer for one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RateCheck {
     /// Rate limiting is off: no decision, no headers.
     Off,
-    /// Allowed or denied, with the C-RATE-1 headers.
+    /// Allowed or denied, with the C-RATE-1 headers (`X-RateLimit-Storage` names the store that
+    /// decided; `X-RateLimit-Degraded: true` when a fallback did, C-RATE-5).
     Outcome(RateOutcome),
     /// The shared store failed and the policy is `fail-closed`: `503` (C-RATE-5).
     StoreUnavailable,
 }
 
-/// The process's rate limiter: the local store, and the shared store when one is configured.
+/// The rate limiter's state for readiness (C-OBS-4), metrics (C-OBS-1:
+/// `load_balancer_rate_limit_storage_healthy`, `load_balancer_rate_limit_degraded`) and
+/// `/api/dashboard/status` (C-MGMT-4), under the rate settings in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitStatus {
+    /// `rate_limit.enabled` in force.
+    pub enabled: bool,
+    /// The store built at start (`local`, `redis`, `postgres`; restart-only).
+    pub storage: StorageKind,
+    /// `rate_limit.failure_mode` in force.
+    pub failure_mode: FailureMode,
+    /// False only while limiting is on, the shared store is down and the mode is
+    /// `fail-closed` (`/readyz` is then `503`, C-RATE-5, C-OBS-4).
+    pub ready: bool,
+    /// Responses are being decided by a fallback: limiting is on, the shared store is down and
+    /// the mode is `fail-open` or `local-fallback`.
+    pub degraded: bool,
+    /// The store's health: up, failure and recovery counters, the last error. `up` is always
+    /// true for the local store.
+    pub health: StoreHealth,
+    /// Buckets in the local store (`load_balancer_rate_limit_local_buckets`).
+    pub local_buckets: usize,
+    /// Keys the local store evicted (`load_balancer_rate_limit_local_evictions_total`).
+    pub local_evictions: u64,
+}
+
+impl RateLimitStatus {
+    /// `load_balancer_rate_limit_storage_healthy`: 1 while the store answers.
+    #[must_use]
+    pub fn storage_healthy(&self) -> bool {
+        self.health.up
+    }
+}
+
+/// The process's rate limiter: `weir-storage`'s [`RateLimiter`] over the configured store.
 #[derive(Debug)]
 pub struct Limiter {
-    local: LocalStore,
-    shared: Option<Arc<dyn RateStore>>,
+    inner: Arc<RateLimiter>,
 }
 
 impl Limiter {
-    /// A limiter with a local store sized by `params` (C-RATE-4), seeded with `hash_seed` (from
-    /// OS entropy, so clients cannot aim at one shard), and an optional shared store.
-    pub fn new(
-        params: &RateParams,
-        hash_seed: u64,
-        shared: Option<Arc<dyn RateStore>>,
-    ) -> Result<Limiter, LocalStoreError> {
-        Ok(Limiter {
-            local: LocalStore::new(params.local_store(), hash_seed)?,
-            shared,
-        })
+    /// Wrap a limiter built elsewhere (tests inject one through
+    /// [`Options::rate_limiter`](crate::Options::rate_limiter)).
+    #[must_use]
+    pub fn new(inner: Arc<RateLimiter>) -> Limiter {
+        Limiter { inner }
     }
 
-    /// The local store (status: buckets, evictions).
+    /// Build the store `rate_limit.storage` selects and the limiter around it (C-RATE-3).
+    /// Nothing connects here. `hash_seed` seeds the local store (C-RATE-4). Must run inside a
+    /// tokio runtime.
+    ///
+    /// With `rate_limit.enabled: false` the configured store is built all the same (it stays
+    /// idle): `enabled` is reloadable while `storage` is restart-only, so a reload that turns
+    /// limiting on must find the store the file names.
+    pub fn from_config(cfg: &ValidConfig, hash_seed: u64) -> Result<Limiter, StoreError> {
+        let store = if cfg.rate.enabled() {
+            StoreKind::from_config(&cfg.redis, cfg.database.as_ref(), &cfg.rate)?
+        } else {
+            match cfg.config.rate_limit.storage.parse::<StorageKind>() {
+                Ok(StorageKind::Redis) => {
+                    StoreKind::Redis(RedisStore::new(RedisOptions::from_settings(&cfg.redis))?)
+                }
+                Ok(StorageKind::Postgres) => match cfg.database.as_ref() {
+                    Some(db) => StoreKind::Postgres(Box::new(PostgresStore::new(
+                        PostgresOptions::from_settings(db)?,
+                    )?)),
+                    None => StoreKind::Local,
+                },
+                _ => StoreKind::Local,
+            }
+        };
+        Ok(Limiter::new(Arc::new(RateLimiter::new(
+            store, &cfg.rate, hash_seed,
+        )?)))
+    }
+
+    /// The limiter itself (health, peek, reset, probe).
+    #[must_use]
+    pub fn inner(&self) -> &Arc<RateLimiter> {
+        &self.inner
+    }
+
+    /// The local store (primary for `storage: local`, fallback for `local-fallback`).
     #[must_use]
     pub fn local(&self) -> &LocalStore {
-        &self.local
+        self.inner.local()
     }
 
-    /// Take a token for `client` under `params` at `now` (C-RATE-1, C-RATE-2).
+    /// The store built at start.
+    #[must_use]
+    pub fn storage(&self) -> StorageKind {
+        self.inner.storage()
+    }
+
+    /// Take a token for `client` under `params` at `now` (C-RATE-1, C-RATE-2, C-RATE-5). Waits
+    /// at most `params.operation_timeout()` for a shared store, and not at all while the store
+    /// is known to be down and no recovery trial is due.
     pub async fn check(&self, params: &RateParams, client: IpAddr, now: Instant) -> RateCheck {
         if !params.enabled() {
             return RateCheck::Off;
         }
-        let key = params.key().key(client);
-        let bucket = params.bucket();
-        let storage = params.storage();
-        match (&self.shared, storage.is_shared()) {
-            (Some(store), true) => {
-                let result =
-                    tokio::time::timeout(params.operation_timeout(), store.take(key, &bucket))
-                        .await;
-                match result {
-                    Ok(Ok(take)) => RateCheck::Outcome(RateOutcome::from_take(
-                        take,
-                        &bucket,
-                        params.refill_per_second(),
-                        storage,
-                        false,
-                    )),
-                    Ok(Err(_)) | Err(_) => self.on_failure(params, key, now),
-                }
-            }
-            // A shared store configured but not plugged in (or the local store): local.
-            _ => RateCheck::Outcome(self.local_take(params, key, now, storage.is_shared())),
+        match self
+            .inner
+            .check(params.key().key(client), params, now)
+            .await
+        {
+            Verdict::Unlimited => RateCheck::Off,
+            Verdict::Decided(o) => RateCheck::Outcome(o),
+            Verdict::Unavailable => RateCheck::StoreUnavailable,
         }
     }
 
-    fn local_take(
-        &self,
-        params: &RateParams,
-        key: ClientKey,
-        now: Instant,
-        degraded: bool,
-    ) -> RateOutcome {
-        let bucket = params.bucket();
-        let storage = if degraded {
-            StorageKind::Local
-        } else {
-            params.storage()
-        };
-        RateOutcome::from_take(
-            self.local.take(key, &bucket, now),
-            &bucket,
-            params.refill_per_second(),
-            storage,
-            degraded,
-        )
+    /// `/readyz` for the rate limiter under `params` (C-RATE-5, C-OBS-4).
+    #[must_use]
+    pub fn ready(&self, params: &RateParams) -> bool {
+        !params.enabled() || self.inner.ready(params.failure_mode())
     }
 
-    fn on_failure(&self, params: &RateParams, key: ClientKey, now: Instant) -> RateCheck {
-        match on_store_failure(params.failure_mode()) {
-            FailureDecision::AllowDegraded => RateCheck::Outcome(RateOutcome::fail_open(
-                &params.bucket(),
-                params.refill_per_second(),
-                params.storage(),
-            )),
-            FailureDecision::Reject => RateCheck::StoreUnavailable,
-            FailureDecision::DecideLocally => {
-                RateCheck::Outcome(self.local_take(params, key, now, true))
+    /// The state under the rate settings in force (see [`RateLimitStatus`]).
+    #[must_use]
+    pub fn status(&self, params: &RateParams) -> RateLimitStatus {
+        let enabled = params.enabled();
+        let mode = params.failure_mode();
+        let local = self.inner.local();
+        RateLimitStatus {
+            enabled,
+            storage: self.inner.storage(),
+            failure_mode: mode,
+            ready: !enabled || self.inner.ready(mode),
+            degraded: enabled && self.inner.degraded(mode),
+            health: self.inner.health(),
+            local_buckets: local.len(),
+            local_evictions: local.evictions(),
+        }
+    }
+
+    /// Tokens in `key`'s bucket in thousandths, from the store in force, without taking one
+    /// (the status endpoint's `bucket`, C-MGMT-4). A store failure is returned, not decided.
+    pub async fn peek(
+        &self,
+        key: ClientKey,
+        params: &RateParams,
+        now: Instant,
+    ) -> Result<u64, StoreError> {
+        self.inner.peek(key, params, now).await
+    }
+
+    /// Make `key`'s bucket hold `tokens` whole tokens (clamped to the capacity) in the store in
+    /// force and the local one: `weir_core::mgmt::Decision::RefillBucket` (`POST
+    /// /api/dashboard/limit`, C-MGMT-4). Bounded by the operation timeout; a shared-store
+    /// failure is returned (answer `503` with it), not decided by the policy.
+    pub async fn set_tokens(
+        &self,
+        key: ClientKey,
+        params: &RateParams,
+        tokens: u64,
+        now: Instant,
+    ) -> Result<(), StoreError> {
+        self.inner.set_tokens(key, params, tokens, now).await
+    }
+
+    /// The start-up work of a shared store, bounded: PostgreSQL migrations (C-RATE-7), a first
+    /// Redis connection. A failure marks the store down and is logged; the process starts
+    /// anyway (C-RATE-5) and the recovery task brings the store back (PostgreSQL then migrates
+    /// in the background on first use). Nothing to do for the local store or when limiting is
+    /// off.
+    pub async fn prepare(&self, cfg: &ValidConfig, now: Instant) {
+        if !cfg.rate.enabled() || !self.storage().is_shared() {
+            return;
+        }
+        let limit = prepare_limit(cfg);
+        match self.inner.prepare(limit, now).await {
+            Ok(()) => tracing::info!(storage = self.storage().label(), "rate-limit store ready"),
+            Err(e) => tracing::warn!(
+                storage = self.storage().label(),
+                error = %e,
+                failure_mode = cfg.rate.failure_mode().as_str(),
+                "rate-limit store unavailable at start; the failure policy applies until it returns"
+            ),
+        }
+    }
+}
+
+/// How long start-up waits for a shared store: one connection attempt and one answer for
+/// Redis; for PostgreSQL one connection plus time for the migrations, which may queue behind
+/// another replica's on the advisory lock (C-RATE-7).
+fn prepare_limit(cfg: &ValidConfig) -> Duration {
+    match cfg.rate.storage() {
+        StorageKind::Postgres => cfg
+            .database
+            .as_ref()
+            .map_or(Duration::from_secs(5), |d| d.connect_timeout)
+            .saturating_add(Duration::from_secs(10)),
+        _ => cfg
+            .redis
+            .dial_timeout
+            .saturating_add(cfg.redis.read_timeout.max(cfg.redis.write_timeout))
+            .max(cfg.rate.operation_timeout()),
+    }
+}
+
+/// The recovery task (C-RATE-5): every [`RateLimiter::retry_interval`] it calls
+/// [`RateLimiter::probe`] under the rate settings in force, which checks the shared store's
+/// health when it is up or a trial is due; logs each change of the store's state. Ends at
+/// shutdown. Does nothing for the local store.
+pub async fn recovery_task(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let limiter = Arc::clone(shared.limiter.inner());
+    if !limiter.storage().is_shared() {
+        return;
+    }
+    let mut was_up = limiter.store_up();
+    let mut ticks = tokio::time::interval(limiter.retry_interval());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        let rate = shared.runtime.load().config().rate.clone();
+        let up = if rate.enabled() {
+            limiter.probe(&rate, shared.clock.now()).await
+        } else {
+            limiter.store_up()
+        };
+        if up != was_up {
+            let h = limiter.health();
+            if up {
+                tracing::info!(
+                    storage = h.storage.label(),
+                    recoveries_total = h.recoveries_total,
+                    "rate-limit store is back; decisions use it again"
+                );
+            } else {
+                tracing::warn!(
+                    storage = h.storage.label(),
+                    error = h.last_error.as_ref().map(ToString::to_string),
+                    failure_mode = rate.failure_mode().as_str(),
+                    "rate-limit store is down; the failure policy applies"
+                );
             }
+            was_up = up;
         }
     }
 }
@@ -151,30 +298,27 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::rate::{FailureMode, RateConfig};
+    use weir_core::rate::RateConfig;
 
     fn params(cfg: RateConfig) -> RateParams {
         RateParams::new(&cfg).expect("valid rate config")
     }
 
-    #[derive(Debug)]
-    struct Down;
-
-    impl RateStore for Down {
-        fn kind(&self) -> StorageKind {
-            StorageKind::Redis
-        }
-        fn take<'a>(&'a self, _: ClientKey, _: &'a BucketParams) -> TakeFuture<'a> {
-            Box::pin(async { Err(StoreError("down".into())) })
-        }
+    fn local(p: &RateParams) -> Limiter {
+        Limiter::new(Arc::new(
+            RateLimiter::new(StoreKind::Local, p, 1).expect("limiter"),
+        ))
     }
 
     #[tokio::test]
     async fn disabled_is_off() {
         let p = params(RateConfig::default());
-        let l = Limiter::new(&p, 1, None).expect("limiter");
+        let l = local(&p);
         let ip: IpAddr = "10.0.0.1".parse().expect("ip");
         assert_eq!(l.check(&p, ip, Instant::ZERO).await, RateCheck::Off);
+        assert!(l.ready(&p));
+        let s = l.status(&p);
+        assert!(!s.enabled && s.ready && !s.degraded && s.storage_healthy());
     }
 
     /// C-RATE-1, C-RATE-2: local buckets per client network, denial after capacity.
@@ -186,7 +330,7 @@ mod tests {
             refill_per_second: 1.0,
             ..RateConfig::default()
         });
-        let l = Limiter::new(&p, 1, None).expect("limiter");
+        let l = local(&p);
         let ip: IpAddr = "10.0.0.1".parse().expect("ip");
         let now = Instant::from_secs(1);
         let outcomes = [
@@ -198,35 +342,59 @@ mod tests {
             panic!("an outcome")
         };
         assert_eq!(last.status(), Some(429));
+        assert_eq!(last.storage, StorageKind::Local);
         assert!(matches!(outcomes[0], RateCheck::Outcome(o) if o.remaining == 1 && o.is_allowed()));
         let other: IpAddr = "10.0.0.2".parse().expect("ip");
         assert!(matches!(l.check(&p, other, now).await, RateCheck::Outcome(o) if o.is_allowed()));
+        assert_eq!(l.status(&p).local_buckets, 2);
+        // C-MGMT-4: the limit command sets the caller's bucket.
+        let key = p.key().key(ip);
+        l.set_tokens(key, &p, 1, now).await.expect("set");
+        assert_eq!(l.peek(key, &p, now).await, Ok(1000));
     }
 
-    /// C-RATE-5: each failure mode of a shared store that is down.
+    /// C-RATE-5: a Redis store that refuses connections (nothing listens on its port), under
+    /// each failure mode: the policy's answer, readiness and degradation.
     #[tokio::test]
-    async fn c_rate_5_failure_modes() {
+    async fn c_rate_5_failure_modes_with_redis_down() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
         let ip: IpAddr = "10.0.0.1".parse().expect("ip");
-        for (mode, expect) in [
-            (FailureMode::FailOpen, "open"),
-            (FailureMode::FailClosed, "closed"),
-            (FailureMode::LocalFallback, "local"),
+        for mode in [
+            FailureMode::FailOpen,
+            FailureMode::FailClosed,
+            FailureMode::LocalFallback,
         ] {
             let p = params(RateConfig {
                 enabled: true,
                 storage: StorageKind::Redis,
                 failure_mode: mode,
+                capacity: 5,
                 ..RateConfig::default()
             });
-            let l = Limiter::new(&p, 1, Some(Arc::new(Down))).expect("limiter");
-            let got = l.check(&p, ip, Instant::ZERO).await;
-            match (expect, got) {
-                ("open", RateCheck::Outcome(o)) => {
+            let store = RedisStore::new(RedisOptions::new("127.0.0.1", port)).expect("store");
+            let l = Limiter::new(Arc::new(
+                RateLimiter::new(StoreKind::Redis(store), &p, 1).expect("limiter"),
+            ));
+            let got = l.check(&p, ip, Instant::from_secs(1)).await;
+            let s = l.status(&p);
+            assert!(
+                !s.storage_healthy() && s.health.failures_total == 1,
+                "{s:?}"
+            );
+            match (mode, got) {
+                (FailureMode::FailOpen, RateCheck::Outcome(o)) => {
                     assert!(o.is_allowed() && o.degraded && o.storage == StorageKind::Redis);
+                    assert!(s.ready && s.degraded);
                 }
-                ("closed", RateCheck::StoreUnavailable) => {}
-                ("local", RateCheck::Outcome(o)) => {
+                (FailureMode::FailClosed, RateCheck::StoreUnavailable) => {
+                    assert!(!s.ready && !s.degraded && !l.ready(&p));
+                }
+                (FailureMode::LocalFallback, RateCheck::Outcome(o)) => {
                     assert!(o.is_allowed() && o.degraded && o.storage == StorageKind::Local);
+                    assert!(s.ready && s.degraded);
                 }
                 other => panic!("unexpected {other:?}"),
             }

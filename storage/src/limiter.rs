@@ -359,6 +359,28 @@ impl RateLimiter {
         }
     }
 
+    /// Make `key`'s bucket hold `tokens` whole tokens (clamped to the capacity) in the
+    /// configured store and in the local one: the management `limit` command's
+    /// `Decision::RefillBucket` (C-MGMT-4), bounded by the operation timeout. No policy
+    /// applies: a shared-store failure is returned (the local bucket is set regardless, so a
+    /// `local-fallback` replica answers from the value the operator asked for).
+    pub async fn set_tokens(
+        &self,
+        key: ClientKey,
+        rate: &RateParams,
+        tokens: u64,
+        now: Instant,
+    ) -> Result<(), StoreError> {
+        let bucket = rate.bucket();
+        set_local_tokens(&self.local, key, &bucket, tokens, now);
+        let t = rate.operation_timeout();
+        match &self.store {
+            StoreKind::Local => Ok(()),
+            StoreKind::Redis(s) => bounded(t, s.set_tokens(key, &bucket, tokens)).await,
+            StoreKind::Postgres(s) => bounded(t, s.set_tokens(key, &bucket, tokens)).await,
+        }
+    }
+
     async fn take_shared(&self, key: ClientKey, rate: &RateParams) -> Result<Take, StoreError> {
         let bucket = rate.bucket();
         let t = rate.operation_timeout();
@@ -401,6 +423,26 @@ impl RateLimiter {
             .last_error
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+    }
+}
+
+/// Set a local bucket to `tokens` whole tokens at `now` with the operations core's
+/// [`LocalStore`] has: refill it, then take `capacity - tokens` tokens at the same instant
+/// (each take at one instant costs exactly one token of a full bucket). Linear in the tokens
+/// removed; an operator command, not a request-path one. A `LocalStore::set_tokens` in core
+/// (state `now + (capacity - tokens) × interval`) would make it constant time.
+fn set_local_tokens(
+    local: &LocalStore,
+    key: ClientKey,
+    bucket: &weir_core::bucket::BucketParams,
+    tokens: u64,
+    now: Instant,
+) {
+    local.reset(key);
+    for _ in 0..bucket.capacity().saturating_sub(tokens) {
+        if let Take::Denied { .. } = local.take(key, bucket, now) {
+            break;
+        }
     }
 }
 
@@ -458,6 +500,26 @@ mod tests {
         limiter.reset(key(), &rate).await.expect("reset");
         assert_eq!(limiter.peek(key(), &rate, now).await, Ok(2000));
         assert_eq!(limiter.health().failures_total, 0);
+    }
+
+    /// C-MGMT-4: the `limit` command sets the local bucket to n tokens (clamped).
+    #[tokio::test]
+    async fn c_mgmt_4_set_tokens_local() {
+        let rate = params(true);
+        let limiter = RateLimiter::new(StoreKind::Local, &rate, 1).expect("limiter");
+        let now = Instant::from_secs(5);
+        limiter.set_tokens(key(), &rate, 1, now).await.expect("set");
+        assert_eq!(limiter.peek(key(), &rate, now).await, Ok(1000));
+        limiter.set_tokens(key(), &rate, 0, now).await.expect("set");
+        assert_eq!(limiter.check(key(), &rate, now).await.status(), Some(429));
+        limiter.set_tokens(key(), &rate, 9, now).await.expect("set");
+        assert_eq!(limiter.peek(key(), &rate, now).await, Ok(2000));
+        let statuses = [
+            limiter.check(key(), &rate, now).await.status(),
+            limiter.check(key(), &rate, now).await.status(),
+            limiter.check(key(), &rate, now).await.status(),
+        ];
+        assert_eq!(statuses, [None, None, Some(429)]);
     }
 
     /// C-RATE-1: `enabled: false` limits nothing.

@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rate_take",
         sql: include_str!("../migrations/0002_rate_take.sql"),
     },
+    Migration {
+        version: 3,
+        name: "rate_set",
+        sql: include_str!("../migrations/0003_rate_set.sql"),
+    },
 ];
 
 /// The session advisory lock that serialises migrating processes ("weirmigr").
@@ -261,6 +266,7 @@ const TAKE_SQL: &str = "SELECT allowed, value_ns, now_ns FROM weir_rate_take($1,
 const PEEK_SQL: &str = "SELECT (extract(epoch FROM n.t) * 1000000)::bigint * 1000, \
      (SELECT b.tat_ns FROM weir_rate_buckets b WHERE b.key = $1 AND b.expires_at > n.t) \
      FROM (SELECT clock_timestamp() AS t) n";
+const SET_SQL: &str = "SELECT now_ns FROM weir_rate_set($1, $2, $3, $4, $5)";
 const RESET_SQL: &str = "DELETE FROM weir_rate_buckets WHERE key = $1";
 const SWEEP_SQL: &str = "DELETE FROM weir_rate_buckets WHERE key IN (\
      SELECT key FROM weir_rate_buckets WHERE expires_at < clock_timestamp() \
@@ -423,6 +429,30 @@ impl Store for PostgresStore {
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(RESET_SQL).await?;
         client.execute(&stmt, &[&self.row_key(key)]).await?;
+        Ok(())
+    }
+
+    async fn set_tokens(
+        &self,
+        key: ClientKey,
+        params: &BucketParams,
+        tokens: u64,
+    ) -> Result<(), StoreError> {
+        check_params(params)?;
+        self.ensure_schema()?;
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(SET_SQL).await?;
+        let interval = params.interval().as_nanos() as i64;
+        let window = params.full_refill().as_nanos() as i64;
+        let ttl = i64::try_from(ttl_ms(params)).unwrap_or(i64::MAX);
+        // tokens <= capacity and capacity * interval = window < 2^51: fits in i64.
+        let tokens = i64::try_from(tokens.min(params.capacity())).unwrap_or(i64::MAX);
+        client
+            .query_one(
+                &stmt,
+                &[&self.row_key(key), &interval, &window, &ttl, &tokens],
+            )
+            .await?;
         Ok(())
     }
 

@@ -321,6 +321,26 @@ impl Store for RedisStore {
         self.query(&del).await.map(|_| ())
     }
 
+    async fn set_tokens(
+        &self,
+        key: ClientKey,
+        params: &BucketParams,
+        tokens: u64,
+    ) -> Result<(), StoreError> {
+        check_params(params)?;
+        let mut inv = self.script.key(self.redis_key(key));
+        inv.arg("set")
+            .arg(params.interval().as_nanos() as u64)
+            .arg(params.full_refill().as_nanos() as u64)
+            .arg(ttl_ms(params))
+            .arg(tokens.min(params.capacity()));
+        let reply = self.invoke(&inv).await?;
+        match parse_reply(&reply)? {
+            (3, _, _) => Ok(()),
+            _ => Err(protocol(&reply)),
+        }
+    }
+
     async fn health(&self) -> Result<(), StoreError> {
         match self.query(&redis::cmd("PING")).await? {
             Value::SimpleString(s) if s == "PONG" => Ok(()),

@@ -47,6 +47,16 @@ pub trait Store: Send + Sync {
     /// Refill `key`'s bucket: it becomes full (the stored state is removed).
     fn reset(&self, key: ClientKey) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Make `key`'s bucket of shape `params` hold exactly `tokens` whole tokens now (clamped to
+    /// the capacity; a full bucket's state is removed): the management `limit` command
+    /// (C-MGMT-4), on the server's clock like a take.
+    fn set_tokens(
+        &self,
+        key: ClientKey,
+        params: &BucketParams,
+        tokens: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Whether the store answers (and, for PostgreSQL, its schema is migrated).
     fn health(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -61,6 +71,13 @@ pub trait DynStore: Send + Sync {
     fn peek_dyn<'a>(&'a self, key: ClientKey, params: &'a BucketParams) -> StoreFuture<'a, u64>;
     /// See [`Store::reset`].
     fn reset_dyn(&self, key: ClientKey) -> StoreFuture<'_, ()>;
+    /// See [`Store::set_tokens`].
+    fn set_tokens_dyn<'a>(
+        &'a self,
+        key: ClientKey,
+        params: &'a BucketParams,
+        tokens: u64,
+    ) -> StoreFuture<'a, ()>;
     /// See [`Store::health`].
     fn health_dyn(&self) -> StoreFuture<'_, ()>;
 }
@@ -77,6 +94,14 @@ impl<S: Store> DynStore for S {
     }
     fn reset_dyn(&self, key: ClientKey) -> StoreFuture<'_, ()> {
         Box::pin(self.reset(key))
+    }
+    fn set_tokens_dyn<'a>(
+        &'a self,
+        key: ClientKey,
+        params: &'a BucketParams,
+        tokens: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.set_tokens(key, params, tokens))
     }
     fn health_dyn(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.health())

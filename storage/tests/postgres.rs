@@ -120,6 +120,49 @@ async fn c_rate_3_expiry_peek_reset_sweep() {
     store.health().await.expect("health");
 }
 
+/// C-MGMT-4: `set_tokens` makes the bucket hold exactly n whole tokens on the database clock;
+/// n = capacity removes the row; n above the capacity is clamped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_mgmt_4_set_tokens() {
+    let store = ready_store(pg_opts(PG, "test")).await;
+    let params = BucketParams::new(10, 0.01).expect("valid"); // one token per 100 s
+    let k = key(2);
+    store.set_tokens(k, &params, 3).await.expect("set");
+    let milli = store.peek(k, &params).await.expect("peek");
+    assert!((3000..3010).contains(&milli), "peek {milli}");
+    let mut allowed = 0;
+    for _ in 0..5 {
+        if let Take::Allowed { .. } = store.take(k, &params).await.expect("take") {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 3, "exactly the 3 tokens set");
+    store.set_tokens(k, &params, 0).await.expect("set 0");
+    assert!(matches!(
+        store.take(k, &params).await.expect("take"),
+        Take::Denied { .. }
+    ));
+    store.set_tokens(k, &params, 10).await.expect("set full");
+    assert_eq!(stored_tat(&store, k).await, 0, "a full bucket is no row");
+    store.set_tokens(k, &params, 99).await.expect("set clamped");
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 10_000);
+    store.set_tokens(k, &params, 9).await.expect("set 9");
+    let row = pg_client("test")
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM weir_rate_buckets WHERE key = $1",
+            &[&store.row_key(k)],
+        )
+        .await
+        .expect("row");
+    let ttl: f64 = row.get(0);
+    assert!(
+        (1000.0..=1001.0).contains(&ttl),
+        "ttl {ttl} s = 1000 s refill + 1 s margin"
+    );
+}
+
 /// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
 /// exactly 20 allowed (C-RATE-3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,6 +90,54 @@ async fn c_rate_3_ttl_peek_reset() {
     store.health().await.expect("health");
 }
 
+/// C-MGMT-4: `set_tokens` makes the bucket hold exactly n whole tokens on the server's
+/// clock; n = capacity removes the key; n above the capacity is clamped.
+#[tokio::test]
+async fn c_mgmt_4_set_tokens() {
+    let store = RedisStore::new(redis_opts(REDIS)).expect("store");
+    let params = BucketParams::new(10, 0.01).expect("valid"); // one token per 100 s
+    let k = key(2);
+    store.set_tokens(k, &params, 3).await.expect("set");
+    let milli = store.peek(k, &params).await.expect("peek");
+    assert!((3000..3010).contains(&milli), "peek {milli}");
+    let mut allowed = 0;
+    for _ in 0..5 {
+        if let Take::Allowed { .. } = store.take(k, &params).await.expect("take") {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 3, "exactly the 3 tokens set");
+    store.set_tokens(k, &params, 0).await.expect("set 0");
+    assert!(matches!(
+        store.take(k, &params).await.expect("take"),
+        Take::Denied { .. }
+    ));
+    store.set_tokens(k, &params, 10).await.expect("set full");
+    let mut c = redis::Client::open("redis://127.0.0.1:6379/")
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(store.redis_key(k))
+        .query_async(&mut c)
+        .await
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "a full bucket is the absent key");
+    store.set_tokens(k, &params, 99).await.expect("set clamped");
+    assert_eq!(store.peek(k, &params).await.expect("peek"), 10_000);
+    store.set_tokens(k, &params, 9).await.expect("set 9");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(store.redis_key(k))
+        .query_async(&mut c)
+        .await
+        .expect("PTTL");
+    assert!(
+        (1_000_000..=1_001_000).contains(&pttl),
+        "ttl {pttl} ms = 1000 s refill + 1 s margin"
+    );
+}
+
 /// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
 /// exactly 20 allowed (C-RATE-3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

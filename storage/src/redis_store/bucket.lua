@@ -2,13 +2,16 @@
 --
 -- KEYS[1]  the bucket key; its value is the theoretical arrival time (tat) in nanoseconds
 --          since the Unix epoch, as a decimal string (absent = a full bucket)
--- ARGV[1]  'take' or 'peek'
+-- ARGV[1]  'take', 'peek' or 'set'
 -- ARGV[2]  interval_ns: time one token takes to refill (weir_core::bucket::BucketParams)
 -- ARGV[3]  window_ns: capacity * interval_ns, the time a full refill takes
 -- ARGV[4]  ttl_ms: key TTL, the full refill time plus a margin
+-- ARGV[5]  tokens ('set' only): whole tokens the bucket holds afterwards, 0..=capacity
 --
 -- take -> {1, remaining, now_s, now_us} when allowed, {0, retry_after_ns, now_s, now_us} when not
 -- peek -> {2, tat, now_s, now_us} (tat as a string; the caller computes the tokens)
+-- set  -> {3, 0, now_s, now_us}: tat = now + window - tokens * interval (a full bucket is
+--         the absent key), the management "refill to n tokens" command (C-MGMT-4)
 --
 -- Lua numbers are doubles: integers are exact below 2^53 ns (104 days), which an absolute
 -- epoch time in nanoseconds (~1.8e18) is not. So times are kept as (seconds, nanoseconds)
@@ -28,6 +31,18 @@ end
 local t = redis.call('TIME')
 local now_s = tonumber(t[1])
 local now_n = tonumber(t[2]) * 1000
+
+if ARGV[1] == 'set' then
+  -- debt = window - tokens * interval: 0 <= debt <= window < 2^51, exact.
+  local debt = tonumber(ARGV[3]) - tonumber(ARGV[5]) * tonumber(ARGV[2])
+  if debt <= 0 then
+    redis.call('DEL', KEYS[1])
+  else
+    local carry, n = divmod(now_n + debt, BILLION)
+    redis.call('SET', KEYS[1], string.format('%d%09d', now_s + carry, n), 'PX', ARGV[4])
+  end
+  return {3, 0, t[1], t[2]}
+end
 
 local raw = redis.call('GET', KEYS[1])
 if ARGV[1] == 'peek' then
