@@ -50,6 +50,11 @@ enum Command {
     },
     /// Prints the results header line (TSV).
     WrkHeader,
+    /// Prints N distinct free TCP ports on 127.0.0.1 (bound together, then released).
+    FreePorts {
+        #[arg(default_value_t = 1)]
+        count: usize,
+    },
     /// Prints the side-by-side table (medians, paired ratios, goals) of a results file.
     Summarize {
         /// Results file written by bench.sh.
@@ -129,6 +134,15 @@ fn run(command: Command) -> Result<(), BoxError> {
         }
         Command::WrkHeader => {
             println!("{}", summary::TSV_HEADER);
+            Ok(())
+        }
+        Command::FreePorts { count } => {
+            let listeners = (0..count)
+                .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+                .collect::<Result<Vec<_>, _>>()?;
+            for l in &listeners {
+                println!("{}", l.local_addr()?.port());
+            }
             Ok(())
         }
         Command::Summarize { file } => {
