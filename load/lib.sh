@@ -172,7 +172,7 @@ start_proxy() {
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
       # shellcheck disable=SC2086 # $pin is empty or a command prefix
-      spawn "$name-w$workers" env WEIR_WORKER_THREADS="$workers" $pin "$WEIR_BIN" "${args[@]}"
+      spawn "$name-w$workers" env WEIR_WORKERS="$workers" WEIR_WORKER_THREADS="$workers" $pin "$WEIR_BIN" "${args[@]}"
       ;;
     nginx)
       write_nginx_config "$dir" "$workers" "$maxconn"
