@@ -154,6 +154,346 @@ pub fn load(text: &str, secrets: &dyn SecretSource) -> Result<ValidConfig, Confi
     }
 }
 
+/// Validate a configuration that is already a [`Config`] value (no text): phase 3 of [`load`],
+/// for the management API's `PATCH` and the reload planner, which edit the configuration in
+/// force and must pass it through the same checks a reload does (C-CONF-8).
+///
+/// The value is written back into a value tree and read again by the same schema reader that
+/// [`load`] uses, so the result is exactly what loading an equivalent file gives: the same
+/// checks, the same values in force for [`diff`]. Errors carry paths but no positions (there is
+/// no text). A value that cannot survive that round trip (for example a non-finite number) is
+/// reported at its path like any invalid value.
+pub fn validate_config(
+    cfg: Config,
+    secrets: &dyn SecretSource,
+) -> Result<ValidConfig, ConfigErrors> {
+    let root = unread::config(&cfg);
+    let mut r = Reader::default();
+    let read = schema::read_config(
+        &mut r,
+        &Field {
+            node: Some(&root),
+            path: Path::root(),
+            pos: None,
+        },
+    );
+    if r.errors.is_empty() && read != cfg {
+        // Only a field the writer below forgot could get here (a test walks every field).
+        r.error("", None, "the configuration did not survive re-reading");
+    }
+    let valid = validate::validate(cfg, &mut r, secrets);
+    match valid {
+        Some(v) if r.errors.is_empty() => Ok(v),
+        _ => {
+            let mut errors = r.errors;
+            for e in &mut errors {
+                e.pos = None;
+            }
+            if errors.is_empty() {
+                errors.push(ConfigError {
+                    path: String::new(),
+                    pos: None,
+                    message: "invalid configuration".to_owned(),
+                });
+            }
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// A [`Config`] written back as the value tree the reader reads, field by field (the inverse of
+/// `schema::read_config`). Empty required strings are left out, so they are reported as missing
+/// exactly as in a file. String fields equal to their default are left out too: the reader
+/// records a string's value for [`diff`] only when it is written, so a file that leaves a default
+/// string out and its re-validated copy have the same values in force.
+mod unread {
+    use core::time::Duration;
+
+    use super::schema::{
+        BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
+        ManagementConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
+    };
+    use super::tree::{Node, Value};
+    use crate::retry::RetryParams;
+
+    fn node(value: Value) -> Node {
+        Node { value, pos: None }
+    }
+
+    fn map(entries: Vec<(&str, Option<Value>)>) -> Node {
+        node(Value::Map(
+            entries
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (node(Value::Str(k.to_owned())), node(v))))
+                .collect(),
+        ))
+    }
+
+    fn int(v: impl Into<i128>) -> Option<Value> {
+        Some(Value::Int(v.into()))
+    }
+
+    fn boolean(v: bool) -> Option<Value> {
+        Some(Value::Bool(v))
+    }
+
+    fn float(v: f64) -> Option<Value> {
+        Some(Value::Float(v))
+    }
+
+    /// A string field with a default: left out when it has the default (see the module doc).
+    fn defaulted(v: &str, default: &str) -> Option<Value> {
+        (v != default).then(|| Value::Str(v.to_owned()))
+    }
+
+    fn required(v: &str) -> Option<Value> {
+        (!v.is_empty()).then(|| Value::Str(v.to_owned()))
+    }
+
+    fn opt_string(v: Option<&String>) -> Option<Value> {
+        v.map(|s| Value::Str(s.clone()))
+    }
+
+    /// In nanoseconds, which `parse_duration` reads back exactly (a duration beyond `u64`
+    /// nanoseconds is reported as too long, as it would be in a file).
+    fn duration(d: Duration) -> Option<Value> {
+        Some(Value::Str(format!("{}ns", d.as_nanos())))
+    }
+
+    fn strings(v: &[String]) -> Option<Value> {
+        Some(Value::Seq(
+            v.iter().map(|s| node(Value::Str(s.clone()))).collect(),
+        ))
+    }
+
+    fn statuses(v: &[u16]) -> Option<Value> {
+        Some(Value::Seq(
+            v.iter().map(|s| node(Value::Int((*s).into()))).collect(),
+        ))
+    }
+
+    fn sub(n: Node) -> Option<Value> {
+        Some(n.value)
+    }
+
+    pub(super) fn config(c: &Config) -> Node {
+        map(vec![
+            ("server", sub(server(&c.server))),
+            ("health_check", sub(health(&c.health_check))),
+            ("rate_limit", sub(rate(&c.rate_limit))),
+            ("redis", sub(redis(&c.redis))),
+            ("database", sub(database(&c.database))),
+            ("management", sub(management(&c.management))),
+            ("backends", Some(backends(&c.backends))),
+            ("balancing", sub(balancing(&c.balancing))),
+            (
+                "pools",
+                Some(Value::Map(
+                    c.pools
+                        .iter()
+                        .map(|p| {
+                            let pool = map(vec![
+                                ("balancing", sub(balancing(&p.balancing))),
+                                ("backends", Some(backends(&p.backends))),
+                            ]);
+                            (node(Value::Str(p.name.clone())), pool)
+                        })
+                        .collect(),
+                )),
+            ),
+            (
+                "routes",
+                Some(Value::Seq(c.routes.iter().map(route).collect())),
+            ),
+        ])
+    }
+
+    fn server(s: &ServerConfig) -> Node {
+        let u = &s.upstream;
+        let o = &s.overload;
+        map(vec![
+            ("port", int(s.port)),
+            ("trusted_proxies", strings(&s.trusted_proxies)),
+            ("access_log_sample_rate", float(s.access_log_sample_rate)),
+            (
+                "access_log_include_path",
+                boolean(s.access_log_include_path),
+            ),
+            ("read_header_timeout", duration(s.read_header_timeout)),
+            ("read_timeout", duration(s.read_timeout)),
+            ("write_timeout", duration(s.write_timeout)),
+            ("idle_timeout", duration(s.idle_timeout)),
+            ("shutdown_timeout", duration(s.shutdown_timeout)),
+            ("max_header_bytes", int(s.max_header_bytes)),
+            (
+                "upstream",
+                sub(map(vec![
+                    ("dial_timeout", duration(u.dial_timeout)),
+                    ("tls_handshake_timeout", duration(u.tls_handshake_timeout)),
+                    (
+                        "response_header_timeout",
+                        duration(u.response_header_timeout),
+                    ),
+                    (
+                        "expect_continue_timeout",
+                        duration(u.expect_continue_timeout),
+                    ),
+                    ("idle_conn_timeout", duration(u.idle_conn_timeout)),
+                    ("max_idle_conns", int(u.max_idle_conns)),
+                    ("max_idle_conns_per_host", int(u.max_idle_conns_per_host)),
+                    ("max_conns_per_host", int(u.max_conns_per_host)),
+                    ("max_concurrent_requests", int(u.max_concurrent_requests)),
+                ])),
+            ),
+            ("retry", sub(retry(&s.retry))),
+            (
+                "overload",
+                sub(map(vec![
+                    ("max_concurrent_requests", int(o.max_concurrent_requests)),
+                    ("max_queue", o.max_queue.map(|q| Value::Int(q.into()))),
+                    ("queue_timeout", duration(o.queue_timeout)),
+                ])),
+            ),
+        ])
+    }
+
+    fn retry(r: &RetryParams) -> Node {
+        map(vec![
+            ("max_attempts", int(r.max_attempts)),
+            ("per_try_timeout", duration(r.per_try_timeout)),
+            ("body_limit", int(r.body_limit)),
+            ("methods", strings(&r.methods)),
+            ("statuses", statuses(&r.statuses)),
+            ("budget_capacity", int(r.budget_capacity)),
+            (
+                "budget_refill_per_second",
+                float(r.budget_refill_per_second),
+            ),
+        ])
+    }
+
+    fn health(h: &HealthCheckConfig) -> Node {
+        let d = HealthCheckConfig::default();
+        map(vec![
+            ("mode", defaulted(h.mode.as_str(), d.mode.as_str())),
+            ("path", defaulted(&h.path, &d.path)),
+            ("interval", duration(h.interval)),
+            ("timeout", duration(h.timeout)),
+            ("failure_threshold", int(h.failure_threshold)),
+            ("success_threshold", int(h.success_threshold)),
+            ("max_concurrency", int(h.max_concurrency)),
+            ("jitter", duration(h.jitter)),
+            ("cooldown", duration(h.cooldown)),
+            ("max_cooldown", duration(h.max_cooldown)),
+            ("half_open_requests", int(h.half_open_requests)),
+            ("slow_start", duration(h.slow_start)),
+            (
+                "slow_start_minimum_percent",
+                int(h.slow_start_minimum_percent),
+            ),
+            ("expected_statuses", statuses(&h.expected_statuses)),
+        ])
+    }
+
+    fn rate(r: &RateLimitConfig) -> Node {
+        let d = RateLimitConfig::default();
+        map(vec![
+            ("enabled", boolean(r.enabled)),
+            ("storage", defaulted(&r.storage, &d.storage)),
+            ("failure_mode", defaulted(&r.failure_mode, &d.failure_mode)),
+            ("capacity", int(r.capacity)),
+            ("refill_per_second", float(r.refill_per_second)),
+            ("operation_timeout", duration(r.operation_timeout)),
+            ("local_shards", int(r.local_shards)),
+            ("local_max_buckets", int(r.local_max_buckets)),
+            ("ipv4_prefix_bits", int(r.ipv4_prefix_bits)),
+            ("ipv6_prefix_bits", int(r.ipv6_prefix_bits)),
+            ("cleanup_interval", duration(r.cleanup_interval)),
+            ("retention", duration(r.retention)),
+        ])
+    }
+
+    fn redis(r: &RedisConfig) -> Node {
+        map(vec![
+            (
+                "address",
+                defaulted(&r.address, &RedisConfig::default().address),
+            ),
+            ("password_env", opt_string(r.password_env.as_ref())),
+            ("database", int(r.database)),
+            ("pool_size", int(r.pool_size)),
+            ("dial_timeout", duration(r.dial_timeout)),
+            ("read_timeout", duration(r.read_timeout)),
+            ("write_timeout", duration(r.write_timeout)),
+        ])
+    }
+
+    fn database(d: &DatabaseConfig) -> Node {
+        map(vec![
+            ("host", opt_string(d.host.as_ref())),
+            ("port", d.port.map(|p| Value::Int(p.into()))),
+            ("user", opt_string(d.user.as_ref())),
+            ("name", opt_string(d.name.as_ref())),
+            ("sslmode", opt_string(d.sslmode.as_ref())),
+            ("password_env", opt_string(d.password_env.as_ref())),
+            ("connect_timeout", duration(d.connect_timeout)),
+            ("max_open_connections", int(d.max_open_connections)),
+        ])
+    }
+
+    fn management(m: &ManagementConfig) -> Node {
+        let d = ManagementConfig::default();
+        map(vec![
+            ("enabled", boolean(m.enabled)),
+            ("address", defaulted(&m.address, &d.address)),
+            (
+                "auth_token_env",
+                defaulted(&m.auth_token_env, &d.auth_token_env),
+            ),
+            ("allow_insecure", boolean(m.allow_insecure)),
+            ("enable_pprof", boolean(m.enable_pprof)),
+            ("runtime_mutations", boolean(m.runtime_mutations)),
+            ("write_timeout", duration(m.write_timeout)),
+        ])
+    }
+
+    fn backends(list: &[BackendConfig]) -> Value {
+        Value::Seq(
+            list.iter()
+                .map(|b| {
+                    map(vec![
+                        ("id", required(&b.id)),
+                        ("url", required(&b.url)),
+                        ("weight", int(b.weight)),
+                        ("disabled", boolean(b.disabled)),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    fn balancing(b: &BalancingConfig) -> Node {
+        map(vec![
+            (
+                "policy",
+                defaulted(&b.policy, &BalancingConfig::default().policy),
+            ),
+            ("hash_key", opt_string(b.hash_key.as_ref())),
+        ])
+    }
+
+    fn route(r: &RouteConfig) -> Node {
+        map(vec![
+            ("prefix", required(&r.prefix)),
+            ("pool", required(&r.pool)),
+            (
+                "max_concurrent_requests",
+                r.max_concurrent_requests.map(|n| Value::Int(n.into())),
+            ),
+        ])
+    }
+}
+
 /// Every field path of the schema, with `[]` for list items and `<name>` for pool names
 /// (`pools.<name>.backends[].url`). The documentation lists each (a test checks it).
 #[must_use]

@@ -1,0 +1,199 @@
+//! The body of every response the data plane sends (C-PATH-7, C-POOL-6, C-LOAD-1).
+//!
+//! A delivered backend body streams frame by frame, as it arrives (no buffering, C-PATH-7), and
+//! holds everything the request owns until it ends: the flow (and with it the backend slot and
+//! the bulkhead permit, C-POOL-6, C-LOAD-2), the global gate permit (C-LOAD-1) and the upstream
+//! connection, which goes back to the pool only when the body was read to the end. Its end is
+//! reported to the flow exactly once: `Complete` at the last frame, `Error` when the backend's
+//! body breaks or `server.write_timeout` passes, `ClientGone` when hyper drops it early (the
+//! client went away). The per-try timeout never applies here (C-RETRY-5).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use weir_core::flow::{BodyEnd, Flow};
+
+use crate::admission::Permit;
+use crate::clock::Clock;
+use crate::server::RequestGuard;
+use crate::upstream::{BoxError, Conn, Upstream};
+
+/// The response body type of the data plane.
+#[derive(Debug)]
+pub struct ResBody {
+    kind: Kind,
+    /// Marks the client connection busy until the response is done (idle timeout, shutdown).
+    _request: Option<RequestGuard>,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Full(Option<Bytes>),
+    Upstream(Box<Delivered>),
+}
+
+impl ResBody {
+    /// A body of `bytes` (synthetic responses, `/healthz`).
+    #[must_use]
+    pub fn full(bytes: Bytes, request: Option<RequestGuard>) -> ResBody {
+        ResBody {
+            kind: Kind::Full((!bytes.is_empty()).then_some(bytes)),
+            _request: request,
+        }
+    }
+
+    /// No body.
+    #[must_use]
+    pub fn empty(request: Option<RequestGuard>) -> ResBody {
+        ResBody {
+            kind: Kind::Full(None),
+            _request: request,
+        }
+    }
+
+    /// A backend's body, passed on as it streams.
+    #[must_use]
+    pub fn upstream(delivered: Delivered, request: Option<RequestGuard>) -> ResBody {
+        ResBody {
+            kind: Kind::Upstream(Box::new(delivered)),
+            _request: request,
+        }
+    }
+}
+
+impl Body for ResBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.get_mut().kind {
+            Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Upstream(d) => Pin::new(d.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Full(b) => b.is_none(),
+            Kind::Upstream(d) => d.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Upstream(d) => d.body.size_hint(),
+        }
+    }
+}
+
+/// A delivered backend response body and everything its request holds until it ends.
+#[derive(Debug)]
+pub struct Delivered {
+    body: Incoming,
+    flow: Flow,
+    conn: Option<Conn>,
+    upstream: Arc<Upstream>,
+    clock: Clock,
+    permit: Option<Permit>,
+    write_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    done: bool,
+}
+
+impl Delivered {
+    /// Stream `body`; report its end to `flow`; give `conn` back to `upstream`'s pool when the
+    /// body was read to the end; hold `permit` until then. `write_deadline` is
+    /// `server.write_timeout` from the response head (`None`: no deadline, C-PATH-7).
+    #[must_use]
+    pub fn new(
+        body: Incoming,
+        flow: Flow,
+        conn: Conn,
+        upstream: Arc<Upstream>,
+        clock: Clock,
+        permit: Option<Permit>,
+        write_deadline: Option<tokio::time::Instant>,
+    ) -> Delivered {
+        Delivered {
+            body,
+            flow,
+            conn: Some(conn),
+            upstream,
+            clock,
+            permit,
+            write_deadline: write_deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            done: false,
+        }
+    }
+
+    fn finish(&mut self, end: BodyEnd) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let _ = self.flow.handle_body_end(end, self.clock.now());
+        if let Some(conn) = self.conn.take()
+            && end == BodyEnd::Complete
+        {
+            self.upstream.release(conn);
+        }
+        self.permit = None;
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.body.is_end_stream()
+    }
+
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Some(d) = self.write_deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.finish(BodyEnd::Error);
+            return Poll::Ready(Some(Err("response write timeout".into())));
+        }
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                self.finish(BodyEnd::Complete);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                // hyper may stop polling once the body says it ended: settle now.
+                if self.body.is_end_stream() {
+                    self.finish(BodyEnd::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.finish(BodyEnd::Error);
+                Poll::Ready(Some(Err(e.into())))
+            }
+        }
+    }
+}
+
+impl Drop for Delivered {
+    fn drop(&mut self) {
+        if !self.done {
+            let end = if self.body.is_end_stream() {
+                BodyEnd::Complete
+            } else {
+                BodyEnd::ClientGone
+            };
+            self.finish(end);
+        }
+    }
+}

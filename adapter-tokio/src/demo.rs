@@ -1,0 +1,253 @@
+//! `weir demo`: three demo backends on 127.0.0.1 (the third one flaky: every third request gets
+//! `503`), the proxy in front of them on the shipped configuration (config/weir.yaml, embedded,
+//! with its backends replaced by the demo ones and the local rate-limit store), a few requests
+//! of its own to show the spread and a retry, and what to curl next.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::secrets::EnvSecrets;
+use crate::Options;
+
+/// The shipped configuration, embedded.
+pub const SHIPPED_CONFIG: &str = include_str!("../../config/weir.yaml");
+
+/// A demo backend: answers JSON naming itself; `/health` is always `200`; a flaky one answers
+/// every `flaky_every`-th other request with `503`.
+#[derive(Debug)]
+pub struct DemoBackend {
+    /// Its id.
+    pub id: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Requests answered (health probes excluded).
+    pub served: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DemoBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Start a demo backend on 127.0.0.1 (any free port).
+pub async fn backend(id: &str, flaky_every: Option<u64>) -> std::io::Result<DemoBackend> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let served = Arc::new(AtomicU64::new(0));
+    let (id_owned, counter) = (id.to_owned(), Arc::clone(&served));
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let id = id_owned.clone();
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let id = id.clone();
+                    let counter = Arc::clone(&counter);
+                    async move { Ok::<_, std::convert::Infallible>(answer(&id, &counter, flaky_every, &req)) }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(DemoBackend {
+        id: id.to_owned(),
+        addr,
+        served,
+        task,
+    })
+}
+
+fn answer(
+    id: &str,
+    counter: &AtomicU64,
+    flaky_every: Option<u64>,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/health" {
+        return Response::new(Full::new(Bytes::from_static(b"ok")));
+    }
+    let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    let (status, body) = match flaky_every {
+        Some(k) if k > 0 && n % k == 0 => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{{\"backend\":\"{id}\",\"error\":\"flaky: every {k}th request fails\"}}\n"),
+        ),
+        _ => (
+            StatusCode::OK,
+            format!(
+                "{{\"backend\":\"{id}\",\"request\":{n},\"path\":{}}}\n",
+                serde_json::Value::from(req.uri().path())
+            ),
+        ),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The shipped configuration with its `backends:` list replaced by `backends`.
+#[must_use]
+pub fn config_text(backends: &[(&str, SocketAddr)]) -> String {
+    let head = SHIPPED_CONFIG
+        .find("\nbackends:")
+        .map_or(SHIPPED_CONFIG, |i| &SHIPPED_CONFIG[..=i]);
+    let mut text = head.to_owned();
+    text.push_str("backends:\n");
+    for (id, addr) in backends {
+        text.push_str(&format!("  - id: {id}\n    url: http://{addr}\n"));
+    }
+    text
+}
+
+/// Run the demo until SIGINT/SIGTERM.
+pub async fn run(opts: Options) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("cannot start a demo backend: {e}");
+    let backends = [
+        backend("demo-1", None).await.map_err(err)?,
+        backend("demo-2", None).await.map_err(err)?,
+        backend("demo-3-flaky", Some(3)).await.map_err(err)?,
+    ];
+    let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
+    let token = format!("demo-{:016x}", crate::worker::entropy_seed());
+    let secrets = EnvSecrets::new().with_fallback("BALANCER_ADMIN_TOKEN", &token);
+    let cfg = weir_core::config::load(&config_text(&list), &secrets)
+        .map_err(|e| format!("the embedded configuration is invalid: {e}"))?;
+    let handle = crate::start(cfg, opts).await.map_err(|e| e.to_string())?;
+    let public = handle.public_addr();
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "\nweir demo: proxy on http://{public}");
+    for b in &backends {
+        let flaky = if b.id.contains("flaky") {
+            "  (answers every 3rd request with 503)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "  backend {:<13} http://{}{flaky}", b.id, b.addr);
+    }
+    if let Some(m) = handle.management_addr() {
+        let _ = writeln!(
+            out,
+            "  management    http://{m}  (Authorization: Bearer $BALANCER_ADMIN_TOKEN, or the generated token {token} when it is not set)"
+        );
+    }
+    let _ = writeln!(out, "\nA few requests through the proxy:");
+    show_requests(public, 9, &mut out).await;
+    let _ = writeln!(
+        out,
+        "\nTry:\n  curl -si http://{public}/hello | grep -iE '^(HTTP|x-balancer|x-ratelimit|x-request-id)'\n  \
+         for i in $(seq 9); do curl -s -o /dev/null -D - http://{public}/ | grep -i x-balancer; done\n  \
+         curl -s http://{public}/readyz\n\
+         Watch: X-Balancer-Backend spreads over the backends; when demo-3-flaky answers 503 the request is\n\
+         retried on another backend (X-Balancer-Attempts: 2); X-RateLimit-Remaining counts down under load.\n\
+         Ctrl-C stops everything."
+    );
+    wait_for_signal().await;
+    handle.stop().await;
+    drop(backends);
+    Ok(())
+}
+
+async fn show_requests(public: SocketAddr, n: usize, out: &mut impl std::io::Write) {
+    for i in 1..=n {
+        match get(public, "/demo").await {
+            Ok(resp) => {
+                let h = |name: &str| {
+                    resp.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned()
+                };
+                let _ = writeln!(
+                    out,
+                    "  #{i}: {} backend={} attempts={} ratelimit-remaining={}",
+                    resp.status().as_u16(),
+                    h("x-balancer-backend"),
+                    h("x-balancer-attempts"),
+                    h("x-ratelimit-remaining"),
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  #{i}: request failed: {e}");
+            }
+        }
+    }
+}
+
+/// One GET to the proxy on a fresh connection.
+async fn get(addr: SocketAddr, path: &str) -> Result<Response<Bytes>, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = Request::builder()
+        .uri(path)
+        .header(http::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = tx.send_request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok(Response::from_parts(parts, body))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::config::MapSecrets;
+
+    #[test]
+    fn embedded_config_with_demo_backends_loads() {
+        let a: SocketAddr = "127.0.0.1:1234".parse().expect("addr");
+        let b: SocketAddr = "127.0.0.1:1235".parse().expect("addr");
+        let text = config_text(&[("a", a), ("b", b)]);
+        assert!(SHIPPED_CONFIG.contains("\nbackends:"));
+        let secrets = MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN", "t");
+        let cfg = weir_core::config::load(&text, &secrets).expect("valid");
+        assert_eq!(cfg.pools[0].backends.len(), 2);
+        assert!(cfg.rate.enabled());
+    }
+}

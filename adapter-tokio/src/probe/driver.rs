@@ -1,0 +1,346 @@
+//! The health driver: a tokio task that runs weir-core's [`ProbeSchedule`] over real probes
+//! (C-HEALTH-1, C-HEALTH-2, C-HEALTH-5, C-HEALTH-6).
+
+use core::fmt;
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rustls::ClientConfig;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use weir_core::WyRand;
+use weir_core::health::{HealthParams, ProbeSchedule, ProbeToken};
+
+use super::clock::Clock;
+use super::exec::probe_until;
+use super::target::ProbeTarget;
+
+/// The flip callback: `(backend_index, healthy, now)`, with `backend_index` a position in the
+/// target list most recently given to the driver. The data plane calls `Backend::set_healthy`.
+pub type OnChange = Box<dyn FnMut(usize, bool, weir_core::Instant) + Send>;
+
+/// The driver task has ended (shut down, or its handle's channel closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverStopped;
+
+impl fmt::Display for DriverStopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the health driver has stopped")
+    }
+}
+
+impl std::error::Error for DriverStopped {}
+
+/// How the driver performs one probe: target, expected statuses, deadline → success. The real
+/// one is [`probe_until`]; tests put in scripted backends.
+pub(crate) type ProbeFn = Arc<
+    dyn Fn(
+            Arc<ProbeTarget>,
+            HealthParams,
+            tokio::time::Instant,
+        ) -> Pin<Box<dyn Future<Output = bool> + Send>>
+        + Send
+        + Sync,
+>;
+
+enum Command {
+    Reload {
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        on_change: OnChange,
+    },
+    Shutdown,
+}
+
+/// Handle of the health-check task (C-HEALTH-1).
+///
+/// The task owns a [`ProbeSchedule`] over the targets it was given and loops: start every probe
+/// the schedule hands out (each a tokio task bounded by the probe's deadline; the schedule never
+/// hands out more than `max_concurrency` at once), apply every flip through the callback, publish
+/// the number of completed cycles, then sleep until the schedule's next deadline, a probe result
+/// or a command. It probes every target it is given, enabled or not (C-HEALTH-5): pass disabled
+/// backends too. A probe that overruns its deadline is a failure at the deadline and its task
+/// ends there, so a hung backend holds one slot for one timeout (C-HEALTH-6).
+///
+/// Flips are applied before the cycle count that includes them is published, so once
+/// [`first_cycle`](Self::first_cycle) resolves every backend's first verdict is in place and the
+/// listeners may open (C-HEALTH-1).
+///
+/// Dropping the handle stops the task too (its command channel closes); probes in flight are
+/// aborted and their sockets closed either way.
+#[derive(Debug)]
+pub struct HealthDriver {
+    commands: mpsc::UnboundedSender<Command>,
+    cycles: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Reload { targets, .. } => f
+                .debug_struct("Reload")
+                .field("targets", &targets.len())
+                .finish_non_exhaustive(),
+            Command::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl HealthDriver {
+    /// Starts probing `targets` with `params` on the current tokio runtime; the first cycle
+    /// starts at once. `tls` is the client configuration of TLS probes
+    /// ([`tls::native_client_config`](super::tls::native_client_config) in production), `clock`
+    /// the process clock, and `on_change(backend_index, healthy, now)` is called from the task
+    /// for every flip (C-HEALTH-2). The jitter's random source is seeded from OS entropy.
+    pub fn spawn<F>(
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        tls: Arc<ClientConfig>,
+        clock: Clock,
+        on_change: F,
+    ) -> HealthDriver
+    where
+        F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
+    {
+        let probe: ProbeFn = Arc::new(move |target, params, deadline| {
+            let tls = Arc::clone(&tls);
+            Box::pin(async move {
+                let outcome = probe_until(&target, &tls, &params, deadline).await;
+                if !outcome.is_success() {
+                    tracing::debug!(
+                        backend = target.key(),
+                        url = target.url(),
+                        %outcome,
+                        "health probe failed"
+                    );
+                }
+                outcome.is_success()
+            })
+        });
+        HealthDriver::spawn_with(
+            targets,
+            params,
+            probe,
+            clock,
+            entropy_seed(),
+            Box::new(on_change),
+        )
+    }
+
+    /// [`spawn`](Self::spawn) with the probe executor and the jitter seed given.
+    pub(crate) fn spawn_with(
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        probe: ProbeFn,
+        clock: Clock,
+        seed: u64,
+        on_change: OnChange,
+    ) -> HealthDriver {
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (cycles_tx, cycles) = watch::channel(0);
+        let schedule = ProbeSchedule::new(
+            targets.iter().map(ProbeTarget::schedule_id),
+            params,
+            clock.now(),
+        );
+        let driver = Driver {
+            schedule,
+            targets: targets.into_iter().map(Arc::new).collect(),
+            probe,
+            clock,
+            rng: WyRand::new(seed),
+            on_change,
+            probes: JoinSet::new(),
+            cycles: cycles_tx,
+        };
+        let task = tokio::spawn(driver.run(command_rx));
+        HealthDriver {
+            commands,
+            cycles,
+            task,
+        }
+    }
+
+    /// Resolves once the first check cycle has completed and its flips have been applied
+    /// (C-HEALTH-1): open the listeners then. Errs if the driver stopped before.
+    pub async fn first_cycle(&self) -> Result<(), DriverStopped> {
+        let mut cycles = self.cycles.clone();
+        cycles
+            .wait_for(|&n| n >= 1)
+            .await
+            .map(|_| ())
+            .map_err(|_| DriverStopped)
+    }
+
+    /// The number of completed cycles, updated after each cycle's flips are applied.
+    #[must_use]
+    pub fn cycles(&self) -> watch::Receiver<u64> {
+        self.cycles.clone()
+    }
+
+    /// Replaces the targets, settings and callback (a reload). Backends whose key and URL are
+    /// kept keep their health and counters; new ones start unhealthy and are probed in the
+    /// running cycle if there is one; removed ones are forgotten with their probes in flight.
+    /// `on_change` indices refer to `targets`; right after the swap the driver reports every
+    /// backend's current health through it once, so a freshly built pool agrees with the
+    /// schedule. The new timeout and thresholds apply from the next probe and result.
+    pub fn reload<F>(
+        &self,
+        targets: Vec<ProbeTarget>,
+        params: HealthParams,
+        on_change: F,
+    ) -> Result<(), DriverStopped>
+    where
+        F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
+    {
+        self.commands
+            .send(Command::Reload {
+                targets,
+                params,
+                on_change: Box::new(on_change),
+            })
+            .map_err(|_| DriverStopped)
+    }
+
+    /// Stops the task: probes in flight are aborted (their sockets closed) and no callback runs
+    /// after this returns.
+    pub async fn shutdown(self) {
+        let _ = self.commands.send(Command::Shutdown);
+        // A panic in the callback ends the task early; there is nothing left to stop then.
+        let _ = self.task.await;
+    }
+}
+
+/// A seed for the jitter from the OS's entropy (std's `RandomState` keys are drawn from it).
+fn entropy_seed() -> u64 {
+    RandomState::new().hash_one(0x5765_6972_u64)
+}
+
+struct Driver {
+    schedule: ProbeSchedule,
+    /// Parallel to the schedule's backend list.
+    targets: Vec<Arc<ProbeTarget>>,
+    probe: ProbeFn,
+    clock: Clock,
+    rng: WyRand,
+    on_change: OnChange,
+    /// Probes in flight; dropping the set aborts them.
+    probes: JoinSet<(ProbeToken, bool)>,
+    cycles: watch::Sender<u64>,
+}
+
+impl Driver {
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            self.start_probes();
+            self.apply_changes();
+            self.publish_cycles();
+            let wake = self.schedule.poll_timeout().map(|t| self.clock.deadline(t));
+            tokio::select! {
+                // Commands first: a shutdown is never starved by a stream of results.
+                biased;
+                command = commands.recv() => match command {
+                    Some(Command::Reload { targets, params, on_change }) => {
+                        self.reload(targets, params, on_change);
+                    }
+                    Some(Command::Shutdown) | None => break,
+                },
+                Some(joined) = self.probes.join_next(), if !self.probes.is_empty() => {
+                    // A probe task that panicked or was aborted has no result: the schedule
+                    // times it out at its deadline.
+                    if let Ok((token, ok)) = joined {
+                        let now = self.clock.now();
+                        if let Some(change) =
+                            self.schedule.handle_result(token, ok, now, &mut self.rng)
+                        {
+                            self.flip(change.backend_index, change.health.is_healthy(), now);
+                        }
+                    }
+                }
+                () = sleep_until(wake), if wake.is_some() => {
+                    let now = self.clock.now();
+                    self.schedule.handle_timeout(now, &mut self.rng);
+                }
+            }
+        }
+        self.probes.shutdown().await;
+    }
+
+    /// Spawns every probe the schedule hands out now.
+    fn start_probes(&mut self) {
+        let now = self.clock.now();
+        while let Some(p) = self.schedule.poll_probe(now) {
+            let Some(target) = self.targets.get(p.backend_index) else {
+                // The lists are parallel; an index outside would be a bug. The probe then times
+                // out in the schedule like an unanswered one.
+                continue;
+            };
+            let fut = (self.probe)(
+                Arc::clone(target),
+                *self.schedule.params(),
+                self.clock.deadline(p.deadline),
+            );
+            let token = p.token;
+            self.probes.spawn(async move { (token, fut.await) });
+        }
+    }
+
+    /// Applies the flips the schedule found on timeouts.
+    fn apply_changes(&mut self) {
+        if let Some(first) = self.schedule.poll_change() {
+            let now = self.clock.now();
+            let mut change = Some(first);
+            while let Some(c) = change {
+                self.flip(c.backend_index, c.health.is_healthy(), now);
+                change = self.schedule.poll_change();
+            }
+        }
+    }
+
+    /// Logs a flip and hands it to the callback.
+    fn flip(&mut self, index: usize, healthy: bool, now: weir_core::Instant) {
+        if let Some(t) = self.targets.get(index) {
+            tracing::info!(
+                backend = t.key(),
+                url = t.url(),
+                healthy,
+                "active health check changed a backend's health"
+            );
+        }
+        (self.on_change)(index, healthy, now);
+    }
+
+    fn publish_cycles(&self) {
+        let n = self.schedule.cycles_completed();
+        self.cycles.send_if_modified(|c| {
+            let changed = *c != n;
+            *c = n;
+            changed
+        });
+    }
+
+    fn reload(&mut self, targets: Vec<ProbeTarget>, params: HealthParams, on_change: OnChange) {
+        let now = self.clock.now();
+        // Params first, so that new backends start with the new thresholds.
+        self.schedule.set_params(params);
+        self.schedule
+            .replace_backends(targets.iter().map(ProbeTarget::schedule_id), now);
+        self.targets = targets.into_iter().map(Arc::new).collect();
+        self.on_change = on_change;
+        for i in 0..self.schedule.len() {
+            (self.on_change)(i, self.schedule.is_healthy(i), now);
+        }
+    }
+}
+
+/// Sleeps until `at`; never resolves for `None` (the branch is disabled then anyway).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

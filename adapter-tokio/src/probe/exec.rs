@@ -1,0 +1,177 @@
+//! One probe: connect, optionally TLS, optionally `GET`, all within one deadline (C-HEALTH-1,
+//! C-HEALTH-6).
+
+use core::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, HOST, USER_AGENT};
+use http::{HeaderValue, Method, Request};
+use http_body_util::Empty;
+use hyper::rt::{Read, Write};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use weir_core::health::HealthParams;
+
+use super::clock::far_future;
+use super::target::ProbeTarget;
+
+/// The `User-Agent` of HTTP(S) probes.
+const PROBE_USER_AGENT: &str = concat!("weir-health-check/", env!("CARGO_PKG_VERSION"));
+
+/// What one probe found. Only [`is_success`](Self::is_success) feeds the schedule; the rest is
+/// for logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// TCP: the connection was accepted.
+    Connected,
+    /// HTTP(S): the backend answered with an expected status.
+    Status(u16),
+    /// HTTP(S): the backend answered with a status outside `expected_statuses`.
+    UnexpectedStatus(u16),
+    /// The TCP connect failed (refused, unreachable, name not resolved...).
+    Connect(io::ErrorKind),
+    /// The TLS handshake failed (untrusted or mismatched certificate, protocol error...).
+    Tls(Box<str>),
+    /// The HTTP exchange failed before a status line arrived (closed, reset, malformed).
+    Http(Box<str>),
+    /// Nothing conclusive before the deadline (C-HEALTH-6).
+    TimedOut,
+}
+
+impl ProbeOutcome {
+    /// Whether the probe succeeded: a TCP connect, or an expected HTTP status.
+    #[must_use]
+    pub const fn is_success(&self) -> bool {
+        matches!(self, ProbeOutcome::Connected | ProbeOutcome::Status(_))
+    }
+}
+
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeOutcome::Connected => write!(f, "connected"),
+            ProbeOutcome::Status(s) => write!(f, "status {s}"),
+            ProbeOutcome::UnexpectedStatus(s) => write!(f, "unexpected status {s}"),
+            ProbeOutcome::Connect(kind) => write!(f, "connect failed: {kind}"),
+            ProbeOutcome::Tls(e) => write!(f, "tls handshake failed: {e}"),
+            ProbeOutcome::Http(e) => write!(f, "http exchange failed: {e}"),
+            ProbeOutcome::TimedOut => write!(f, "timed out"),
+        }
+    }
+}
+
+/// Probes `target` once, giving up after `timeout` (C-HEALTH-1). `tls` is used for targets that
+/// speak TLS ([`tls::native_client_config`](super::tls::native_client_config) in production);
+/// `params` says which statuses count as success.
+pub async fn probe(
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+    timeout: Duration,
+) -> ProbeOutcome {
+    let deadline = tokio::time::Instant::now()
+        .checked_add(timeout)
+        .unwrap_or_else(far_future);
+    probe_until(target, tls, params, deadline).await
+}
+
+/// Probes `target` once, giving up at `deadline`: a backend that accepts and never answers is a
+/// [`ProbeOutcome::TimedOut`] failure at the deadline, not later (C-HEALTH-6). Everything the
+/// probe opened is closed when this returns, or when the future is dropped.
+pub async fn probe_until(
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+    deadline: tokio::time::Instant,
+) -> ProbeOutcome {
+    tokio::time::timeout_at(deadline, attempt(target, tls, params))
+        .await
+        .unwrap_or(ProbeOutcome::TimedOut)
+}
+
+async fn attempt(
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+) -> ProbeOutcome {
+    let stream = match TcpStream::connect(target.addr()).await {
+        Ok(s) => s,
+        Err(e) => return ProbeOutcome::Connect(e.kind()),
+    };
+    // Probes send one small request: do not let Nagle hold it back.
+    let _ = stream.set_nodelay(true);
+    if target.uri().is_none() {
+        // TCP mode: the connect is the probe; dropping the stream closes it.
+        return ProbeOutcome::Connected;
+    }
+    let status = match target.server_name() {
+        None => exchange(TokioIo::new(stream), target).await,
+        Some(name) => {
+            let connector = TlsConnector::from(Arc::clone(tls));
+            match connector.connect(name.clone(), stream).await {
+                Ok(tls_stream) => exchange(TokioIo::new(tls_stream), target).await,
+                Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
+            }
+        }
+    };
+    match status {
+        Ok(s) if params.probe_status_ok(s) => ProbeOutcome::Status(s),
+        Ok(s) => ProbeOutcome::UnexpectedStatus(s),
+        Err(e) => ProbeOutcome::Http(e.to_string().into_boxed_str()),
+    }
+}
+
+/// The message of a TLS handshake error: rustls's own error when it is one.
+fn tls_error_text(e: &io::Error) -> Box<str> {
+    match e.get_ref() {
+        Some(inner) => inner.to_string().into_boxed_str(),
+        None => e.to_string().into_boxed_str(),
+    }
+}
+
+/// Sends `GET <probe uri>` over `io` (HTTP/1.1, `Connection: close`) and returns the status of
+/// the response. The body is not read: the status decides, and dropping the response and the
+/// connection closes the socket.
+async fn exchange<T>(io: T, target: &ProbeTarget) -> Result<u16, hyper::Error>
+where
+    T: Read + Write + Unpin,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    let request = probe_request(target);
+    let mut conn = std::pin::pin!(conn);
+    let response = std::pin::pin!(sender.send_request(request));
+    let mut response = response;
+    // The connection future must be polled for the request to progress. When it ends first
+    // (the server closed), the response, if one arrived, is already waiting in `response`.
+    let result = tokio::select! {
+        biased;
+        r = &mut response => r,
+        _ = &mut conn => response.await,
+    };
+    result.map(|r| r.status().as_u16())
+}
+
+fn probe_request(target: &ProbeTarget) -> Request<Empty<Bytes>> {
+    let mut request = Request::new(Empty::new());
+    *request.method_mut() = Method::GET;
+    // Origin-form target: hyper's http1 client sends the URI as given.
+    if let Some(pq) = target.uri().and_then(http::Uri::path_and_query)
+        && let Ok(origin) = pq.as_str().parse()
+    {
+        *request.uri_mut() = origin;
+    }
+    let headers = request.headers_mut();
+    if let Some(host) = target.host_header()
+        && let Ok(v) = HeaderValue::from_str(host.as_str())
+    {
+        headers.insert(HOST, v);
+    }
+    headers.insert(USER_AGENT, HeaderValue::from_static(PROBE_USER_AGENT));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    request
+}

@@ -1,0 +1,244 @@
+//! One backend as a probe sees it (C-HEALTH-1).
+
+use core::fmt;
+
+use http::Uri;
+use http::uri::{Authority, Scheme};
+use rustls::pki_types::ServerName;
+use weir_core::config::ProbeMode;
+use weir_core::upstream::{BackendBase, BackendUrlError, UpstreamUriError};
+
+/// Why a backend cannot be probed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeTargetError {
+    /// the backend url is not a valid base url
+    Url(BackendUrlError),
+    /// the backend url's path joined with `health_check.path` is not a valid uri
+    Path(UpstreamUriError),
+    /// the backend host is not a valid tls server name
+    ServerName,
+}
+
+impl fmt::Display for ProbeTargetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeTargetError::Url(e) => write!(f, "{e}"),
+            ProbeTargetError::Path(e) => write!(f, "health_check.path: {e}"),
+            ProbeTargetError::ServerName => {
+                write!(f, "backend host is not a valid tls server name")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProbeTargetError {}
+
+/// A backend prepared for probing: where to connect, whether and how to speak TLS, and which
+/// request to send (C-HEALTH-1). Built once per backend and reload; probing it allocates only the
+/// connection.
+///
+/// Transport by `health_check.mode`:
+/// - `tcp`: a connect to the URL's host and port;
+/// - `http`: `GET` of the probe URI, over TLS when the backend URL is `https://` (plain HTTP to a
+///   TLS port could only fail), in the clear otherwise;
+/// - `https`: the same `GET`, always over TLS, also for an `http://` backend URL.
+///
+/// The port is the URL's, or the default of the transport (443 with TLS, 80 without). The TLS
+/// server name (SNI and the name the certificate must match) is the URL's host; an IP address
+/// host is matched against the certificate's IP addresses and sends no SNI (RFC 6066 §3).
+#[derive(Debug, Clone)]
+pub struct ProbeTarget {
+    key: Box<str>,
+    url: Box<str>,
+    /// `key` and `url` together: the id the schedule keeps state under, so a backend whose URL
+    /// changes on reload starts over unhealthy, as the pool does (C-CONF-6).
+    schedule_id: Box<str>,
+    mode: ProbeMode,
+    /// Host without IPv6 brackets, for the connect.
+    host: Box<str>,
+    port: u16,
+    /// `Some` when the probe speaks TLS.
+    server_name: Option<ServerName<'static>>,
+    /// The `GET` target and `Host` header; `None` for `tcp`.
+    request: Option<(Uri, Authority)>,
+}
+
+impl ProbeTarget {
+    /// Prepares backend `url` for probes in `mode`, with `path` (`health_check.path`) joined to
+    /// the URL's path. `key` is the caller's stable name for the backend (its id, or pool and
+    /// id); the schedule keeps health state across reloads for the same `key` and `url`.
+    pub fn new(
+        key: &str,
+        url: &str,
+        mode: ProbeMode,
+        path: &str,
+    ) -> Result<ProbeTarget, ProbeTargetError> {
+        let base = BackendBase::parse(url).map_err(ProbeTargetError::Url)?;
+        let authority = base.authority().clone();
+        let tls = match mode {
+            ProbeMode::Https => true,
+            ProbeMode::Http => *base.scheme() == Scheme::HTTPS,
+            ProbeMode::Tcp => false,
+        };
+        let default_port = if tls || *base.scheme() == Scheme::HTTPS {
+            443
+        } else {
+            80
+        };
+        let port = authority.port_u16().unwrap_or(default_port);
+        let host = authority.host();
+        let host: Box<str> = Box::from(
+            host.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host),
+        );
+        let server_name = if tls {
+            Some(ServerName::try_from(host.to_string()).map_err(|_| ProbeTargetError::ServerName)?)
+        } else {
+            None
+        };
+        let request = match mode {
+            ProbeMode::Tcp => None,
+            ProbeMode::Http | ProbeMode::Https => {
+                let uri = base.probe_uri(path).map_err(ProbeTargetError::Path)?;
+                Some((uri, authority))
+            }
+        };
+        Ok(ProbeTarget {
+            key: Box::from(key),
+            url: Box::from(url),
+            schedule_id: format!("{key}\n{url}").into_boxed_str(),
+            mode,
+            host,
+            port,
+            server_name,
+            request,
+        })
+    }
+
+    /// The caller's name for the backend.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The backend URL as given.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The id the schedule knows the backend by (`key` and `url`).
+    pub(crate) fn schedule_id(&self) -> &str {
+        &self.schedule_id
+    }
+
+    /// How the backend is probed.
+    #[must_use]
+    pub const fn mode(&self) -> ProbeMode {
+        self.mode
+    }
+
+    /// Host (IPv6 without brackets) and port the probe connects to.
+    #[must_use]
+    pub fn addr(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
+    /// Whether the probe speaks TLS.
+    #[must_use]
+    pub const fn is_tls(&self) -> bool {
+        self.server_name.is_some()
+    }
+
+    /// The TLS server name, when the probe speaks TLS.
+    #[must_use]
+    pub const fn server_name(&self) -> Option<&ServerName<'static>> {
+        self.server_name.as_ref()
+    }
+
+    /// The probe URI (`http`/`https` modes): the backend URL's path joined with
+    /// `health_check.path`.
+    #[must_use]
+    pub fn uri(&self) -> Option<&Uri> {
+        self.request.as_ref().map(|(uri, _)| uri)
+    }
+
+    /// The `Host` header of the probe request (`http`/`https` modes): the URL's authority.
+    #[must_use]
+    pub fn host_header(&self) -> Option<&Authority> {
+        self.request.as_ref().map(|(_, authority)| authority)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_health_1_http_target_joins_the_url_path_with_the_health_path() {
+        let t = ProbeTarget::new(
+            "a",
+            "http://127.0.0.1:8081/base/",
+            ProbeMode::Http,
+            "/health",
+        )
+        .unwrap();
+        assert_eq!(t.uri().unwrap().path(), "/base/health");
+        assert_eq!(t.host_header().unwrap().as_str(), "127.0.0.1:8081");
+        assert_eq!(t.addr(), ("127.0.0.1", 8081));
+        assert!(!t.is_tls());
+        assert_eq!(t.key(), "a");
+        assert_eq!(t.url(), "http://127.0.0.1:8081/base/");
+        let t = ProbeTarget::new("a", "http://b", ProbeMode::Http, "status?full=1").unwrap();
+        assert_eq!(t.uri().unwrap().path_and_query().unwrap(), "/status?full=1");
+        assert_eq!(t.addr(), ("b", 80));
+    }
+
+    #[test]
+    fn c_health_1_transport_follows_mode_and_scheme() {
+        let https = ProbeTarget::new("a", "https://svc.local", ProbeMode::Http, "/h").unwrap();
+        assert!(https.is_tls());
+        assert_eq!(https.addr(), ("svc.local", 443));
+        assert_eq!(
+            https.server_name(),
+            Some(&ServerName::try_from("svc.local").unwrap())
+        );
+        let forced = ProbeTarget::new("a", "http://[::1]:8443", ProbeMode::Https, "/h").unwrap();
+        assert!(forced.is_tls());
+        assert_eq!(forced.addr(), ("::1", 8443));
+        assert!(matches!(
+            forced.server_name(),
+            Some(ServerName::IpAddress(_))
+        ));
+        let forced = ProbeTarget::new("a", "http://b", ProbeMode::Https, "/h").unwrap();
+        assert_eq!(forced.addr(), ("b", 443));
+        let tcp = ProbeTarget::new("a", "https://b", ProbeMode::Tcp, "/h").unwrap();
+        assert!(!tcp.is_tls() && tcp.uri().is_none());
+        assert_eq!(tcp.addr(), ("b", 443));
+        assert_eq!(tcp.mode(), ProbeMode::Tcp);
+    }
+
+    #[test]
+    fn bad_urls_and_paths_are_reported() {
+        assert_eq!(
+            ProbeTarget::new("a", "ftp://b", ProbeMode::Http, "/h").unwrap_err(),
+            ProbeTargetError::Url(BackendUrlError::Scheme)
+        );
+        assert!(matches!(
+            ProbeTarget::new("a", "http://b", ProbeMode::Http, "/a b").unwrap_err(),
+            ProbeTargetError::Path(_)
+        ));
+        // A TCP probe ignores the path.
+        assert!(ProbeTarget::new("a", "http://b", ProbeMode::Tcp, "/a b").is_ok());
+    }
+
+    #[test]
+    fn schedule_id_names_key_and_url() {
+        let a = ProbeTarget::new("a", "http://b:1", ProbeMode::Http, "/").unwrap();
+        let moved = ProbeTarget::new("a", "http://b:2", ProbeMode::Http, "/").unwrap();
+        let same = ProbeTarget::new("a", "http://b:1", ProbeMode::Tcp, "/x").unwrap();
+        assert_ne!(a.schedule_id(), moved.schedule_id());
+        assert_eq!(a.schedule_id(), same.schedule_id());
+    }
+}

@@ -1,0 +1,48 @@
+//! Secrets from the process environment and the file system (C-CONF-3): the adapter's
+//! [`SecretSource`]. weir-core resolves `NAME` / `NAME_FILE` itself and never logs what it gets.
+
+use weir_core::config::SecretSource;
+
+/// Reads environment variables and files, with optional fixed overrides (the demo supplies a
+/// generated admin token this way when none is set).
+#[derive(Debug, Default, Clone)]
+pub struct EnvSecrets {
+    fallback: Vec<(String, String)>,
+}
+
+impl EnvSecrets {
+    /// The process environment and file system.
+    #[must_use]
+    pub fn new() -> EnvSecrets {
+        EnvSecrets::default()
+    }
+
+    /// Use `value` for variable `name` when the environment does not set it (nor `NAME_FILE`).
+    #[must_use]
+    pub fn with_fallback(mut self, name: &str, value: &str) -> EnvSecrets {
+        self.fallback.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+impl SecretSource for EnvSecrets {
+    fn env(&self, name: &str) -> Option<String> {
+        if let Ok(v) = std::env::var(name) {
+            return Some(v);
+        }
+        if name.ends_with("_FILE") {
+            return None;
+        }
+        if std::env::var_os(format!("{name}_FILE")).is_some() {
+            return None;
+        }
+        self.fallback
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn read_file(&self, path: &str) -> Result<String, String> {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))
+    }
+}

@@ -1,0 +1,664 @@
+//! Listeners, workers and client connections (C-PATH-1, C-PATH-10, C-PATH-12).
+//!
+//! **Workers.** The data plane runs `workers` threads, each with its own single-threaded tokio
+//! runtime, like nginx's worker processes: a connection lives on one worker from accept to close,
+//! and so do the upstream connections its requests use (`upstream.rs` keeps one pool per worker).
+//! Nothing on the request path crosses threads, so a request costs no cross-thread wake-up and
+//! touches no lock shared with other workers. One acceptor task hands each new connection to the
+//! worker with the fewest open connections.
+//!
+//! **Protocol.** HTTP/1.1, and HTTP/2 over cleartext with prior knowledge (h2c): the first bytes
+//! are read (peeked) under a deadline before the connection is given to hyper's HTTP/1 or
+//! HTTP/2 server, so a client that connects and sends nothing is closed after
+//! `read_header_timeout` too (hyper-util's auto builder waits forever in that case, hyper#3962).
+//!
+//! **Timeouts (C-PATH-12), per connection, Go's `net/http` semantics:**
+//! - `read_header_timeout` runs from the first byte of a request (from accept, for the first
+//!   request) until its head is complete; past it the connection is closed (slowloris);
+//! - `idle_timeout` runs while a keep-alive connection has no request in progress (from the end of
+//!   the last response); past it the connection is closed;
+//! - `max_header_bytes` bounds the request line plus headers: hyper answers `431` and closes.
+//!
+//! hyper's own HTTP/1 `header_read_timeout` starts when the connection becomes idle, which would
+//! close idle keep-alive connections after `read_header_timeout` instead of `idle_timeout`; it is
+//! off, and one watchdog per connection enforces both deadlines from the connection's phase
+//! (idle / reading a head / busy), which the IO wrapper and the requests keep up to date. The
+//! watchdog re-arms its timer at most once per `read_header_timeout`, never per request.
+//!
+//! **Request smuggling (C-PATH-12).** hyper rejects conflicting `Content-Length` values with
+//! `400` and closes. A request with both `Content-Length` and `Transfer-Encoding` is accepted by
+//! hyper the RFC 9112 §6.3 way (the transfer coding wins, the length is dropped, the connection is
+//! closed after the response), which hides the length from the handler; the IO wrapper therefore
+//! notes which of the two header names the head's bytes carried, and the handler answers `400`
+//! and closes without contacting a backend.
+//!
+//! **Shutdown (C-PATH-10).** The acceptor stops (the listener closes: new connections are
+//! refused), every connection is told to shut down gracefully (idle HTTP/1 connections close at
+//! once, busy ones after their response; HTTP/2 sends GOAWAY), and each worker waits for its
+//! connections, their requests and tunnels, at most `shutdown_timeout`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::Shared;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Connection phases, kept in [`ConnState::phase`].
+const IDLE: u8 = 0;
+const HEAD: u8 = 1;
+const BUSY: u8 = 2;
+
+/// Header names noted while a head is read (request smuggling guard).
+const SAW_CONTENT_LENGTH: u8 = 1;
+const SAW_TRANSFER_ENCODING: u8 = 2;
+
+/// Client-side limits of `server.*` (restart-only, C-CONF-7).
+#[derive(Debug, Clone)]
+pub struct ServerLimits {
+    /// `read_header_timeout`.
+    pub read_header_timeout: Duration,
+    /// `read_timeout`: the whole request, body included (`None`: none).
+    pub read_timeout: Option<Duration>,
+    /// `write_timeout`: the whole response (`None`: none, C-PATH-7).
+    pub write_timeout: Option<Duration>,
+    /// `idle_timeout`.
+    pub idle_timeout: Duration,
+    /// `shutdown_timeout`.
+    pub shutdown_timeout: Duration,
+    /// `max_header_bytes`.
+    pub max_header_bytes: usize,
+}
+
+impl ServerLimits {
+    /// The limits of `server`.
+    #[must_use]
+    pub fn from_settings(s: &weir_core::config::ServerSettings) -> ServerLimits {
+        ServerLimits {
+            read_header_timeout: s.read_header_timeout,
+            read_timeout: s.read_timeout,
+            write_timeout: s.write_timeout,
+            idle_timeout: s.idle_timeout,
+            shutdown_timeout: s.shutdown_timeout,
+            max_header_bytes: usize::try_from(s.max_header_bytes).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// What a connection's watchdog and handler know about it.
+#[derive(Debug)]
+pub struct ConnState {
+    phase: AtomicU8,
+    in_flight: AtomicU32,
+    /// When the current head started arriving (weir-core nanoseconds).
+    head_started: AtomicU64,
+    /// When the connection last became idle.
+    last_idle: AtomicU64,
+    smuggle: AtomicU8,
+}
+
+/// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
+/// waits for every `ConnCtx` to be dropped before it ends (C-PATH-10).
+#[derive(Debug)]
+pub struct ConnCtx {
+    /// Process-wide state.
+    pub shared: Arc<Shared>,
+    /// The socket peer.
+    pub peer: SocketAddr,
+    /// Phase and timers.
+    pub state: ConnState,
+    /// HTTP/1 (true) or HTTP/2.
+    pub h1: bool,
+    /// Dropped with the last reference: tells the worker this connection is done.
+    _alive: mpsc::Sender<()>,
+    /// Open connections of this worker (for the acceptor's choice).
+    open: Arc<AtomicUsize>,
+}
+
+impl Drop for ConnCtx {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnCtx {
+    /// Whether the head of the request being handled carried both `Content-Length` and
+    /// `Transfer-Encoding` (read once per request; HTTP/1 only).
+    #[must_use]
+    pub fn take_smuggling_flags(&self) -> bool {
+        let f = self.state.smuggle.swap(0, Ordering::Relaxed);
+        f == SAW_CONTENT_LENGTH | SAW_TRANSFER_ENCODING
+    }
+
+    /// A sender that keeps the worker waiting while a tunnel outlives its connection.
+    #[must_use]
+    pub fn alive(&self) -> mpsc::Sender<()> {
+        self._alive.clone()
+    }
+}
+
+/// Marks its connection busy for as long as one request (its response body included) lives.
+#[derive(Debug)]
+pub struct RequestGuard {
+    ctx: Arc<ConnCtx>,
+}
+
+impl RequestGuard {
+    /// The request on `ctx` has started (its head is complete).
+    #[must_use]
+    pub fn new(ctx: &Arc<ConnCtx>) -> RequestGuard {
+        ctx.state.in_flight.fetch_add(1, Ordering::Relaxed);
+        ctx.state.phase.store(BUSY, Ordering::Relaxed);
+        RequestGuard {
+            ctx: Arc::clone(ctx),
+        }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let s = &self.ctx.state;
+        if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            s.last_idle
+                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+            s.phase.store(IDLE, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The client socket, noting the start of each request head and, in HTTP/1 heads, the framing
+/// header names (see the module doc).
+struct ClientIo {
+    stream: TcpStream,
+    ctx: Arc<ConnCtx>,
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            let new = &buf.filled()[before..];
+            if !new.is_empty() && this.ctx.h1 {
+                let s = &this.ctx.state;
+                let mut phase = s.phase.load(Ordering::Relaxed);
+                if phase == IDLE {
+                    s.head_started
+                        .store(this.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+                    s.phase.store(HEAD, Ordering::Relaxed);
+                    s.smuggle.store(0, Ordering::Relaxed);
+                    phase = HEAD;
+                }
+                if phase == HEAD {
+                    let seen = framing_headers(new);
+                    if seen != 0 {
+                        s.smuggle.fetch_or(seen, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// Which of `Content-Length` / `Transfer-Encoding` start a line in `bytes` (case-insensitive,
+/// a header name right after a line feed). Names split across two reads are not seen; hyper's
+/// RFC 9112 handling then applies (module doc).
+fn framing_headers(bytes: &[u8]) -> u8 {
+    const CL: &[u8] = b"content-length:";
+    const TE: &[u8] = b"transfer-encoding:";
+    let mut seen = 0;
+    let mut rest = bytes;
+    while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+        rest = &rest[i + 1..];
+        match rest.first() {
+            Some(b'c' | b'C') if starts_with_ignore_case(rest, CL) => seen |= SAW_CONTENT_LENGTH,
+            Some(b't' | b'T') if starts_with_ignore_case(rest, TE) => {
+                seen |= SAW_TRANSFER_ENCODING;
+            }
+            Some(b'\r' | b'\n') => break, // end of the head
+            _ => {}
+        }
+    }
+    seen
+}
+
+fn starts_with_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.len() >= needle.len() && haystack[..needle.len()].eq_ignore_ascii_case(needle)
+}
+
+/// The protocol a connection speaks, from its first bytes.
+enum Proto {
+    H1,
+    H2,
+}
+
+/// Wait (at most until `deadline`) for enough of the first bytes to tell HTTP/2's preface from
+/// an HTTP/1 request. `None`: closed, failed or too slow.
+async fn sniff(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<Proto> {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+            Ok(Ok(n)) => n,
+        };
+        if buf[..n] != H2_PREFACE[..n] {
+            return Some(Proto::H1);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(Proto::H2);
+        }
+        // A prefix of the preface: wait for more (peek returns at once while data is there).
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+    }
+}
+
+/// The hyper builders of one worker.
+struct Builders {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(limits: &ServerLimits) -> Builders {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .keep_alive(true)
+            .max_header_size(limits.max_header_bytes)
+            .max_buf_size(limits.max_header_bytes.saturating_add(4096).max(8192));
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        Builders { h1, h2 }
+    }
+}
+
+/// Serve one client connection to its end.
+async fn serve(
+    builders: Arc<Builders>,
+    stream: TcpStream,
+    ctx_parts: (Arc<Shared>, SocketAddr, mpsc::Sender<()>, Arc<AtomicUsize>),
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (shared, peer, alive, open) = ctx_parts;
+    let clock = shared.clock;
+    let limits = shared.limits.clone();
+    let accepted = clock.now();
+    let first_deadline = tokio::time::Instant::now() + limits.read_header_timeout;
+    let proto = tokio::select! {
+        p = sniff(&stream, first_deadline) => p,
+        _ = shutdown.changed() => None,
+    };
+    let Some(proto) = proto else {
+        open.fetch_sub(1, Ordering::Relaxed);
+        return;
+    };
+    let h1 = matches!(proto, Proto::H1);
+    let ctx = Arc::new(ConnCtx {
+        shared,
+        peer,
+        state: ConnState {
+            phase: AtomicU8::new(if h1 { HEAD } else { IDLE }),
+            in_flight: AtomicU32::new(0),
+            head_started: AtomicU64::new(accepted.as_nanos()),
+            last_idle: AtomicU64::new(accepted.as_nanos()),
+            smuggle: AtomicU8::new(0),
+        },
+        h1,
+        _alive: alive,
+        open,
+    });
+    let io = TokioIo::new(ClientIo {
+        stream,
+        ctx: Arc::clone(&ctx),
+    });
+    let svc_ctx = Arc::clone(&ctx);
+    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
+    let watchdog = Watchdog {
+        ctx: &ctx,
+        limits: &limits,
+    };
+    if *shutdown.borrow() {
+        return;
+    }
+    match proto {
+        Proto::H1 => {
+            let conn = builders.h1.serve_connection(io, svc).with_upgrades();
+            tokio::pin!(conn);
+            drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
+        }
+        Proto::H2 => {
+            let conn = builders.h2.serve_connection(io, svc);
+            tokio::pin!(conn);
+            drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
+        }
+    }
+}
+
+/// The per-connection deadlines (module doc).
+struct Watchdog<'a> {
+    ctx: &'a Arc<ConnCtx>,
+    limits: &'a ServerLimits,
+}
+
+enum Check {
+    /// Sleep until then and look again.
+    Until(tokio::time::Instant),
+    /// Close the connection now (head too slow).
+    Close,
+    /// Idle too long: shut down gracefully.
+    Idle,
+}
+
+impl Watchdog<'_> {
+    fn check(&self) -> Check {
+        let clock = &self.ctx.shared.clock;
+        let now = clock.now();
+        let s = &self.ctx.state;
+        let rht = self.limits.read_header_timeout;
+        match s.phase.load(Ordering::Relaxed) {
+            HEAD => {
+                let due = weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed))
+                    + rht;
+                if now >= due {
+                    Check::Close
+                } else {
+                    Check::Until(clock.deadline(due))
+                }
+            }
+            IDLE => {
+                let due = weir_core::Instant::from_nanos(s.last_idle.load(Ordering::Relaxed))
+                    + self.limits.idle_timeout;
+                if now >= due {
+                    Check::Idle
+                } else {
+                    Check::Until(clock.deadline(due.min(now + rht)))
+                }
+            }
+            _ => Check::Until(clock.deadline(now + rht)),
+        }
+    }
+}
+
+/// Poll a hyper connection, its watchdog and the shutdown signal until the connection ends.
+async fn drive<C, F>(
+    mut conn: Pin<&mut C>,
+    watchdog: &Watchdog<'_>,
+    shutdown: &mut watch::Receiver<bool>,
+    graceful: F,
+) where
+    C: std::future::Future,
+    F: Fn(Pin<&mut C>),
+{
+    let mut draining = false;
+    let first = match watchdog.check() {
+        Check::Until(t) => t,
+        _ => tokio::time::Instant::now(),
+    };
+    let sleep = tokio::time::sleep_until(first);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            biased;
+            _ = conn.as_mut() => return,
+            changed = shutdown.changed(), if !draining => {
+                if changed.is_err() || *shutdown.borrow() {
+                    draining = true;
+                    graceful(conn.as_mut());
+                }
+            }
+            () = sleep.as_mut() => {
+                match watchdog.check() {
+                    Check::Until(t) => sleep.as_mut().reset(t),
+                    Check::Close => return,
+                    Check::Idle => {
+                        if draining {
+                            return;
+                        }
+                        draining = true;
+                        graceful(conn.as_mut());
+                        // An idle HTTP/1 connection closes at once; give HTTP/2 a moment.
+                        sleep.as_mut().reset(tokio::time::Instant::now() + watchdog.limits.read_header_timeout);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A worker thread's handle.
+#[derive(Debug)]
+pub(crate) struct WorkerHandle {
+    pub(crate) conns: mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    pub(crate) open: Arc<AtomicUsize>,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Start worker `index`: a thread with its own current-thread runtime serving the connections it
+/// is handed until `shutdown` turns true, then draining them for at most `shutdown_timeout`.
+pub(crate) fn spawn_worker(
+    index: usize,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<WorkerHandle> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let open = Arc::new(AtomicUsize::new(0));
+    let open2 = Arc::clone(&open);
+    let thread = std::thread::Builder::new()
+        .name(format!("weir-worker-{index}"))
+        .spawn(move || {
+            crate::worker::set_index(index);
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, worker = index, "cannot build worker runtime");
+                    return;
+                }
+            };
+            rt.block_on(worker_main(shared.clone(), rx, open2, shutdown));
+            shared.upstream.clear();
+            drop(rt);
+        })?;
+    Ok(WorkerHandle {
+        conns: tx,
+        open,
+        thread: Some(thread),
+    })
+}
+
+async fn worker_main(
+    shared: Arc<Shared>,
+    mut conns: mpsc::UnboundedReceiver<(std::net::TcpStream, SocketAddr)>,
+    open: Arc<AtomicUsize>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let builders = Arc::new(Builders::new(&shared.limits));
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let sweep_every = shared
+        .upstream
+        .config()
+        .idle_conn_timeout
+        .map_or(Duration::from_secs(30), |t| (t / 2).max(Duration::from_millis(500)));
+    let sweeper = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sweep_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                shared.upstream.sweep();
+            }
+        })
+    };
+    loop {
+        tokio::select! {
+            biased;
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+            next = conns.recv() => {
+                let Some((std_stream, peer)) = next else { break };
+                let stream = match TcpStream::from_std(std_stream) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        open.fetch_sub(1, Ordering::Relaxed);
+                        tracing::debug!(error = %e, "cannot register an accepted connection");
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let parts = (Arc::clone(&shared), peer, alive_tx.clone(), Arc::clone(&open));
+                tokio::spawn(serve(Arc::clone(&builders), stream, parts, shutdown.clone()));
+            }
+        }
+    }
+    // Connections handed over but not yet taken are closed (they were never served).
+    conns.close();
+    while let Ok((s, _)) = conns.try_recv() {
+        open.fetch_sub(1, Ordering::Relaxed);
+        drop(s);
+    }
+    drop(alive_tx);
+    shared.upstream.clear();
+    let grace = shared.limits.shutdown_timeout;
+    if tokio::time::timeout(grace, alive_rx.recv()).await.is_err() {
+        tracing::warn!(
+            open = open.load(Ordering::Relaxed),
+            "shutdown_timeout passed with requests in flight; closing them"
+        );
+    }
+    sweeper.abort();
+}
+
+/// Accept connections on `listener` and hand each to the least busy worker, until `shutdown`.
+/// Returning drops the listener: new connections are refused from then on (C-PATH-10).
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    workers: Vec<(mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>, Arc<AtomicUsize>)>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut next = 0usize;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+                continue;
+            }
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off a little instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(std_stream) = stream.into_std() else {
+            continue;
+        };
+        // Least open connections; ties go round-robin.
+        let n = workers.len();
+        let mut best = next % n;
+        let mut best_open = usize::MAX;
+        for k in 0..n {
+            let i = (next + k) % n;
+            let o = workers[i].1.load(Ordering::Relaxed);
+            if o < best_open {
+                best = i;
+                best_open = o;
+            }
+        }
+        next = next.wrapping_add(1);
+        workers[best].1.fetch_add(1, Ordering::Relaxed);
+        if workers[best].0.send((std_stream, peer)).is_err() {
+            workers[best].1.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C-PATH-12: the smuggling guard sees both framing headers, in either case and order.
+    #[test]
+    fn c_path_12_framing_header_scan() {
+        let both = b"POST / HTTP/1.1\r\nHost: a\r\ncontent-LENGTH: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(
+            framing_headers(both),
+            SAW_CONTENT_LENGTH | SAW_TRANSFER_ENCODING
+        );
+        let te = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(framing_headers(te), SAW_TRANSFER_ENCODING);
+        let cl = b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+        assert_eq!(framing_headers(cl), SAW_CONTENT_LENGTH);
+        // A header whose value mentions the name is not the header.
+        let value = b"GET / HTTP/1.1\r\nX-Note: content-length: 5\r\n\r\n";
+        assert_eq!(framing_headers(value), 0);
+        // Body bytes after the end of the head are not looked at.
+        let body = b"POST / HTTP/1.1\r\nContent-Length: 30\r\n\r\n\nTransfer-Encoding: chunked\r\n";
+        assert_eq!(framing_headers(body), SAW_CONTENT_LENGTH);
+    }
+}

@@ -1,0 +1,648 @@
+//! Upstream connections: HTTP/1.1 to each backend over TCP or TLS, with a keep-alive pool per
+//! backend and per worker (C-PATH-7, C-PATH-9, C-RETRY-5, C-RETRY-6).
+//!
+//! Why a pool of our own over `hyper::client::conn::http1` instead of hyper-util's legacy
+//! client: the proxy runs one single-threaded runtime per worker (see `server.rs`), so each
+//! worker keeps its own idle connections in a thread-local map and touches no lock and no shared
+//! counter to reuse one (nginx's `upstream keepalive` is per worker in the same way). The legacy
+//! client shares one mutex-protected pool between all threads and spawns a task per request to
+//! return the connection; here the response body hands the connection back when it ends.
+//!
+//! Rules:
+//! - a connection returns to the pool only after its response body was read to the end; a
+//!   response dropped earlier (a retried `503`, C-RETRY-6; a client that left, C-PATH-9) takes
+//!   its connection with it and hyper closes it;
+//! - idle connections are reused last-in first-out (the warmest socket), at most
+//!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker, each for at
+//!   most `idle_conn_timeout`; a connection the backend closed is skipped;
+//! - a request that fails on a *reused* connection before hyper wrote any of it (the backend
+//!   closed the idle socket at that moment) is sent again on a fresh connection: it never reached
+//!   the backend, so it is not an attempt (hyper-util's `retry_canceled_requests`);
+//! - connect (DNS, TCP within `dial_timeout`, TLS within `tls_handshake_timeout`) errors are
+//!   `Connect`; every later error before the response head is `Transport` (C-RETRY-1).
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::Scheme;
+use http::{HeaderValue, Request, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use weir_core::config::UpstreamSettings;
+use weir_core::upstream::{BackendBase, BackendUrlError};
+
+/// The error type of bodies that cross the proxy.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Upstream settings the pool acts on (from `server.upstream`).
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// TCP connect deadline (`dial_timeout`).
+    pub dial_timeout: Duration,
+    /// TLS handshake deadline (`tls_handshake_timeout`).
+    pub tls_handshake_timeout: Duration,
+    /// Idle connections older than this are closed (`idle_conn_timeout`); `None`: kept until
+    /// the backend closes them.
+    pub idle_conn_timeout: Option<Duration>,
+    /// Idle connections kept per backend and worker (`max_idle_conns_per_host`).
+    pub max_idle_per_host: usize,
+    /// Idle connections kept per worker in total (`max_idle_conns` divided over the workers).
+    pub max_idle_total: usize,
+}
+
+impl UpstreamConfig {
+    /// The settings of `server.upstream`, with the total idle bound split over `workers`.
+    #[must_use]
+    pub fn from_settings(s: &UpstreamSettings, workers: usize) -> UpstreamConfig {
+        let workers = workers.max(1);
+        UpstreamConfig {
+            dial_timeout: s.dial_timeout,
+            tls_handshake_timeout: s.tls_handshake_timeout,
+            idle_conn_timeout: s.idle_conn_timeout,
+            max_idle_per_host: s.max_idle_conns_per_host as usize,
+            max_idle_total: (s.max_idle_conns as usize).div_ceil(workers),
+        }
+    }
+}
+
+/// Why an attempt failed before a response head (the flow's `AttemptError` minus timeouts).
+#[derive(Debug)]
+pub enum SendError {
+    /// The connection could not be established (DNS, refused, dial or TLS timeout, handshake).
+    Connect(io::Error),
+    /// The connection broke after it was established.
+    Transport(hyper::Error),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect(e) => write!(f, "connect: {e}"),
+            SendError::Transport(e) => write!(f, "transport: {e}"),
+        }
+    }
+}
+
+/// One backend as the pool sees it: the parsed base URL, where to connect, and how.
+#[derive(Debug)]
+pub struct Target {
+    id: Box<str>,
+    id_value: HeaderValue,
+    url: Box<str>,
+    base: BackendBase,
+    host: Box<str>,
+    port: u16,
+    tls: Option<ServerName<'static>>,
+    host_header: HeaderValue,
+}
+
+impl Target {
+    /// Parse backend `id`'s URL (`http` or `https`).
+    pub fn new(id: &str, url: &str) -> Result<Target, BackendUrlError> {
+        let base = BackendBase::parse(url)?;
+        let https = *base.scheme() == Scheme::HTTPS;
+        let authority = base.authority();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let host = authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let tls = if https {
+            Some(ServerName::try_from(host.to_owned()).map_err(|_| BackendUrlError::NoHost)?)
+        } else {
+            None
+        };
+        let host_header =
+            HeaderValue::from_str(authority.as_str()).map_err(|_| BackendUrlError::Invalid)?;
+        let id_value = HeaderValue::from_str(id).map_err(|_| BackendUrlError::Invalid)?;
+        Ok(Target {
+            id: Box::from(id),
+            id_value,
+            url: Box::from(url),
+            base,
+            host: Box::from(host),
+            port,
+            tls,
+            host_header,
+        })
+    }
+
+    /// The backend id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The backend id as a header value (`X-Balancer-Backend`, `X-Balancer-Backend-Attempt`),
+    /// made once per worker and backend.
+    #[must_use]
+    pub fn id_value(&self) -> &HeaderValue {
+        &self.id_value
+    }
+
+    /// The backend URL as configured.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The parsed base (scheme, authority, path prefix) for [`BackendBase::upstream_uri`].
+    #[must_use]
+    pub fn base(&self) -> &BackendBase {
+        &self.base
+    }
+
+    /// `host[:port]` of the URL, the `Host` of a request that came without one.
+    #[must_use]
+    pub fn host_header(&self) -> &HeaderValue {
+        &self.host_header
+    }
+}
+
+/// Connects to backends and keeps idle connections (one pool per worker thread, see the module
+/// doc). Cheap to share: clone the `Arc`.
+#[derive(Debug)]
+pub struct Upstream {
+    id: u64,
+    config: UpstreamConfig,
+    tls: Option<Arc<ClientConfig>>,
+    h1: http1::Builder,
+}
+
+/// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static POOLS: RefCell<Vec<(u64, WorkerPool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The idle connections of one worker.
+#[derive(Default)]
+struct WorkerPool {
+    hosts: HashMap<Box<str>, HostPool, foldhash::fast::RandomState>,
+    idle_total: usize,
+}
+
+#[derive(Default)]
+struct HostPool {
+    target: Option<Arc<Target>>,
+    /// Oldest at the front, newest at the back (reused first).
+    idle: VecDeque<Idle>,
+}
+
+struct Idle {
+    tx: http1::SendRequest<UpBody>,
+    since: tokio::time::Instant,
+}
+
+/// A connection lent to one request; give it back with [`Upstream::release`] once the response
+/// body ended, or drop it to close it.
+#[derive(Debug)]
+pub struct Conn {
+    tx: http1::SendRequest<UpBody>,
+    target: Arc<Target>,
+}
+
+impl Upstream {
+    /// A connector with `config`; `tls` is the client configuration for `https` backends (none:
+    /// connecting to one is a connect error).
+    #[must_use]
+    pub fn new(config: UpstreamConfig, tls: Option<Arc<ClientConfig>>) -> Upstream {
+        let mut h1 = http1::Builder::new();
+        // Backends may answer with any header size a browser-facing server accepts.
+        h1.max_buf_size(1 << 20);
+        Upstream {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            tls,
+            h1,
+        }
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&mut WorkerPool) -> R) -> R {
+        POOLS.with(|pools| {
+            let mut pools = pools.borrow_mut();
+            let i = match pools.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    pools.push((self.id, WorkerPool::default()));
+                    pools.len() - 1
+                }
+            };
+            f(&mut pools[i].1)
+        })
+    }
+
+    /// The parsed target of backend `id` at `url` (cached per worker).
+    pub fn target(&self, id: &str, url: &str) -> Result<Arc<Target>, BackendUrlError> {
+        self.with_pool(|pool| {
+            if let Some(t) = pool.hosts.get(url).and_then(|h| h.target.as_ref())
+                && t.id() == id
+            {
+                return Ok(Arc::clone(t));
+            }
+            let t = Arc::new(Target::new(id, url)?);
+            pool.hosts.entry(Box::from(url)).or_default().target = Some(Arc::clone(&t));
+            Ok(t)
+        })
+    }
+
+    /// An idle connection to `target`, if one is usable.
+    fn checkout(&self, target: &Target) -> Option<http1::SendRequest<UpBody>> {
+        let now = tokio::time::Instant::now();
+        let timeout = self.config.idle_conn_timeout;
+        self.with_pool(|pool| {
+            let host = pool.hosts.get_mut(target.url())?;
+            let mut taken = 0;
+            let mut found = None;
+            // Expired connections are the oldest: drop them from the front.
+            while let Some(front) = host.idle.front() {
+                if timeout.is_some_and(|t| now.saturating_duration_since(front.since) >= t) {
+                    host.idle.pop_front();
+                    taken += 1;
+                } else {
+                    break;
+                }
+            }
+            while let Some(idle) = host.idle.pop_back() {
+                taken += 1;
+                if !idle.tx.is_closed() {
+                    found = Some(idle.tx);
+                    break;
+                }
+            }
+            pool.idle_total = pool.idle_total.saturating_sub(taken);
+            found
+        })
+    }
+
+    /// Give a connection back after its response body ended. Closed connections, and any beyond
+    /// the idle bounds, are dropped (closed).
+    pub fn release(&self, conn: Conn) {
+        if conn.tx.is_closed() {
+            return;
+        }
+        let (per_host, total) = (self.config.max_idle_per_host, self.config.max_idle_total);
+        if per_host == 0 || total == 0 {
+            return;
+        }
+        self.with_pool(|pool| {
+            if pool.idle_total >= total {
+                return;
+            }
+            let host = pool.hosts.entry(Box::from(conn.target.url())).or_default();
+            if host.idle.len() >= per_host {
+                return;
+            }
+            host.idle.push_back(Idle {
+                tx: conn.tx,
+                since: tokio::time::Instant::now(),
+            });
+            pool.idle_total += 1;
+        });
+    }
+
+    /// Close idle connections past `idle_conn_timeout` or closed by their backend (the worker's
+    /// periodic sweep; checkout does the same lazily).
+    pub fn sweep(&self) {
+        let now = tokio::time::Instant::now();
+        let timeout = self.config.idle_conn_timeout;
+        self.with_pool(|pool| {
+            let mut total = 0;
+            for host in pool.hosts.values_mut() {
+                host.idle.retain(|i| {
+                    !i.tx.is_closed()
+                        && !timeout.is_some_and(|t| now.saturating_duration_since(i.since) >= t)
+                });
+                total += host.idle.len();
+            }
+            pool.idle_total = total;
+        });
+    }
+
+    /// Drop every idle connection of this worker (shutdown).
+    pub fn clear(&self) {
+        self.with_pool(|pool| {
+            pool.hosts.clear();
+            pool.idle_total = 0;
+        });
+    }
+
+    /// Idle connections this worker holds (tests, status).
+    #[must_use]
+    pub fn idle_count(&self) -> usize {
+        self.with_pool(|pool| pool.idle_total)
+    }
+
+    /// Send `req` to `target` on a pooled or new connection; the response head, and the
+    /// connection to [`release`](Self::release) once the body ended.
+    pub async fn send(
+        &self,
+        target: &Arc<Target>,
+        mut req: Request<UpBody>,
+    ) -> Result<(Response<Incoming>, Conn), SendError> {
+        if let Some(mut tx) = self.checkout(target) {
+            let ready = if tx.is_ready() {
+                Ok(())
+            } else {
+                tx.ready().await
+            };
+            if ready.is_ok() {
+                match tx.try_send_request(req).await {
+                    Ok(resp) => {
+                        return Ok((
+                            resp,
+                            Conn {
+                                tx,
+                                target: Arc::clone(target),
+                            },
+                        ));
+                    }
+                    Err(mut e) => match e.take_message() {
+                        // Never written: the idle connection was closed under us. Try a new one.
+                        Some(back) => req = back,
+                        None => return Err(SendError::Transport(e.into_error())),
+                    },
+                }
+            }
+        }
+        let mut tx = self.connect(target).await?;
+        match tx.send_request(req).await {
+            Ok(resp) => Ok((
+                resp,
+                Conn {
+                    tx,
+                    target: Arc::clone(target),
+                },
+            )),
+            Err(e) => Err(SendError::Transport(e)),
+        }
+    }
+
+    /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
+    /// `tls_handshake_timeout`, then the HTTP/1.1 handshake; its driver runs as a task on this
+    /// worker.
+    async fn connect(&self, target: &Target) -> Result<http1::SendRequest<UpBody>, SendError> {
+        let tcp = tokio::time::timeout(self.config.dial_timeout, dial(&target.host, target.port))
+            .await
+            .map_err(|_| SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout")))?
+            .map_err(SendError::Connect)?;
+        let io = match &target.tls {
+            None => UpstreamIo::Plain(tcp),
+            Some(name) => {
+                let Some(config) = &self.tls else {
+                    return Err(SendError::Connect(io::Error::other(
+                        "no TLS configuration for an https backend",
+                    )));
+                };
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+                let tls = tokio::time::timeout(
+                    self.config.tls_handshake_timeout,
+                    connector.connect(name.clone(), tcp),
+                )
+                .await
+                .map_err(|_| {
+                    SendError::Connect(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "tls handshake timeout",
+                    ))
+                })?
+                .map_err(SendError::Connect)?;
+                UpstreamIo::Tls(Box::new(tls))
+            }
+        };
+        let (tx, conn) = self
+            .h1
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| SendError::Connect(io::Error::other(e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(tx)
+    }
+}
+
+/// TCP connect to `host:port`, trying each resolved address in turn.
+async fn dial(host: &str, port: u16) -> io::Result<TcpStream> {
+    let mut last = None;
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        let s = TcpStream::connect(SocketAddr::new(ip, port)).await?;
+        s.set_nodelay(true)?;
+        return Ok(s);
+    }
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        match TcpStream::connect(addr).await {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
+}
+
+/// A backend connection: plain TCP or TLS over TCP.
+#[derive(Debug)]
+pub enum UpstreamIo {
+    /// `http://`.
+    Plain(TcpStream),
+    /// `https://`.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(s) => s.is_write_vectored(),
+            UpstreamIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The body of an upstream request.
+#[derive(Debug)]
+pub enum UpBody {
+    /// No body.
+    Empty,
+    /// A buffered body (replayable: each attempt sends a cheap clone of the bytes).
+    Full(Option<Bytes>),
+    /// The client's body, streamed as it arrives (never replayed, C-RETRY-1).
+    Stream(ClientBody),
+}
+
+impl UpBody {
+    /// A buffered body; empty bytes are no body.
+    #[must_use]
+    pub fn full(bytes: Bytes) -> UpBody {
+        if bytes.is_empty() {
+            UpBody::Empty
+        } else {
+            UpBody::Full(Some(bytes))
+        }
+    }
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpBody::Empty => Poll::Ready(None),
+            UpBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            UpBody::Stream(s) => Pin::new(s).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpBody::Empty => true,
+            UpBody::Full(b) => b.is_none(),
+            UpBody::Stream(s) => s.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpBody::Empty => SizeHint::with_exact(0),
+            UpBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            UpBody::Stream(s) => s.inner.size_hint(),
+        }
+    }
+}
+
+/// The client's request body on its way upstream. When reading it fails (the client went away,
+/// or `server.read_timeout` passed) it raises `failed`, so the proxy can tell a client fault from
+/// a backend fault (C-PATH-9).
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: Incoming,
+    failed: Arc<AtomicBool>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl ClientBody {
+    /// Stream `inner`, raising `failed` when it breaks or `deadline` passes.
+    #[must_use]
+    pub fn new(
+        inner: Incoming,
+        failed: Arc<AtomicBool>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> ClientBody {
+        ClientBody {
+            inner,
+            failed,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(d) = self.deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.failed.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err("request body read timeout".into())));
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.failed.store(true, Ordering::Relaxed);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            other => other.map(|o| o.map(|r| r.map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

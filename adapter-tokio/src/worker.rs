@@ -1,0 +1,69 @@
+//! Per-worker state on the request path: the worker's index (handed to the selection policies
+//! as [`PickContext::worker`](weir_core::select::PickContext), so per-worker cursors never share
+//! a cache line) and its random generator.
+//!
+//! Each worker thread owns one [`WyRand`] seeded from OS entropy (std's `RandomState` keys come
+//! from the OS; DESIGN.md: only adapters turn "no seed" into entropy). A thread-local generator
+//! needs no lock and no atomic: the request path draws request ids, round-robin starts, P2C
+//! choices and slow-start admissions from it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use weir_core::WyRand;
+
+thread_local! {
+    static INDEX: Cell<usize> = const { Cell::new(0) };
+    static RNG: RefCell<WyRand> = RefCell::new(WyRand::new(entropy_seed()));
+}
+
+/// A 64-bit seed from the OS's entropy (through std's randomly keyed `RandomState`), mixed with
+/// the thread's id so two threads never share a stream.
+#[must_use]
+pub fn entropy_seed() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0x7765_6972);
+    std::hash::Hash::hash(&std::thread::current().id(), &mut h);
+    h.finish()
+}
+
+/// Marks the current thread as worker `index` (called once when a worker thread starts).
+pub fn set_index(index: usize) {
+    INDEX.with(|i| i.set(index));
+}
+
+/// The current thread's worker index (0 on threads that are not workers).
+#[must_use]
+pub fn index() -> usize {
+    INDEX.with(Cell::get)
+}
+
+/// Runs `f` with this thread's generator. Never call it re-entrantly (it is a `RefCell`).
+pub fn with_rng<R>(f: impl FnOnce(&mut WyRand) -> R) -> R {
+    RNG.with(|rng| f(&mut rng.borrow_mut()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::Rng as _;
+
+    #[test]
+    fn seeds_differ_between_threads_and_calls() {
+        let a = entropy_seed();
+        let b = std::thread::spawn(entropy_seed).join().unwrap_or(a);
+        assert_ne!(a, b);
+        let x = with_rng(|r| r.next_u64());
+        let y = with_rng(|r| r.next_u64());
+        assert_ne!(x, y);
+    }
+
+    #[test]
+    fn index_is_per_thread() {
+        set_index(3);
+        assert_eq!(index(), 3);
+        let other = std::thread::spawn(index).join().unwrap_or(99);
+        assert_eq!(other, 0);
+    }
+}
