@@ -65,7 +65,10 @@ struct TicketGuard<'a> {
 impl TicketGuard<'_> {
     fn settle(&mut self) -> Cancel {
         self.settled = true;
-        let outcome = self.admission.gate.cancel(self.id, self.admission.clock.now());
+        let outcome = self
+            .admission
+            .gate
+            .cancel(self.id, self.admission.clock.now());
         self.admission.forget(self.id);
         outcome
     }

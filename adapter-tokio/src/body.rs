@@ -151,10 +151,7 @@ impl Delivered {
         self.done || self.body.is_end_stream()
     }
 
-    fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if self.done {
             return Poll::Ready(None);
         }

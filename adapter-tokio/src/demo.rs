@@ -17,8 +17,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::secrets::EnvSecrets;
 use crate::Options;
+use crate::secrets::EnvSecrets;
 
 /// The shipped configuration, embedded.
 pub const SHIPPED_CONFIG: &str = include_str!("../../config/weir.yaml");
@@ -59,7 +59,9 @@ pub async fn backend(id: &str, flaky_every: Option<u64>) -> std::io::Result<Demo
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let id = id.clone();
                     let counter = Arc::clone(&counter);
-                    async move { Ok::<_, std::convert::Infallible>(answer(&id, &counter, flaky_every, &req)) }
+                    async move {
+                        Ok::<_, std::convert::Infallible>(answer(&id, &counter, flaky_every, &req))
+                    }
                 });
                 let _ = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
@@ -86,7 +88,7 @@ fn answer(
     }
     let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
     let (status, body) = match flaky_every {
-        Some(k) if k > 0 && n % k == 0 => (
+        Some(k) if k > 0 && n.is_multiple_of(k) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{{\"backend\":\"{id}\",\"error\":\"flaky: every {k}th request fails\"}}\n"),
         ),
@@ -170,8 +172,16 @@ pub async fn run(opts: Options) -> Result<(), String> {
 }
 
 async fn show_requests(public: SocketAddr, n: usize, out: &mut impl std::io::Write) {
+    // One keep-alive connection: one worker serves them all, so its round-robin order shows.
+    let mut client = match Client::connect(public).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(out, "  cannot connect: {e}");
+            return;
+        }
+    };
     for i in 1..=n {
-        match get(public, "/demo").await {
+        match client.get("/demo").await {
             Ok(resp) => {
                 let h = |name: &str| {
                     resp.headers()
@@ -182,7 +192,7 @@ async fn show_requests(public: SocketAddr, n: usize, out: &mut impl std::io::Wri
                 };
                 let _ = writeln!(
                     out,
-                    "  #{i}: {} backend={} attempts={} ratelimit-remaining={}",
+                    "  #{i}: {} backend={:<13} attempts={} ratelimit-remaining={}",
                     resp.status().as_u16(),
                     h("x-balancer-backend"),
                     h("x-balancer-attempts"),
@@ -196,24 +206,36 @@ async fn show_requests(public: SocketAddr, n: usize, out: &mut impl std::io::Wri
     }
 }
 
-/// One GET to the proxy on a fresh connection.
-async fn get(addr: SocketAddr, path: &str) -> Result<Response<Bytes>, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let req = Request::builder()
-        .uri(path)
-        .header(http::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = tx.send_request(req).await.map_err(|e| e.to_string())?;
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok(Response::from_parts(parts, body))
+/// A minimal HTTP/1.1 client on one keep-alive connection.
+struct Client {
+    addr: SocketAddr,
+    tx: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr) -> Result<Client, String> {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        Ok(Client { addr, tx })
+    }
+
+    async fn get(&mut self, path: &str) -> Result<Response<Bytes>, String> {
+        self.tx.ready().await.map_err(|e| e.to_string())?;
+        let req = Request::builder()
+            .uri(path)
+            .header(http::header::HOST, self.addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let resp = self.tx.send_request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Response::from_parts(parts, body))
+    }
 }
 
 async fn wait_for_signal() {

@@ -35,7 +35,9 @@ pub fn targets(rt: &Runtime) -> (Vec<ProbeTarget>, Vec<Arc<Backend>>) {
 }
 
 /// The flip callback for `backends`: apply the verdict to the shared backend (C-HEALTH-2).
-pub fn on_change(backends: Vec<Arc<Backend>>) -> impl FnMut(usize, bool, weir_core::Instant) + Send {
+pub fn on_change(
+    backends: Vec<Arc<Backend>>,
+) -> impl FnMut(usize, bool, weir_core::Instant) + Send {
     move |index, healthy, now| {
         if let Some(b) = backends.get(index) {
             b.set_healthy(healthy, now);

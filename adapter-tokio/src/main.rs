@@ -146,7 +146,11 @@ fn list_errors(path: &Path, errors: &ConfigErrors) -> String {
 fn check_config(path: &Path) -> ExitCode {
     match load(path) {
         Ok(_) => {
-            let _ = writeln!(std::io::stdout(), "{}: configuration is valid", path.display());
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}: configuration is valid",
+                path.display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -46,7 +46,11 @@ pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
 }
 
 /// Serve the management listener until `shutdown`.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -94,7 +98,10 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let (status, body): (StatusCode, &'static str) = match req.uri().path() {
         "/healthz" => (StatusCode::OK, "{\"status\":\"ok\"}"),
         "/readyz" if shared.ready() => (StatusCode::OK, "{\"status\":\"ready\"}"),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "{\"status\":\"not ready\"}"),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{\"status\":\"not ready\"}",
+        ),
         _ => return refuse(&ManagementError::NotFound, rid.as_str()),
     };
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));

@@ -248,12 +248,7 @@ impl Handler<'_> {
         });
         let mut headers = std::mem::take(&mut parts.headers);
         strip_hop_by_hop(&mut headers, upgrading);
-        rewrite_forwarding(
-            &mut headers,
-            resolution.client,
-            inbound_host.clone(),
-            proto,
-        );
+        rewrite_forwarding(&mut headers, resolution.client, inbound_host.clone(), proto);
         headers.insert(X_REQUEST_ID, answer.rid_value.clone());
         // The body is already accepted from the client; the backend gets it as it is.
         headers.remove(EXPECT);
@@ -271,8 +266,7 @@ impl Handler<'_> {
         let (flow, action) = worker::with_rng(|rng| {
             Flow::start(flow_target, &retry, &budget, meta, clock.now(), rng)
         });
-        let replayable =
-            retry.allows_method(method.as_str()) && retry.body_replayable(body_kind);
+        let replayable = retry.allows_method(method.as_str()) && retry.body_replayable(body_kind);
         let attempts = Attempts {
             handler: self,
             method,
@@ -290,7 +284,11 @@ impl Handler<'_> {
 
     fn reject(&self, reject: &Reject, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
         count_protection(reject.protection_reason());
-        synthetic(&SyntheticResponse::reject(reject, answer.rid.as_str()), answer, guard)
+        synthetic(
+            &SyntheticResponse::reject(reject, answer.rid.as_str()),
+            answer,
+            guard,
+        )
     }
 }
 
@@ -529,7 +527,10 @@ impl Attempts<'_, '_> {
             drop(permit);
             return Response::from_parts(parts, ResBody::empty(Some(guard)));
         }
-        let write_deadline = shared.limits.write_timeout.map(|t| self.handler.started + t);
+        let write_deadline = shared
+            .limits
+            .write_timeout
+            .map(|t| self.handler.started + t);
         let delivered = Delivered::new(
             body,
             flow,
@@ -715,7 +716,10 @@ mod tests {
             let uri: Uri = target.parse().expect("uri");
             let fast = upstream_uri(&base, &Method::GET, &uri).expect("fast");
             let core = base
-                .upstream_uri(&Method::GET, uri.path_and_query().map_or("/", |p| p.as_str()))
+                .upstream_uri(
+                    &Method::GET,
+                    uri.path_and_query().map_or("/", |p| p.as_str()),
+                )
                 .expect("core");
             assert_eq!(
                 fast.path_and_query().map(|p| p.as_str()),
@@ -745,6 +749,10 @@ mod tests {
                 .is_err()
         );
         assert!(validation_base().upstream_uri(&Method::GET, "*").is_err());
-        assert!(validation_base().upstream_uri(&Method::OPTIONS, "*").is_ok());
+        assert!(
+            validation_base()
+                .upstream_uri(&Method::OPTIONS, "*")
+                .is_ok()
+        );
     }
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use weir_core::Instant;
 use weir_core::bucket::{BucketParams, Take};
 use weir_core::rate::{
-    ClientKey, FailureDecision, LocalStore, LocalStoreError, RateOutcome, RateParams,
-    StorageKind, on_store_failure,
+    ClientKey, FailureDecision, LocalStore, LocalStoreError, RateOutcome, RateParams, StorageKind,
+    on_store_failure,
 };
 
 /// Why a shared store could not answer (the failure policy decides what it means, C-RATE-5).

@@ -410,8 +410,8 @@ impl Watchdog<'_> {
         let rht = self.limits.read_header_timeout;
         match s.phase.load(Ordering::Relaxed) {
             HEAD => {
-                let due = weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed))
-                    + rht;
+                let due =
+                    weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed)) + rht;
                 if now >= due {
                     Check::Close
                 } else {
@@ -478,10 +478,13 @@ async fn drive<C, F>(
     }
 }
 
+/// Where the acceptor hands a connection to a worker.
+pub(crate) type ConnSender = mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>;
+
 /// A worker thread's handle.
 #[derive(Debug)]
 pub(crate) struct WorkerHandle {
-    pub(crate) conns: mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    pub(crate) conns: ConnSender,
     pub(crate) open: Arc<AtomicUsize>,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -533,7 +536,9 @@ async fn worker_main(
         .upstream
         .config()
         .idle_conn_timeout
-        .map_or(Duration::from_secs(30), |t| (t / 2).max(Duration::from_millis(500)));
+        .map_or(Duration::from_secs(30), |t| {
+            (t / 2).max(Duration::from_millis(500))
+        });
     let sweeper = {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -591,7 +596,7 @@ async fn worker_main(
 /// Returning drops the listener: new connections are refused from then on (C-PATH-10).
 pub(crate) async fn accept_loop(
     listener: TcpListener,
-    workers: Vec<(mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>, Arc<AtomicUsize>)>,
+    workers: Vec<(ConnSender, Arc<AtomicUsize>)>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut next = 0usize;

@@ -119,12 +119,13 @@ impl Target {
         let authority = base.authority();
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = authority.host();
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
+        let host: Box<str> = Box::from(
+            host.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host),
+        );
         let tls = if https {
-            Some(ServerName::try_from(host.to_owned()).map_err(|_| BackendUrlError::NoHost)?)
+            Some(ServerName::try_from(host.to_string()).map_err(|_| BackendUrlError::NoHost)?)
         } else {
             None
         };
@@ -136,7 +137,7 @@ impl Target {
             id_value,
             url: Box::from(url),
             base,
-            host: Box::from(host),
+            host,
             port,
             tls,
             host_header,
@@ -334,7 +335,7 @@ impl Upstream {
             for host in pool.hosts.values_mut() {
                 host.idle.retain(|i| {
                     !i.tx.is_closed()
-                        && !timeout.is_some_and(|t| now.saturating_duration_since(i.since) >= t)
+                        && timeout.is_none_or(|t| now.saturating_duration_since(i.since) < t)
                 });
                 total += host.idle.len();
             }
@@ -407,7 +408,9 @@ impl Upstream {
     async fn connect(&self, target: &Target) -> Result<http1::SendRequest<UpBody>, SendError> {
         let tcp = tokio::time::timeout(self.config.dial_timeout, dial(&target.host, target.port))
             .await
-            .map_err(|_| SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout")))?
+            .map_err(|_| {
+                SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))
+            })?
             .map_err(SendError::Connect)?;
         let io = match &target.tls {
             None => UpstreamIo::Plain(tcp),
