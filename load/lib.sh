@@ -195,8 +195,9 @@ start_proxy() {
   log "$name: $workers worker(s) on 127.0.0.1:$PORT, pid $PROXY_PID${pin:+ ($pin)}"
 }
 
-# weir: rate limiting off, management off, health checks on, access log off (successes are
-# sampled at 0; errors would still be logged), limits above anything the benchmark sends.
+# weir: rate limiting off, management off, health checks on, slow start off (nginx and HAProxy
+# have none by default), access log off (successes are sampled at 0; errors would still be
+# logged), limits above anything the benchmark sends.
 write_weir_config() {
   cat >"$1" <<EOF
 server:
@@ -213,6 +214,7 @@ health_check:
   interval: 2s
   timeout: 1s
   jitter: 100ms
+  slow_start: 0s
 rate_limit:
   enabled: false
 management:
