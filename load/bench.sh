@@ -17,6 +17,8 @@
 #   BACKEND_THREADS=1  threads of each backend;  BODY_BYTES=64 response body
 #   NO_BUILD=1         skip `cargo build --release`;  WEIR_BIN, WEIR_LOAD_BIN: other binaries
 #   OUT=DIR            where results go (default target/bench/<UTC time>)
+#   QUIET_LOAD=1.5 QUIET_WAIT=0  before starting, wait up to QUIET_WAIT seconds for the 1-minute
+#                      load average to fall below QUIET_LOAD (the machine may be shared)
 # Runtime is about |WORKERS| x (|PROXIES| x WARMUP + |CONNECTIONS| x ROUNDS x |PROXIES| x DURATION).
 set -euo pipefail
 # shellcheck source=load/lib.sh
@@ -39,6 +41,7 @@ trap 'exit 130' INT TERM
 
 ensure_packages
 build_binaries "$PROXIES"
+wait_quiet "${QUIET_LOAD:-1.5}" "${QUIET_WAIT:-0}"
 raise_nofile 65536 soft
 
 read -r -a proxies <<<"$PROXIES"
@@ -77,6 +80,7 @@ for w in $WORKERS; do
   done
   for c in $CONNECTIONS; do
     for ((r = 1; r <= ROUNDS; r++)); do
+      echo "# workers $w connections $c round $r: load $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%H:%M:%S)" >>"$RESULTS"
       # Rotate the order each round so no proxy always runs first (or right after another).
       order=()
       for ((i = 0; i < ${#proxies[@]}; i++)); do

@@ -69,6 +69,22 @@ machine_info() {
   fi
 }
 
+# Waits up to $2 seconds for the 1-minute load average to fall below $1.
+wait_quiet() {
+  local below=$1 deadline=$((SECONDS + $2)) load
+  while :; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    if awk -v l="$load" -v b="$below" 'BEGIN { exit !(l < b) }'; then
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      (($2 == 0)) || log "load $load is still >= $below; going on anyway (numbers will be noisier)"
+      return 0
+    fi
+    sleep 10
+  done
+}
+
 # Raises the open-file limit of this shell (and so of everything it starts) to at least $1
 # (or, when $2 is "soft", as far as the hard limit allows). Containers often cap the hard limit
 # even for root (no CAP_SYS_RESOURCE); NOFILE_MAX records what was reached.
