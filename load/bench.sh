@@ -88,10 +88,13 @@ for w in $WORKERS; do
       done
       for p in "${order[@]}"; do
         out="$WORK/wrk-$p-w$w-c$c-r$r.txt"
+        cpu0=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
         wrk -t "$WRK_THREADS" -c "$c" -d "${DURATION}s" --latency "http://127.0.0.1:${port_of[$p]}/" >"$out" 2>&1 || true
-        if row=$("$WEIR_LOAD_BIN" wrk-row --proxy "$p" --workers "$w" --connections "$c" --round "$r" <"$out"); then
+        cpu1=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
+        cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }')
+        if row=$("$WEIR_LOAD_BIN" wrk-row --proxy "$p" --workers "$w" --connections "$c" --round "$r" --cpu-seconds "$cpu" <"$out"); then
           echo "$row" >>"$RESULTS"
-          awk -F'\t' '{printf "  %-8s w=%s c=%-3s round %s: %8.0f req/s  p50 %7.0fus  p99 %7.0fus  errors %d\n", $1, $2, $3, $4, $5, $6, $7, $9 + $10}' <<<"$row" >&2
+          awk -F'\t' '{printf "  %-8s w=%s c=%-3s round %s: %8.0f req/s  p50 %7.0fus  p99 %7.0fus  CPU/req %5.1fus  errors %d\n", $1, $2, $3, $4, $5, $6, $7, $11, $9 + $10}' <<<"$row" >&2
         else
           log "$p w=$w c=$c round $r: wrk failed (see $out)"
         fi

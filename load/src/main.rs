@@ -47,7 +47,12 @@ enum Command {
         connections: u32,
         #[arg(long)]
         round: u32,
+        /// CPU seconds the proxy spent during the run (see `cpu-seconds`).
+        #[arg(long)]
+        cpu_seconds: Option<f64>,
     },
+    /// Prints the CPU time (user + system, seconds) of a process and its descendants.
+    CpuSeconds { pid: u32 },
     /// Prints the results header line (TSV).
     WrkHeader,
     /// Prints N distinct free TCP ports on 127.0.0.1 (bound together, then released).
@@ -118,18 +123,31 @@ fn run(command: Command) -> Result<(), BoxError> {
             workers,
             connections,
             round,
+            cpu_seconds,
         } => {
             let mut text = String::new();
             std::io::stdin().read_to_string(&mut text)?;
             let sample = wrk::parse(&text)?;
+            let cpu_us_per_request = cpu_seconds
+                .filter(|_| sample.requests > 0)
+                .map(|secs| secs * 1e6 / sample.requests as f64);
             let row = summary::Row {
                 proxy,
                 workers,
                 connections,
                 round,
                 sample,
+                cpu_us_per_request,
             };
             println!("{}", row.to_tsv());
+            Ok(())
+        }
+        Command::CpuSeconds { pid } => {
+            let ticks = procfs::tree_cpu_ticks(pid);
+            println!(
+                "{:.3}",
+                ticks as f64 / procfs::CLOCK_TICKS_PER_SECOND as f64
+            );
             Ok(())
         }
         Command::WrkHeader => {

@@ -29,6 +29,33 @@ pub fn stat_ppid(stat: &str) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
+/// `utime + stime` (clock ticks) from a `/proc/PID/stat` text (fields 14 and 15).
+pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    // After the name: state(3) ppid(4) ... utime(14) stime(15); index 0 here is field 3.
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second of `/proc` times. Linux fixes USER_HZ at 100 on every architecture
+/// this runs on (`getconf CLK_TCK`).
+pub const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// CPU time (user + system, clock ticks) of `root` and its live descendants.
+pub fn tree_cpu_ticks(root: u32) -> u64 {
+    descendants(&process_table(), root)
+        .into_iter()
+        .filter_map(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(stat_cpu_ticks)
+        })
+        .sum()
+}
+
 /// `root` and every descendant of it, given (pid, ppid) pairs.
 pub fn descendants(pairs: &[(u32, u32)], root: u32) -> BTreeSet<u32> {
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
@@ -111,6 +138,24 @@ mod tests {
         assert_eq!(stat_ppid("123 (nginx) S 1 123 123 0"), Some(1));
         assert_eq!(stat_ppid("77 (a) b (c)) R 42 77 0"), Some(42));
         assert_eq!(stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn reads_cpu_ticks() {
+        let stat = "4242 (weir worker) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0";
+        assert_eq!(stat_cpu_ticks(stat), Some(287));
+        assert_eq!(stat_cpu_ticks("1 (x) S 0"), None);
+    }
+
+    #[test]
+    fn own_cpu_time_is_read() {
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(30) {
+            x = x.wrapping_add(1);
+        }
+        assert!(x > 0);
+        assert!(tree_cpu_ticks(std::process::id()) >= 1);
     }
 
     #[test]

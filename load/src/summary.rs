@@ -30,6 +30,9 @@ pub struct Row {
     pub round: u32,
     /// What wrk measured.
     pub sample: Sample,
+    /// CPU time (user + system) the proxy's process tree spent per completed request, in
+    /// microseconds, when the bench script measured it.
+    pub cpu_us_per_request: Option<f64>,
 }
 
 /// A results line that could not be read.
@@ -53,8 +56,11 @@ impl Row {
     /// The tab-separated results line (the format [`parse_rows`] reads).
     pub fn to_tsv(&self) -> String {
         let s = &self.sample;
+        let cpu = self
+            .cpu_us_per_request
+            .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}"));
         format!(
-            "{}\t{}\t{}\t{}\t{:.2}\t{:.1}\t{:.1}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{:.2}\t{:.1}\t{:.1}\t{}\t{}\t{}\t{cpu}",
             self.proxy,
             self.workers,
             self.connections,
@@ -70,7 +76,7 @@ impl Row {
 }
 
 /// Header line of the results file.
-pub const TSV_HEADER: &str = "proxy\tworkers\tconnections\tround\treq_per_s\tp50_us\tp99_us\trequests\tsocket_errors\tnon_2xx";
+pub const TSV_HEADER: &str = "proxy\tworkers\tconnections\tround\treq_per_s\tp50_us\tp99_us\trequests\tsocket_errors\tnon_2xx\tcpu_us_per_req";
 
 /// Reads a results file (header and `#` lines skipped).
 pub fn parse_rows(text: &str) -> Result<Vec<Row>, RowError> {
@@ -85,8 +91,8 @@ pub fn parse_rows(text: &str) -> Result<Vec<Row>, RowError> {
             line: line_no,
             reason: reason.to_owned(),
         };
-        if f.len() != 10 {
-            return Err(err("expected 10 tab-separated fields"));
+        if f.len() != 10 && f.len() != 11 {
+            return Err(err("expected 10 or 11 tab-separated fields"));
         }
         let int = |s: &str| s.parse::<u64>().map_err(|_| err("bad integer"));
         let num = |s: &str| s.parse::<f64>().map_err(|_| err("bad number"));
@@ -103,6 +109,10 @@ pub fn parse_rows(text: &str) -> Result<Vec<Row>, RowError> {
                 requests: int(f[7])?,
                 socket_errors: int(f[8])?,
                 non_2xx: int(f[9])?,
+            },
+            cpu_us_per_request: match f.get(10) {
+                None | Some(&"-") => None,
+                Some(v) => Some(num(v)?),
             },
         });
     }
@@ -141,6 +151,8 @@ pub struct ProxyStats {
     pub p99_us: f64,
     /// Socket errors plus non-2xx responses, summed over the rounds.
     pub errors: u64,
+    /// Median proxy CPU time per request (µs), when measured.
+    pub cpu_us_per_request: Option<f64>,
 }
 
 /// weir against one baseline in one cell: medians of per-round ratios.
@@ -154,6 +166,8 @@ pub struct Ratio {
     pub p50: f64,
     /// Median of weir p99 / baseline p99.
     pub p99: f64,
+    /// Median of weir CPU per request / baseline CPU per request, when measured for both.
+    pub cpu: Option<f64>,
     /// Rounds paired.
     pub pairs: usize,
 }
@@ -185,15 +199,16 @@ fn proxy_order(name: &str) -> (usize, String) {
 
 /// Groups rows into cells with medians and paired ratios.
 pub fn summarize(rows: &[Row]) -> Vec<Cell> {
-    // (workers, connections) -> proxy -> round -> sample
-    let mut cells: BTreeMap<(u32, u32), BTreeMap<String, BTreeMap<u32, Sample>>> = BTreeMap::new();
+    // (workers, connections) -> proxy -> round -> (sample, cpu per request)
+    type Rounds = BTreeMap<u32, (Sample, Option<f64>)>;
+    let mut cells: BTreeMap<(u32, u32), BTreeMap<String, Rounds>> = BTreeMap::new();
     for r in rows {
         cells
             .entry((r.workers, r.connections))
             .or_default()
             .entry(r.proxy.clone())
             .or_default()
-            .insert(r.round, r.sample);
+            .insert(r.round, (r.sample, r.cpu_us_per_request));
     }
     let mut out = Vec::new();
     for ((workers, connections), by_proxy) in cells {
@@ -203,9 +218,13 @@ pub fn summarize(rows: &[Row]) -> Vec<Cell> {
             .iter()
             .map(|name| {
                 let rounds = &by_proxy[*name];
-                let rps: Vec<f64> = rounds.values().map(|s| s.requests_per_second).collect();
-                let p50: Vec<f64> = rounds.values().map(|s| s.p50_us).collect();
-                let p99: Vec<f64> = rounds.values().map(|s| s.p99_us).collect();
+                let rps: Vec<f64> = rounds
+                    .values()
+                    .map(|(s, _)| s.requests_per_second)
+                    .collect();
+                let p50: Vec<f64> = rounds.values().map(|(s, _)| s.p50_us).collect();
+                let p99: Vec<f64> = rounds.values().map(|(s, _)| s.p99_us).collect();
+                let cpu: Vec<f64> = rounds.values().filter_map(|(_, c)| *c).collect();
                 let lo = rps.iter().copied().fold(f64::INFINITY, f64::min);
                 let hi = rps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 ProxyStats {
@@ -215,7 +234,11 @@ pub fn summarize(rows: &[Row]) -> Vec<Cell> {
                     rps_range: (lo, hi),
                     p50_us: median(&p50).unwrap_or(f64::NAN),
                     p99_us: median(&p99).unwrap_or(f64::NAN),
-                    errors: rounds.values().map(|s| s.socket_errors + s.non_2xx).sum(),
+                    errors: rounds
+                        .values()
+                        .map(|(s, _)| s.socket_errors + s.non_2xx)
+                        .sum(),
+                    cpu_us_per_request: median(&cpu),
                 }
             })
             .collect();
@@ -225,12 +248,16 @@ pub fn summarize(rows: &[Row]) -> Vec<Cell> {
                 let Some(base) = by_proxy.get(baseline) else {
                     continue;
                 };
-                let (mut rps, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
-                for (round, s) in subject {
-                    if let Some(b) = base.get(round) {
+                let (mut rps, mut p50, mut p99, mut cpu) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                for (round, (s, s_cpu)) in subject {
+                    if let Some((b, b_cpu)) = base.get(round) {
                         rps.push(s.requests_per_second / b.requests_per_second);
                         p50.push(s.p50_us / b.p50_us);
                         p99.push(s.p99_us / b.p99_us);
+                        if let (Some(sc), Some(bc)) = (s_cpu, b_cpu) {
+                            cpu.push(sc / bc);
+                        }
                     }
                 }
                 if rps.is_empty() {
@@ -241,6 +268,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Cell> {
                     rps: median(&rps).unwrap_or(f64::NAN),
                     p50: median(&p50).unwrap_or(f64::NAN),
                     p99: median(&p99).unwrap_or(f64::NAN),
+                    cpu: median(&cpu),
                     pairs: rps.len(),
                 });
             }
@@ -302,13 +330,19 @@ pub fn render(cells: &[Cell]) -> String {
         );
         let _ = writeln!(
             s,
-            "| proxy | req/s (median) | req/s min..max | p50 | p99 | rounds | errors |"
+            "| proxy | req/s (median) | req/s min..max | p50 | p99 | proxy CPU/req | rounds | errors |"
         );
-        let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        let _ = writeln!(
+            s,
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
         for p in &cell.proxies {
+            let cpu = p
+                .cpu_us_per_request
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.1}us"));
             let _ = writeln!(
                 s,
-                "| {} | {:.0} | {:.0}..{:.0} | {} | {} | {} | {} |",
+                "| {} | {:.0} | {:.0}..{:.0} | {} | {} | {cpu} | {} | {} |",
                 p.proxy,
                 p.rps,
                 p.rps_range.0,
@@ -322,9 +356,12 @@ pub fn render(cells: &[Cell]) -> String {
         if !cell.ratios.is_empty() {
             let _ = writeln!(s);
             for r in &cell.ratios {
+                let cpu = r
+                    .cpu
+                    .map_or_else(String::new, |c| format!(", CPU/req {c:.2}x"));
                 let _ = writeln!(
                     s,
-                    "weir/{}: req/s {:.2}x, p50 {:.2}x, p99 {:.2}x (median of {} paired rounds)",
+                    "weir/{}: req/s {:.2}x, p50 {:.2}x, p99 {:.2}x{cpu} (median of {} paired rounds)",
                     r.baseline, r.rps, r.p50, r.p99, r.pairs
                 );
             }
@@ -354,6 +391,7 @@ mod tests {
                 socket_errors: 0,
                 non_2xx: 0,
             },
+            cpu_us_per_request: Some(1_000_000.0 / rps),
         }
     }
 
@@ -367,9 +405,21 @@ mod tests {
 
     #[test]
     fn tsv_round_trips() {
-        let r = row("weir", 2, 256, 3, 12345.5, 900.0);
+        let mut r = row("weir", 2, 256, 3, 12345.5, 900.0);
+        r.cpu_us_per_request = Some(81.25);
         let text = format!("{TSV_HEADER}\n# comment\n{}\n", r.to_tsv());
         assert_eq!(parse_rows(&text).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn ten_field_lines_have_no_cpu() {
+        let mut r = row("nginx", 1, 50, 1, 100.0, 10.0);
+        r.cpu_us_per_request = None;
+        let tsv = r.to_tsv();
+        assert!(tsv.ends_with("\t-"));
+        let ten = tsv.trim_end_matches("\t-");
+        assert_eq!(parse_rows(ten).unwrap(), vec![r.clone()]);
+        assert_eq!(parse_rows(&tsv).unwrap(), vec![r]);
     }
 
     #[test]
@@ -404,6 +454,8 @@ mod tests {
         assert_eq!(nginx.baseline, "nginx");
         assert!((nginx.rps - 1.2).abs() < 1e-9);
         assert!((nginx.p99 - 0.8).abs() < 1e-9);
+        // The helper spends 1 s of CPU per second of load: CPU per request is 1/rps.
+        assert!((nginx.cpu.unwrap() - 1.0 / 1.2).abs() < 1e-9);
         assert_eq!(nginx.pairs, 3);
         let haproxy = &c.ratios[1];
         assert!((haproxy.rps - 1.0).abs() < 1e-9);
