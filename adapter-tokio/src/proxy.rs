@@ -202,7 +202,9 @@ impl Handler<'_> {
         // C-RETRY-1: a body with a Content-Length within `body_limit` is buffered (replayable)
         // when the method may be retried; any other body streams.
         let read_deadline = shared.limits.read_timeout.map(|t| self.started + t);
-        let client_failed = Arc::new(AtomicBool::new(false));
+        // Raised when reading the client's streamed body fails (only streamed bodies need it).
+        let mut client_failed: Option<Arc<AtomicBool>> = None;
+        let mut watch_client = || Arc::clone(client_failed.get_or_insert_with(Arc::default));
         let (body_kind, source) = if body.is_end_stream() {
             (BodyKind::None, Source::Empty)
         } else if let Some(n) = body.size_hint().exact() {
@@ -221,21 +223,13 @@ impl Handler<'_> {
             } else {
                 (
                     BodyKind::Sized(n),
-                    Source::Stream(Some(ClientBody::new(
-                        body,
-                        Arc::clone(&client_failed),
-                        read_deadline,
-                    ))),
+                    Source::Stream(Some(ClientBody::new(body, watch_client(), read_deadline))),
                 )
             }
         } else {
             (
                 BodyKind::Streaming,
-                Source::Stream(Some(ClientBody::new(
-                    body,
-                    Arc::clone(&client_failed),
-                    read_deadline,
-                ))),
+                Source::Stream(Some(ClientBody::new(body, watch_client(), read_deadline))),
             )
         };
 
@@ -306,7 +300,7 @@ struct Attempts<'h, 'a> {
     uri: Uri,
     headers: Option<HeaderMap>,
     source: Source,
-    client_failed: Arc<AtomicBool>,
+    client_failed: Option<Arc<AtomicBool>>,
     /// Whether a retry is possible at all (method and body, C-RETRY-1).
     replayable: bool,
     max_attempts: u32,
@@ -369,7 +363,10 @@ impl Attempts<'_, '_> {
                             let kind = match e {
                                 SendError::Connect(_) => AttemptError::Connect,
                                 SendError::Transport(_)
-                                    if self.client_failed.load(Ordering::Relaxed) =>
+                                    if self
+                                        .client_failed
+                                        .as_ref()
+                                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
                                 {
                                     AttemptError::ClientGone
                                 }

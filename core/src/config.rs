@@ -203,9 +203,7 @@ pub fn validate_config(
 
 /// A [`Config`] written back as the value tree the reader reads, field by field (the inverse of
 /// `schema::read_config`). Empty required strings are left out, so they are reported as missing
-/// exactly as in a file. String fields equal to their default are left out too: the reader
-/// records a string's value for [`diff`] only when it is written, so a file that leaves a default
-/// string out and its re-validated copy have the same values in force.
+/// exactly as in a file.
 mod unread {
     use core::time::Duration;
 
@@ -241,9 +239,8 @@ mod unread {
         Some(Value::Float(v))
     }
 
-    /// A string field with a default: left out when it has the default (see the module doc).
-    fn defaulted(v: &str, default: &str) -> Option<Value> {
-        (v != default).then(|| Value::Str(v.to_owned()))
+    fn string(v: &str) -> Option<Value> {
+        Some(Value::Str(v.to_owned()))
     }
 
     fn required(v: &str) -> Option<Value> {
@@ -373,10 +370,9 @@ mod unread {
     }
 
     fn health(h: &HealthCheckConfig) -> Node {
-        let d = HealthCheckConfig::default();
         map(vec![
-            ("mode", defaulted(h.mode.as_str(), d.mode.as_str())),
-            ("path", defaulted(&h.path, &d.path)),
+            ("mode", string(h.mode.as_str())),
+            ("path", string(&h.path)),
             ("interval", duration(h.interval)),
             ("timeout", duration(h.timeout)),
             ("failure_threshold", int(h.failure_threshold)),
@@ -396,11 +392,10 @@ mod unread {
     }
 
     fn rate(r: &RateLimitConfig) -> Node {
-        let d = RateLimitConfig::default();
         map(vec![
             ("enabled", boolean(r.enabled)),
-            ("storage", defaulted(&r.storage, &d.storage)),
-            ("failure_mode", defaulted(&r.failure_mode, &d.failure_mode)),
+            ("storage", string(&r.storage)),
+            ("failure_mode", string(&r.failure_mode)),
             ("capacity", int(r.capacity)),
             ("refill_per_second", float(r.refill_per_second)),
             ("operation_timeout", duration(r.operation_timeout)),
@@ -415,10 +410,7 @@ mod unread {
 
     fn redis(r: &RedisConfig) -> Node {
         map(vec![
-            (
-                "address",
-                defaulted(&r.address, &RedisConfig::default().address),
-            ),
+            ("address", string(&r.address)),
             ("password_env", opt_string(r.password_env.as_ref())),
             ("database", int(r.database)),
             ("pool_size", int(r.pool_size)),
@@ -442,14 +434,10 @@ mod unread {
     }
 
     fn management(m: &ManagementConfig) -> Node {
-        let d = ManagementConfig::default();
         map(vec![
             ("enabled", boolean(m.enabled)),
-            ("address", defaulted(&m.address, &d.address)),
-            (
-                "auth_token_env",
-                defaulted(&m.auth_token_env, &d.auth_token_env),
-            ),
+            ("address", string(&m.address)),
+            ("auth_token_env", string(&m.auth_token_env)),
             ("allow_insecure", boolean(m.allow_insecure)),
             ("enable_pprof", boolean(m.enable_pprof)),
             ("runtime_mutations", boolean(m.runtime_mutations)),
@@ -474,10 +462,7 @@ mod unread {
 
     fn balancing(b: &BalancingConfig) -> Node {
         map(vec![
-            (
-                "policy",
-                defaulted(&b.policy, &BalancingConfig::default().policy),
-            ),
+            ("policy", string(&b.policy)),
             ("hash_key", opt_string(b.hash_key.as_ref())),
         ])
     }

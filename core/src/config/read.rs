@@ -361,7 +361,11 @@ impl Reader {
 
     /// A string.
     pub fn string(&mut self, field: &Field<'_>, default: &str) -> String {
-        self.opt_string(field).unwrap_or_else(|| default.to_owned())
+        self.opt_string(field).unwrap_or_else(|| {
+            // Record the default too, so a file that writes it and one that omits it compare equal.
+            self.record(&field.path, default.to_owned());
+            default.to_owned()
+        })
     }
 
     /// An optional string (`None` when absent or null).

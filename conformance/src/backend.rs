@@ -1,0 +1,895 @@
+//! Test backends: hyper 1 HTTP/1.1 servers on `127.0.0.1:0` inside the test process.
+//!
+//! Each backend records every request it receives (method, raw path and query, headers in order,
+//! body) and how it ended (completed, or cancelled because the proxy dropped it), and every health
+//! probe (a `GET` of its health path, `/health` unless changed). Its behaviour for ordinary
+//! requests is a [`Mode`] that a test switches at run time; probes answer with their own status
+//! (200 unless changed) and delay, so traffic and health can fail independently. [`Backend::down`]
+//! closes the listener (new connections are refused) and resets every open connection, like a
+//! killed process; [`Backend::up`] listens again on the same port.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{Shutdown, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::AbortHandle;
+
+use crate::util::wait_until;
+
+/// Locks a mutex, ignoring poisoning (a panicking test must still be able to print its records).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a backend does with an ordinary (non-probe) request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// `200` with the body `backend <id>\n` (and `101` + echo for `Upgrade` requests).
+    Ok,
+    /// This status at once, with the body `backend <id> status <n>\n`.
+    Status(u16),
+    /// This status's headers at once, then a body that never finishes (until the proxy drops it).
+    StatusThenHang(u16),
+    /// Sleeps this long before sending `200` headers.
+    SlowHeaders(Duration),
+    /// `200` headers at once, then `chunks` body chunks `chunk <i>\n`, one every `interval`.
+    SlowBody {
+        /// number of chunks
+        chunks: usize,
+        /// pause before each chunk
+        interval: Duration,
+    },
+    /// Server-sent events: `text/event-stream` headers at once, then `events` events
+    /// `data: <i>\n\n`, one every `interval`.
+    Sse {
+        /// number of events
+        events: usize,
+        /// pause before each event
+        interval: Duration,
+    },
+    /// Waits until [`Backend::release_all`] before sending `200` headers.
+    Hold,
+    /// `200` headers and the chunk `first\n` at once, then waits until [`Backend::release_all`]
+    /// before sending `last\n` and ending the body.
+    HoldBody,
+    /// Reads the request, then resets the connection (TCP RST, `SO_LINGER` 0) without answering.
+    Reset,
+    /// Reads the request, then closes the connection (FIN) without answering.
+    CloseWithoutAnswer,
+}
+
+/// How a recorded request ended, seen from the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The whole response (or the upgraded connection) was handed to the connection.
+    Completed,
+    /// The proxy went away first: the connection closed while the request or its body was pending.
+    Cancelled,
+}
+
+/// One request a backend received.
+#[derive(Debug)]
+pub struct Recorded {
+    /// 0-based arrival number at this backend.
+    pub seq: usize,
+    /// Which connection (accept order at this backend) carried it.
+    pub conn: u64,
+    /// The request method.
+    pub method: String,
+    /// The request target exactly as received (path and query).
+    pub target: String,
+    /// Header lines in received order (names lower-case), values as bytes.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The request body as received.
+    pub body: Bytes,
+    /// When it arrived (after its body was read).
+    pub at: Instant,
+    end: Mutex<Option<(End, Instant)>>,
+}
+
+impl Recorded {
+    /// The first value of header `name` (case-insensitive) as a string, if any.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Every value of header `name`, in order.
+    pub fn header_all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect()
+    }
+
+    /// Whether header `name` is present at all.
+    pub fn has_header(&self, name: &str) -> bool {
+        self.headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+    }
+
+    /// How and when it ended, once it has.
+    pub fn end(&self) -> Option<(End, Instant)> {
+        *lock(&self.end)
+    }
+}
+
+/// One health probe a backend received.
+#[derive(Debug, Clone)]
+pub struct ProbeRecord {
+    /// The target probed (path and query).
+    pub target: String,
+    /// When it arrived.
+    pub at: Instant,
+    /// The status the backend answered with.
+    pub status: u16,
+}
+
+/// Counts probes in flight across several backends (for `health_check.max_concurrency`).
+#[derive(Debug, Default)]
+pub struct ProbeMeter {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl ProbeMeter {
+    /// A new meter, shared by passing the `Arc` to [`Backend::set_probe_meter`].
+    pub fn new() -> Arc<ProbeMeter> {
+        Arc::new(ProbeMeter::default())
+    }
+    /// The most probes that were in flight at once.
+    pub fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+    fn enter(self: &Arc<Self>) -> MeterGuard {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(n, Ordering::SeqCst);
+        MeterGuard(self.clone())
+    }
+}
+
+struct MeterGuard(Arc<ProbeMeter>);
+impl Drop for MeterGuard {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    mode: Mode,
+    health_status: u16,
+    health_delay: Duration,
+    health_path: String,
+    extra_headers: Vec<(String, String)>,
+    requests: Vec<Arc<Recorded>>,
+    probes: Vec<ProbeRecord>,
+    meters: Vec<Arc<ProbeMeter>>,
+    up: bool,
+}
+
+#[derive(Debug)]
+struct ConnCtl {
+    dup: Mutex<Option<std::net::TcpStream>>,
+    abort: OnceLock<AbortHandle>,
+}
+
+impl ConnCtl {
+    async fn wait_abort(&self) -> AbortHandle {
+        loop {
+            if let Some(h) = self.abort.get() {
+                return h.clone();
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+    /// TCP RST: linger 0, then every descriptor of the socket closes.
+    async fn reset(&self) {
+        let dup = lock(&self.dup).take();
+        if let Some(dup) = dup {
+            let _ = socket2::SockRef::from(&dup).set_linger(Some(Duration::ZERO));
+            drop(dup);
+        }
+        self.wait_abort().await.abort();
+    }
+    /// FIN without an answer.
+    async fn close(&self) {
+        let dup = lock(&self.dup).take();
+        if let Some(dup) = dup {
+            let _ = dup.shutdown(Shutdown::Both);
+        }
+        self.wait_abort().await.abort();
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: String,
+    addr: SocketAddr,
+    state: Mutex<State>,
+    release: watch::Sender<u64>,
+    accept: Mutex<Option<AbortHandle>>,
+    conns: Mutex<HashMap<u64, Arc<ConnCtl>>>,
+    next_conn: AtomicU64,
+    accepted: AtomicU64,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    probes_in_flight: AtomicUsize,
+    max_probes_in_flight: AtomicUsize,
+}
+
+/// A test backend (cheap to clone; every clone is the same server).
+#[derive(Debug, Clone)]
+pub struct Backend {
+    inner: Arc<Inner>,
+}
+
+impl Backend {
+    /// Starts a backend with id `id` in [`Mode::Ok`], healthy, on `127.0.0.1:0`.
+    pub async fn start(id: &str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind test backend");
+        let addr = listener.local_addr().expect("backend address");
+        let (release, _) = watch::channel(0u64);
+        let inner = Arc::new(Inner {
+            id: id.to_string(),
+            addr,
+            state: Mutex::new(State {
+                mode: Mode::Ok,
+                health_status: 200,
+                health_delay: Duration::ZERO,
+                health_path: "/health".to_string(),
+                extra_headers: Vec::new(),
+                requests: Vec::new(),
+                probes: Vec::new(),
+                meters: Vec::new(),
+                up: true,
+            }),
+            release,
+            accept: Mutex::new(None),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            probes_in_flight: AtomicUsize::new(0),
+            max_probes_in_flight: AtomicUsize::new(0),
+        });
+        let task = tokio::spawn(accept_loop(inner.clone(), listener));
+        *lock(&inner.accept) = Some(task.abort_handle());
+        Backend { inner }
+    }
+
+    /// Starts `n` backends with ids `<prefix>-1` .. `<prefix>-n`.
+    pub async fn start_many(prefix: &str, n: usize) -> Vec<Backend> {
+        let mut v = Vec::with_capacity(n);
+        for i in 1..=n {
+            v.push(Backend::start(&format!("{prefix}-{i}")).await);
+        }
+        v
+    }
+
+    /// The backend's id (what the proxy config names it, and what `X-Balancer-Backend` should say).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Its listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// Switches what ordinary requests get from now on (requests already running keep theirs).
+    pub fn set_mode(&self, mode: Mode) {
+        lock(&self.inner.state).mode = mode;
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        lock(&self.inner.state).mode.clone()
+    }
+
+    /// Status answered to health probes (200 at start).
+    pub fn set_health(&self, status: u16) {
+        lock(&self.inner.state).health_status = status;
+    }
+
+    /// Delay before answering a health probe (0 at start).
+    pub fn set_health_delay(&self, delay: Duration) {
+        lock(&self.inner.state).health_delay = delay;
+    }
+
+    /// The path (without query) that counts as a health probe (`/health` at start).
+    pub fn set_health_path(&self, path: &str) {
+        lock(&self.inner.state).health_path = path.to_string();
+    }
+
+    /// Counts this backend's probes in `meter` too.
+    pub fn set_probe_meter(&self, meter: Arc<ProbeMeter>) {
+        lock(&self.inner.state).meters.push(meter);
+    }
+
+    /// Extra headers added to every `Ok`/`Status`/streaming response from now on.
+    pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
+        lock(&self.inner.state).extra_headers = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+    }
+
+    /// Lets every request currently waiting in [`Mode::Hold`] or [`Mode::HoldBody`] go on.
+    pub fn release_all(&self) {
+        self.inner.release.send_modify(|g| *g += 1);
+    }
+
+    /// Stops listening (new connections are refused) and resets every open connection.
+    pub async fn down(&self) {
+        lock(&self.inner.state).up = false;
+        if let Some(h) = lock(&self.inner.accept).take() {
+            h.abort();
+        }
+        let conns: Vec<Arc<ConnCtl>> = lock(&self.inner.conns).values().cloned().collect();
+        for c in conns {
+            c.reset().await;
+        }
+        // The accept task owns the listener; wait until the port really refuses connections.
+        let addr = self.inner.addr;
+        let mut refused = false;
+        for _ in 0..200 {
+            match TcpStream::connect(addr).await {
+                Err(_) => {
+                    refused = true;
+                    break;
+                }
+                Ok(s) => {
+                    let _ = s.set_zero_linger();
+                    drop(s);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        assert!(
+            refused,
+            "backend {} still accepts connections after down()",
+            self.inner.id
+        );
+        // A connection accepted just before the accept task stopped may have registered after
+        // the first sweep.
+        let conns: Vec<Arc<ConnCtl>> = lock(&self.inner.conns).values().cloned().collect();
+        for c in conns {
+            c.reset().await;
+        }
+    }
+
+    /// Listens again on the same address.
+    pub async fn up(&self) {
+        let mut last = None;
+        for _ in 0..200 {
+            match TcpListener::bind(self.inner.addr).await {
+                Ok(listener) => {
+                    lock(&self.inner.state).up = true;
+                    let task = tokio::spawn(accept_loop(self.inner.clone(), listener));
+                    *lock(&self.inner.accept) = Some(task.abort_handle());
+                    return;
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "backend {} could not listen again on {}: {last:?}",
+            self.inner.id, self.inner.addr
+        );
+    }
+
+    /// Whether it is listening.
+    pub fn is_up(&self) -> bool {
+        lock(&self.inner.state).up
+    }
+
+    /// Every ordinary request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Arc<Recorded>> {
+        lock(&self.inner.state).requests.clone()
+    }
+
+    /// The number of ordinary requests received so far.
+    pub fn count(&self) -> usize {
+        lock(&self.inner.state).requests.len()
+    }
+
+    /// The last ordinary request received, if any.
+    pub fn last(&self) -> Option<Arc<Recorded>> {
+        lock(&self.inner.state).requests.last().cloned()
+    }
+
+    /// Every health probe received so far.
+    pub fn probes(&self) -> Vec<ProbeRecord> {
+        lock(&self.inner.state).probes.clone()
+    }
+
+    /// The number of health probes received so far.
+    pub fn probe_count(&self) -> usize {
+        lock(&self.inner.state).probes.len()
+    }
+
+    /// Connections accepted so far (probes and traffic).
+    pub fn connections_accepted(&self) -> u64 {
+        self.inner.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Ordinary requests in flight now (from arrival until their response, body or upgraded
+    /// connection ended).
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most ordinary requests that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most health probes that were in flight at once at this backend.
+    pub fn max_probes_in_flight(&self) -> usize {
+        self.inner.max_probes_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until this backend has received at least `n` ordinary requests.
+    pub async fn wait_requests(&self, n: usize, timeout: Duration) {
+        let what = format!("backend {} to receive {n} request(s)", self.inner.id);
+        wait_until(timeout, &what, || self.count() >= n).await;
+    }
+
+    /// Waits until at least `n` requests are in flight at this backend.
+    pub async fn wait_in_flight(&self, n: usize, timeout: Duration) {
+        let what = format!("{n} request(s) in flight at backend {}", self.inner.id);
+        wait_until(timeout, &what, || self.in_flight() >= n).await;
+    }
+
+    /// Waits until at least `n` probes have been received.
+    pub async fn wait_probes(&self, n: usize, timeout: Duration) {
+        let what = format!("backend {} to receive {n} probe(s)", self.inner.id);
+        wait_until(timeout, &what, || self.probe_count() >= n).await;
+    }
+
+    /// A one-line summary for failure messages.
+    pub fn summary(&self) -> String {
+        let st = lock(&self.inner.state);
+        let reqs: Vec<String> = st
+            .requests
+            .iter()
+            .rev()
+            .take(8)
+            .rev()
+            .map(|r| {
+                format!(
+                    "#{} {} {} end={:?}",
+                    r.seq,
+                    r.method,
+                    r.target,
+                    r.end().map(|e| e.0)
+                )
+            })
+            .collect();
+        format!(
+            "backend {} ({}) mode={:?} up={} health={} requests={} probes={} in_flight={} last: [{}]",
+            self.inner.id,
+            self.inner.addr,
+            st.mode,
+            st.up,
+            st.health_status,
+            st.requests.len(),
+            st.probes.len(),
+            self.in_flight(),
+            reqs.join("; ")
+        )
+    }
+}
+
+async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        };
+        inner.accepted.fetch_add(1, Ordering::SeqCst);
+        let Ok(std) = stream.into_std() else { continue };
+        let Ok(dup) = std.try_clone() else { continue };
+        let Ok(stream) = TcpStream::from_std(std) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let id = inner.next_conn.fetch_add(1, Ordering::SeqCst);
+        let ctl = Arc::new(ConnCtl {
+            dup: Mutex::new(Some(dup)),
+            abort: OnceLock::new(),
+        });
+        lock(&inner.conns).insert(id, ctl.clone());
+        let task = tokio::spawn(serve_conn(inner.clone(), ctl.clone(), id, stream));
+        let _ = ctl.abort.set(task.abort_handle());
+    }
+}
+
+struct ConnGuard {
+    inner: Arc<Inner>,
+    id: u64,
+}
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        lock(&self.inner.conns).remove(&self.id);
+    }
+}
+
+async fn serve_conn(inner: Arc<Inner>, ctl: Arc<ConnCtl>, id: u64, stream: TcpStream) {
+    let _guard = ConnGuard {
+        inner: inner.clone(),
+        id,
+    };
+    let svc = service_fn(move |req| handle(inner.clone(), ctl.clone(), id, req));
+    let _ = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await;
+}
+
+/// A response body: all at once, or chunks from a channel fed by a producer task.
+#[derive(Debug)]
+pub enum TestBody {
+    /// One chunk (or none), with an exact size.
+    Full(Option<Bytes>),
+    /// Chunks as the producer sends them; ends when the producer drops its sender.
+    Channel(mpsc::Receiver<Bytes>),
+}
+
+impl Body for TestBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            TestBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            TestBody::Channel(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, TestBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            TestBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            TestBody::Full(None) => SizeHint::with_exact(0),
+            TestBody::Channel(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// Holds an in-flight request; records `Cancelled` if dropped before [`ReqGuard::complete`].
+struct ReqGuard {
+    inner: Arc<Inner>,
+    rec: Arc<Recorded>,
+}
+
+impl ReqGuard {
+    fn new(inner: Arc<Inner>, rec: Arc<Recorded>) -> ReqGuard {
+        let n = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_in_flight.fetch_max(n, Ordering::SeqCst);
+        ReqGuard { inner, rec }
+    }
+    fn complete(self) {
+        let mut end = lock(&self.rec.end);
+        if end.is_none() {
+            *end = Some((End::Completed, Instant::now()));
+        }
+    }
+}
+
+impl Drop for ReqGuard {
+    fn drop(&mut self) {
+        {
+            let mut end = lock(&self.rec.end);
+            if end.is_none() {
+                *end = Some((End::Cancelled, Instant::now()));
+            }
+        }
+        self.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct ProbeGuard {
+    inner: Arc<Inner>,
+    _meters: Vec<MeterGuard>,
+}
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        self.inner.probes_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn response(
+    status: u16,
+    body: TestBody,
+    id: &str,
+    extra: &[(String, String)],
+) -> Response<TestBody> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-test-backend", v);
+    }
+    for (n, v) in extra {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            resp.headers_mut().append(n, v);
+        }
+    }
+    resp
+}
+
+async fn handle(
+    inner: Arc<Inner>,
+    ctl: Arc<ConnCtl>,
+    conn: u64,
+    mut req: Request<Incoming>,
+) -> Result<Response<TestBody>, Infallible> {
+    let (mode, health_path, health_status, health_delay, extra, meters) = {
+        let st = lock(&inner.state);
+        (
+            st.mode.clone(),
+            st.health_path.clone(),
+            st.health_status,
+            st.health_delay,
+            st.extra_headers.clone(),
+            st.meters.clone(),
+        )
+    };
+    let id = inner.id.clone();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| req.uri().to_string());
+
+    if req.method() == http::Method::GET && req.uri().path() == health_path {
+        let n = inner.probes_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_probes_in_flight.fetch_max(n, Ordering::SeqCst);
+        let _guard = ProbeGuard {
+            inner: inner.clone(),
+            _meters: meters.iter().map(|m| m.enter()).collect(),
+        };
+        lock(&inner.state).probes.push(ProbeRecord {
+            target,
+            at: Instant::now(),
+            status: health_status,
+        });
+        if !health_delay.is_zero() {
+            tokio::time::sleep(health_delay).await;
+        }
+        let body = TestBody::Full(Some(Bytes::from(format!("health {id} {health_status}\n"))));
+        return Ok(response(health_status, body, &id, &[]));
+    }
+
+    let upgrade = req.headers().contains_key(http::header::UPGRADE);
+    let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let method = req.method().to_string();
+    let headers: Vec<(String, Vec<u8>)> = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let rec = {
+        let mut st = lock(&inner.state);
+        let rec = Arc::new(Recorded {
+            seq: st.requests.len(),
+            conn,
+            method,
+            target,
+            headers,
+            body,
+            at: Instant::now(),
+            end: Mutex::new(None),
+        });
+        st.requests.push(rec.clone());
+        rec
+    };
+    let guard = ReqGuard::new(inner.clone(), rec);
+    let release = inner.release.subscribe();
+    let generation = *release.borrow();
+
+    match mode {
+        Mode::Ok => {
+            if let Some(on) = on_upgrade {
+                let proto = guard
+                    .rec
+                    .header("upgrade")
+                    .unwrap_or_else(|| "websocket".into());
+                tokio::spawn(async move {
+                    if let Ok(up) = on.await {
+                        let mut io = TokioIo::new(up);
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match io.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if io.write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                    let _ = io.flush().await;
+                                }
+                            }
+                        }
+                        let _ = io.shutdown().await;
+                        guard.complete();
+                    }
+                });
+                let mut resp = response(101, TestBody::Full(None), &id, &[]);
+                let h = resp.headers_mut();
+                h.insert(
+                    http::header::CONNECTION,
+                    HeaderValue::from_static("upgrade"),
+                );
+                if let Ok(v) = HeaderValue::from_str(&proto) {
+                    h.insert(http::header::UPGRADE, v);
+                }
+                h.insert(
+                    "sec-websocket-accept",
+                    HeaderValue::from_static("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+                );
+                return Ok(resp);
+            }
+            guard.complete();
+            Ok(response(
+                200,
+                TestBody::Full(Some(Bytes::from(format!("backend {id}\n")))),
+                &id,
+                &extra,
+            ))
+        }
+        Mode::Status(s) => {
+            guard.complete();
+            let body = Bytes::from(format!("backend {id} status {s}\n"));
+            Ok(response(s, TestBody::Full(Some(body)), &id, &extra))
+        }
+        Mode::StatusThenHang(s) => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                let _ = tx
+                    .send(Bytes::from(format!("backend {id} status {s} begins\n")))
+                    .await;
+                tx.closed().await;
+                drop(guard);
+            });
+            Ok(response(s, TestBody::Channel(rx), &inner.id, &extra))
+        }
+        Mode::SlowHeaders(d) => {
+            tokio::time::sleep(d).await;
+            guard.complete();
+            Ok(response(
+                200,
+                TestBody::Full(Some(Bytes::from(format!("backend {id}\n")))),
+                &id,
+                &extra,
+            ))
+        }
+        Mode::SlowBody { chunks, interval } => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                for i in 0..chunks {
+                    tokio::time::sleep(interval).await;
+                    if tx.send(Bytes::from(format!("chunk {i}\n"))).await.is_err() {
+                        return;
+                    }
+                }
+                drop(tx);
+                guard.complete();
+            });
+            Ok(response(200, TestBody::Channel(rx), &id, &extra))
+        }
+        Mode::Sse { events, interval } => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                for i in 0..events {
+                    tokio::time::sleep(interval).await;
+                    if tx
+                        .send(Bytes::from(format!("data: {i}\n\n")))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                drop(tx);
+                guard.complete();
+            });
+            let mut resp = response(200, TestBody::Channel(rx), &id, &extra);
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            resp.headers_mut().insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-cache"),
+            );
+            Ok(resp)
+        }
+        Mode::Hold => {
+            wait_release(release, generation).await;
+            guard.complete();
+            Ok(response(
+                200,
+                TestBody::Full(Some(Bytes::from(format!("backend {id}\n")))),
+                &id,
+                &extra,
+            ))
+        }
+        Mode::HoldBody => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                if tx.send(Bytes::from_static(b"first\n")).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    _ = wait_release(release, generation) => {}
+                    _ = tx.closed() => return,
+                }
+                if tx.send(Bytes::from_static(b"last\n")).await.is_err() {
+                    return;
+                }
+                drop(tx);
+                guard.complete();
+            });
+            Ok(response(200, TestBody::Channel(rx), &id, &extra))
+        }
+        Mode::Reset => {
+            ctl.reset().await;
+            drop(guard);
+            std::future::pending().await
+        }
+        Mode::CloseWithoutAnswer => {
+            ctl.close().await;
+            drop(guard);
+            std::future::pending().await
+        }
+    }
+}
+
+async fn wait_release(mut rx: watch::Receiver<u64>, generation: u64) {
+    let _ = rx.wait_for(|g| *g > generation).await;
+}

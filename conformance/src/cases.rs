@@ -1,0 +1,102 @@
+//! The suite: one `pub async fn` per case, named by the CONTRACT id it checks. Every case starts
+//! its own backends and its own proxy, so cases run in parallel. The list of cases (which the
+//! [`crate::suite!`] macro turns into tests) is [`crate::CASES`].
+
+mod fault;
+mod fwd;
+mod health;
+mod load;
+mod path;
+mod pool;
+mod protocol;
+mod rate;
+mod retry;
+
+pub use fault::*;
+pub use fwd::*;
+pub use health::*;
+pub use load::*;
+pub use path::*;
+pub use pool::*;
+pub use protocol::*;
+pub use rate::*;
+pub use retry::*;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::backend::Backend;
+use crate::client::{Req, Resp, try_send};
+
+/// Asserts a status, printing the response.
+#[track_caller]
+pub(crate) fn expect_status(r: &Resp, status: u16, what: &str) {
+    assert_eq!(r.status, status, "{what}: got {}", r.summary());
+}
+
+/// Asserts `r` is one of weir's own errors (C-PATH-11): status `status`, `Content-Type:
+/// application/json`, body `{"code", "message", "request_id"}` with `code` = status and
+/// `request_id` = the `X-Request-ID` header.
+#[track_caller]
+pub(crate) fn expect_weir_error(r: &Resp, status: u16, what: &str) {
+    expect_status(r, status, what);
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(
+        ct.starts_with("application/json"),
+        "{what}: content-type {ct:?}, want application/json"
+    );
+    let v = r.json();
+    let obj = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{what}: body is not an object: {v}"));
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["code", "message", "request_id"],
+        "{what}: body keys of {v}"
+    );
+    assert_eq!(
+        v["code"].as_u64(),
+        Some(u64::from(status)),
+        "{what}: code in {v}"
+    );
+    assert!(
+        v["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: message in {v}"
+    );
+    let rid = r.header("x-request-id");
+    assert!(rid.is_some(), "{what}: no X-Request-ID on a weir error");
+    assert_eq!(
+        v["request_id"].as_str(),
+        rid.as_deref(),
+        "{what}: request_id in body vs header"
+    );
+}
+
+/// 32 lower- or upper-case hex characters (a generated request id, C-PATH-3).
+pub(crate) fn is_hex32(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Sends in the background.
+pub(crate) fn spawn_send(addr: SocketAddr, req: Req) -> JoinHandle<Result<Resp, String>> {
+    tokio::spawn(async move { try_send(addr, &req).await })
+}
+
+/// Waits for a background request's response.
+pub(crate) async fn join(h: JoinHandle<Result<Resp, String>>, what: &str) -> Resp {
+    match tokio::time::timeout(Duration::from_secs(20), h).await {
+        Ok(Ok(Ok(r))) => r,
+        Ok(Ok(Err(e))) => panic!("{what}: {e}"),
+        Ok(Err(e)) => panic!("{what}: task failed: {e}"),
+        Err(_) => panic!("{what}: no response within 20s"),
+    }
+}
+
+/// Requests received per backend.
+pub(crate) fn counts(backends: &[&Backend]) -> Vec<usize> {
+    backends.iter().map(|b| b.count()).collect()
+}

@@ -1,0 +1,180 @@
+//! Fault behaviour from issue 4's acceptance, over the failure matrix of CONTRACT.md: a backend
+//! killed under load, every backend down, and recovery.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{expect_status, expect_weir_error};
+use crate::backend::{Backend, Mode, lock};
+use crate::client::{Conn, Req, get};
+use crate::config::Config;
+use crate::harness::{Binary, Proxy};
+use crate::util::{eventually, ms, secs, wait_until};
+
+#[derive(Debug, Default)]
+struct Tally {
+    ok: AtomicUsize,
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+/// Runs `clients` keep-alive client loops sending `req` until `stop`; counts outcomes.
+fn load(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    req: Req,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..clients)
+        .map(|_| {
+            let (req, stop, tally) = (req.clone(), stop.clone(), tally.clone());
+            tokio::spawn(async move {
+                let mut conn: Option<Conn> = None;
+                while !stop.load(Ordering::SeqCst) {
+                    if conn.as_ref().is_none_or(Conn::is_closed) {
+                        match Conn::open(addr, None).await {
+                            Ok(c) => conn = Some(c),
+                            Err(e) => {
+                                lock(&tally.errors).push(format!("connect: {e}"));
+                                continue;
+                            }
+                        }
+                    }
+                    let Some(c) = conn.as_mut() else { continue };
+                    match c.send(&req).await {
+                        Ok(r) if r.status == 200 => {
+                            tally.ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(r) => lock(&tally.errors).push(r.summary()),
+                        Err(e) => {
+                            lock(&tally.errors).push(e);
+                            conn = None;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn run_load_with_kill(bin: &Binary, req: Req) -> (usize, Vec<String>, usize, Vec<Backend>) {
+    let bs = Backend::start_many("k", 3).await;
+    for b in &bs {
+        b.set_mode(Mode::SlowHeaders(ms(20)));
+    }
+    let refs: Vec<&Backend> = bs.iter().collect();
+    let cfg = Config::new(&refs)
+        .set("health_check.interval", "100ms")
+        .set("health_check.failure_threshold", 1);
+    let p = Proxy::start(bin, &cfg).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let tasks = load(p.public, 8, req, stop.clone(), tally.clone());
+    let victim = &bs[1];
+    eventually(secs(5), "load to reach the victim", || async {
+        (victim.in_flight() > 0).then_some(())
+    })
+    .await;
+    // Run under load for a while, then kill the victim while requests are in flight to it.
+    tokio::time::sleep(ms(300)).await;
+    wait_until(secs(5), "requests in flight to the victim", || {
+        victim.in_flight() >= 2
+    })
+    .await;
+    let in_flight_at_kill = victim.in_flight();
+    victim.down().await;
+    let killed = Instant::now();
+    tokio::time::sleep(ms(1200)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        let _ = tokio::time::timeout(secs(10), t).await;
+    }
+    let after_kill = victim.requests().iter().filter(|r| r.at > killed).count();
+    assert_eq!(after_kill, 0, "the killed backend received requests");
+    let errors = lock(&tally.errors).clone();
+    drop(p);
+    (
+        tally.ok.load(Ordering::SeqCst),
+        errors,
+        in_flight_at_kill,
+        bs,
+    )
+}
+
+/// Failure matrix "one backend down" (C-RETRY-1, C-HEALTH-2/3): a backend killed under `GET`
+/// load costs the clients no errors; the requests in flight to it are retried elsewhere.
+pub async fn fault_backend_killed_under_get_load_costs_no_errors(bin: Binary) {
+    let (ok, errors, in_flight, _bs) = run_load_with_kill(&bin, Req::get("/load")).await;
+    assert!(ok > 100, "only {ok} requests succeeded");
+    assert!(
+        errors.is_empty(),
+        "{} errors ({} requests were in flight to the killed backend, all retryable GETs): {:?}",
+        errors.len(),
+        in_flight,
+        &errors[..errors.len().min(10)]
+    );
+}
+
+/// Failure matrix "one backend down" for non-retryable requests: `POST` errors are bounded by
+/// the requests in flight to the killed backend plus, at most, one per client racing the
+/// breaker (`failure_threshold: 1`).
+pub async fn fault_backend_killed_under_post_load_bounded_errors(bin: Binary) {
+    let (ok, errors, in_flight, _bs) =
+        run_load_with_kill(&bin, Req::post("/load", "payload")).await;
+    assert!(ok > 100, "only {ok} requests succeeded");
+    let bound = in_flight + 8;
+    assert!(
+        errors.len() <= bound,
+        "{} errors, more than {in_flight} in flight at the kill + 8 clients: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(10)]
+    );
+    eprintln!(
+        "POST load: {ok} ok, {} errors, {in_flight} in flight to the killed backend",
+        errors.len()
+    );
+}
+
+/// Failure matrix "all backends down": `503` and `/readyz` `503`; when they come back traffic
+/// resumes (with slow start, which never turns a request away) and `/readyz` is `200`.
+pub async fn fault_all_backends_down_then_back(bin: Binary) {
+    let bs = Backend::start_many("all", 2).await;
+    let refs: Vec<&Backend> = bs.iter().collect();
+    let cfg = Config::new(&refs).set("health_check.slow_start", "1s");
+    let p = Proxy::start(&bin, &cfg).await;
+    expect_status(&get(p.public, "/x").await, 200, "all up");
+    expect_status(&get(p.public, "/readyz").await, 200, "ready");
+    for b in &bs {
+        b.down().await;
+    }
+    eventually(secs(5), "/readyz 503 with every backend down", || async {
+        (get(p.public, "/readyz").await.status == 503).then_some(())
+    })
+    .await;
+    let r = get(p.public, "/x").await;
+    expect_weir_error(&r, 503, "every backend down");
+    expect_status(
+        &get(p.public, "/healthz").await,
+        200,
+        "/healthz while the process runs",
+    );
+    for b in &bs {
+        b.up().await;
+    }
+    eventually(secs(5), "/readyz 200 once backends are back", || async {
+        (get(p.public, "/readyz").await.status == 200).then_some(())
+    })
+    .await;
+    let mut c = Conn::open(p.public, None).await.expect("connect");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        let r = c.send(&Req::get("/back")).await.expect("request");
+        expect_status(&r, 200, "traffic resumes during slow start");
+    }
+    assert!(
+        bs.iter().all(|b| b.count() > 1),
+        "traffic did not resume on both: {:?}",
+        super::counts(&refs)
+    );
+}

@@ -1,0 +1,253 @@
+//! C-LOAD: the global overload gate, route bulkheads, protection-event counters.
+
+use std::time::Instant;
+
+use super::{expect_status, expect_weir_error, join, spawn_send};
+use crate::backend::{Backend, Mode};
+use crate::client::{Raw, Req, get, send};
+use crate::config::{ADMIN_TOKEN, Config};
+use crate::harness::{Binary, Proxy};
+use crate::util::{ms, secs};
+
+#[track_caller]
+fn expect_overloaded(r: &crate::client::Resp, what: &str) {
+    expect_weir_error(r, 503, what);
+    assert_eq!(
+        r.header("retry-after").as_deref(),
+        Some("1"),
+        "{what}: Retry-After"
+    );
+    assert_eq!(
+        r.header("x-balancer-overloaded").as_deref(),
+        Some("true"),
+        "{what}: X-Balancer-Overloaded"
+    );
+}
+
+/// C-LOAD-1: over `max_concurrent_requests` a request waits up to `queue_timeout`, then gets
+/// `503` with `Retry-After: 1` and `X-Balancer-Overloaded: true`; readiness is unaffected.
+pub async fn c_load_1_overload_after_queue_timeout(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    b.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.queue_timeout", "300ms");
+    let p = Proxy::start(&bin, &cfg).await;
+    let held = spawn_send(p.public, Req::get("/held"));
+    b.wait_in_flight(1, secs(5)).await;
+    let start = Instant::now();
+    let r = send(
+        p.public,
+        &Req::get("/over").header("x-request-id", "over-1"),
+    )
+    .await;
+    let waited = start.elapsed();
+    expect_overloaded(&r, "gate full");
+    assert_eq!(r.header("x-request-id").as_deref(), Some("over-1"));
+    assert!(
+        waited >= ms(250),
+        "overload answered after {waited:?}, before queue_timeout 300ms"
+    );
+    assert!(waited < secs(3), "overload answered after {waited:?}");
+    expect_status(
+        &get(p.public, "/readyz").await,
+        200,
+        "/readyz while overloaded",
+    );
+    assert_eq!(b.count(), 1, "the rejected request reached the backend");
+    b.release_all();
+    expect_status(&join(held, "held").await, 200, "held request");
+}
+
+/// C-LOAD-1: `queue_timeout: 0s` rejects at once.
+pub async fn c_load_1_no_wait_when_queue_timeout_zero(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    b.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.queue_timeout", "0s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let held = spawn_send(p.public, Req::get("/held"));
+    b.wait_in_flight(1, secs(5)).await;
+    let r = get(p.public, "/over").await;
+    expect_overloaded(&r, "gate full, no wait");
+    assert!(r.elapsed < ms(250), "no-wait overload took {:?}", r.elapsed);
+    b.release_all();
+    expect_status(&join(held, "held").await, 200, "held request");
+}
+
+/// C-LOAD-1: queued requests are admitted in FIFO order when slots free up.
+pub async fn c_load_1_queue_is_fifo(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    b.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.max_queue", 8)
+        .set("server.overload.queue_timeout", "5s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let held = spawn_send(p.public, Req::get("/held"));
+    b.wait_in_flight(1, secs(5)).await;
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        waiters.push(spawn_send(p.public, Req::get(&format!("/w{i}"))));
+        // The queue cannot be observed from outside; give each waiter time to join it.
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert_eq!(b.count(), 1, "a request passed a full gate");
+    b.set_mode(Mode::Ok);
+    b.release_all();
+    expect_status(&join(held, "held").await, 200, "held request");
+    for (i, w) in waiters.into_iter().enumerate() {
+        expect_status(&join(w, "waiter").await, 200, &format!("waiter {i}"));
+    }
+    let order: Vec<String> = b
+        .requests()
+        .iter()
+        .skip(1)
+        .map(|r| r.target.clone())
+        .collect();
+    assert_eq!(order, ["/w0", "/w1", "/w2", "/w3"], "admission order");
+}
+
+/// C-LOAD-1: a client that disconnects while queued leaves the queue at once.
+pub async fn c_load_1_disconnected_waiter_leaves_queue(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    b.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.max_queue", 1)
+        .set("server.overload.queue_timeout", "10s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let held = spawn_send(p.public, Req::get("/held"));
+    b.wait_in_flight(1, secs(5)).await;
+    let mut gone = Raw::connect(p.public).await;
+    gone.write(b"GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    tokio::time::sleep(ms(200)).await; // let it join the queue
+    drop(gone);
+    tokio::time::sleep(ms(200)).await; // let the proxy notice
+    let next = spawn_send(p.public, Req::get("/next"));
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !next.is_finished(),
+        "the next request was answered at once: the queue still held the departed client"
+    );
+    b.set_mode(Mode::Ok);
+    b.release_all();
+    expect_status(&join(held, "held").await, 200, "held");
+    expect_status(&join(next, "next").await, 200, "next waiter admitted");
+    let targets: Vec<String> = b.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(
+        targets,
+        ["/held", "/next"],
+        "the departed client's request was served"
+    );
+}
+
+/// C-LOAD-2: a full route bulkhead answers `503` at once and leaves other routes unaffected.
+pub async fn c_load_2_bulkhead_isolates_routes(bin: Binary) {
+    let slow = Backend::start("slow-1").await;
+    slow.set_mode(Mode::Hold);
+    let fast = Backend::start("fast-1").await;
+    let cfg = Config::new(&[&fast])
+        .pool("slow", "round_robin", &[&slow])
+        .route("/slow", "slow", Some(2));
+    let p = Proxy::start(&bin, &cfg).await;
+    let h1 = spawn_send(p.public, Req::get("/slow/1"));
+    let h2 = spawn_send(p.public, Req::get("/slow/2"));
+    slow.wait_in_flight(2, secs(5)).await;
+    let r = get(p.public, "/slow/3").await;
+    expect_weir_error(&r, 503, "bulkhead full");
+    assert!(
+        r.header("x-balancer-overloaded").is_none(),
+        "a bulkhead is not the global gate"
+    );
+    assert!(
+        r.elapsed < secs(1),
+        "bulkhead rejection took {:?}",
+        r.elapsed
+    );
+    for i in 0..20 {
+        let r = get(p.public, "/other").await;
+        expect_status(&r, 200, &format!("other route {i}"));
+        assert!(r.elapsed < ms(500), "other route slowed to {:?}", r.elapsed);
+    }
+    slow.set_mode(Mode::Ok);
+    slow.release_all();
+    expect_status(&join(h1, "h1").await, 200, "h1");
+    expect_status(&join(h2, "h2").await, 200, "h2");
+    expect_status(&get(p.public, "/slow/4").await, 200, "bulkhead free again");
+}
+
+/// Reads a counter from a Prometheus text exposition.
+fn counter(metrics: &str, name: &str, label: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(name) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// C-LOAD-3: overload, bulkhead-full and rate-limited events are counted in
+/// `load_balancer_protection_events_total{reason}` (read from the management listener).
+pub async fn c_load_3_protection_events_counted(bin: Binary) {
+    let d = Backend::start("d-1").await;
+    d.set_mode(Mode::Hold);
+    let s = Backend::start("s-1").await;
+    s.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&d])
+        .management()
+        .rate_limit(6, 0.001)
+        .set("server.overload.max_concurrent_requests", 2)
+        .set("server.overload.queue_timeout", "0s")
+        .pool("s", "round_robin", &[&s])
+        .route("/slow", "s", Some(1));
+    let p = Proxy::start(&bin, &cfg).await;
+    let h1 = spawn_send(p.public, Req::get("/slow/1"));
+    s.wait_in_flight(1, secs(5)).await;
+    expect_weir_error(&get(p.public, "/slow/2").await, 503, "bulkhead full");
+    let h2 = spawn_send(p.public, Req::get("/d"));
+    d.wait_in_flight(1, secs(5)).await;
+    let r = get(p.public, "/over").await;
+    assert_eq!(
+        r.header("x-balancer-overloaded").as_deref(),
+        Some("true"),
+        "overload: {}",
+        r.summary()
+    );
+    d.set_mode(Mode::Ok);
+    s.set_mode(Mode::Ok);
+    d.release_all();
+    s.release_all();
+    join(h1, "h1").await;
+    join(h2, "h2").await;
+    let mut limited = false;
+    for _ in 0..10 {
+        if get(p.public, "/x").await.status == 429 {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "never rate limited");
+    let m = p.management.expect("management listener");
+    let r = send(
+        m,
+        &Req::get("/metrics").header("authorization", &format!("Bearer {ADMIN_TOKEN}")),
+    )
+    .await;
+    expect_status(&r, 200, "GET /metrics");
+    let text = r.text();
+    for reason in ["overload", "bulkhead_full", "rate_limited"] {
+        let v = counter(
+            &text,
+            "load_balancer_protection_events_total",
+            &format!("reason=\"{reason}\""),
+        );
+        assert!(
+            v.is_some_and(|v| v >= 1.0),
+            "protection_events_total{{reason=\"{reason}\"}} = {v:?}"
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! C-RATE: the local token bucket, its headers, client keys and the bounded local store.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use super::{expect_status, expect_weir_error};
+use crate::backend::Backend;
+use crate::client::{Req, Resp, get, send};
+use crate::config::Config;
+use crate::harness::{Binary, Proxy};
+use crate::util::{ms, secs};
+
+#[track_caller]
+fn expect_rate_headers(r: &Resp, limit: &str, remaining: &str, refill: &str, what: &str) {
+    assert_eq!(
+        r.header("x-ratelimit-limit").as_deref(),
+        Some(limit),
+        "{what}: X-RateLimit-Limit"
+    );
+    assert_eq!(
+        r.header("x-ratelimit-remaining").as_deref(),
+        Some(remaining),
+        "{what}: X-RateLimit-Remaining"
+    );
+    assert_eq!(
+        r.header("x-ratelimit-refill-per-second").as_deref(),
+        Some(refill),
+        "{what}: X-RateLimit-Refill-Per-Second"
+    );
+    assert_eq!(
+        r.header("x-ratelimit-storage").as_deref(),
+        Some("local"),
+        "{what}: X-RateLimit-Storage"
+    );
+    assert!(
+        r.header("x-ratelimit-degraded").is_none(),
+        "{what}: degraded with the local store"
+    );
+}
+
+/// C-RATE-1: a full bucket of `capacity`, one token per request, headers on allowed and denied
+/// responses, `429` with `Retry-After` rounded up, and refill over time.
+pub async fn c_rate_1_bucket_headers_and_429(bin: Binary) {
+    let b = Backend::start("rl-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b]).rate_limit(3, 0.5)).await;
+    for (i, remaining) in ["2", "1", "0"].into_iter().enumerate() {
+        let r = get(p.public, "/r").await;
+        expect_status(&r, 200, &format!("request {i}"));
+        expect_rate_headers(&r, "3", remaining, "0.5", &format!("allowed request {i}"));
+    }
+    let denied_at = Instant::now();
+    let r = send(p.public, &Req::get("/r").header("x-request-id", "denied-1")).await;
+    expect_weir_error(&r, 429, "bucket empty");
+    expect_rate_headers(&r, "3", "0", "0.5", "denied request");
+    assert_eq!(
+        r.header("retry-after").as_deref(),
+        Some("2"),
+        "Retry-After: ~1.99s to one token at 0.5/s, rounded up"
+    );
+    assert_eq!(r.header("x-request-id").as_deref(), Some("denied-1"));
+    assert_eq!(b.count(), 3, "a denied request reached the backend");
+    // Refill is continuous: allowed again about 2s after the bucket emptied.
+    loop {
+        let r = get(p.public, "/r").await;
+        if r.status == 200 {
+            expect_rate_headers(&r, "3", "0", "0.5", "allowed after refill");
+            break;
+        }
+        expect_status(&r, 429, "still empty");
+        assert!(
+            denied_at.elapsed() < secs(5),
+            "no refill after 5s at 0.5 tokens/s"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    let waited = denied_at.elapsed();
+    assert!(
+        waited >= ms(1500),
+        "a token came back after {waited:?} at 0.5/s"
+    );
+}
+
+/// C-RATE-1: with `rate_limit.enabled: false` nothing is limited and no rate-limit headers are sent.
+pub async fn c_rate_1_disabled_means_no_limit(bin: Binary) {
+    let b = Backend::start("rl-1").await;
+    let cfg = Config::new(&[&b])
+        .set("rate_limit.enabled", false)
+        .set("rate_limit.capacity", 1);
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..10 {
+        let r = get(p.public, "/r").await;
+        expect_status(&r, 200, &format!("request {i}"));
+        assert!(
+            r.header("x-ratelimit-limit").is_none(),
+            "rate-limit headers with the limiter off"
+        );
+    }
+}
+
+/// C-RATE-2 (and C-FWD-1): IPv4 clients are keyed by `ipv4_prefix_bits`.
+pub async fn c_rate_2_ipv4_prefix_aggregation(bin: Binary) {
+    let b = Backend::start("rl-1").await;
+    let two = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    for (bits, second) in [(32, 200), (24, 429)] {
+        let cfg = Config::new(&[&b])
+            .rate_limit(1, 0.001)
+            .set("rate_limit.ipv4_prefix_bits", bits);
+        let p = Proxy::start(&bin, &cfg).await;
+        expect_status(
+            &get(p.public, "/one").await,
+            200,
+            &format!("/{bits}: 127.0.0.1"),
+        );
+        let r = send(p.public, &Req::get("/two").from_ip(two)).await;
+        expect_status(&r, second, &format!("/{bits}: 127.0.0.2 after 127.0.0.1"));
+    }
+}
+
+/// C-RATE-2 (and C-FWD-1): clients behind a trusted proxy have their own buckets; IPv6 clients
+/// are keyed by `ipv6_prefix_bits` (64).
+pub async fn c_rate_2_keys_behind_trusted_proxy_and_ipv6_prefix(bin: Binary) {
+    let b = Backend::start("rl-1").await;
+    let cfg = Config::new(&[&b])
+        .rate_limit(1, 0.001)
+        .trusted(&["127.0.0.2/32"]);
+    let p = Proxy::start(&bin, &cfg).await;
+    let via = |xff: &str| {
+        Req::get("/k")
+            .header("x-forwarded-for", xff)
+            .from_127_0_0_2()
+    };
+    for (xff, want) in [
+        ("203.0.113.1", 200),
+        ("203.0.113.2", 200),
+        ("203.0.113.1", 429),
+        ("2001:db8::1", 200),
+        ("2001:db8::2", 429),
+        ("2001:db8:0:0:ffff::9", 429),
+        ("2001:db8:0:1::1", 200),
+    ] {
+        let r = send(p.public, &via(xff)).await;
+        expect_status(&r, want, &format!("client {xff}"));
+    }
+    // An untrusted peer's header is ignored: both requests share the peer's bucket.
+    expect_status(
+        &send(
+            p.public,
+            &Req::get("/k").header("x-forwarded-for", "198.51.100.1"),
+        )
+        .await,
+        200,
+        "peer",
+    );
+    expect_status(
+        &send(
+            p.public,
+            &Req::get("/k").header("x-forwarded-for", "198.51.100.2"),
+        )
+        .await,
+        429,
+        "peer again",
+    );
+}
+
+/// C-RATE-4: the local store holds at most `local_max_buckets`; when full it evicts (old
+/// buckets go, and a returning client starts full).
+pub async fn c_rate_4_local_store_evicts_when_full(bin: Binary) {
+    let b = Backend::start("rl-1").await;
+    let cfg = Config::new(&[&b])
+        .rate_limit(1, 0.001)
+        .trusted(&["127.0.0.2/32"])
+        .set("rate_limit.local_max_buckets", 2)
+        .set("rate_limit.local_shards", 1);
+    let p = Proxy::start(&bin, &cfg).await;
+    let via = |xff: String| {
+        Req::get("/e")
+            .header("x-forwarded-for", &xff)
+            .from_127_0_0_2()
+    };
+    expect_status(
+        &send(p.public, &via("203.0.113.1".into())).await,
+        200,
+        "first client",
+    );
+    expect_status(
+        &send(p.public, &via("203.0.113.1".into())).await,
+        429,
+        "first client, bucket kept",
+    );
+    for i in 2..12 {
+        expect_status(
+            &send(p.public, &via(format!("203.0.113.{i}"))).await,
+            200,
+            &format!("client {i}"),
+        );
+    }
+    expect_status(
+        &send(p.public, &via("203.0.113.1".into())).await,
+        200,
+        "first client after 10 newer clients filled a 2-bucket store: evicted, starts full",
+    );
+}

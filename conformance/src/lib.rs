@@ -1,0 +1,199 @@
+//! weir's black-box conformance suite.
+//!
+//! One suite that any weir adapter binary must pass, driven only through the process protocol
+//! of the adapters (ADAPTER.md): a config file in a temp dir, `<bin> run --config F --public-bind
+//! 127.0.0.1:0 --management-bind 127.0.0.1:0 --ready-file R`, wait for R, then HTTP over real
+//! sockets to real backends in the test process; signals with `kill(1)`.
+//!
+//! - [`backend`]: hyper test backends that record what they receive and switch behaviour at run
+//!   time (healthy, status, 503-then-hang, slow headers, slow body, SSE, hold, upgrade echo,
+//!   reset, close without answer, down/up).
+//! - [`client`]: a hyper HTTP/1.1 client bound to a chosen local address, and a raw TCP client.
+//! - [`harness`]: [`harness::Proxy`] starts and stops the binary; [`config`] builds its YAML.
+//! - [`cases`]: one `pub async fn` per case, named by the CONTRACT id it checks.
+//!
+//! An adapter runs the whole suite with one line in an integration test:
+//!
+//! ```ignore
+//! weir_conformance::suite!(env!("CARGO_BIN_EXE_weir"));
+//! ```
+//!
+//! which expands to one `#[test]` per case (each on its own tokio runtime, so cargo runs them in
+//! parallel). docs/conformance.md lists the cases and the contract ids they cover.
+
+pub mod backend;
+pub mod cases;
+pub mod client;
+pub mod config;
+pub mod harness;
+pub mod util;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use harness::Binary;
+
+/// The longest one case may take before it fails as hung.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one case against the binary at `bin` on a fresh multi-threaded tokio runtime, failing
+/// it after [`CASE_TIMEOUT`].
+pub fn run_case<F, Fut>(name: &str, bin: &str, case: F)
+where
+    F: FnOnce(Binary) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let binary = Binary::new(bin);
+    rt.block_on(async move {
+        if tokio::time::timeout(CASE_TIMEOUT, case(binary))
+            .await
+            .is_err()
+        {
+            panic!("case {name} did not finish within {CASE_TIMEOUT:?}");
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// Calls `$crate::$callback! { ($args) case, case, ... }` with every case name: the one list of
+/// cases.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_cases {
+    ($callback:ident, $($args:tt)*) => {
+        $crate::$callback! { ($($args)*)
+            c_path_1_data_plane_serves_only_healthz_and_readyz,
+            c_path_1_management_is_a_separate_listener,
+            c_path_2_gate_before_limiter_and_probes_bypass_both,
+            c_path_2_limiter_before_bulkhead_and_selection,
+            c_path_3_valid_request_id_is_kept,
+            c_path_3_invalid_or_missing_request_id_is_replaced,
+            c_path_3_request_id_on_weir_errors,
+            c_path_4_balancer_headers,
+            c_path_5_path_and_query_bytes_are_kept,
+            c_path_5_encoded_paths_do_not_change_route,
+            c_path_6_hop_by_hop_request_headers_removed,
+            c_path_6_hop_by_hop_response_headers_removed,
+            c_path_7_first_bytes_before_backend_finishes,
+            c_path_7_sse_streams_without_deadline,
+            c_path_8_upgrade_is_tunnelled_and_holds_the_slot,
+            c_path_9_client_disconnect_cancels_and_is_not_a_failure,
+            c_path_9_client_leaving_mid_body_cancels_upstream,
+            c_path_10_graceful_shutdown,
+            c_path_10_shutdown_timeout_bounds_the_wait,
+            c_path_10_sigint_exits_zero,
+            c_path_11_weir_errors_are_json,
+            c_path_12_slow_headers_connection_closed,
+            c_path_12_oversized_headers_get_431,
+            c_path_12_ambiguous_framing_rejected,
+            c_path_12_idle_keepalive_closed,
+            c_path_12_te_trailers_forwarded,
+            c_fwd_1_untrusted_peer_is_the_client,
+            c_fwd_1_trusted_chain_walked_from_the_right,
+            c_fwd_2_forwarding_headers_rewritten,
+            c_fwd_2_h2c_authority_is_the_inbound_host,
+            c_fwd_3_malformed_chains_fall_back,
+            c_fwd_3_ipv4_mapped_peer_is_unmapped,
+            c_pool_1_backend_id_is_given,
+            c_pool_1_duplicate_ids_rejected,
+            c_pool_3_unavailable_backends_are_skipped,
+            c_pool_4_round_robin_cycles,
+            c_pool_4_round_robin_starts_at_random_index,
+            c_pool_4_weighted_round_robin_is_smooth,
+            c_pool_4_least_request_prefers_idle_backend,
+            c_pool_4_pick_first_falls_over_in_order,
+            c_pool_4_consistent_hash_moves_only_departed_keys,
+            c_pool_5_no_backend_is_503_at_once,
+            c_pool_6_saturated_backends_skipped_not_queued,
+            c_pool_6_slot_held_until_body_ends,
+            c_pool_6_slot_released_after_failed_attempts,
+            c_health_1_probe_path_and_first_cycle_before_ready,
+            c_health_1_expected_statuses,
+            c_health_1_tcp_mode,
+            c_health_1_https_probe_needs_valid_tls,
+            c_health_1_cycles_never_overlap_and_probes_time_out,
+            c_health_1_max_concurrency_bounds_probes,
+            c_health_2_thresholds,
+            c_health_3_breaker_opens_and_probes_do_not_close_it,
+            c_health_3_success_resets_failure_count,
+            c_health_3_reopen_doubles_cooldown,
+            c_health_3_cooldown_capped_at_max_cooldown,
+            c_health_3_half_open_admits_one_trial,
+            c_health_4_slow_start_ramps_share,
+            c_health_5_disabled_backends_are_probed,
+            c_health_6_hanging_probe_delays_no_one,
+            c_retry_1_retryable_statuses_and_methods,
+            c_retry_1_other_statuses_not_retried,
+            c_retry_1_methods,
+            c_retry_1_transport_errors_retried,
+            c_retry_1_per_try_timeout_retried,
+            c_retry_1_body_must_be_replayable,
+            c_retry_1_max_attempts,
+            c_retry_2_never_the_same_backend,
+            c_retry_3_no_token_spent_without_a_backend,
+            c_retry_4_last_response_delivered_as_is,
+            c_retry_5_per_try_timeout_bounds_headers_only,
+            c_retry_6_hanging_503_is_not_drained,
+            c_retry_7_budget_bounds_retries,
+            c_retry_8_per_try_timeout_is_a_passive_failure,
+            c_load_1_overload_after_queue_timeout,
+            c_load_1_no_wait_when_queue_timeout_zero,
+            c_load_1_queue_is_fifo,
+            c_load_1_disconnected_waiter_leaves_queue,
+            c_load_2_bulkhead_isolates_routes,
+            c_load_3_protection_events_counted,
+            c_rate_1_bucket_headers_and_429,
+            c_rate_1_disabled_means_no_limit,
+            c_rate_2_ipv4_prefix_aggregation,
+            c_rate_2_keys_behind_trusted_proxy_and_ipv6_prefix,
+            c_rate_4_local_store_evicts_when_full,
+            fault_backend_killed_under_get_load_costs_no_errors,
+            fault_backend_killed_under_post_load_bounded_errors,
+            fault_all_backends_down_then_back,
+            proto_ready_file_names_listeners,
+            proto_invalid_config_exits_1_listing_errors,
+            proto_check_config,
+            proto_version,
+            proto_sighup_does_not_kill,
+        }
+    };
+}
+
+/// Emits one `#[test]` per case.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __emit_tests {
+    (($bin:expr) $($case:ident,)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::run_case(stringify!($case), $bin, $crate::cases::$case);
+            }
+        )*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __emit_names {
+    (() $($case:ident,)*) => {
+        /// Every case of the suite, by name, in suite order.
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+    };
+}
+
+__with_cases!(__emit_names,);
+
+/// Generates one `#[test]` per conformance case, each running the binary at `$bin`
+/// (a `&str` path, usually `env!("CARGO_BIN_EXE_weir")`).
+#[macro_export]
+macro_rules! suite {
+    ($bin:expr) => {
+        $crate::__with_cases!(__emit_tests, $bin);
+    };
+}
