@@ -161,6 +161,10 @@ impl Delivered {
             self.finish(BodyEnd::Error);
             return Poll::Ready(Some(Err("response write timeout".into())));
         }
+        // The upstream connection has no task of its own: drive its IO, then take what it read.
+        if let Some(conn) = self.conn.as_mut() {
+            conn.poll_drive(cx);
+        }
         match Pin::new(&mut self.body).poll_frame(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {

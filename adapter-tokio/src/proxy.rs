@@ -34,7 +34,7 @@ use weir_core::flow::{Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta}
 use weir_core::forward::{
     forwarded_proto, resolve_client, rewrite_forwarding, strip_hop_by_hop, wants_upgrade,
 };
-use weir_core::rate::RateOutcome;
+use weir_core::rate::{HeaderText, RateOutcome};
 use weir_core::request_id::{RequestId, X_REQUEST_ID, request_id_in_force};
 use weir_core::response::{
     ProtectionReason, Reject, SyntheticResponse, Text, delivered_headers, header,
@@ -476,7 +476,7 @@ impl Attempts<'_, '_> {
             let value = match name {
                 header::BACKEND => Some(target.id_value().clone()),
                 header::REQUEST_ID => Some(answer.rid_value.clone()),
-                _ => value.to_header_value(),
+                _ => header_value(value),
             };
             if let Some(v) = value {
                 parts.headers.insert(HeaderName::from_static(name), v);
@@ -499,8 +499,14 @@ impl Attempts<'_, '_> {
             tokio::spawn(async move {
                 let _alive = alive;
                 let _permit = permit;
-                let _conn = conn;
-                let end = match tokio::try_join!(client_upgrade, backend_upgrade) {
+                // The backend side upgrades when its connection future runs to the hand-over.
+                let backend_side = async move {
+                    if let Some(driver) = conn.into_driver() {
+                        let _ = driver.await;
+                    }
+                    backend_upgrade.await
+                };
+                let end = match tokio::try_join!(client_upgrade, backend_side) {
                     Ok((client, backend)) => {
                         let mut client = TokioIo::new(client);
                         let mut backend = TokioIo::new(backend);
@@ -634,10 +640,24 @@ fn synthetic(s: &SyntheticResponse<'_>, answer: &Answer, guard: RequestGuard) ->
 fn add_rate_headers(headers: &mut HeaderMap, rate: Option<&RateOutcome>) {
     if let Some(rate) = rate {
         for (name, value) in rate.headers() {
-            if let Some(v) = Text::from(value).to_header_value() {
+            let value = match value {
+                HeaderText::Static(s) => Some(HeaderValue::from_static(s)),
+                other => header_value(Text::from(other)),
+            };
+            if let Some(v) = value {
                 headers.insert(HeaderName::from_static(name), v);
             }
         }
+    }
+}
+
+/// A header value as core's [`Text`] spells it; small integers (attempt numbers) and fixed
+/// tokens come from static storage instead of a fresh allocation.
+fn header_value(text: Text<'_>) -> Option<HeaderValue> {
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match text {
+        Text::Int(n) if n < 10 => Some(HeaderValue::from_static(SMALL[n as usize])),
+        other => other.to_header_value(),
     }
 }
 

@@ -8,10 +8,19 @@
 //! client shares one mutex-protected pool between all threads and spawns a task per request to
 //! return the connection; here the response body hands the connection back when it ends.
 //!
+//! Connections have no task of their own. hyper's connection future (the [`Driver`], which does
+//! the socket IO) is polled by whoever holds the connection: the request while it waits for the
+//! response head ([`Upstream::send`]), the response body while it streams
+//! (`body::Delivered`), the tunnel task after an upgrade. So a proxied request's upstream IO
+//! happens in the task of its client connection and never costs a wake-up of another task
+//! (with a spawned driver, every request crossed two tasks through hyper's dispatch channel).
+//! An idle connection in the pool is not polled; a close by the backend is noticed when it is
+//! checked out (it is driven once first) or by the periodic sweep.
+//!
 //! Rules:
 //! - a connection returns to the pool only after its response body was read to the end; a
 //!   response dropped earlier (a retried `503`, C-RETRY-6; a client that left, C-PATH-9) takes
-//!   its connection with it and hyper closes it;
+//!   its connection with it, and dropping the connection closes the socket;
 //! - idle connections are reused last-in first-out (the warmest socket), at most
 //!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker, each for at
 //!   most `idle_conn_timeout`; a connection the backend closed is skipped;
@@ -208,16 +217,67 @@ struct HostPool {
 }
 
 struct Idle {
-    tx: http1::SendRequest<UpBody>,
+    conn: Conn,
     since: tokio::time::Instant,
 }
 
+/// hyper's connection future (with upgrades): it performs the connection's IO. It has no task
+/// of its own: whoever uses the connection polls it (module doc).
+pub type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+
 /// A connection lent to one request; give it back with [`Upstream::release`] once the response
-/// body ended, or drop it to close it.
-#[derive(Debug)]
+/// body ended, or drop it to close it. While it is lent, the borrower drives its IO with
+/// [`Conn::poll_drive`].
 pub struct Conn {
     tx: http1::SendRequest<UpBody>,
+    /// `None` once the connection has ended.
+    driver: Option<Driver>,
     target: Arc<Target>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("backend", &self.target.id())
+            .field("alive", &self.driver.is_some())
+            .finish()
+    }
+}
+
+impl Conn {
+    /// Perform the connection's pending IO (write the request, read the response, feed the
+    /// body). Returns whether the connection is still alive.
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(d) = self.driver.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.driver = None;
+        }
+        self.driver.is_some()
+    }
+
+    /// Whether the connection can take the next request now (driving it once first).
+    fn poll_reusable(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_drive(cx)
+            && !self.tx.is_closed()
+            && matches!(self.tx.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+
+    /// The connection's future, for a tunnel that must run it to the upgrade (C-PATH-8).
+    #[must_use]
+    pub fn into_driver(self) -> Option<Driver> {
+        self.driver
+    }
+}
+
+/// Poll `fut` while driving `conn`'s IO, until `fut` completes.
+async fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(move |cx| {
+        conn.poll_drive(cx);
+        fut.as_mut().poll(cx)
+    })
+    .await
 }
 
 impl Upstream {
@@ -270,8 +330,8 @@ impl Upstream {
         })
     }
 
-    /// An idle connection to `target`, if one is usable.
-    fn checkout(&self, target: &Target) -> Option<http1::SendRequest<UpBody>> {
+    /// The most recently idle connection to `target` that has not expired.
+    fn checkout(&self, target: &Target) -> Option<Conn> {
         let now = tokio::time::Instant::now();
         let timeout = self.config.idle_conn_timeout;
         self.with_pool(|pool| {
@@ -287,12 +347,9 @@ impl Upstream {
                     break;
                 }
             }
-            while let Some(idle) = host.idle.pop_back() {
+            if let Some(idle) = host.idle.pop_back() {
                 taken += 1;
-                if !idle.tx.is_closed() {
-                    found = Some(idle.tx);
-                    break;
-                }
+                found = Some(idle.conn);
             }
             pool.idle_total = pool.idle_total.saturating_sub(taken);
             found
@@ -302,7 +359,7 @@ impl Upstream {
     /// Give a connection back after its response body ended. Closed connections, and any beyond
     /// the idle bounds, are dropped (closed).
     pub fn release(&self, conn: Conn) {
-        if conn.tx.is_closed() {
+        if conn.driver.is_none() || conn.tx.is_closed() {
             return;
         }
         let (per_host, total) = (self.config.max_idle_per_host, self.config.max_idle_total);
@@ -318,7 +375,7 @@ impl Upstream {
                 return;
             }
             host.idle.push_back(Idle {
-                tx: conn.tx,
+                conn,
                 since: tokio::time::Instant::now(),
             });
             pool.idle_total += 1;
@@ -326,15 +383,18 @@ impl Upstream {
     }
 
     /// Close idle connections past `idle_conn_timeout` or closed by their backend (the worker's
-    /// periodic sweep; checkout does the same lazily).
+    /// periodic sweep; checkout does the same lazily). Idle connections have no task: the sweep
+    /// drives each once (with a no-op waker) to notice a close.
     pub fn sweep(&self) {
         let now = tokio::time::Instant::now();
         let timeout = self.config.idle_conn_timeout;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         self.with_pool(|pool| {
             let mut total = 0;
             for host in pool.hosts.values_mut() {
-                host.idle.retain(|i| {
-                    !i.tx.is_closed()
+                host.idle.retain_mut(|i| {
+                    i.conn.poll_drive(&mut cx)
+                        && !i.conn.tx.is_closed()
                         && timeout.is_none_or(|t| now.saturating_duration_since(i.since) < t)
                 });
                 total += host.idle.len();
@@ -364,48 +424,32 @@ impl Upstream {
         target: &Arc<Target>,
         mut req: Request<UpBody>,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
-        if let Some(mut tx) = self.checkout(target) {
-            let ready = if tx.is_ready() {
-                Ok(())
-            } else {
-                tx.ready().await
-            };
-            if ready.is_ok() {
-                match tx.try_send_request(req).await {
-                    Ok(resp) => {
-                        return Ok((
-                            resp,
-                            Conn {
-                                tx,
-                                target: Arc::clone(target),
-                            },
-                        ));
-                    }
-                    Err(mut e) => match e.take_message() {
-                        // Never written: the idle connection was closed under us. Try a new one.
-                        Some(back) => req = back,
-                        None => return Err(SendError::Transport(e.into_error())),
-                    },
-                }
+        while let Some(mut conn) = self.checkout(target) {
+            // Drive the idle connection once: a close by the backend shows now.
+            if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
+                continue;
+            }
+            let fut = conn.tx.try_send_request(req);
+            match drive_until(&mut conn, fut).await {
+                Ok(resp) => return Ok((resp, conn)),
+                Err(mut e) => match e.take_message() {
+                    // Never written: the idle connection was closed under us. Try another.
+                    Some(back) => req = back,
+                    None => return Err(SendError::Transport(e.into_error())),
+                },
             }
         }
-        let mut tx = self.connect(target).await?;
-        match tx.send_request(req).await {
-            Ok(resp) => Ok((
-                resp,
-                Conn {
-                    tx,
-                    target: Arc::clone(target),
-                },
-            )),
+        let mut conn = self.connect(target).await?;
+        let fut = conn.tx.send_request(req);
+        match drive_until(&mut conn, fut).await {
+            Ok(resp) => Ok((resp, conn)),
             Err(e) => Err(SendError::Transport(e)),
         }
     }
 
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
-    /// `tls_handshake_timeout`, then the HTTP/1.1 handshake; its driver runs as a task on this
-    /// worker.
-    async fn connect(&self, target: &Target) -> Result<http1::SendRequest<UpBody>, SendError> {
+    /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
+    async fn connect(&self, target: &Arc<Target>) -> Result<Conn, SendError> {
         let tcp = tokio::time::timeout(self.config.dial_timeout, dial(&target.host, target.port))
             .await
             .map_err(|_| {
@@ -441,12 +485,11 @@ impl Upstream {
             .handshake(TokioIo::new(io))
             .await
             .map_err(|e| SendError::Connect(io::Error::other(e)))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
-        Ok(tx)
+        Ok(Conn {
+            tx,
+            driver: Some(Box::pin(conn.with_upgrades())),
+            target: Arc::clone(target),
+        })
     }
 }
 
@@ -675,6 +718,14 @@ mod tests {
         req
     }
 
+    /// The whole body, driving the connection meanwhile (it has no task of its own).
+    async fn read_body(resp: Response<Incoming>, conn: &mut Conn) -> Bytes {
+        drive_until(conn, resp.into_body().collect())
+            .await
+            .unwrap()
+            .to_bytes()
+    }
+
     /// A keep-alive backend answering `body` of `len` bytes; counts accepted connections.
     async fn keepalive_backend(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -710,8 +761,8 @@ mod tests {
         let up = Upstream::new(config(), None);
         let target = up.target("b", &format!("http://{addr}")).unwrap();
         for _ in 0..3 {
-            let (resp, conn) = up.send(&target, get("b")).await.unwrap();
-            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+            let body = read_body(resp, &mut conn).await;
             assert_eq!(body.len(), 100_000);
             up.release(conn);
         }
@@ -721,8 +772,8 @@ mod tests {
         let (resp, conn) = up.send(&target, get("b")).await.unwrap();
         drop(resp);
         drop(conn);
-        let (resp, conn) = up.send(&target, get("b")).await.unwrap();
-        let _ = resp.into_body().collect().await.unwrap();
+        let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+        let _ = read_body(resp, &mut conn).await;
         up.release(conn);
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
         up.clear();
@@ -806,9 +857,9 @@ mod tests {
         let t = up
             .target("good", &format!("https://localhost:{good}"))
             .unwrap();
-        let (resp, _conn) = up.send(&t, get("localhost")).await.expect("tls ok");
+        let (resp, mut conn) = up.send(&t, get("localhost")).await.expect("tls ok");
         assert_eq!(resp.status(), 200);
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body = read_body(resp, &mut conn).await;
         assert_eq!(body.as_ref(), b"secure");
         let t = up
             .target("bad", &format!("https://localhost:{bad}"))
