@@ -1,0 +1,243 @@
+//! `weir-load`: helpers of the side-by-side benchmark (see docs/benchmarks.md).
+#![allow(
+    clippy::print_stdout,
+    reason = "a command-line tool: its report goes to stdout"
+)]
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use weir_load::{backend, idle, procfs, summary, wrk};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir-load",
+    version,
+    about = "Benchmark helpers for weir (see docs/benchmarks.md)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Static HTTP/1.1 keep-alive backend: every path answers 200 with a fixed body.
+    Backend {
+        /// Address to listen on (127.0.0.0/8).
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Tokio worker threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Response body size in bytes.
+        #[arg(long, default_value_t = 64)]
+        body_bytes: usize,
+    },
+    /// Reads `wrk --latency` output on stdin and prints one results line (TSV).
+    WrkRow {
+        #[arg(long)]
+        proxy: String,
+        #[arg(long)]
+        workers: u32,
+        #[arg(long)]
+        connections: u32,
+        #[arg(long)]
+        round: u32,
+        /// CPU seconds the proxy spent during the run (see `cpu-seconds`).
+        #[arg(long)]
+        cpu_seconds: Option<f64>,
+    },
+    /// Prints the CPU time (user + system, seconds) of a process and its descendants.
+    CpuSeconds { pid: u32 },
+    /// Prints the results header line (TSV).
+    WrkHeader,
+    /// Prints N distinct free TCP ports on 127.0.0.1 (bound together, then released).
+    FreePorts {
+        #[arg(default_value_t = 1)]
+        count: usize,
+    },
+    /// Prints the side-by-side table (medians, paired ratios, goals) of a results file.
+    Summarize {
+        /// Results file written by bench.sh.
+        file: std::path::PathBuf,
+    },
+    /// Opens N idle keep-alive connections (one request each) and reports the proxy's RSS.
+    IdleConns {
+        /// Proxy address.
+        #[arg(long)]
+        addr: SocketAddr,
+        /// Proxy pid (its descendants are counted too: nginx workers).
+        #[arg(long)]
+        pid: u32,
+        /// Name printed in the result line.
+        #[arg(long, default_value = "proxy")]
+        label: String,
+        /// Connections to open.
+        #[arg(short = 'n', long, default_value_t = 10_000)]
+        connections: usize,
+        /// Connections per loopback source address before moving to the next (127.0.0.2, ...).
+        #[arg(long, default_value_t = 20_000)]
+        per_source: usize,
+        /// Connections being set up at once.
+        #[arg(long, default_value_t = 200)]
+        parallel: usize,
+        /// Seconds to wait before each RSS reading.
+        #[arg(long, default_value_t = 3)]
+        settle_secs: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn run(command: Command) -> Result<(), BoxError> {
+    match command {
+        Command::Backend {
+            listen,
+            threads,
+            body_bytes,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads.max(1))
+                .enable_all()
+                .build()?;
+            rt.block_on(backend::run(listen, body_bytes))?;
+            Ok(())
+        }
+        Command::WrkRow {
+            proxy,
+            workers,
+            connections,
+            round,
+            cpu_seconds,
+        } => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text)?;
+            let sample = wrk::parse(&text)?;
+            let cpu_us_per_request = cpu_seconds
+                .filter(|_| sample.requests > 0)
+                .map(|secs| secs * 1e6 / sample.requests as f64);
+            let row = summary::Row {
+                proxy,
+                workers,
+                connections,
+                round,
+                sample,
+                cpu_us_per_request,
+            };
+            println!("{}", row.to_tsv());
+            Ok(())
+        }
+        Command::CpuSeconds { pid } => {
+            let ticks = procfs::tree_cpu_ticks(pid);
+            println!(
+                "{:.3}",
+                ticks as f64 / procfs::CLOCK_TICKS_PER_SECOND as f64
+            );
+            Ok(())
+        }
+        Command::WrkHeader => {
+            println!("{}", summary::TSV_HEADER);
+            Ok(())
+        }
+        Command::FreePorts { count } => {
+            let listeners = (0..count)
+                .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+                .collect::<Result<Vec<_>, _>>()?;
+            for l in &listeners {
+                println!("{}", l.local_addr()?.port());
+            }
+            Ok(())
+        }
+        Command::Summarize { file } => {
+            let text = std::fs::read_to_string(&file)?;
+            let rows = summary::parse_rows(&text)?;
+            print!("{}", summary::render(&summary::summarize(&rows)));
+            Ok(())
+        }
+        Command::IdleConns {
+            addr,
+            pid,
+            label,
+            connections,
+            per_source,
+            parallel,
+            settle_secs,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(idle_conns(
+                addr,
+                pid,
+                &label,
+                connections,
+                per_source,
+                parallel,
+                Duration::from_secs(settle_secs),
+            ))
+        }
+    }
+}
+
+async fn idle_conns(
+    addr: SocketAddr,
+    pid: u32,
+    label: &str,
+    n: usize,
+    per_source: usize,
+    parallel: usize,
+    settle: Duration,
+) -> Result<(), BoxError> {
+    let kib = |b: u64| b as f64 / 1024.0;
+    let (idle, pids) = procfs::tree_rss_bytes(pid);
+    if idle == 0 {
+        return Err(format!("no such process (or no RSS): {pid}").into());
+    }
+    println!("{label}: pids {pids:?}, RSS idle {:.0} KiB", kib(idle));
+    let opened = idle::open(addr, n, per_source, parallel).await;
+    if opened.failures > 0 {
+        println!(
+            "{label}: {} of {n} connections failed, e.g. {:?}",
+            opened.failures, opened.sample_errors
+        );
+    }
+    tokio::time::sleep(settle).await;
+    let alive = idle::still_open(&opened.streams);
+    let (loaded, _) = procfs::tree_rss_bytes(pid);
+    let per_conn = if alive > 0 {
+        loaded.saturating_sub(idle) as f64 / alive as f64
+    } else {
+        f64::NAN
+    };
+    println!(
+        "{label}: RSS with {alive} idle connections {:.0} KiB (+{:.0} KiB), {per_conn:.0} bytes per idle connection",
+        kib(loaded),
+        kib(loaded.saturating_sub(idle))
+    );
+    drop(opened);
+    tokio::time::sleep(settle).await;
+    let (after, _) = procfs::tree_rss_bytes(pid);
+    println!("{label}: RSS after closing them {:.0} KiB", kib(after));
+    println!(
+        "RESULT\t{label}\t{n}\t{alive}\t{}\t{}\t{}\t{per_conn:.0}",
+        idle / 1024,
+        loaded / 1024,
+        after / 1024
+    );
+    Ok(())
+}
