@@ -34,3 +34,9 @@ pub use postgres_store::{
 };
 pub use redis_store::{RedisOptions, RedisStore};
 pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, StoreKind, TTL_MARGIN};
+
+/// Whether this build has the PostgreSQL store (it needs a tokio runtime: docs/storage.md).
+#[must_use]
+pub const fn postgres_supported() -> bool {
+    true
+}
