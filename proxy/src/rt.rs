@@ -116,6 +116,62 @@ pub trait TcpConn: Io + Sync {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
+/// Implement hyper's `Read` and `Write` for a newtype `$t` over its field `.0` (which
+/// implements them): each runtime's connection type is such a newtype, and the delegation is
+/// written once here.
+#[macro_export]
+macro_rules! hyper_io_newtype {
+    ($t:ty) => {
+        $crate::hyper_io_newtype!($t, shutdown: |this: ::std::pin::Pin<&mut $t>, cx: &mut ::std::task::Context<'_>| {
+            ::std::pin::Pin::new(&mut this.get_mut().0).poll_shutdown(cx)
+        });
+    };
+    // `shutdown`: how the newtype ends its write side (async-io's `poll_close` only flushes).
+    ($t:ty, shutdown: $shutdown:expr) => {
+        impl ::hyper::rt::Read for $t {
+            fn poll_read(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: ::hyper::rt::ReadBufCursor<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+            }
+        }
+
+        impl ::hyper::rt::Write for $t {
+            fn poll_write(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &[u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+            }
+            fn poll_write_vectored(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+            }
+            fn is_write_vectored(&self) -> bool {
+                ::hyper::rt::Write::is_write_vectored(&self.0)
+            }
+            fn poll_flush(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.0).poll_flush(cx)
+            }
+            fn poll_shutdown(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ($shutdown)(self, cx)
+            }
+        }
+    };
+}
+
 /// A listening socket of a runtime.
 pub trait Listener: Send + Sync {
     /// The next connection, unregistered (it may be handed to another thread's reactor).
