@@ -8,5 +8,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // The redis crate runs on smol here (docs/storage.md).
+    weir_storage::prefer_smol();
     weir_proxy::cli::main(weir_smol::rt(), "weir-smol")
 }
