@@ -79,6 +79,7 @@ impl From<redis::RedisError> for StoreError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> StoreError {
         if e.is_closed() || e.as_db_error().is_none() {
@@ -93,6 +94,7 @@ impl From<tokio_postgres::Error> for StoreError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(e: deadpool_postgres::PoolError) -> StoreError {
         match e {

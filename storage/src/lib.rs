@@ -20,8 +20,17 @@
 //!
 //! [`Take`]: weir_core::bucket::Take
 
+#[cfg(not(any(feature = "tokio", feature = "smol")))]
+compile_error!(
+    "weir-storage needs a runtime for its Redis client: the `tokio` or the `smol` feature"
+);
+
 pub mod error;
 pub mod limiter;
+#[cfg(not(feature = "postgres"))]
+#[path = "postgres_off.rs"]
+pub mod postgres_store;
+#[cfg(feature = "postgres")]
 pub mod postgres_store;
 pub mod redis_store;
 mod rt;
@@ -29,16 +38,18 @@ pub mod store;
 
 pub use error::StoreError;
 pub use limiter::{RateLimiter, StoreHealth, Verdict};
+#[cfg(feature = "postgres")]
+pub use postgres_store::{MIGRATIONS, Migration, migrate};
 pub use postgres_store::{
-    MIGRATIONS, Migration, MigrationReport, PostgresOptions, PostgresStore, migrate, migrate_only,
-    migrate_only_requested,
+    MigrationReport, PostgresOptions, PostgresStore, migrate_only, migrate_only_requested,
 };
 pub use redis_store::{RedisOptions, RedisStore};
 pub use rt::prefer_smol;
 pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, StoreKind, TTL_MARGIN};
 
-/// Whether this build has the PostgreSQL store (it needs a tokio runtime: docs/storage.md).
+/// Whether this build has the PostgreSQL store (the `postgres` feature; it needs a tokio
+/// runtime: docs/storage.md).
 #[must_use]
 pub const fn postgres_supported() -> bool {
-    true
+    cfg!(feature = "postgres")
 }
