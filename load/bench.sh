@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark (issue 4, item 7): weir, nginx and HAProxy with the same worker count
+# Side-by-side benchmark (issue 4, item 7; weir-smol: issue 8): weir, weir-smol, nginx and
+# HAProxy with the same worker count
 # in front of the same two static backends, driven by wrk in interleaved rounds.
 #
 #   bash load/bench.sh                      # defaults: about 4 minutes
@@ -7,12 +8,12 @@
 #
 # Settings (environment):
 #   WORKERS="1 2"      worker processes/threads of every proxy (nginx worker_processes, HAProxy
-#                      nbthread, weir --workers or WEIR_WORKER_THREADS)
+#                      nbthread, weir / weir-smol --workers or WEIR_WORKER_THREADS)
 #   CONNECTIONS="50 256"  wrk connections
 #   ROUNDS=3           interleaved rounds per workers x connections cell (order rotates per round)
 #   DURATION=5         seconds per wrk run;  WARMUP=2 seconds per proxy after it starts
 #   WRK_THREADS=2      wrk threads
-#   PROXIES="weir nginx haproxy"
+#   PROXIES="weir weir-smol nginx haproxy"
 #   PIN=1              pin each proxy to CPUs 0..workers-1 (0: no pinning)
 #   BACKEND_THREADS=1  threads of each backend;  BODY_BYTES=64 response body
 #   NO_BUILD=1         skip `cargo build --release`;  WEIR_BIN, WEIR_LOAD_BIN: other binaries
@@ -30,7 +31,7 @@ ROUNDS="${ROUNDS:-3}"
 DURATION="${DURATION:-5}"
 WARMUP="${WARMUP:-2}"
 WRK_THREADS="${WRK_THREADS:-2}"
-PROXIES="${PROXIES:-weir nginx haproxy}"
+PROXIES="${PROXIES:-weir weir-smol nginx haproxy}"
 OUT="${OUT:-$REPO/target/bench/$(date -u +%Y%m%dT%H%M%SZ)}"
 
 mkdir -p "$OUT"
@@ -53,7 +54,7 @@ estimate=$((n_workers * (${#proxies[@]} * WARMUP + n_conns * ROUNDS * ${#proxies
   echo "# weir side-by-side benchmark"
   machine_info | sed 's/^/# /'
   echo "# workers: $WORKERS; connections: $CONNECTIONS; rounds: $ROUNDS x ${DURATION}s; wrk threads: $WRK_THREADS; pin: $PIN; backends: 2 x $BACKEND_THREADS thread(s), ${BODY_BYTES}-byte body"
-  if [[ " $PROXIES " == *" weir "* ]]; then
+  if [[ " $PROXIES " == *" weir "* || " $PROXIES " == *" weir-smol "* ]]; then
     if weir_workers_flag; then echo "# weir workers: --workers N"; else echo "# weir workers: WEIR_WORKER_THREADS=N (no --workers flag)"; fi
   fi
 } >"$OUT/machine.txt"
@@ -94,7 +95,7 @@ for w in $WORKERS; do
         cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }')
         if row=$("$WEIR_LOAD_BIN" wrk-row --proxy "$p" --workers "$w" --connections "$c" --round "$r" --cpu-seconds "$cpu" <"$out"); then
           echo "$row" >>"$RESULTS"
-          awk -F'\t' '{printf "  %-8s w=%s c=%-3s round %s: %8.0f req/s  p50 %7.0fus  p99 %7.0fus  CPU/req %5.1fus  errors %d\n", $1, $2, $3, $4, $5, $6, $7, $11, $9 + $10}' <<<"$row" >&2
+          awk -F'\t' '{printf "  %-9s w=%s c=%-3s round %s: %8.0f req/s  p50 %7.0fus  p99 %7.0fus  CPU/req %5.1fus  errors %d\n", $1, $2, $3, $4, $5, $6, $7, $11, $9 + $10}' <<<"$row" >&2
         else
           log "$p w=$w c=$c round $r: wrk failed (see $out)"
         fi
@@ -108,7 +109,7 @@ done
 
 {
   echo
-  echo "## Side-by-side: weir vs nginx vs HAProxy"
+  echo "## Side-by-side: weir (tokio) and weir-smol vs nginx vs HAProxy"
   echo
   sed -n 's/^# //p' "$OUT/machine.txt" | sed 's/^/    /'
   "$WEIR_LOAD_BIN" summarize "$RESULTS"

@@ -1,5 +1,5 @@
-# Shared by load/bench.sh and load/idle-conns: packages, binaries, backends, and the three
-# proxies (weir, nginx, HAProxy) started with the same worker count in front of the same two
+# Shared by load/bench.sh and load/idle-conns: packages, binaries, backends, and the proxies
+# (weir, weir-smol, nginx, HAProxy) started with the same worker count in front of the same two
 # backends. Sourced, not run. Every process started here is recorded and stopped by stop_all
 # (the callers trap EXIT); nothing else is ever killed.
 # shellcheck shell=bash
@@ -11,6 +11,7 @@ REPO="$(cd "$LOAD_DIR/.." && pwd)"
 # developers often point at a shared debug dir): benchmarks measure release builds only.
 RELEASE_DIR="${RELEASE_DIR:-$REPO/target/release}"
 WEIR_BIN="${WEIR_BIN:-$RELEASE_DIR/weir}"
+WEIR_SMOL_BIN="${WEIR_SMOL_BIN:-$RELEASE_DIR/weir-smol}"
 WEIR_LOAD_BIN="${WEIR_LOAD_BIN:-$RELEASE_DIR/weir-load}"
 
 BACKEND_THREADS="${BACKEND_THREADS:-1}" # tokio worker threads of each of the two backends
@@ -43,10 +44,11 @@ ensure_packages() {
 }
 
 # Builds the release binaries (a no-op when up to date) unless NO_BUILD=1; $1 is the list of
-# proxies (weir is built only when it is in the list).
+# proxies (weir and weir-smol are built only when they are in the list).
 build_binaries() {
-  local pkgs=(-p weir-load) with_weir=0
+  local pkgs=(-p weir-load) with_weir=0 with_smol=0
   [[ " ${1:-weir} " == *" weir "* ]] && with_weir=1 && pkgs+=(-p weir-tokio)
+  [[ " ${1:-} " == *" weir-smol "* ]] && with_smol=1 && pkgs+=(-p weir-smol)
   if [[ ${NO_BUILD:-0} != 1 ]]; then
     log "cargo build --release ${pkgs[*]}"
     (cd "$REPO" && env -u CARGO_TARGET_DIR cargo build --release -q "${pkgs[@]}") ||
@@ -54,6 +56,7 @@ build_binaries() {
   fi
   [[ -x $WEIR_LOAD_BIN ]] || die "no $WEIR_LOAD_BIN"
   ((with_weir == 0)) || [[ -x $WEIR_BIN ]] || die "no $WEIR_BIN"
+  ((with_smol == 0)) || [[ -x $WEIR_SMOL_BIN ]] || die "no $WEIR_SMOL_BIN"
 }
 
 machine_info() {
@@ -66,6 +69,9 @@ machine_info() {
   echo "wrk:     $(wrk -v 2>&1 | head -1 | awk '{print $2}')"
   if [[ -x $WEIR_BIN ]]; then
     echo "weir:    $("$WEIR_BIN" --version 2>/dev/null || echo '?') ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  fi
+  if [[ -x $WEIR_SMOL_BIN ]]; then
+    echo "weir-smol: $("$WEIR_SMOL_BIN" --version 2>/dev/null || echo '?') (the same proxy on smol)"
   fi
 }
 
@@ -174,7 +180,7 @@ weir_workers_flag() {
   "$WEIR_BIN" run --help 2>/dev/null | grep -q -- '--workers'
 }
 
-# start_proxy NAME WORKERS MAXCONN: starts weir|nginx|haproxy on a free port; sets PORT and
+# start_proxy NAME WORKERS MAXCONN: starts weir|weir-smol|nginx|haproxy on a free port; sets PORT and
 # PROXY_PID (the process whose tree is measured).
 start_proxy() {
   local name=$1 workers=$2 maxconn=${3:-4096} dir pin
@@ -183,12 +189,15 @@ start_proxy() {
   PORT=$(free_ports 1)
   pin=$(pin_prefix "$workers")
   case $name in
-    weir)
+    weir | weir-smol)
+      # The same proxy, configuration and flags on its two runtimes (tokio, smol).
+      local bin=$WEIR_BIN
+      [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
       write_weir_config "$dir/weir.yaml"
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
       # shellcheck disable=SC2086 # $pin is empty or a command prefix
-      spawn "$name-w$workers" env WEIR_WORKERS="$workers" WEIR_WORKER_THREADS="$workers" $pin "$WEIR_BIN" "${args[@]}"
+      spawn "$name-w$workers" env WEIR_WORKERS="$workers" WEIR_WORKER_THREADS="$workers" $pin "$bin" "${args[@]}"
       ;;
     nginx)
       write_nginx_config "$dir" "$workers" "$maxconn"

@@ -19,18 +19,15 @@ use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
 use async_executor::Executor;
 use async_io::Async;
 use futures_lite::{FutureExt as _, StreamExt as _};
-use hyper::rt::{Sleep, Timer};
-use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
+use hyper::rt::Timer;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
-use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn};
+use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsConnect};
 
 pub use weir_proxy::*;
 
@@ -66,21 +63,15 @@ fn fallback() -> &'static Executor<'static> {
     })
 }
 
-impl Timer for Smol {
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Sleep>> {
-        SmolTimer::new().sleep(duration)
-    }
-    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
-        SmolTimer::new().sleep_until(deadline)
-    }
-    fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
-        SmolTimer::new().reset(sleep, new_deadline);
-    }
-}
-
 impl weir_proxy::rt::Runtime for Smol {
     fn name(&self) -> &'static str {
         "smol"
+    }
+
+    /// smol-hyper's: async-io's timers.
+    fn timer(&self) -> &'static (dyn Timer + Send + Sync) {
+        static TIMER: LazyLock<SmolTimer> = LazyLock::new(SmolTimer::new);
+        &*TIMER
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
@@ -113,29 +104,20 @@ impl weir_proxy::rt::Runtime for Smol {
     }
 
     fn register(&self, stream: TcpStream) -> io::Result<Box<dyn TcpConn>> {
-        Ok(Box::new(Conn(FuturesIo::new(Async::new(stream)?))))
+        Ok(Conn::boxed(Async::new(stream)?))
     }
 
     fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn TcpConn>>> {
-        Box::pin(async move {
-            let s = Async::<TcpStream>::connect(addr).await?;
-            Ok(Box::new(Conn(FuturesIo::new(s))) as Box<dyn TcpConn>)
-        })
+        Box::pin(async move { Ok(Conn::boxed(Async::<TcpStream>::connect(addr).await?)) })
     }
 
-    fn tls_connect(
-        &self,
-        config: Arc<ClientConfig>,
-        name: ServerName<'static>,
-        tcp: Box<dyn TcpConn>,
-    ) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
+    fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
         Box::pin(async move {
-            let Ok(conn) = tcp.into_any().downcast::<Conn>() else {
-                return Err(io::Error::other("not a smol connection"));
-            };
-            let connector = futures_rustls::TlsConnector::from(config);
-            let tls = connector.connect(name, conn.0.into_inner()).await?;
-            Ok(Box::new(FuturesIo::new(tls)) as Box<dyn Io>)
+            let (config, name, tcp) = tls.into_parts::<Conn>()?;
+            let stream = futures_rustls::TlsConnector::from(config)
+                .connect(name, tcp.0.into_inner())
+                .await?;
+            Ok(Box::new(FuturesIo::new(stream)) as Box<dyn Io>)
         })
     }
 
@@ -164,6 +146,12 @@ struct Conn(FuturesIo<Async<TcpStream>>);
 
 // async-io's `poll_close` only flushes: end the write side with a real TCP shutdown, so that
 // a tunnel's half-close reaches the other end (C-PATH-8).
+impl Conn {
+    fn boxed(socket: Async<TcpStream>) -> Box<dyn TcpConn> {
+        Box::new(Conn(FuturesIo::new(socket)))
+    }
+}
+
 weir_proxy::hyper_io_newtype!(Conn, shutdown: |this: Pin<&mut Conn>, _cx: &mut Context<'_>| {
     Poll::Ready(this.0.get_ref().get_ref().shutdown(std::net::Shutdown::Write))
 });

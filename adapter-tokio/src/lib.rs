@@ -11,17 +11,14 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
-use hyper::rt::{Sleep, Timer};
+use hyper::rt::Timer;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
-use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn};
+use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsConnect};
 
 pub use weir_proxy::*;
 
@@ -49,25 +46,15 @@ pub fn rt() -> Rt {
     Rt(&TOKIO)
 }
 
-impl Timer for Tokio {
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Sleep>> {
-        TokioTimer::new().sleep(duration)
-    }
-    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
-        TokioTimer::new().sleep_until(deadline)
-    }
-    /// tokio's clock, so that tests pausing tokio's time move weir's too.
-    fn now(&self) -> Instant {
-        tokio::time::Instant::now().into_std()
-    }
-    fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
-        TokioTimer::new().reset(sleep, new_deadline);
-    }
-}
-
 impl weir_proxy::rt::Runtime for Tokio {
     fn name(&self) -> &'static str {
         "tokio"
+    }
+
+    /// hyper-util's: tokio's clock, so that tests pausing tokio's time move weir's too.
+    fn timer(&self) -> &'static (dyn Timer + Send + Sync) {
+        static TIMER: LazyLock<TokioTimer> = LazyLock::new(TokioTimer::new);
+        &*TIMER
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
@@ -87,29 +74,20 @@ impl weir_proxy::rt::Runtime for Tokio {
     }
 
     fn register(&self, stream: std::net::TcpStream) -> io::Result<Box<dyn TcpConn>> {
-        Ok(Box::new(Conn(TokioIo::new(TcpStream::from_std(stream)?))))
+        Ok(Conn::boxed(TcpStream::from_std(stream)?))
     }
 
     fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn TcpConn>>> {
-        Box::pin(async move {
-            let s = TcpStream::connect(addr).await?;
-            Ok(Box::new(Conn(TokioIo::new(s))) as Box<dyn TcpConn>)
-        })
+        Box::pin(async move { Ok(Conn::boxed(TcpStream::connect(addr).await?)) })
     }
 
-    fn tls_connect(
-        &self,
-        config: Arc<ClientConfig>,
-        name: ServerName<'static>,
-        tcp: Box<dyn TcpConn>,
-    ) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
+    fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
         Box::pin(async move {
-            let Ok(conn) = tcp.into_any().downcast::<Conn>() else {
-                return Err(io::Error::other("not a tokio connection"));
-            };
-            let connector = tokio_rustls::TlsConnector::from(config);
-            let tls = connector.connect(name, conn.0.into_inner()).await?;
-            Ok(Box::new(TokioIo::new(tls)) as Box<dyn Io>)
+            let (config, name, tcp) = tls.into_parts::<Conn>()?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp.0.into_inner())
+                .await?;
+            Ok(Box::new(TokioIo::new(stream)) as Box<dyn Io>)
         })
     }
 
@@ -139,6 +117,12 @@ impl weir_proxy::rt::Runtime for Tokio {
 
 /// A tokio TCP connection as hyper and weir-proxy see it.
 struct Conn(TokioIo<TcpStream>);
+
+impl Conn {
+    fn boxed(socket: TcpStream) -> Box<dyn TcpConn> {
+        Box::new(Conn(TokioIo::new(socket)))
+    }
+}
 
 weir_proxy::hyper_io_newtype!(Conn);
 

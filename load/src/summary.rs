@@ -16,11 +16,13 @@ use crate::wrk::Sample;
 pub const SUBJECT: &str = "weir";
 /// The proxies weir is compared with, in table order.
 pub const BASELINES: [&str; 2] = ["nginx", "haproxy"];
+/// The same proxy on another runtime (issue 8): listed right after weir, not a baseline.
+pub const SIBLINGS: [&str; 1] = ["weir-smol"];
 
 /// One wrk round of one proxy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
-    /// `weir`, `nginx` or `haproxy`.
+    /// `weir`, `weir-smol`, `nginx` or `haproxy`.
     pub proxy: String,
     /// Worker processes / threads the proxy ran with.
     pub workers: u32,
@@ -179,20 +181,23 @@ pub struct Cell {
     pub workers: u32,
     /// wrk connections.
     pub connections: u32,
-    /// Per proxy, weir first, then the baselines, then anything else by name.
+    /// Per proxy, weir first, then weir-smol, then the baselines, then anything else by name.
     pub proxies: Vec<ProxyStats>,
     /// weir against each baseline present.
     pub ratios: Vec<Ratio>,
 }
 
 fn proxy_order(name: &str) -> (usize, String) {
+    let after_subject = SIBLINGS.len() + 1;
     let rank = if name == SUBJECT {
         0
+    } else if let Some(p) = SIBLINGS.iter().position(|s| *s == name) {
+        p + 1
     } else {
         BASELINES
             .iter()
             .position(|b| *b == name)
-            .map_or(BASELINES.len() + 1, |p| p + 1)
+            .map_or(after_subject + BASELINES.len(), |p| p + after_subject)
     };
     (rank, name.to_owned())
 }
@@ -420,6 +425,13 @@ mod tests {
         let ten = tsv.trim_end_matches("\t-");
         assert_eq!(parse_rows(ten).unwrap(), vec![r.clone()]);
         assert_eq!(parse_rows(&tsv).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn weir_smol_is_listed_after_weir_and_before_the_baselines() {
+        let mut names = vec!["haproxy", "other", "nginx", "weir-smol", "weir"];
+        names.sort_by_key(|n| proxy_order(n));
+        assert_eq!(names, ["weir", "weir-smol", "nginx", "haproxy", "other"]);
     }
 
     #[test]

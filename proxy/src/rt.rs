@@ -8,8 +8,8 @@
 //! `&'static dyn Runtime` ([`Rt`]), so no type in weir-proxy is generic over the runtime and each
 //! adapter is a few hundred lines.
 //!
-//! **Timers are hyper's.** [`Runtime`] extends [`hyper::rt::Timer`], so hyper's connection
-//! timers and weir's own deadlines use one mechanism; a weir deadline is a
+//! **Timers are hyper's.** A runtime's timer is a [`hyper::rt::Timer`] ([`Runtime::timer`]), so
+//! hyper's connection timers and weir's own deadlines use one mechanism; a weir deadline is a
 //! `Pin<Box<dyn hyper::rt::Sleep>>` (one allocation: the only one the seam adds per request, for
 //! the attempt's header deadline). Streams are boxed once per connection, spawned tasks once per
 //! task (the runtimes box them too); dynamic dispatch on a read or write is lost in the syscall.
@@ -43,9 +43,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// An async runtime as the proxy uses it. Implemented by `weir_tokio::Tokio` and
 /// `weir_smol::Smol`; see the module doc.
-pub trait Runtime: Timer + Send + Sync + fmt::Debug + 'static {
+pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// The runtime's name, for logs (`tokio`, `smol`).
     fn name(&self) -> &'static str;
+
+    /// The runtime's timer and clock, as hyper takes them (hyper-util's `TokioTimer`,
+    /// smol-hyper's `SmolTimer`).
+    fn timer(&self) -> &'static (dyn Timer + Send + Sync);
 
     /// Run `task` on the executor of the current thread (a worker's, or the control thread's
     /// inside [`Runtime::block_on`]). The task is detached; it is dropped with its executor.
@@ -73,14 +77,8 @@ pub trait Runtime: Timer + Send + Sync + fmt::Debug + 'static {
     /// Open a TCP connection to `addr` (no timeout of its own: callers bound it).
     fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn TcpConn>>>;
 
-    /// A TLS client handshake over `tcp`, a connection from this runtime's
-    /// [`connect`](Runtime::connect).
-    fn tls_connect(
-        &self,
-        config: Arc<ClientConfig>,
-        name: ServerName<'static>,
-        tcp: Box<dyn TcpConn>,
-    ) -> BoxFuture<'static, io::Result<Box<dyn Io>>>;
+    /// A TLS client handshake ([`TlsConnect`]: over a connection of this runtime's).
+    fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>>;
 
     /// Resolve `host` (a name or an address literal) with `port`.
     fn resolve(&self, host: String, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>>;
@@ -172,6 +170,50 @@ macro_rules! hyper_io_newtype {
     };
 }
 
+/// What a TLS client handshake needs: the configuration, the server name, and the TCP
+/// connection (one of the runtime's own, from [`Runtime::connect`]).
+pub struct TlsConnect {
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    tcp: Box<dyn TcpConn>,
+}
+
+impl fmt::Debug for TlsConnect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConnect")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsConnect {
+    /// A handshake of `name` over `tcp` with `config`.
+    #[must_use]
+    pub fn new(
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        tcp: Box<dyn TcpConn>,
+    ) -> Self {
+        TlsConnect { config, name, tcp }
+    }
+
+    /// The configuration, the name, and the connection as the runtime's own type `T` (what its
+    /// `register` / `connect` made).
+    ///
+    /// # Errors
+    /// The connection is another runtime's.
+    pub fn into_parts<T: TcpConn>(
+        self,
+    ) -> io::Result<(Arc<ClientConfig>, ServerName<'static>, Box<T>)> {
+        let tcp = self
+            .tcp
+            .into_any()
+            .downcast::<T>()
+            .map_err(|_| io::Error::other("a TCP connection of another runtime"))?;
+        Ok((self.config, self.name, tcp))
+    }
+}
+
 /// A listening socket of a runtime.
 pub trait Listener: Send + Sync {
     /// The next connection, unregistered (it may be handed to another thread's reactor).
@@ -215,16 +257,16 @@ impl std::ops::Deref for Rt {
 
 impl Timer for Rt {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn Sleep>> {
-        self.0.sleep(duration)
+        self.0.timer().sleep(duration)
     }
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
-        self.0.sleep_until(deadline)
+        self.0.timer().sleep_until(deadline)
     }
     fn now(&self) -> Instant {
-        Timer::now(self.0)
+        self.0.timer().now()
     }
     fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
-        self.0.reset(sleep, new_deadline);
+        self.0.timer().reset(sleep, new_deadline);
     }
 }
 
@@ -244,13 +286,18 @@ impl Rt {
     /// The runtime's clock (tokio's can be paused in tests).
     #[must_use]
     pub fn now(self) -> Instant {
-        Timer::now(self.0)
+        self.0.timer().now()
     }
 
     /// A boxed sleep until `deadline`.
     #[must_use]
     pub fn sleep_until(self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
-        self.0.sleep_until(deadline)
+        self.0.timer().sleep_until(deadline)
+    }
+
+    /// Move `sleep` (from this runtime's timer) to `deadline`, in place where the timer can.
+    pub fn reset(self, sleep: &mut Pin<Box<dyn Sleep>>, deadline: Instant) {
+        self.0.timer().reset(sleep, deadline);
     }
 
     /// Spawn `fut` detached on the current thread's executor.
@@ -308,7 +355,7 @@ pub async fn dial(rt: Rt, host: &str, port: u16) -> io::Result<Box<dyn TcpConn>>
 
 /// Sleep for `d`.
 pub async fn sleep(rt: Rt, d: Duration) {
-    rt.0.sleep(d).await;
+    rt.0.timer().sleep(d).await;
 }
 
 /// The deadline of [`timeout_at`] passed first.

@@ -469,7 +469,7 @@ impl Upstream {
                 rt::timeout(
                     rt,
                     self.config.tls_handshake_timeout,
-                    rt.tls_connect(Arc::clone(config), name.clone(), tcp),
+                    rt.tls_connect(rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp)),
                 )
                 .await
                 .map_err(|_| {

@@ -113,7 +113,10 @@ async fn attempt(
     }
     let status = match target.server_name() {
         None => exchange(stream, target).await,
-        Some(name) => match rt.tls_connect(Arc::clone(tls), name.clone(), stream).await {
+        Some(name) => match rt
+            .tls_connect(rt::TlsConnect::new(Arc::clone(tls), name.clone(), stream))
+            .await
+        {
             Ok(tls_stream) => exchange(tls_stream, target).await,
             Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
         },
