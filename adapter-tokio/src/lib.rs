@@ -1,374 +1,191 @@
-//! weir on tokio and hyper: the data plane (C-PATH-*, C-FWD-*, C-LOAD-*, C-RATE-1/2/4/5,
-//! C-POOL-*, C-RETRY-*), the health probes (C-HEALTH-*), and the process around them.
+//! weir on tokio: [`Tokio`], the tokio implementation of weir-proxy's runtime seam
+//! ([`weir_proxy::rt::Runtime`]), and the `weir` binary (`main.rs`).
 //!
-//! [`start`] turns a validated configuration into a running proxy in this process: it builds the
-//! runtime snapshot (`weir_core::runtime::Runtime`), runs one health-check cycle (C-HEALTH-1),
-//! binds the listeners, starts the workers and returns a [`ProxyHandle`]. The `weir` binary
-//! (`main.rs`) is a thin CLI around it (process protocol in docs/proxy.md); tests start proxies
-//! in-process the same way.
-//!
-//! Modules: `server` (listeners, workers, client connections, timeouts, shutdown), `proxy` (the
-//! request handler), `upstream` (backend connections and their pool), `body` (response bodies),
-//! `admission` (waiting at the gate), `ratelimit` (the store seam), `health` (probe wiring),
-//! `probe` (probe executors and driver), `management` (the management listener), `metrics`
-//! (Prometheus exposition), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
-//! path that publishes a new runtime), `demo`. Operating it: docs/operations.md.
+//! The proxy itself (data plane, probes, management, reload, CLI) is weir-proxy's; this crate
+//! only says how tokio spawns, sleeps, connects, resolves, shakes TLS hands, blocks and hears
+//! signals. Each worker thread runs its own current-thread runtime
+//! ([`Runtime::block_on`](weir_proxy::rt::Runtime::block_on)), like the control thread.
 
+use std::any::Any;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::watch;
-use weir_core::config::ValidConfig;
-use weir_core::pool::Availability;
-use weir_core::runtime::Runtime;
+use hyper::rt::{Sleep, Timer};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{SignalKind, signal};
+use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn};
 
-pub mod access_log;
-pub mod admission;
-pub mod body;
-pub mod clock;
-pub mod demo;
-pub mod health;
-pub mod management;
-pub mod metrics;
-pub mod probe;
-pub mod proxy;
-pub mod ratelimit;
-pub mod reload;
-pub mod secrets;
-pub mod server;
-pub mod upstream;
-pub mod worker;
+pub use weir_proxy::*;
 
-use admission::Admission;
-use clock::Clock;
-use probe::HealthDriver;
-use ratelimit::{Limiter, RateLimitStatus, RateLimiter};
-use server::ServerLimits;
-use upstream::{Upstream, UpstreamConfig};
-
-/// Process-wide state of a running proxy, shared by every worker. The management plane (issue 5)
-/// reads and swaps the runtime here.
-#[derive(Debug)]
-pub struct Shared {
-    /// The runtime snapshot in force (C-POOL-2): loaded once per request, swapped whole on reload.
-    pub runtime: ArcSwap<Runtime>,
-    /// The global overload gate (C-LOAD-1; restart-only).
-    pub admission: Arc<Admission>,
-    /// The rate limiter over the store `rate_limit.storage` selects (C-RATE-1..5).
-    pub limiter: Limiter,
-    /// Backend connections (one idle pool per worker).
-    pub upstream: Arc<Upstream>,
-    /// The process clock.
-    pub clock: Clock,
-    /// Client-side limits (restart-only).
-    pub limits: ServerLimits,
-    /// `server.upstream.response_header_timeout` (`None`: only `per_try_timeout` applies).
-    pub response_header_timeout: Option<Duration>,
-    /// Prometheus metrics (C-OBS-1, C-OBS-2).
-    pub metrics: Arc<metrics::Metrics>,
-    /// Reloads and management changes: their lock, the health driver, the instance id.
-    pub control: reload::Control,
-    shutting_down: AtomicBool,
+/// [`weir_proxy::start`] on tokio (the current thread's runtime runs the acceptor, health checks
+/// and management; each worker thread gets its own).
+///
+/// # Errors
+/// See [`StartError`].
+pub async fn start(
+    cfg: weir_core::config::ValidConfig,
+    opts: Options,
+) -> Result<ProxyHandle, StartError> {
+    weir_proxy::start(rt(), cfg, opts).await
 }
 
-impl Shared {
-    /// Readiness (C-OBS-4): not shutting down, the rate-limit store not down under
-    /// `fail-closed` (C-RATE-5), and some backend available (enabled, not draining, healthy,
-    /// circuit not open; saturated counts as up).
-    #[must_use]
-    pub fn ready(&self) -> bool {
-        if self.shutting_down.load(Ordering::Relaxed) {
-            return false;
-        }
-        let rt = self.runtime.load();
-        if !self.limiter.ready(&rt.config().rate) {
-            return false;
-        }
-        let now = self.clock.now();
-        rt.pools().iter().any(|pool| {
-            pool.backends().iter().any(|b| {
-                matches!(
-                    b.availability(pool.params(), now),
-                    Availability::Available | Availability::Saturated
-                )
-            })
+/// The tokio runtime, as weir-proxy uses it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tokio;
+
+static TOKIO: Tokio = Tokio;
+
+/// The handle on [`Tokio`] to give weir-proxy (`weir_proxy::start(weir_tokio::rt(), ..)`).
+#[must_use]
+pub fn rt() -> Rt {
+    Rt(&TOKIO)
+}
+
+impl Timer for Tokio {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Sleep>> {
+        TokioTimer::new().sleep(duration)
+    }
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
+        TokioTimer::new().sleep_until(deadline)
+    }
+    /// tokio's clock, so that tests pausing tokio's time move weir's too.
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+    fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
+        TokioTimer::new().reset(sleep, new_deadline);
+    }
+}
+
+impl weir_proxy::rt::Runtime for Tokio {
+    fn name(&self) -> &'static str {
+        "tokio"
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        drop(tokio::spawn(task));
+    }
+
+    fn block_on(&self, main: Pin<Box<dyn Future<Output = ()> + '_>>) -> io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(main);
+        Ok(())
+    }
+
+    fn listener(&self, listener: std::net::TcpListener) -> io::Result<Box<dyn Listener>> {
+        Ok(Box::new(TokioListener(TcpListener::from_std(listener)?)))
+    }
+
+    fn register(&self, stream: std::net::TcpStream) -> io::Result<Box<dyn TcpConn>> {
+        Ok(Box::new(Conn(TokioIo::new(TcpStream::from_std(stream)?))))
+    }
+
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn TcpConn>>> {
+        Box::pin(async move {
+            let s = TcpStream::connect(addr).await?;
+            Ok(Box::new(Conn(TokioIo::new(s))) as Box<dyn TcpConn>)
         })
     }
 
-    /// The rate limiter's state under the settings in force: store, up, ready, degraded,
-    /// failure/recovery counters, local buckets (for `/readyz`, the metrics
-    /// `load_balancer_rate_limit_storage_healthy` / `_degraded` / `_local_buckets` /
-    /// `_local_evictions_total`, and `/api/dashboard/status`; C-RATE-5, C-OBS-1, C-MGMT-4).
-    #[must_use]
-    pub fn rate_limit_status(&self) -> RateLimitStatus {
-        self.limiter.status(&self.runtime.load().config().rate)
+    fn tls_connect(
+        &self,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        tcp: Box<dyn TcpConn>,
+    ) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
+        Box::pin(async move {
+            let Ok(conn) = tcp.into_any().downcast::<Conn>() else {
+                return Err(io::Error::other("not a tokio connection"));
+            };
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let tls = connector.connect(name, conn.0.into_inner()).await?;
+            Ok(Box::new(TokioIo::new(tls)) as Box<dyn Io>)
+        })
     }
 
-    /// Whether a graceful shutdown has begun (C-PATH-10).
-    #[must_use]
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Relaxed)
+    fn resolve(&self, host: String, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), port))
+                .await?
+                .collect())
+        })
+    }
+
+    fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) -> BoxFuture<'static, ()> {
+        let task = tokio::task::spawn_blocking(work);
+        Box::pin(async move {
+            let _ = task.await;
+        })
+    }
+
+    fn signals(&self) -> io::Result<Box<dyn Signals>> {
+        Ok(Box::new(TokioSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        }))
     }
 }
 
-/// How to start a proxy (the CLI flags of the process protocol).
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Data-plane listener; default `0.0.0.0:<server.port>`.
-    pub public_bind: Option<SocketAddr>,
-    /// Management listener; default `management.address` (only when `management.enabled`).
-    pub management_bind: Option<SocketAddr>,
-    /// Worker threads; default: the number of CPUs.
-    pub workers: Option<usize>,
-    /// A rate limiter built by the caller (tests); default: the store `rate_limit.storage`
-    /// selects, built from the configuration (C-RATE-3).
-    pub rate_limiter: Option<Arc<RateLimiter>>,
-}
+/// A tokio TCP connection as hyper and weir-proxy see it.
+struct Conn(TokioIo<TcpStream>);
 
-/// Why a proxy could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The runtime snapshot could not be built from the configuration.
-    #[error("cannot build the runtime: {0}")]
-    Runtime(String),
-    /// The rate-limit store could not be built (invalid store settings, or the local store
-    /// could not be allocated).
-    #[error("cannot build the rate-limit store: {0}")]
-    RateStore(String),
-    /// The TLS client configuration could not be built.
-    #[error("cannot build the TLS client configuration: {0}")]
-    Tls(String),
-    /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {error}")]
-    Bind {
-        /// The address.
-        addr: String,
-        /// Why.
-        error: std::io::Error,
-    },
-    /// A worker thread could not be started.
-    #[error("cannot start a worker thread: {0}")]
-    Worker(std::io::Error),
-    /// The health checks stopped before their first cycle ended.
-    #[error("the health checks stopped before the first cycle ended")]
-    Health,
-}
+weir_proxy::hyper_io_newtype!(Conn);
 
-/// A running proxy. [`ProxyHandle::shutdown`] starts a graceful shutdown (C-PATH-10);
-/// [`ProxyHandle::wait`] returns once it is complete.
-#[derive(Debug)]
-pub struct ProxyHandle {
-    public: SocketAddr,
-    management: Option<SocketAddr>,
-    shared: Arc<Shared>,
-    shutdown: watch::Sender<bool>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    health: Option<HealthDriver>,
-}
-
-impl ProxyHandle {
-    /// The data-plane address actually bound.
-    #[must_use]
-    pub fn public_addr(&self) -> SocketAddr {
-        self.public
-    }
-
-    /// The management address actually bound, when the management listener runs.
-    #[must_use]
-    pub fn management_addr(&self) -> Option<SocketAddr> {
-        self.management
-    }
-
-    /// The shared state (runtime, gate, limiter).
-    #[must_use]
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    /// The health driver (for reloads).
-    #[must_use]
-    pub fn health(&self) -> Option<&HealthDriver> {
-        self.health.as_ref()
-    }
-
-    /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
-    /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
-    pub fn shutdown(&self) {
-        self.shared.shutting_down.store(true, Ordering::Relaxed);
-        let _ = self.shutdown.send(true);
-    }
-
-    /// Wait until the proxy has stopped (after [`ProxyHandle::shutdown`]).
-    pub async fn wait(mut self) {
-        for t in self.tasks.drain(..) {
-            let _ = t.await;
+impl TcpConn for Conn {
+    fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut rb = tokio::io::ReadBuf::new(buf);
+        match self.0.inner().poll_peek(cx, &mut rb) {
+            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
         }
-        let workers = std::mem::take(&mut self.workers);
-        let _ = tokio::task::spawn_blocking(move || {
-            for w in workers {
-                let _ = w.join();
+    }
+
+    fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.0.inner().set_nodelay(on)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+struct TokioListener(TcpListener);
+
+impl Listener for TokioListener {
+    fn accept(&self) -> BoxFuture<'_, io::Result<(std::net::TcpStream, SocketAddr)>> {
+        Box::pin(async move {
+            let (s, peer) = self.0.accept().await?;
+            Ok((s.into_std()?, peer))
+        })
+    }
+}
+
+struct TokioSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals for TokioSignals {
+    fn next(&mut self) -> BoxFuture<'_, Option<Signal>> {
+        Box::pin(async move {
+            tokio::select! {
+                s = self.term.recv() => s.map(|()| Signal::Terminate),
+                s = self.int.recv() => s.map(|()| Signal::Interrupt),
+                s = self.hup.recv() => s.map(|()| Signal::Hangup),
             }
         })
-        .await;
-        if let Some(h) = self.health.take() {
-            h.shutdown().await;
-        }
     }
-
-    /// Re-read `path` and apply it as SIGHUP does (C-CONF-4..7); see [`reload::reload_file`].
-    pub async fn reload_file(
-        &self,
-        path: &std::path::Path,
-    ) -> Result<reload::Applied, reload::Rejected> {
-        reload::reload_file(&self.shared, path).await
-    }
-
-    /// [`shutdown`](Self::shutdown) and [`wait`](Self::wait).
-    pub async fn stop(self) {
-        self.shutdown();
-        self.wait().await;
-    }
-}
-
-/// Bind a listening TCP socket with a deep accept queue.
-fn listen(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    let bind_err = |error| StartError::Bind {
-        addr: addr.to_string(),
-        error,
-    };
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(bind_err)?;
-    socket.set_reuseaddr(true).map_err(bind_err)?;
-    socket.bind(addr).map_err(bind_err)?;
-    socket.listen(4096).map_err(bind_err)
-}
-
-/// The data-plane address of a configuration: `0.0.0.0:<server.port>`.
-#[must_use]
-pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
-    SocketAddr::from(([0, 0, 0, 0], cfg.server.port))
-}
-
-/// Start a proxy for `cfg` on the current tokio runtime (acceptor, health checks, management)
-/// and `workers` worker threads (the data plane). Returns once the first health-check cycle has
-/// ended and the listeners are open (C-HEALTH-1).
-pub async fn start(cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
-    let clock = Clock::new();
-    let workers = opts
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let mut rng = weir_core::WyRand::new(worker::entropy_seed());
-    let public_bind = opts
-        .public_bind
-        .unwrap_or_else(|| default_public_bind(&cfg));
-    let management_bind = if cfg.management.enabled {
-        match opts.management_bind {
-            Some(a) => Some(a),
-            None => Some(management::resolve_bind(&cfg.management.address).await?),
-        }
-    } else {
-        None
-    };
-    let limits = ServerLimits::from_settings(&cfg.server);
-    let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
-    let response_header_timeout = cfg.server.upstream.response_header_timeout;
-    let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
-    let limiter = match opts.rate_limiter.clone() {
-        Some(l) => Limiter::new(l),
-        None => Limiter::from_config(&cfg, worker::entropy_seed())
-            .map_err(|e| StartError::RateStore(e.to_string()))?,
-    };
-    // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
-    limiter.prepare(&cfg, clock.now()).await;
-    let admission = Arc::new(Admission::new(cfg.gate, clock));
-    if cfg.management.enabled && cfg.management.allow_insecure {
-        tracing::warn!(
-            "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
-        );
-    }
-    let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
-        .map_err(|e| StartError::Runtime(e.to_string()))?;
-    let metrics = Arc::new(metrics::Metrics::new());
-    metrics.set_backends(runtime.backend_ids());
-    let shared = Arc::new(Shared {
-        runtime: ArcSwap::from_pointee(runtime),
-        admission,
-        limiter,
-        upstream: Arc::new(Upstream::new(upstream_config, Some(Arc::clone(&tls)))),
-        clock,
-        limits,
-        response_header_timeout,
-        metrics,
-        control: reload::Control::new(),
-        shutting_down: AtomicBool::new(false),
-    });
-
-    // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
-    let health = health::spawn(&shared, tls);
-    shared.control.set_health(health.reloader());
-    health.first_cycle().await.map_err(|_| StartError::Health)?;
-
-    let public = listen(public_bind)?;
-    let public_addr = public.local_addr().map_err(|error| StartError::Bind {
-        addr: public_bind.to_string(),
-        error,
-    })?;
-    let management = match management_bind {
-        Some(addr) => Some(listen(addr)?),
-        None => None,
-    };
-    let management_addr = management.as_ref().and_then(|l| l.local_addr().ok());
-
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut handles = Vec::with_capacity(workers);
-    let mut threads = Vec::with_capacity(workers);
-    for i in 0..workers {
-        let mut h = server::spawn_worker(i, Arc::clone(&shared), shutdown_rx.clone())
-            .map_err(StartError::Worker)?;
-        if let Some(t) = h.thread.take() {
-            threads.push(t);
-        }
-        handles.push((h.conns, h.open));
-    }
-    let mut tasks = vec![tokio::spawn(server::accept_loop(
-        public,
-        handles,
-        shutdown_rx.clone(),
-    ))];
-    tasks.push(tokio::spawn(ratelimit::recovery_task(
-        Arc::clone(&shared),
-        shutdown_rx.clone(),
-    )));
-    if let Some(listener) = management {
-        tasks.push(tokio::spawn(management::serve(
-            listener,
-            Arc::clone(&shared),
-            shutdown_rx.clone(),
-        )));
-    }
-    tracing::info!(
-        public = %public_addr,
-        management = ?management_addr,
-        workers,
-        "weir is listening"
-    );
-    Ok(ProxyHandle {
-        public: public_addr,
-        management: management_addr,
-        shared,
-        shutdown: shutdown_tx,
-        workers: threads,
-        tasks,
-        health: Some(health),
-    })
 }

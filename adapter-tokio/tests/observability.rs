@@ -18,8 +18,11 @@ mod prom;
 
 use prom::Exposition;
 
+/// The binary under test: `weir` here; `weir-smol` when adapter-smol's tests include this file
+/// (one source for both runtimes).
 fn bin() -> Binary {
-    Binary::new(env!("CARGO_BIN_EXE_weir"))
+    let path = option_env!("CARGO_BIN_EXE_weir-smol").or(option_env!("CARGO_BIN_EXE_weir"));
+    Binary::new(path.expect("cargo names the proxy binary under test"))
 }
 
 async fn scrape(m: SocketAddr) -> Exposition {

@@ -19,8 +19,11 @@ use weir_conformance::harness::{Binary, Proxy, StartOptions};
 #[path = "support/prom.rs"]
 mod prom;
 
+/// The binary under test: `weir` here; `weir-smol` when adapter-smol's tests include this file
+/// (one source for both runtimes).
 fn bin() -> Binary {
-    Binary::new(env!("CARGO_BIN_EXE_weir"))
+    let path = option_env!("CARGO_BIN_EXE_weir-smol").or(option_env!("CARGO_BIN_EXE_weir"));
+    Binary::new(path.expect("cargo names the proxy binary under test"))
 }
 
 fn authed(path: &str) -> Req {

@@ -21,8 +21,11 @@ const REDIS: u16 = 6379;
 const PG: u16 = 5432;
 const PG_PASSWORD_ENV: &str = "WEIR_TEST_PG_PASSWORD";
 
+/// The binary under test: `weir` here; `weir-smol` when adapter-smol's tests include this file
+/// (one source for both runtimes).
 fn bin() -> Binary {
-    Binary::new(env!("CARGO_BIN_EXE_weir"))
+    let path = option_env!("CARGO_BIN_EXE_weir-smol").or(option_env!("CARGO_BIN_EXE_weir"));
+    Binary::new(path.expect("cargo names the proxy binary under test"))
 }
 
 fn pg_user() -> String {

@@ -24,6 +24,7 @@ pub mod error;
 pub mod limiter;
 pub mod postgres_store;
 pub mod redis_store;
+mod rt;
 pub mod store;
 
 pub use error::StoreError;
@@ -33,4 +34,11 @@ pub use postgres_store::{
     migrate_only_requested,
 };
 pub use redis_store::{RedisOptions, RedisStore};
+pub use rt::prefer_smol;
 pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, StoreKind, TTL_MARGIN};
+
+/// Whether this build has the PostgreSQL store (it needs a tokio runtime: docs/storage.md).
+#[must_use]
+pub const fn postgres_supported() -> bool {
+    true
+}

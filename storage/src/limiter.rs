@@ -451,9 +451,9 @@ async fn bounded<T>(
     limit: Duration,
     fut: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(StoreError::Timeout(limit)),
+    match crate::rt::timeout(limit, fut).await {
+        Some(r) => r,
+        None => Err(StoreError::Timeout(limit)),
     }
 }
 

@@ -227,7 +227,7 @@ impl RedisStore {
         }
         let conns: Vec<ConnectionManager> = self.conns.to_vec();
         let healing = Arc::clone(&self.healing);
-        tokio::spawn(async move {
+        crate::rt::spawn(async move {
             for mut c in conns {
                 let _: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut c).await;
             }

@@ -1,7 +1,7 @@
 //! Listeners, workers and client connections (C-PATH-1, C-PATH-10, C-PATH-12).
 //!
-//! **Workers.** The data plane runs `workers` threads, each with its own single-threaded tokio
-//! runtime, like nginx's worker processes: a connection lives on one worker from accept to close,
+//! **Workers.** The data plane runs `workers` threads, each with its own single-threaded executor
+//! of the runtime ([`Runtime::block_on`](crate::rt::Runtime::block_on)), like nginx's worker processes: a connection lives on one worker from accept to close,
 //! and so do the upstream connections its requests use (`upstream.rs` keeps one pool per worker).
 //! Nothing on the request path crosses threads, so a request costs no cross-thread wake-up and
 //! touches no lock shared with other workers. One acceptor task hands each new connection to the
@@ -47,12 +47,18 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+use futures_util::future::Either;
+use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 
 use crate::Shared;
+use crate::rt::{self, Listener, Rt, TcpConn, watch};
+
+/// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
+/// waits until every clone is dropped (C-PATH-10).
+pub type Alive = async_channel::Sender<()>;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -123,7 +129,7 @@ pub struct ConnCtx {
     /// HTTP/1 (true) or HTTP/2.
     pub h1: bool,
     /// Dropped with the last reference: tells the worker this connection is done.
-    _alive: mpsc::Sender<()>,
+    _alive: Alive,
     /// Open connections of this worker (for the acceptor's choice).
     open: Arc<AtomicUsize>,
 }
@@ -145,7 +151,7 @@ impl ConnCtx {
 
     /// A sender that keeps the worker waiting while a tunnel outlives its connection.
     #[must_use]
-    pub fn alive(&self) -> mpsc::Sender<()> {
+    pub fn alive(&self) -> Alive {
         self._alive.clone()
     }
 }
@@ -182,44 +188,64 @@ impl Drop for RequestGuard {
 /// The client socket, noting the start of each request head and, in HTTP/1 heads, the framing
 /// header names (see the module doc).
 struct ClientIo {
-    stream: TcpStream,
+    stream: Box<dyn TcpConn>,
     ctx: Arc<ConnCtx>,
 }
 
-impl AsyncRead for ClientIo {
+/// How much one read takes while a head may be arriving (a stack buffer; see `poll_read`).
+const HEAD_READ: usize = 8 * 1024;
+
+impl ClientIo {
+    /// Note bytes read while idle or reading a head (HTTP/1).
+    fn observe(&self, new: &[u8]) {
+        let s = &self.ctx.state;
+        let mut phase = s.phase.load(Ordering::Relaxed);
+        if phase == IDLE {
+            s.head_started
+                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+            s.phase.store(HEAD, Ordering::Relaxed);
+            s.smuggle.store(0, Ordering::Relaxed);
+            phase = HEAD;
+        }
+        if phase == HEAD {
+            let seen = framing_headers(new);
+            if seen != 0 {
+                s.smuggle.fetch_or(seen, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Read for ClientIo {
+    /// While a request is in progress (bodies, HTTP/2) the read goes straight into hyper's
+    /// buffer. While idle or reading a head (HTTP/1), hyper's `ReadBufCursor` does not show what
+    /// was written into it, so the read goes through a stack buffer that is scanned and copied
+    /// on: one small copy per head, no `unsafe`.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if !this.ctx.h1 || this.ctx.state.phase.load(Ordering::Relaxed) == BUSY {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        }
+        let mut tmp = [MaybeUninit::<u8>::uninit(); HEAD_READ];
+        let room = buf.remaining().min(HEAD_READ);
+        let mut rb = ReadBuf::uninit(&mut tmp[..room]);
+        let r = Pin::new(&mut this.stream).poll_read(cx, rb.unfilled());
         if let Poll::Ready(Ok(())) = r {
-            let new = &buf.filled()[before..];
-            if !new.is_empty() && this.ctx.h1 {
-                let s = &this.ctx.state;
-                let mut phase = s.phase.load(Ordering::Relaxed);
-                if phase == IDLE {
-                    s.head_started
-                        .store(this.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
-                    s.phase.store(HEAD, Ordering::Relaxed);
-                    s.smuggle.store(0, Ordering::Relaxed);
-                    phase = HEAD;
-                }
-                if phase == HEAD {
-                    let seen = framing_headers(new);
-                    if seen != 0 {
-                        s.smuggle.fetch_or(seen, Ordering::Relaxed);
-                    }
-                }
+            let new = rb.filled();
+            if !new.is_empty() {
+                this.observe(new);
+                buf.put_slice(new);
             }
         }
         r
     }
 }
 
-impl AsyncWrite for ClientIo {
+impl Write for ClientIo {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -283,10 +309,11 @@ enum Proto {
 
 /// Wait (at most until `deadline`) for enough of the first bytes to tell HTTP/2's preface from
 /// an HTTP/1 request. `None`: closed, failed or too slow.
-async fn sniff(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<Proto> {
+async fn sniff(rt: Rt, stream: &dyn TcpConn, deadline: Instant) -> Option<Proto> {
     let mut buf = [0u8; 24];
     loop {
-        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+        let peek = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut buf));
+        let n = match rt::timeout_at(rt, deadline, peek).await {
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
             Ok(Ok(n)) => n,
         };
@@ -297,8 +324,8 @@ async fn sniff(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<Pro
             return Some(Proto::H2);
         }
         // A prefix of the preface: wait for more (peek returns at once while data is there).
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        if tokio::time::Instant::now() >= deadline {
+        rt::sleep(rt, Duration::from_millis(2)).await;
+        if rt.now() >= deadline {
             return None;
         }
     }
@@ -307,19 +334,19 @@ async fn sniff(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<Pro
 /// The hyper builders of one worker.
 struct Builders {
     h1: http1::Builder,
-    h2: http2::Builder<TokioExecutor>,
+    h2: http2::Builder<Rt>,
 }
 
 impl Builders {
-    fn new(limits: &ServerLimits) -> Builders {
+    fn new(rt: Rt, limits: &ServerLimits) -> Builders {
         let mut h1 = http1::Builder::new();
-        h1.timer(TokioTimer::new())
+        h1.timer(rt)
             .header_read_timeout(None)
             .keep_alive(true)
             .max_header_size(limits.max_header_bytes)
             .max_buf_size(limits.max_header_bytes.saturating_add(4096).max(8192));
-        let mut h2 = http2::Builder::new(TokioExecutor::new());
-        h2.timer(TokioTimer::new())
+        let mut h2 = http2::Builder::new(rt);
+        h2.timer(rt)
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
         Builders { h1, h2 }
     }
@@ -328,18 +355,24 @@ impl Builders {
 /// Serve one client connection to its end.
 async fn serve(
     builders: Arc<Builders>,
-    stream: TcpStream,
-    ctx_parts: (Arc<Shared>, SocketAddr, mpsc::Sender<()>, Arc<AtomicUsize>),
+    stream: Box<dyn TcpConn>,
+    ctx_parts: (Arc<Shared>, SocketAddr, Alive, Arc<AtomicUsize>),
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (shared, peer, alive, open) = ctx_parts;
+    let rt = shared.rt;
     let clock = shared.clock;
     let limits = shared.limits.clone();
     let accepted = clock.now();
-    let first_deadline = tokio::time::Instant::now() + limits.read_header_timeout;
-    let proto = tokio::select! {
-        p = sniff(&stream, first_deadline) => p,
-        _ = shutdown.changed() => None,
+    let first_deadline = rt.now() + limits.read_header_timeout;
+    let proto = match futures_util::future::select(
+        std::pin::pin!(sniff(rt, &*stream, first_deadline)),
+        std::pin::pin!(shutdown.changed()),
+    )
+    .await
+    {
+        Either::Left((p, _)) => p,
+        Either::Right(_) => None,
     };
     let Some(proto) = proto else {
         open.fetch_sub(1, Ordering::Relaxed);
@@ -360,28 +393,26 @@ async fn serve(
         _alive: alive,
         open,
     });
-    let io = TokioIo::new(ClientIo {
+    let io = ClientIo {
         stream,
         ctx: Arc::clone(&ctx),
-    });
+    };
     let svc_ctx = Arc::clone(&ctx);
     let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
     let watchdog = Watchdog {
         ctx: &ctx,
         limits: &limits,
     };
-    if *shutdown.borrow() {
+    if shutdown.get() {
         return;
     }
     match proto {
         Proto::H1 => {
-            let conn = builders.h1.serve_connection(io, svc).with_upgrades();
-            tokio::pin!(conn);
+            let conn = std::pin::pin!(builders.h1.serve_connection(io, svc).with_upgrades());
             drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
         }
         Proto::H2 => {
-            let conn = builders.h2.serve_connection(io, svc);
-            tokio::pin!(conn);
+            let conn = std::pin::pin!(builders.h2.serve_connection(io, svc));
             drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
         }
     }
@@ -393,9 +424,10 @@ async fn serve(
 /// the exchange.
 pub(crate) async fn serve_in_process<I>(shared: Arc<Shared>, peer: SocketAddr, io: I)
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: Read + Write + Unpin + Send + 'static,
 {
-    let (alive, _unused) = mpsc::channel(1);
+    let rt = shared.rt;
+    let (alive, _unused) = async_channel::bounded(1);
     let now = shared.clock.now().as_nanos();
     let ctx = Arc::new(ConnCtx {
         shared,
@@ -414,8 +446,8 @@ where
     });
     let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&ctx), req));
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new());
-    let _ = builder.serve_connection(TokioIo::new(io), svc).await;
+    builder.timer(rt);
+    let _ = builder.serve_connection(io, svc).await;
 }
 
 /// The per-connection deadlines (module doc).
@@ -426,7 +458,7 @@ struct Watchdog<'a> {
 
 enum Check {
     /// Sleep until then and look again.
-    Until(tokio::time::Instant),
+    Until(Instant),
     /// Close the connection now (head too slow).
     Close,
     /// Idle too long: shut down gracefully.
@@ -473,44 +505,57 @@ async fn drive<C, F>(
     C: std::future::Future,
     F: Fn(Pin<&mut C>),
 {
-    let mut draining = false;
+    let rt = watchdog.ctx.shared.rt;
     let first = match watchdog.check() {
         Check::Until(t) => t,
-        _ => tokio::time::Instant::now(),
+        _ => rt.now(),
     };
-    let sleep = tokio::time::sleep_until(first);
-    tokio::pin!(sleep);
-    loop {
-        tokio::select! {
-            biased;
-            _ = conn.as_mut() => return,
-            changed = shutdown.changed(), if !draining => {
-                if changed.is_err() || *shutdown.borrow() {
+    let mut sleep = rt.sleep_until(first);
+    // Shutdown is watched by its own future until it fires once; then the connection drains.
+    let mut draining = false;
+    let mut stop = std::pin::pin!(async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    });
+    std::future::poll_fn(|cx| {
+        loop {
+            if conn.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            if !draining && stop.as_mut().poll(cx).is_ready() {
+                draining = true;
+                graceful(conn.as_mut());
+                continue;
+            }
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match watchdog.check() {
+                Check::Until(t) => rt.reset(&mut sleep, t),
+                Check::Close => return Poll::Ready(()),
+                Check::Idle => {
+                    if draining {
+                        return Poll::Ready(());
+                    }
                     draining = true;
                     graceful(conn.as_mut());
-                }
-            }
-            () = sleep.as_mut() => {
-                match watchdog.check() {
-                    Check::Until(t) => sleep.as_mut().reset(t),
-                    Check::Close => return,
-                    Check::Idle => {
-                        if draining {
-                            return;
-                        }
-                        draining = true;
-                        graceful(conn.as_mut());
-                        // An idle HTTP/1 connection closes at once; give HTTP/2 a moment.
-                        sleep.as_mut().reset(tokio::time::Instant::now() + watchdog.limits.read_header_timeout);
-                    }
+                    // An idle HTTP/1 connection closes at once; give HTTP/2 a moment.
+                    rt.reset(&mut sleep, rt.now() + watchdog.limits.read_header_timeout);
                 }
             }
         }
-    }
+    })
+    .await;
 }
 
+/// An accepted connection on its way to a worker.
+pub(crate) type Accepted = (std::net::TcpStream, SocketAddr);
+
 /// Where the acceptor hands a connection to a worker.
-pub(crate) type ConnSender = mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>;
+pub(crate) type ConnSender = async_channel::Sender<Accepted>;
 
 /// A worker thread's handle.
 #[derive(Debug)]
@@ -520,33 +565,26 @@ pub(crate) struct WorkerHandle {
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Start worker `index`: a thread with its own current-thread runtime serving the connections it
-/// is handed until `shutdown` turns true, then draining them for at most `shutdown_timeout`.
+/// Start worker `index`: a thread with its own executor serving the connections it is handed
+/// until `shutdown` turns true, then draining them for at most `shutdown_timeout`.
 pub(crate) fn spawn_worker(
     index: usize,
     shared: Arc<Shared>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<WorkerHandle> {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = async_channel::unbounded();
     let open = Arc::new(AtomicUsize::new(0));
     let open2 = Arc::clone(&open);
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
         .spawn(move || {
             crate::worker::set_index(index);
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, worker = index, "cannot build worker runtime");
-                    return;
-                }
-            };
-            rt.block_on(worker_main(shared.clone(), rx, open2, shutdown));
+            let rt = shared.rt;
+            let main = worker_main(Arc::clone(&shared), rx, open2, shutdown);
+            if let Err(e) = rt.block_on(Box::pin(main)) {
+                tracing::error!(error = %e, worker = index, "cannot build the worker's executor");
+            }
             shared.upstream.clear();
-            drop(rt);
         })?;
     Ok(WorkerHandle {
         conns: tx,
@@ -555,14 +593,40 @@ pub(crate) fn spawn_worker(
     })
 }
 
+/// What a worker's loop or the acceptor woke up for.
+pub(crate) enum Wake<T> {
+    Shutdown,
+    Next(T),
+}
+
+/// Wait for `next` or for `shutdown` to turn true, whichever comes first (shutdown first when
+/// both are ready).
+pub(crate) async fn next_or_shutdown<T>(
+    shutdown: &mut watch::Receiver<bool>,
+    next: impl std::future::Future<Output = T>,
+) -> Wake<T> {
+    let stop = async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    };
+    match futures_util::future::select(std::pin::pin!(stop), std::pin::pin!(next)).await {
+        Either::Left(_) => Wake::Shutdown,
+        Either::Right((v, _)) => Wake::Next(v),
+    }
+}
+
 async fn worker_main(
     shared: Arc<Shared>,
-    mut conns: mpsc::UnboundedReceiver<(std::net::TcpStream, SocketAddr)>,
+    conns: async_channel::Receiver<Accepted>,
     open: Arc<AtomicUsize>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let builders = Arc::new(Builders::new(&shared.limits));
-    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let rt = shared.rt;
+    let builders = Arc::new(Builders::new(rt, &shared.limits));
+    let (alive_tx, alive_rx) = async_channel::bounded::<()>(1);
     let sweep_every = shared
         .upstream
         .config()
@@ -572,38 +636,39 @@ async fn worker_main(
         });
     let sweeper = {
         let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(sweep_every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        rt::spawn_handle(rt, async move {
             loop {
-                tick.tick().await;
+                rt::sleep(rt, sweep_every).await;
                 shared.upstream.sweep();
             }
         })
     };
-    loop {
-        tokio::select! {
-            biased;
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    break;
-                }
+    while !shutdown.get() {
+        let Wake::Next(next) = next_or_shutdown(&mut shutdown, conns.recv()).await else {
+            break;
+        };
+        let Ok((std_stream, peer)) = next else { break };
+        let stream = match rt.register(std_stream) {
+            Ok(s) => s,
+            Err(e) => {
+                open.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "cannot register an accepted connection");
+                continue;
             }
-            next = conns.recv() => {
-                let Some((std_stream, peer)) = next else { break };
-                let stream = match TcpStream::from_std(std_stream) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        open.fetch_sub(1, Ordering::Relaxed);
-                        tracing::debug!(error = %e, "cannot register an accepted connection");
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let parts = (Arc::clone(&shared), peer, alive_tx.clone(), Arc::clone(&open));
-                tokio::spawn(serve(Arc::clone(&builders), stream, parts, shutdown.clone()));
-            }
-        }
+        };
+        let _ = stream.set_nodelay(true);
+        let parts = (
+            Arc::clone(&shared),
+            peer,
+            alive_tx.clone(),
+            Arc::clone(&open),
+        );
+        rt.spawn(serve(
+            Arc::clone(&builders),
+            stream,
+            parts,
+            shutdown.clone(),
+        ));
     }
     // Connections handed over but not yet taken are closed (they were never served).
     conns.close();
@@ -614,45 +679,37 @@ async fn worker_main(
     drop(alive_tx);
     shared.upstream.clear();
     let grace = shared.limits.shutdown_timeout;
-    if tokio::time::timeout(grace, alive_rx.recv()).await.is_err() {
+    // Every sender gone: `recv` errs (closed).
+    if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {
         tracing::warn!(
             open = open.load(Ordering::Relaxed),
             "shutdown_timeout passed with requests in flight; closing them"
         );
     }
-    sweeper.abort();
+    drop(sweeper);
 }
 
 /// Accept connections on `listener` and hand each to the least busy worker, until `shutdown`.
 /// Returning drops the listener: new connections are refused from then on (C-PATH-10).
 pub(crate) async fn accept_loop(
-    listener: TcpListener,
+    rt: Rt,
+    listener: Box<dyn Listener>,
     workers: Vec<(ConnSender, Arc<AtomicUsize>)>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut next = 0usize;
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    return;
-                }
-                continue;
-            }
-            a = listener.accept() => a,
+    while !shutdown.get() {
+        let Wake::Next(accepted) = next_or_shutdown(&mut shutdown, listener.accept()).await else {
+            return;
         };
-        let (stream, peer) = match accepted {
+        let (std_stream, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: back off a little instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                rt::sleep(rt, Duration::from_millis(10)).await;
                 continue;
             }
-        };
-        let Ok(std_stream) = stream.into_std() else {
-            continue;
         };
         // Least open connections; ties go round-robin.
         let n = workers.len();
@@ -668,7 +725,7 @@ pub(crate) async fn accept_loop(
         }
         next = next.wrapping_add(1);
         workers[best].1.fetch_add(1, Ordering::Relaxed);
-        if workers[best].0.send((std_stream, peer)).is_err() {
+        if workers[best].0.try_send((std_stream, peer)).is_err() {
             workers[best].1.fetch_sub(1, Ordering::Relaxed);
         }
     }

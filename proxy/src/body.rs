@@ -19,6 +19,7 @@ use weir_core::flow::{BodyEnd, Flow};
 
 use crate::admission::Permit;
 use crate::clock::Clock;
+use crate::rt::Deadline;
 use crate::server::RequestGuard;
 use crate::upstream::{BoxError, Conn, Upstream};
 
@@ -103,7 +104,7 @@ pub struct Delivered {
     upstream: Arc<Upstream>,
     clock: Clock,
     permit: Option<Permit>,
-    write_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    write_deadline: Option<Deadline>,
     done: bool,
 }
 
@@ -119,7 +120,7 @@ impl Delivered {
         upstream: Arc<Upstream>,
         clock: Clock,
         permit: Option<Permit>,
-        write_deadline: Option<tokio::time::Instant>,
+        write_deadline: Option<std::time::Instant>,
     ) -> Delivered {
         Delivered {
             body,
@@ -128,7 +129,7 @@ impl Delivered {
             upstream,
             clock,
             permit,
-            write_deadline: write_deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            write_deadline: write_deadline.map(|d| Deadline::new(clock.rt(), d)),
             done: false,
         }
     }
@@ -156,7 +157,7 @@ impl Delivered {
             return Poll::Ready(None);
         }
         if let Some(d) = self.write_deadline.as_mut()
-            && d.as_mut().poll(cx).is_ready()
+            && Pin::new(d).poll(cx).is_ready()
         {
             self.finish(BodyEnd::Error);
             return Poll::Ready(Some(Err("response write timeout".into())));

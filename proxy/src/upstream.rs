@@ -34,7 +34,6 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,12 +45,10 @@ use http::uri::Scheme;
 use http::{HeaderValue, Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
+
+use crate::rt::{self, Io, Rt};
 use weir_core::config::UpstreamSettings;
 use weir_core::upstream::{BackendBase, BackendUrlError};
 
@@ -189,6 +186,7 @@ impl Target {
 /// doc). Cheap to share: clone the `Arc`.
 #[derive(Debug)]
 pub struct Upstream {
+    rt: Rt,
     id: u64,
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
@@ -218,7 +216,7 @@ struct HostPool {
 
 struct Idle {
     conn: Conn,
-    since: tokio::time::Instant,
+    since: std::time::Instant,
 }
 
 /// hyper's connection future (with upgrades): it performs the connection's IO. It has no task
@@ -271,7 +269,7 @@ impl Conn {
 }
 
 /// Poll `fut` while driving `conn`'s IO, until `fut` completes.
-async fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> F::Output {
+pub async fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(move |cx| {
         conn.poll_drive(cx);
@@ -284,11 +282,12 @@ impl Upstream {
     /// A connector with `config`; `tls` is the client configuration for `https` backends (none:
     /// connecting to one is a connect error).
     #[must_use]
-    pub fn new(config: UpstreamConfig, tls: Option<Arc<ClientConfig>>) -> Upstream {
+    pub fn new(rt: Rt, config: UpstreamConfig, tls: Option<Arc<ClientConfig>>) -> Upstream {
         let mut h1 = http1::Builder::new();
         // Backends may answer with any header size a browser-facing server accepts.
         h1.max_buf_size(1 << 20);
         Upstream {
+            rt,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,
             tls,
@@ -332,7 +331,7 @@ impl Upstream {
 
     /// The most recently idle connection to `target` that has not expired.
     fn checkout(&self, target: &Target) -> Option<Conn> {
-        let now = tokio::time::Instant::now();
+        let now = self.rt.now();
         let timeout = self.config.idle_conn_timeout;
         self.with_pool(|pool| {
             let host = pool.hosts.get_mut(target.url())?;
@@ -376,7 +375,7 @@ impl Upstream {
             }
             host.idle.push_back(Idle {
                 conn,
-                since: tokio::time::Instant::now(),
+                since: self.rt.now(),
             });
             pool.idle_total += 1;
         });
@@ -386,7 +385,7 @@ impl Upstream {
     /// periodic sweep; checkout does the same lazily). Idle connections have no task: the sweep
     /// drives each once (with a no-op waker) to notice a close.
     pub fn sweep(&self) {
-        let now = tokio::time::Instant::now();
+        let now = self.rt.now();
         let timeout = self.config.idle_conn_timeout;
         let mut cx = Context::from_waker(std::task::Waker::noop());
         self.with_pool(|pool| {
@@ -450,24 +449,27 @@ impl Upstream {
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
     async fn connect(&self, target: &Arc<Target>) -> Result<Conn, SendError> {
-        let tcp = tokio::time::timeout(self.config.dial_timeout, dial(&target.host, target.port))
-            .await
-            .map_err(|_| {
-                SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))
-            })?
-            .map_err(SendError::Connect)?;
-        let io = match &target.tls {
-            None => UpstreamIo::Plain(tcp),
+        let rt = self.rt;
+        let tcp = rt::timeout(
+            rt,
+            self.config.dial_timeout,
+            rt::dial(rt, &target.host, target.port),
+        )
+        .await
+        .map_err(|_| SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout")))?
+        .map_err(SendError::Connect)?;
+        let io: Box<dyn Io> = match &target.tls {
+            None => tcp,
             Some(name) => {
                 let Some(config) = &self.tls else {
                     return Err(SendError::Connect(io::Error::other(
                         "no TLS configuration for an https backend",
                     )));
                 };
-                let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
-                let tls = tokio::time::timeout(
+                rt::timeout(
+                    rt,
                     self.config.tls_handshake_timeout,
-                    connector.connect(name.clone(), tcp),
+                    rt.tls_connect(Arc::clone(config), name.clone(), tcp),
                 )
                 .await
                 .map_err(|_| {
@@ -476,13 +478,12 @@ impl Upstream {
                         "tls handshake timeout",
                     ))
                 })?
-                .map_err(SendError::Connect)?;
-                UpstreamIo::Tls(Box::new(tls))
+                .map_err(SendError::Connect)?
             }
         };
         let (tx, conn) = self
             .h1
-            .handshake(TokioIo::new(io))
+            .handshake(io)
             .await
             .map_err(|e| SendError::Connect(io::Error::other(e)))?;
         Ok(Conn {
@@ -490,93 +491,6 @@ impl Upstream {
             driver: Some(Box::pin(conn.with_upgrades())),
             target: Arc::clone(target),
         })
-    }
-}
-
-/// TCP connect to `host:port`, trying each resolved address in turn.
-async fn dial(host: &str, port: u16) -> io::Result<TcpStream> {
-    let mut last = None;
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        let s = TcpStream::connect(SocketAddr::new(ip, port)).await?;
-        s.set_nodelay(true)?;
-        return Ok(s);
-    }
-    for addr in tokio::net::lookup_host((host, port)).await? {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
-}
-
-/// A backend connection: plain TCP or TLS over TCP.
-#[derive(Debug)]
-pub enum UpstreamIo {
-    /// `http://`.
-    Plain(TcpStream),
-    /// `https://`.
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for UpstreamIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamIo::Plain(s) => s.is_write_vectored(),
-            UpstreamIo::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
     }
 }
 
@@ -642,21 +556,22 @@ impl Body for UpBody {
 pub struct ClientBody {
     inner: Incoming,
     failed: Arc<AtomicBool>,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: Option<rt::Deadline>,
 }
 
 impl ClientBody {
     /// Stream `inner`, raising `failed` when it breaks or `deadline` passes.
     #[must_use]
     pub fn new(
+        rt: Rt,
         inner: Incoming,
         failed: Arc<AtomicBool>,
-        deadline: Option<tokio::time::Instant>,
+        deadline: Option<std::time::Instant>,
     ) -> ClientBody {
         ClientBody {
             inner,
             failed,
-            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            deadline: deadline.map(|d| rt::Deadline::new(rt, d)),
         }
     }
 }
@@ -670,7 +585,7 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(d) = self.deadline.as_mut()
-            && d.as_mut().poll(cx).is_ready()
+            && Pin::new(d).poll(cx).is_ready()
         {
             self.failed.store(true, Ordering::Relaxed);
             return Poll::Ready(Some(Err("request body read timeout".into())));
@@ -690,183 +605,5 @@ impl Body for ClientBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::Uri;
-    use http_body_util::{BodyExt, Full};
-    use std::sync::atomic::AtomicUsize;
-
-    fn config() -> UpstreamConfig {
-        UpstreamConfig {
-            dial_timeout: Duration::from_secs(1),
-            tls_handshake_timeout: Duration::from_secs(1),
-            idle_conn_timeout: Some(Duration::from_secs(30)),
-            max_idle_per_host: 4,
-            max_idle_total: 16,
-        }
-    }
-
-    fn get(host: &str) -> Request<UpBody> {
-        let mut req = Request::new(UpBody::Empty);
-        *req.uri_mut() = Uri::from_static("/x");
-        req.headers_mut()
-            .insert(http::header::HOST, HeaderValue::from_str(host).unwrap());
-        req
-    }
-
-    /// The whole body, driving the connection meanwhile (it has no task of its own).
-    async fn read_body(resp: Response<Incoming>, conn: &mut Conn) -> Bytes {
-        drive_until(conn, resp.into_body().collect())
-            .await
-            .unwrap()
-            .to_bytes()
-    }
-
-    /// A keep-alive backend answering `body` of `len` bytes; counts accepted connections.
-    async fn keepalive_backend(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&accepted);
-        tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = listener.accept().await else {
-                    continue;
-                };
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |_req| async move {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from(vec![b'x'; len]),
-                        )))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
-        (addr, accepted)
-    }
-
-    /// Connections are reused after a body read to the end; a response dropped unread takes its
-    /// connection with it (C-RETRY-6).
-    #[tokio::test]
-    async fn c_retry_6_pool_reuses_only_finished_connections() {
-        let (addr, accepted) = keepalive_backend(100_000).await;
-        let up = Upstream::new(config(), None);
-        let target = up.target("b", &format!("http://{addr}")).unwrap();
-        for _ in 0..3 {
-            let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
-            let body = read_body(resp, &mut conn).await;
-            assert_eq!(body.len(), 100_000);
-            up.release(conn);
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
-        assert_eq!(up.idle_count(), 1);
-        // Dropped unread: not returned, the next request needs a new connection.
-        let (resp, conn) = up.send(&target, get("b")).await.unwrap();
-        drop(resp);
-        drop(conn);
-        let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
-        let _ = read_body(resp, &mut conn).await;
-        up.release(conn);
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
-        up.clear();
-        assert_eq!(up.idle_count(), 0);
-    }
-
-    /// A refused connection is a connect error.
-    #[tokio::test]
-    async fn refused_is_a_connect_error() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        drop(l);
-        let up = Upstream::new(config(), None);
-        let target = up.target("b", &format!("http://{addr}")).unwrap();
-        assert!(matches!(
-            up.send(&target, get("b")).await,
-            Err(SendError::Connect(_))
-        ));
-    }
-
-    /// A TLS backend (HTTP/1.1 over rustls) with a certificate for `localhost`, signed by a
-    /// CA when `ca` is given, self-signed otherwise. Returns its port.
-    async fn tls_backend(ca: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>) -> u16 {
-        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        let cert = match ca {
-            Some(issuer) => params.signed_by(&key, issuer).unwrap(),
-            None => params.self_signed(&key).unwrap(),
-        };
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = listener.accept().await else {
-                    continue;
-                };
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(s) = acceptor.accept(s).await else {
-                        return;
-                    };
-                    let svc = hyper::service::service_fn(|_req| async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from_static(b"secure"),
-                        )))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
-        port
-    }
-
-    /// HTTPS backends: a chain to a trusted root for the backend's name works; a self-signed
-    /// certificate is a connect error (normal validation).
-    #[tokio::test]
-    async fn https_backends_validate_certificates() {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca_cert.der().clone()).unwrap();
-        let tls = crate::probe::tls::client_config(roots).unwrap();
-        let good = tls_backend(Some(&issuer)).await;
-        let bad = tls_backend(None).await;
-        let up = Upstream::new(config(), Some(tls));
-        let t = up
-            .target("good", &format!("https://localhost:{good}"))
-            .unwrap();
-        let (resp, mut conn) = up.send(&t, get("localhost")).await.expect("tls ok");
-        assert_eq!(resp.status(), 200);
-        let body = read_body(resp, &mut conn).await;
-        assert_eq!(body.as_ref(), b"secure");
-        let t = up
-            .target("bad", &format!("https://localhost:{bad}"))
-            .unwrap();
-        assert!(matches!(
-            up.send(&t, get("localhost")).await,
-            Err(SendError::Connect(_))
-        ));
     }
 }

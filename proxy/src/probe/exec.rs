@@ -7,18 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::header::{CONNECTION, HOST, USER_AGENT};
 use http::{HeaderValue, Method, Request};
 use http_body_util::Empty;
 use hyper::rt::{Read, Write};
-use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use weir_core::health::HealthParams;
 
-use super::clock::far_future;
 use super::target::ProbeTarget;
+use crate::rt::{self, Rt};
 
 /// The `User-Agent` of HTTP(S) probes.
 const PROBE_USER_AGENT: &str = concat!("weir-health-check/", env!("CARGO_PKG_VERSION"));
@@ -69,55 +67,56 @@ impl fmt::Display for ProbeOutcome {
 /// speak TLS ([`tls::native_client_config`](super::tls::native_client_config) in production);
 /// `params` says which statuses count as success.
 pub async fn probe(
+    rt: Rt,
     target: &ProbeTarget,
     tls: &Arc<ClientConfig>,
     params: &HealthParams,
     timeout: Duration,
 ) -> ProbeOutcome {
-    let deadline = tokio::time::Instant::now()
+    let deadline = rt
+        .now()
         .checked_add(timeout)
-        .unwrap_or_else(far_future);
-    probe_until(target, tls, params, deadline).await
+        .unwrap_or_else(|| crate::Clock::new(rt).far_future());
+    probe_until(rt, target, tls, params, deadline).await
 }
 
 /// Probes `target` once, giving up at `deadline`: a backend that accepts and never answers is a
 /// [`ProbeOutcome::TimedOut`] failure at the deadline, not later (C-HEALTH-6). Everything the
 /// probe opened is closed when this returns, or when the future is dropped.
 pub async fn probe_until(
+    rt: Rt,
     target: &ProbeTarget,
     tls: &Arc<ClientConfig>,
     params: &HealthParams,
-    deadline: tokio::time::Instant,
+    deadline: std::time::Instant,
 ) -> ProbeOutcome {
-    tokio::time::timeout_at(deadline, attempt(target, tls, params))
+    rt::timeout_at(rt, deadline, attempt(rt, target, tls, params))
         .await
         .unwrap_or(ProbeOutcome::TimedOut)
 }
 
 async fn attempt(
+    rt: Rt,
     target: &ProbeTarget,
     tls: &Arc<ClientConfig>,
     params: &HealthParams,
 ) -> ProbeOutcome {
-    let stream = match TcpStream::connect(target.addr()).await {
+    // `dial` sets TCP_NODELAY: probes send one small request.
+    let (host, port) = target.addr();
+    let stream = match rt::dial(rt, host, port).await {
         Ok(s) => s,
         Err(e) => return ProbeOutcome::Connect(e.kind()),
     };
-    // Probes send one small request: do not let Nagle hold it back.
-    let _ = stream.set_nodelay(true);
     if target.uri().is_none() {
         // TCP mode: the connect is the probe; dropping the stream closes it.
         return ProbeOutcome::Connected;
     }
     let status = match target.server_name() {
-        None => exchange(TokioIo::new(stream), target).await,
-        Some(name) => {
-            let connector = TlsConnector::from(Arc::clone(tls));
-            match connector.connect(name.clone(), stream).await {
-                Ok(tls_stream) => exchange(TokioIo::new(tls_stream), target).await,
-                Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
-            }
-        }
+        None => exchange(stream, target).await,
+        Some(name) => match rt.tls_connect(Arc::clone(tls), name.clone(), stream).await {
+            Ok(tls_stream) => exchange(tls_stream, target).await,
+            Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
+        },
     };
     match status {
         Ok(s) if params.probe_status_ok(s) => ProbeOutcome::Status(s),
@@ -148,10 +147,9 @@ where
     let mut response = response;
     // The connection future must be polled for the request to progress. When it ends first
     // (the server closed), the response, if one arrived, is already waiting in `response`.
-    let result = tokio::select! {
-        biased;
-        r = &mut response => r,
-        _ = &mut conn => response.await,
+    let result = match futures_util::future::select(&mut response, &mut conn).await {
+        Either::Left((r, _)) => r,
+        Either::Right(_) => response.await,
     };
     result.map(|r| r.status().as_u16())
 }

@@ -8,8 +8,22 @@ use std::time::Duration;
 use rustls::ClientConfig;
 use weir_core::health::{HealthParams, HealthSpec};
 
-use super::test_support::{CLOSE, HANG, http_server, https_server, test_pki};
-use super::{ProbeMode, ProbeOutcome, ProbeTarget, probe, tls};
+#[path = "support/probe_backend.rs"]
+#[allow(dead_code)]
+mod probe_backend;
+
+use probe_backend::{CLOSE, HANG, http_server, https_server, test_pki};
+use weir_tokio::probe::{ProbeMode, ProbeOutcome, ProbeTarget, tls};
+
+/// The probe executor on tokio.
+async fn probe(
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+    timeout: Duration,
+) -> ProbeOutcome {
+    weir_tokio::probe::probe(weir_tokio::rt(), target, tls, params, timeout).await
+}
 
 /// Generous: only the hung-backend tests wait for it.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -30,7 +30,6 @@ use http::header::{CONTENT_TYPE, EXPECT, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
-use hyper_util::rt::TokioIo;
 use weir_core::flow::{Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta};
 use weir_core::forward::{
     forwarded_proto, resolve_client, rewrite_forwarding, strip_hop_by_hop, wants_upgrade,
@@ -48,6 +47,7 @@ use crate::admission::Permit;
 use crate::body::{Delivered, ResBody};
 use crate::metrics::{AttemptOutcome, AttemptTimer, Listener};
 use crate::ratelimit::RateCheck;
+use crate::rt::{self, Elapsed};
 use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
 use crate::worker;
@@ -61,7 +61,7 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ResBody>, Infallible> {
     let guard = RequestGuard::new(&ctx);
-    let started = tokio::time::Instant::now();
+    let started = ctx.shared.rt.now();
     let mut pending = Pending {
         ctx: &ctx,
         started,
@@ -85,7 +85,7 @@ pub async fn handle(
 /// drops the handler first (the client went away), as `499` (nginx's "client closed request").
 struct Pending<'a> {
     ctx: &'a Arc<ConnCtx>,
-    started: tokio::time::Instant,
+    started: std::time::Instant,
     method: Method,
     uri: Uri,
     trace: Trace,
@@ -95,7 +95,12 @@ struct Pending<'a> {
 impl Pending<'_> {
     fn finish(&mut self, status: u16) {
         self.done = true;
-        let elapsed = self.started.elapsed();
+        let elapsed = self
+            .ctx
+            .shared
+            .rt
+            .now()
+            .saturating_duration_since(self.started);
         let shared = &self.ctx.shared;
         shared.metrics.request(Listener::Public, status, elapsed);
         let rt = shared.runtime.load();
@@ -141,7 +146,7 @@ struct Answer {
 
 struct Handler<'a> {
     ctx: &'a Arc<ConnCtx>,
-    started: tokio::time::Instant,
+    started: std::time::Instant,
     /// What the access log needs to know (client, backend, attempts).
     trace: &'a Trace,
 }
@@ -279,7 +284,7 @@ impl Handler<'_> {
             (BodyKind::None, Source::Empty)
         } else if let Some(n) = body.size_hint().exact() {
             if n <= retry.body_limit() && retry.allows_method(method.as_str()) {
-                match buffer(body, read_deadline).await {
+                match buffer(shared.rt, body, read_deadline).await {
                     Ok(bytes) => (BodyKind::Sized(n), Source::Full(bytes)),
                     Err(status) => {
                         return client_error(
@@ -293,13 +298,23 @@ impl Handler<'_> {
             } else {
                 (
                     BodyKind::Sized(n),
-                    Source::Stream(Some(ClientBody::new(body, watch_client(), read_deadline))),
+                    Source::Stream(Some(ClientBody::new(
+                        shared.rt,
+                        body,
+                        watch_client(),
+                        read_deadline,
+                    ))),
                 )
             }
         } else {
             (
                 BodyKind::Streaming,
-                Source::Stream(Some(ClientBody::new(body, watch_client(), read_deadline))),
+                Source::Stream(Some(ClientBody::new(
+                    shared.rt,
+                    body,
+                    watch_client(),
+                    read_deadline,
+                ))),
             )
         };
 
@@ -432,11 +447,12 @@ impl Attempts<'_, '_> {
                     };
                     let mut deadline = clock.deadline(a.header_deadline);
                     if let Some(t) = shared.response_header_timeout {
-                        deadline = deadline.min(tokio::time::Instant::now() + t);
+                        deadline = deadline.min(shared.rt.now() + t);
                     }
-                    let timer = AttemptTimer::start(metrics);
+                    let timer = AttemptTimer::start(shared.rt, metrics);
                     let sent =
-                        tokio::time::timeout_at(deadline, shared.upstream.send(&target, req)).await;
+                        rt::timeout_at(shared.rt, deadline, shared.upstream.send(&target, req))
+                            .await;
                     let now = clock.now();
                     timer.finish(self.outcome(&sent));
                     action = match sent {
@@ -511,7 +527,7 @@ impl Attempts<'_, '_> {
     /// The metrics outcome of one attempt (C-OBS-1): what the flow is told, by the same rules.
     fn outcome(
         &self,
-        sent: &Result<Result<(Response<Incoming>, Conn), SendError>, tokio::time::error::Elapsed>,
+        sent: &Result<Result<(Response<Incoming>, Conn), SendError>, Elapsed>,
     ) -> AttemptOutcome {
         match sent {
             Ok(Ok((resp, _))) if self.retry.is_retryable_status(resp.status().as_u16()) => {
@@ -606,7 +622,7 @@ impl Attempts<'_, '_> {
                 );
             };
             let alive = self.handler.ctx.alive();
-            tokio::spawn(async move {
+            shared.rt.spawn(async move {
                 let _alive = alive;
                 let _permit = permit;
                 // The backend side upgrades when its connection future runs to the hand-over.
@@ -616,11 +632,9 @@ impl Attempts<'_, '_> {
                     }
                     backend_upgrade.await
                 };
-                let end = match tokio::try_join!(client_upgrade, backend_side) {
-                    Ok((client, backend)) => {
-                        let mut client = TokioIo::new(client);
-                        let mut backend = TokioIo::new(backend);
-                        match tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+                let end = match futures_util::future::try_join(client_upgrade, backend_side).await {
+                    Ok((mut client, mut backend)) => {
+                        match rt::copy_bidirectional(&mut client, &mut backend).await {
                             Ok(_) => BodyEnd::Complete,
                             Err(_) => BodyEnd::Error,
                         }
@@ -700,12 +714,13 @@ fn unreachable_base() -> &'static BackendBase {
 
 /// Read a body of known length completely (it fits `retry.body_limit`), within `deadline`.
 async fn buffer(
+    rt: rt::Rt,
     body: Incoming,
-    deadline: Option<tokio::time::Instant>,
+    deadline: Option<std::time::Instant>,
 ) -> Result<Bytes, StatusCode> {
     let collect = body.collect();
     let collected = match deadline {
-        Some(d) => match tokio::time::timeout_at(d, collect).await {
+        Some(d) => match rt::timeout_at(rt, d, collect).await {
             Ok(r) => r,
             Err(_) => return Err(StatusCode::REQUEST_TIMEOUT),
         },

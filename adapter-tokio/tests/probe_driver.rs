@@ -9,9 +9,12 @@ use std::time::Duration;
 use weir_core::Instant;
 use weir_core::health::{HealthParams, HealthSpec};
 
-use super::driver::ProbeFn;
-use super::test_support::{Flips, HANG, http_server};
-use super::{Clock, DriverStopped, HealthDriver, ProbeMode, ProbeTarget, tls};
+#[path = "support/probe_backend.rs"]
+#[allow(dead_code)]
+mod probe_backend;
+
+use probe_backend::{Flips, HANG, http_server};
+use weir_tokio::probe::{Clock, DriverStopped, HealthDriver, ProbeFn, ProbeMode, ProbeTarget, tls};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -125,13 +128,16 @@ impl Script {
                 let ok = match step {
                     Step::Up(d) | Step::Down(d) => {
                         let ok = matches!(step, Step::Up(_));
-                        tokio::time::timeout_at(deadline, tokio::time::sleep(d))
-                            .await
-                            .is_ok()
+                        tokio::time::timeout_at(
+                            tokio::time::Instant::from_std(deadline),
+                            tokio::time::sleep(d),
+                        )
+                        .await
+                        .is_ok()
                             && ok
                     }
                     Step::Hang => {
-                        tokio::time::sleep_until(deadline).await;
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await;
                         false
                     }
                 };
@@ -163,7 +169,7 @@ fn spawn(
     script: &Arc<Script>,
     flips: &Flips,
 ) -> (HealthDriver, tokio::time::Instant) {
-    let clock = Clock::new();
+    let clock = Clock::new(weir_tokio::rt());
     let origin = tokio::time::Instant::now();
     let driver = HealthDriver::spawn_with(
         targets(keys),
@@ -187,7 +193,7 @@ async fn c_health_1_first_cycle_resolves_after_every_backend_answered_and_its_fl
     driver.first_cycle().await.unwrap();
     // c hangs until its 2 s timeout: the cycle ends then, not before.
     assert_eq!(origin.elapsed(), Duration::from_secs(2));
-    assert_eq!(*driver.cycles().borrow(), 1);
+    assert_eq!(driver.cycles().get(), 1);
     // Backends start unhealthy: only a flipped, and its flip was applied before the cycle ended.
     assert_eq!(flips.drain(), vec![(0, true, at_ms(10))]);
     driver.shutdown().await;
@@ -431,7 +437,7 @@ async fn shutdown_aborts_probes_in_flight_and_stops_the_callbacks() {
     assert_eq!(script.aborted.load(Ordering::SeqCst), 1);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(flips.drain().is_empty());
-    assert!(cycles.has_changed().is_err(), "the driver is gone");
+    assert!(cycles.is_closed(), "the driver is gone");
 }
 
 #[tokio::test(start_paused = true)]
@@ -445,7 +451,7 @@ async fn dropping_the_handle_stops_the_driver() {
     drop(driver);
     tokio::time::sleep(ms(10)).await;
     assert_eq!(script.in_flight.load(Ordering::SeqCst), 0);
-    assert!(cycles.has_changed().is_err(), "the driver is gone");
+    assert!(cycles.is_closed(), "the driver is gone");
 }
 
 #[tokio::test(start_paused = true)]
@@ -457,7 +463,7 @@ async fn first_cycle_errs_when_the_driver_stopped_before() {
         targets(&["a"]),
         params(|_| {}),
         script.probe_fn(),
-        Clock::new(),
+        Clock::new(weir_tokio::rt()),
         1,
         Box::new(|_, _, _| panic!("callback bug")),
     );
@@ -495,7 +501,7 @@ async fn c_health_2_driver_over_real_backends_flips_both_ways() {
         ],
         p,
         tls::native_client_config().unwrap(),
-        Clock::new(),
+        Clock::new(weir_tokio::rt()),
         flips.recorder(),
     );
     tokio::time::timeout(Duration::from_secs(5), driver.first_cycle())
@@ -509,14 +515,14 @@ async fn c_health_2_driver_over_real_backends_flips_both_ways() {
         .await
         .unwrap();
     assert_eq!((f.0, f.1), (1, true));
-    let before = *driver.cycles().borrow();
+    let before = driver.cycles().get();
     up.set_status(500);
     let f = tokio::time::timeout(Duration::from_secs(5), flips.next())
         .await
         .unwrap();
     assert_eq!((f.0, f.1), (0, false));
     assert!(
-        *driver.cycles().borrow() > before,
+        driver.cycles().get() > before,
         "two failures take at least one more cycle"
     );
     assert!(up.requests().len() >= 3);
@@ -538,7 +544,7 @@ async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
         ],
         p,
         tls::native_client_config().unwrap(),
-        Clock::new(),
+        Clock::new(weir_tokio::rt()),
         flips.recorder(),
     );
     let f = tokio::time::timeout(Duration::from_secs(5), flips.next())
@@ -547,7 +553,7 @@ async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
     assert_eq!((f.0, f.1), (1, true));
     assert!(started.elapsed() < timeout / 2, "{:?}", started.elapsed());
     assert_eq!(
-        *driver.cycles().borrow(),
+        driver.cycles().get(),
         0,
         "the hung probe still holds the cycle"
     );
@@ -559,4 +565,21 @@ async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
     // The hung probe's socket was closed at its deadline.
     assert!(hung.wait_closed(1).await);
     driver.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn clock_maps_both_ways_and_follows_paused_time() {
+    let rt = weir_tokio::rt();
+    let clock = Clock::new(rt);
+    assert_eq!(clock.now(), Instant::ZERO);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(clock.now(), Instant::from_millis(1500));
+    let t = Instant::from_secs(7);
+    assert_eq!(clock.at(clock.deadline(t)), t);
+    // Before the origin clamps to zero; beyond the representable goes to the far future.
+    let later = tokio::time::Instant::now().into_std() + Duration::from_secs(1);
+    let earlier = Clock::with_origin(rt, later);
+    assert_eq!(earlier.now(), Instant::ZERO);
+    let far = clock.deadline(Instant::MAX);
+    assert!(far > tokio::time::Instant::now().into_std() + Duration::from_secs(86_400 * 365));
 }

@@ -13,12 +13,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// `status` value: read the request and never answer (the connection stays open).
-pub(crate) const HANG: u16 = 0;
+pub const HANG: u16 = 0;
 /// `status` value: read the request and close without answering.
-pub(crate) const CLOSE: u16 = 1;
+pub const CLOSE: u16 = 1;
 
 /// A test backend; aborted on drop.
-pub(crate) struct TestServer {
+pub struct TestServer {
     pub addr: SocketAddr,
     /// The status to answer with, or [`HANG`] / [`CLOSE`].
     pub status: Arc<AtomicU16>,
@@ -38,20 +38,20 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
-    pub(crate) fn url(&self, scheme: &str) -> String {
+    pub fn url(&self, scheme: &str) -> String {
         format!("{scheme}://{}", self.addr)
     }
 
-    pub(crate) fn set_status(&self, status: u16) {
+    pub fn set_status(&self, status: u16) {
         self.status.store(status, Ordering::SeqCst);
     }
 
-    pub(crate) fn requests(&self) -> Vec<String> {
+    pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
 
     /// Waits (real time, up to 5 s) until the client has closed `n` connections.
-    pub(crate) async fn wait_closed(&self, n: usize) -> bool {
+    pub async fn wait_closed(&self, n: usize) -> bool {
         for _ in 0..500 {
             if self.closed_by_client.load(Ordering::SeqCst) >= n {
                 return true;
@@ -63,12 +63,12 @@ impl TestServer {
 }
 
 /// A plain HTTP backend answering `status`.
-pub(crate) async fn http_server(status: u16) -> TestServer {
+pub async fn http_server(status: u16) -> TestServer {
     serve(status, None).await
 }
 
 /// An HTTPS backend answering `status` with `config`'s certificate.
-pub(crate) async fn https_server(status: u16, config: Arc<ServerConfig>) -> TestServer {
+pub async fn https_server(status: u16, config: Arc<ServerConfig>) -> TestServer {
     serve(status, Some(tokio_rustls::TlsAcceptor::from(config))).await
 }
 
@@ -169,7 +169,7 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// A test certificate authority and what it signs.
-pub(crate) struct TestPki {
+pub struct TestPki {
     /// Trust store holding only the test CA.
     pub roots: RootCertStore,
     /// Server config whose certificate (for `localhost` and 127.0.0.1) the CA signed.
@@ -180,7 +180,7 @@ pub(crate) struct TestPki {
     pub self_signed: Arc<ServerConfig>,
 }
 
-pub(crate) fn test_pki() -> TestPki {
+pub fn test_pki() -> TestPki {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
     let ca_key = KeyPair::generate().unwrap();
@@ -231,19 +231,19 @@ fn server_config(
 }
 
 /// Records flips `(backend_index, healthy, now)` from a driver callback.
-pub(crate) struct Flips {
+pub struct Flips {
     rx: mpsc::UnboundedReceiver<(usize, bool, weir_core::Instant)>,
     tx: mpsc::UnboundedSender<(usize, bool, weir_core::Instant)>,
 }
 
 impl Flips {
-    pub(crate) fn new() -> Flips {
+    pub fn new() -> Flips {
         let (tx, rx) = mpsc::unbounded_channel();
         Flips { rx, tx }
     }
 
     /// A callback that records into this.
-    pub(crate) fn recorder(&self) -> impl FnMut(usize, bool, weir_core::Instant) + Send + 'static {
+    pub fn recorder(&self) -> impl FnMut(usize, bool, weir_core::Instant) + Send + 'static {
         let tx = self.tx.clone();
         move |i, healthy, now| {
             let _ = tx.send((i, healthy, now));
@@ -251,7 +251,7 @@ impl Flips {
     }
 
     /// Every flip recorded so far.
-    pub(crate) fn drain(&mut self) -> Vec<(usize, bool, weir_core::Instant)> {
+    pub fn drain(&mut self) -> Vec<(usize, bool, weir_core::Instant)> {
         let mut out = Vec::new();
         while let Ok(f) = self.rx.try_recv() {
             out.push(f);
@@ -260,7 +260,7 @@ impl Flips {
     }
 
     /// The next flip (waits; bound it with a timeout in real-time tests).
-    pub(crate) async fn next(&mut self) -> (usize, bool, weir_core::Instant) {
+    pub async fn next(&mut self) -> (usize, bool, weir_core::Instant) {
         self.rx.recv().await.unwrap()
     }
 }

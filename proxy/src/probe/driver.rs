@@ -1,4 +1,4 @@
-//! The health driver: a tokio task that runs weir-core's [`ProbeSchedule`] over real probes
+//! The health driver: a task that runs weir-core's [`ProbeSchedule`] over real probes
 //! (C-HEALTH-1, C-HEALTH-2, C-HEALTH-5, C-HEALTH-6).
 
 use core::fmt;
@@ -8,15 +8,18 @@ use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use std::task::Poll;
+
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use rustls::ClientConfig;
-use tokio::sync::{mpsc, watch};
-use tokio::task::{JoinHandle, JoinSet};
 use weir_core::WyRand;
 use weir_core::health::{HealthParams, ProbeSchedule, ProbeToken};
 
 use super::clock::Clock;
 use super::exec::probe_until;
 use super::target::ProbeTarget;
+use crate::rt::{self, JoinError, JoinHandle, watch};
 
 /// The flip callback: `(backend_index, healthy, now)`, with `backend_index` a position in the
 /// target list most recently given to the driver. The data plane calls `Backend::set_healthy`.
@@ -36,11 +39,11 @@ impl std::error::Error for DriverStopped {}
 
 /// How the driver performs one probe: target, expected statuses, deadline → success. The real
 /// one is [`probe_until`]; tests put in scripted backends.
-pub(crate) type ProbeFn = Arc<
+pub type ProbeFn = Arc<
     dyn Fn(
             Arc<ProbeTarget>,
             HealthParams,
-            tokio::time::Instant,
+            std::time::Instant,
         ) -> Pin<Box<dyn Future<Output = bool> + Send>>
         + Send
         + Sync,
@@ -58,7 +61,7 @@ enum Command {
 /// Handle of the health-check task (C-HEALTH-1).
 ///
 /// The task owns a [`ProbeSchedule`] over the targets it was given and loops: start every probe
-/// the schedule hands out (each a tokio task bounded by the probe's deadline; the schedule never
+/// the schedule hands out (each a task bounded by the probe's deadline; the schedule never
 /// hands out more than `max_concurrency` at once), apply every flip through the callback, publish
 /// the number of completed cycles, then sleep until the schedule's next deadline, a probe result
 /// or a command. It probes every target it is given, enabled or not (C-HEALTH-5): pass disabled
@@ -73,7 +76,7 @@ enum Command {
 /// aborted and their sockets closed either way.
 #[derive(Debug)]
 pub struct HealthDriver {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: async_channel::Sender<Command>,
     cycles: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
@@ -91,7 +94,7 @@ impl fmt::Debug for Command {
 }
 
 impl HealthDriver {
-    /// Starts probing `targets` with `params` on the current tokio runtime; the first cycle
+    /// Starts probing `targets` with `params` on the clock's runtime (the current thread's executor); the first cycle
     /// starts at once. `tls` is the client configuration of TLS probes
     /// ([`tls::native_client_config`](super::tls::native_client_config) in production), `clock`
     /// the process clock, and `on_change(backend_index, healthy, now)` is called from the task
@@ -128,7 +131,7 @@ impl HealthDriver {
             let tls = Arc::clone(&tls);
             let on_probe = Arc::clone(&on_probe);
             Box::pin(async move {
-                let outcome = probe_until(&target, &tls, &params, deadline).await;
+                let outcome = probe_until(clock.rt(), &target, &tls, &params, deadline).await;
                 on_probe(&target, outcome.is_success());
                 if !outcome.is_success() {
                     tracing::debug!(
@@ -151,8 +154,9 @@ impl HealthDriver {
         )
     }
 
-    /// [`spawn`](Self::spawn) with the probe executor and the jitter seed given.
-    pub(crate) fn spawn_with(
+    /// [`spawn`](Self::spawn) with the probe executor and the jitter seed given (tests script
+    /// their backends through it).
+    pub fn spawn_with(
         targets: Vec<ProbeTarget>,
         params: HealthParams,
         probe: ProbeFn,
@@ -160,7 +164,7 @@ impl HealthDriver {
         seed: u64,
         on_change: OnChange,
     ) -> HealthDriver {
-        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (commands, command_rx) = async_channel::unbounded();
         let (cycles_tx, cycles) = watch::channel(0);
         let schedule = ProbeSchedule::new(
             targets.iter().map(ProbeTarget::schedule_id),
@@ -174,10 +178,10 @@ impl HealthDriver {
             clock,
             rng: WyRand::new(seed),
             on_change,
-            probes: JoinSet::new(),
+            probes: FuturesUnordered::new(),
             cycles: cycles_tx,
         };
-        let task = tokio::spawn(driver.run(command_rx));
+        let task = rt::spawn_handle(clock.rt(), driver.run(command_rx));
         HealthDriver {
             commands,
             cycles,
@@ -218,7 +222,7 @@ impl HealthDriver {
         F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
     {
         self.commands
-            .send(Command::Reload {
+            .try_send(Command::Reload {
                 targets,
                 params,
                 on_change: Box::new(on_change),
@@ -238,7 +242,7 @@ impl HealthDriver {
     /// Stops the task: probes in flight are aborted (their sockets closed) and no callback runs
     /// after this returns.
     pub async fn shutdown(self) {
-        let _ = self.commands.send(Command::Shutdown);
+        let _ = self.commands.try_send(Command::Shutdown);
         // A panic in the callback ends the task early; there is nothing left to stop then.
         let _ = self.task.await;
     }
@@ -248,7 +252,7 @@ impl HealthDriver {
 /// not keep the driver running.
 #[derive(Debug, Clone)]
 pub struct HealthReloader {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: async_channel::Sender<Command>,
 }
 
 impl HealthReloader {
@@ -263,7 +267,7 @@ impl HealthReloader {
         F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
     {
         self.commands
-            .send(Command::Reload {
+            .try_send(Command::Reload {
                 targets,
                 params,
                 on_change: Box::new(on_change),
@@ -286,27 +290,49 @@ struct Driver {
     rng: WyRand,
     on_change: OnChange,
     /// Probes in flight; dropping the set aborts them.
-    probes: JoinSet<(ProbeToken, bool)>,
+    probes: FuturesUnordered<JoinHandle<(ProbeToken, bool)>>,
     cycles: watch::Sender<u64>,
 }
 
 impl Driver {
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run(mut self, commands: async_channel::Receiver<Command>) {
+        let rt = self.clock.rt();
         loop {
             self.start_probes();
             self.apply_changes();
             self.publish_cycles();
-            let wake = self.schedule.poll_timeout().map(|t| self.clock.deadline(t));
-            tokio::select! {
+            let mut wake = self
+                .schedule
+                .poll_timeout()
+                .map(|t| rt.sleep_until(self.clock.deadline(t)));
+            let mut command = std::pin::pin!(commands.recv());
+            let probes = &mut self.probes;
+            let event = std::future::poll_fn(|cx| {
                 // Commands first: a shutdown is never starved by a stream of results.
-                biased;
-                command = commands.recv() => match command {
-                    Some(Command::Reload { targets, params, on_change }) => {
-                        self.reload(targets, params, on_change);
-                    }
-                    Some(Command::Shutdown) | None => break,
-                },
-                Some(joined) = self.probes.join_next(), if !self.probes.is_empty() => {
+                if let Poll::Ready(c) = command.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Command(c.ok()));
+                }
+                if !probes.is_empty()
+                    && let Poll::Ready(Some(joined)) = probes.poll_next_unpin(cx)
+                {
+                    return Poll::Ready(Event::Probe(joined));
+                }
+                if let Some(s) = wake.as_mut()
+                    && s.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Event::Wake);
+                }
+                Poll::Pending
+            })
+            .await;
+            match event {
+                Event::Command(Some(Command::Reload {
+                    targets,
+                    params,
+                    on_change,
+                })) => self.reload(targets, params, on_change),
+                Event::Command(Some(Command::Shutdown) | None) => break,
+                Event::Probe(joined) => {
                     // A probe task that panicked or was aborted has no result: the schedule
                     // times it out at its deadline.
                     if let Ok((token, ok)) = joined {
@@ -318,13 +344,14 @@ impl Driver {
                         }
                     }
                 }
-                () = sleep_until(wake), if wake.is_some() => {
+                Event::Wake => {
                     let now = self.clock.now();
                     self.schedule.handle_timeout(now, &mut self.rng);
                 }
             }
         }
-        self.probes.shutdown().await;
+        // Dropping the handles cancels the probes (their sockets close).
+        self.probes.clear();
     }
 
     /// Spawns every probe the schedule hands out now.
@@ -342,7 +369,10 @@ impl Driver {
                 self.clock.deadline(p.deadline),
             );
             let token = p.token;
-            self.probes.spawn(async move { (token, fut.await) });
+            self.probes
+                .push(rt::spawn_handle(self.clock.rt(), async move {
+                    (token, fut.await)
+                }));
         }
     }
 
@@ -394,10 +424,9 @@ impl Driver {
     }
 }
 
-/// Sleeps until `at`; never resolves for `None` (the branch is disabled then anyway).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// What woke the driver.
+enum Event {
+    Command(Option<Command>),
+    Probe(Result<(ProbeToken, bool), JoinError>),
+    Wake,
 }

@@ -263,23 +263,29 @@ impl BackendMetrics {
 #[derive(Debug)]
 pub struct AttemptTimer {
     backend: Option<Arc<BackendMetrics>>,
-    started: tokio::time::Instant,
+    rt: crate::rt::Rt,
+    started: std::time::Instant,
 }
 
 impl AttemptTimer {
     /// Start timing an attempt to `backend` (no-op when `None`).
     #[must_use]
-    pub fn start(backend: Option<Arc<BackendMetrics>>) -> AttemptTimer {
+    pub fn start(rt: crate::rt::Rt, backend: Option<Arc<BackendMetrics>>) -> AttemptTimer {
         AttemptTimer {
             backend,
-            started: tokio::time::Instant::now(),
+            rt,
+            started: rt.now(),
         }
+    }
+
+    fn elapsed(&self) -> std::time::Duration {
+        self.rt.now().saturating_duration_since(self.started)
     }
 
     /// Count the attempt with `outcome`.
     pub fn finish(mut self, outcome: AttemptOutcome) {
         if let Some(b) = self.backend.take() {
-            b.attempt(outcome, self.started.elapsed());
+            b.attempt(outcome, self.elapsed());
         }
     }
 }
@@ -287,7 +293,7 @@ impl AttemptTimer {
 impl Drop for AttemptTimer {
     fn drop(&mut self) {
         if let Some(b) = self.backend.take() {
-            b.attempt(AttemptOutcome::Cancelled, self.started.elapsed());
+            b.attempt(AttemptOutcome::Cancelled, self.elapsed());
         }
     }
 }

@@ -14,10 +14,9 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 
 use crate::Options;
+use crate::rt::{self, JoinHandle, Rt};
 use crate::secrets::EnvSecrets;
 
 /// The shipped configuration, embedded.
@@ -33,29 +32,29 @@ pub struct DemoBackend {
     pub addr: SocketAddr,
     /// Requests answered (health probes excluded).
     pub served: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for DemoBackend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    /// The accept loop; dropping it stops the backend.
+    _task: JoinHandle<()>,
 }
 
 /// Start a demo backend on 127.0.0.1 (any free port).
-pub async fn backend(id: &str, flaky_every: Option<u64>) -> std::io::Result<DemoBackend> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+pub async fn backend(rt: Rt, id: &str, flaky_every: Option<u64>) -> std::io::Result<DemoBackend> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
+    let listener = rt.listener(listener)?;
     let served = Arc::new(AtomicU64::new(0));
     let (id_owned, counter) = (id.to_owned(), Arc::clone(&served));
-    let task = tokio::spawn(async move {
+    let task = rt::spawn_handle::<()>(rt, async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
+            let Ok(stream) = rt.register(stream) else {
+                continue;
+            };
             let id = id_owned.clone();
             let counter = Arc::clone(&counter);
-            tokio::spawn(async move {
+            rt.spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let id = id.clone();
                     let counter = Arc::clone(&counter);
@@ -63,9 +62,7 @@ pub async fn backend(id: &str, flaky_every: Option<u64>) -> std::io::Result<Demo
                         Ok::<_, std::convert::Infallible>(answer(&id, &counter, flaky_every, &req))
                     }
                 });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let _ = http1::Builder::new().serve_connection(stream, svc).await;
             });
         }
     });
@@ -73,7 +70,7 @@ pub async fn backend(id: &str, flaky_every: Option<u64>) -> std::io::Result<Demo
         id: id.to_owned(),
         addr,
         served,
-        task,
+        _task: task,
     })
 }
 
@@ -124,19 +121,21 @@ pub fn config_text(backends: &[(&str, SocketAddr)]) -> String {
 }
 
 /// Run the demo until SIGINT/SIGTERM.
-pub async fn run(opts: Options) -> Result<(), String> {
+pub async fn run(rt: Rt, opts: Options) -> Result<(), String> {
     let err = |e: std::io::Error| format!("cannot start a demo backend: {e}");
     let backends = [
-        backend("demo-1", None).await.map_err(err)?,
-        backend("demo-2", None).await.map_err(err)?,
-        backend("demo-3-flaky", Some(3)).await.map_err(err)?,
+        backend(rt, "demo-1", None).await.map_err(err)?,
+        backend(rt, "demo-2", None).await.map_err(err)?,
+        backend(rt, "demo-3-flaky", Some(3)).await.map_err(err)?,
     ];
     let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
     let token = format!("demo-{:016x}", crate::worker::entropy_seed());
     let secrets = EnvSecrets::new().with_fallback("BALANCER_ADMIN_TOKEN", &token);
     let cfg = weir_core::config::load(&config_text(&list), &secrets)
         .map_err(|e| format!("the embedded configuration is invalid: {e}"))?;
-    let handle = crate::start(cfg, opts).await.map_err(|e| e.to_string())?;
+    let handle = crate::start(rt, cfg, opts)
+        .await
+        .map_err(|e| e.to_string())?;
     let public = handle.public_addr();
     let mut out = std::io::stdout();
     let _ = writeln!(out, "\nweir demo: proxy on http://{public}");
@@ -155,7 +154,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
         );
     }
     let _ = writeln!(out, "\nA few requests through the proxy:");
-    show_requests(public, 9, &mut out).await;
+    show_requests(rt, public, 9, &mut out).await;
     let _ = writeln!(
         out,
         "\nTry:\n  curl -si http://{public}/hello | grep -iE '^(HTTP|x-balancer|x-ratelimit|x-request-id)'\n  \
@@ -165,15 +164,15 @@ pub async fn run(opts: Options) -> Result<(), String> {
          retried on another backend (X-Balancer-Attempts: 2); X-RateLimit-Remaining counts down under load.\n\
          Ctrl-C stops everything."
     );
-    wait_for_signal().await;
+    wait_for_signal(rt).await;
     handle.stop().await;
     drop(backends);
     Ok(())
 }
 
-async fn show_requests(public: SocketAddr, n: usize, out: &mut impl std::io::Write) {
+async fn show_requests(rt: Rt, public: SocketAddr, n: usize, out: &mut impl std::io::Write) {
     // One keep-alive connection: one worker serves them all, so its round-robin order shows.
-    let mut client = match Client::connect(public).await {
+    let mut client = match Client::connect(rt, public).await {
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(out, "  cannot connect: {e}");
@@ -213,14 +212,14 @@ struct Client {
 }
 
 impl Client {
-    async fn connect(addr: SocketAddr) -> Result<Client, String> {
-        let stream = tokio::net::TcpStream::connect(addr)
+    async fn connect(rt: Rt, addr: SocketAddr) -> Result<Client, String> {
+        let stream = rt.connect(addr).await.map_err(|e| e.to_string())?;
+        let (tx, conn) = hyper::client::conn::http1::handshake(stream)
             .await
             .map_err(|e| e.to_string())?;
-        let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
+        rt.spawn(async move {
+            let _ = conn.await;
+        });
         Ok(Client { addr, tx })
     }
 
@@ -238,22 +237,18 @@ impl Client {
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut t), Ok(mut i)) => {
-            tokio::select! {
-                _ = t.recv() => {}
-                _ = i.recv() => {}
+async fn wait_for_signal(rt: Rt) {
+    match rt.signals() {
+        Ok(mut signals) => {
+            while let Some(s) = signals.next().await {
+                if s != rt::Signal::Hangup {
+                    return;
+                }
             }
         }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        Err(e) => tracing::warn!(error = %e, "cannot install signal handlers; stop with SIGKILL"),
     }
+    std::future::pending::<()>().await;
 }
 
 #[cfg(test)]

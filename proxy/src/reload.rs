@@ -50,7 +50,7 @@ use crate::worker;
 #[derive(Debug)]
 pub struct Control {
     instance_id: String,
-    mutations: tokio::sync::Mutex<()>,
+    mutations: async_lock::Mutex<()>,
     health: OnceLock<HealthReloader>,
 }
 
@@ -71,7 +71,7 @@ impl Control {
             .unwrap_or_else(|| "weir".to_owned());
         Control {
             instance_id: format!("{host}-{}", std::process::id()),
-            mutations: tokio::sync::Mutex::new(()),
+            mutations: async_lock::Mutex::new(()),
             health: OnceLock::new(),
         }
     }
@@ -84,7 +84,7 @@ impl Control {
 
     /// Hold this while building a new runtime from the one in force and publishing it: changes
     /// are applied one at a time (C-CONF-8; management mutations too, C-MGMT-5).
-    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+    pub async fn lock(&self) -> async_lock::MutexGuard<'_, ()> {
         self.mutations.lock().await
     }
 
@@ -209,7 +209,11 @@ pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
 async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
     // Locked before reading, so reloads queued behind one another each read the latest file.
     let _one_at_a_time = shared.control.lock().await;
-    let text = std::fs::read_to_string(path)
+    // A file read blocks: off the executor (a slow disk must not stall the control thread).
+    let owned = path.to_owned();
+    let text = crate::rt::unblock(shared.rt, move || std::fs::read_to_string(owned))
+        .await
+        .unwrap_or_else(|| Err(std::io::Error::other("the read panicked")))
         .map_err(|e| Rejected::Read(format!("cannot read {}: {e}", path.display())))?;
     let valid = config::load(&text, &EnvSecrets::new()).map_err(|errors| {
         Rejected::Invalid(errors.errors().iter().map(ToString::to_string).collect())
@@ -358,10 +362,11 @@ async fn warm_up(
             .iter()
             .all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
     };
-    let deadline = tokio::time::Instant::now() + warmup_deadline(next);
+    let clock = shared.rt;
+    let deadline = clock.now() + warmup_deadline(next);
     let mut warmed = ready(next);
-    while !warmed && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    while !warmed && clock.now() < deadline {
+        crate::rt::sleep(clock, Duration::from_millis(5)).await;
         warmed = ready(next);
     }
     if warmed {

@@ -37,9 +37,6 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 use weir_core::config::HostPort;
 use weir_core::forward::resolve_client;
 use weir_core::mgmt::{
@@ -52,6 +49,7 @@ use weir_core::runtime::Runtime;
 use crate::access_log::{self, Line};
 use crate::metrics::{self, Listener, ReloadSource};
 use crate::reload;
+use crate::rt::{self, Listener as RtListener, Rt, watch};
 use crate::{Shared, StartError, server, worker};
 
 /// How long a mutating request's body may take to arrive.
@@ -61,7 +59,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 const DASHBOARD_BODY_BYTES: usize = 4096;
 
 /// Resolve `management.address` (an empty host listens on every interface).
-pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
+pub async fn resolve_bind(rt: Rt, addr: &HostPort) -> Result<SocketAddr, StartError> {
     let host = if addr.host.is_empty() {
         "0.0.0.0"
     } else {
@@ -71,9 +69,10 @@ pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
         addr: addr.to_string(),
         error,
     };
-    tokio::net::lookup_host((host, addr.port))
+    rt.resolve(host.to_owned(), addr.port)
         .await
         .map_err(err)?
+        .into_iter()
         .next()
         .ok_or_else(|| {
             err(std::io::Error::new(
@@ -85,34 +84,36 @@ pub async fn resolve_bind(addr: &HostPort) -> Result<SocketAddr, StartError> {
 
 /// Serve the management listener until `shutdown`.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Box<dyn RtListener>,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let rt = shared.rt;
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
+        .timer(rt)
         .header_read_timeout(shared.limits.read_header_timeout);
-    loop {
-        let (stream, peer) = tokio::select! {
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() { return; }
-                continue;
-            }
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(_) => continue,
-            },
+    while !shutdown.get() {
+        let accepted = match crate::server::next_or_shutdown(&mut shutdown, listener.accept()).await
+        {
+            crate::server::Wake::Shutdown => return,
+            crate::server::Wake::Next(a) => a,
+        };
+        let Ok((stream, peer)) = accepted else {
+            continue;
+        };
+        let Ok(stream) = rt.register(stream) else {
+            continue;
         };
         let shared = Arc::clone(&shared);
         let conn = builder.serve_connection(
-            TokioIo::new(stream),
+            stream,
             service_fn(move |req| {
                 let shared = Arc::clone(&shared);
                 async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
             }),
         );
-        tokio::spawn(async move {
+        rt.spawn(async move {
             let _ = conn.await;
         });
     }
@@ -126,7 +127,7 @@ pub async fn handle(
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> MgmtResponse {
-    let started = tokio::time::Instant::now();
+    let started = shared.rt.now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
     let (parts, body) = req.into_parts();
     let rt = shared.runtime.load_full();
@@ -150,7 +151,7 @@ pub async fn handle(
             Err(e) => reply(&Reply::Refused(e), rid.as_str()),
             Ok(()) => {
                 let body = if mutation {
-                    read_body(body).await
+                    read_body(shared.rt, body).await
                 } else {
                     Ok(Bytes::new())
                 };
@@ -179,7 +180,7 @@ pub async fn handle(
     };
 
     let status = response.status().as_u16();
-    let elapsed = started.elapsed();
+    let elapsed = shared.rt.now().saturating_duration_since(started);
     shared
         .metrics
         .request(Listener::Management, status, elapsed);
@@ -382,7 +383,7 @@ async fn refill(
 
 /// Read at most `mgmt::MAX_BODY_BYTES + 1` bytes of a body (C-MGMT-2: one byte more shows an
 /// oversized body without reading it to the end).
-async fn read_body(mut body: Incoming) -> Result<Bytes, &'static str> {
+async fn read_body(rt: Rt, mut body: Incoming) -> Result<Bytes, &'static str> {
     let limit = mgmt::MAX_BODY_BYTES + 1;
     let mut out = BytesMut::new();
     let read = async {
@@ -400,7 +401,7 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, &'static str> {
         }
         Ok(())
     };
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+    match rt::timeout(rt, BODY_TIMEOUT, read).await {
         Ok(Ok(())) => Ok(out.freeze()),
         Ok(Err(e)) => Err(e),
         Err(_) => Err("request body timed out"),
@@ -413,23 +414,27 @@ async fn dashboard_request(
     req: &Authorized<'_>,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
-    let (near, far) = tokio::io::duplex(64 * 1024);
+    let rt = shared.rt;
+    let (near, far) = rt::duplex(64 * 1024);
     let as_from = SocketAddr::new(req.client, req.peer.port());
-    let server = tokio::spawn(server::serve_in_process(Arc::clone(shared), as_from, far));
+    let server = rt::spawn_handle(
+        rt,
+        server::serve_in_process(Arc::clone(shared), as_from, far),
+    );
     let exchange = async {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(near))
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(near)
             .await
             .map_err(|e| format!("synthetic request: {e}"))?;
-        let conn = tokio::spawn(conn);
+        let conn = rt::spawn_handle(rt, conn);
         let mut synthetic = Request::new(Empty::<Bytes>::new());
         *synthetic.uri_mut() = http::Uri::from_static("/");
         *synthetic.headers_mut() = mgmt::dashboard_forward_headers(&req.parts.headers);
-        let started = tokio::time::Instant::now();
+        let started = rt.now();
         let resp = sender
             .send_request(synthetic)
             .await
             .map_err(|e| format!("synthetic request: {e}"))?;
-        let head_after = started.elapsed();
+        let head_after = rt.now().saturating_duration_since(started);
         let (parts, mut body) = resp.into_parts();
         let mut text = BytesMut::new();
         let mut truncated = false;
@@ -446,11 +451,11 @@ async fn dashboard_request(
             }
         }
         drop(sender);
-        conn.abort();
+        drop(conn);
         Ok::<_, String>(summary(&parts, head_after, &text, truncated))
     };
-    let result = tokio::time::timeout(timeout, exchange).await;
-    server.abort();
+    let result = rt::timeout(rt, timeout, exchange).await;
+    drop(server);
     match result {
         Ok(r) => r,
         Err(_) => Err(format!(

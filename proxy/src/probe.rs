@@ -1,4 +1,4 @@
-//! Active health checks on tokio (C-HEALTH-1, C-HEALTH-2, C-HEALTH-5, C-HEALTH-6): the probe
+//! Active health checks (C-HEALTH-1, C-HEALTH-2, C-HEALTH-5, C-HEALTH-6): the probe
 //! executors (HTTP, HTTPS, TCP) and the driver task that runs weir-core's
 //! [`ProbeSchedule`](weir_core::health::ProbeSchedule).
 //!
@@ -19,7 +19,7 @@
 //!   schedule's next deadline, reports flips through a callback, publishes the number of
 //!   completed cycles (listeners open after the first, C-HEALTH-1), takes reloads and shuts down
 //!   cleanly.
-//! - [`Clock`]: maps `tokio::time::Instant` to [`weir_core::Instant`] (nanoseconds since the
+//! - [`Clock`]: maps the runtime's clock to [`weir_core::Instant`] (nanoseconds since the
 //!   clock's creation); the data plane shares it so both speak the same time.
 
 mod clock;
@@ -28,15 +28,8 @@ mod exec;
 mod target;
 pub mod tls;
 
-#[cfg(test)]
-mod driver_tests;
-#[cfg(test)]
-mod exec_tests;
-#[cfg(test)]
-mod test_support;
-
 pub use clock::Clock;
-pub use driver::{DriverStopped, HealthDriver, HealthReloader, OnChange};
+pub use driver::{DriverStopped, HealthDriver, HealthReloader, OnChange, ProbeFn};
 pub use exec::{ProbeOutcome, probe, probe_until};
 pub use target::{ProbeTarget, ProbeTargetError};
 pub use weir_core::config::ProbeMode;

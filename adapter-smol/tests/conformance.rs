@@ -1,0 +1,1 @@
+weir_conformance::suite!(env!("CARGO_BIN_EXE_weir-smol"));

@@ -1,0 +1,185 @@
+//! Backend connections and their pool, on tokio (moved out of weir-proxy, which has no runtime
+//! of its own).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::sync::atomic::AtomicUsize;
+use weir_tokio::upstream::{Conn, SendError, UpBody, Upstream, UpstreamConfig, drive_until};
+
+fn config() -> UpstreamConfig {
+    UpstreamConfig {
+        dial_timeout: Duration::from_secs(1),
+        tls_handshake_timeout: Duration::from_secs(1),
+        idle_conn_timeout: Some(Duration::from_secs(30)),
+        max_idle_per_host: 4,
+        max_idle_total: 16,
+    }
+}
+
+fn get(host: &str) -> Request<UpBody> {
+    let mut req = Request::new(UpBody::Empty);
+    *req.uri_mut() = Uri::from_static("/x");
+    req.headers_mut()
+        .insert(http::header::HOST, HeaderValue::from_str(host).unwrap());
+    req
+}
+
+/// The whole body, driving the connection meanwhile (it has no task of its own).
+async fn read_body(resp: Response<Incoming>, conn: &mut Conn) -> Bytes {
+    drive_until(conn, resp.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes()
+}
+
+/// A keep-alive backend answering `body` of `len` bytes; counts accepted connections.
+async fn keepalive_backend(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_req| async move {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
+                        vec![b'x'; len],
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// Connections are reused after a body read to the end; a response dropped unread takes its
+/// connection with it (C-RETRY-6).
+#[tokio::test]
+async fn c_retry_6_pool_reuses_only_finished_connections() {
+    let (addr, accepted) = keepalive_backend(100_000).await;
+    let up = Upstream::new(weir_tokio::rt(), config(), None);
+    let target = up.target("b", &format!("http://{addr}")).unwrap();
+    for _ in 0..3 {
+        let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+        let body = read_body(resp, &mut conn).await;
+        assert_eq!(body.len(), 100_000);
+        up.release(conn);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
+    assert_eq!(up.idle_count(), 1);
+    // Dropped unread: not returned, the next request needs a new connection.
+    let (resp, conn) = up.send(&target, get("b")).await.unwrap();
+    drop(resp);
+    drop(conn);
+    let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+    let _ = read_body(resp, &mut conn).await;
+    up.release(conn);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    up.clear();
+    assert_eq!(up.idle_count(), 0);
+}
+
+/// A refused connection is a connect error.
+#[tokio::test]
+async fn refused_is_a_connect_error() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let up = Upstream::new(weir_tokio::rt(), config(), None);
+    let target = up.target("b", &format!("http://{addr}")).unwrap();
+    assert!(matches!(
+        up.send(&target, get("b")).await,
+        Err(SendError::Connect(_))
+    ));
+}
+
+/// A TLS backend (HTTP/1.1 over rustls) with a certificate for `localhost`, signed by a
+/// CA when `ca` is given, self-signed otherwise. Returns its port.
+async fn tls_backend(ca: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>) -> u16 {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let cert = match ca {
+        Some(issuer) => params.signed_by(&key, issuer).unwrap(),
+        None => params.self_signed(&key).unwrap(),
+    };
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(s) = acceptor.accept(s).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"secure"),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// HTTPS backends: a chain to a trusted root for the backend's name works; a self-signed
+/// certificate is a connect error (normal validation).
+#[tokio::test]
+async fn https_backends_validate_certificates() {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_cert.der().clone()).unwrap();
+    let tls = weir_tokio::probe::tls::client_config(roots).unwrap();
+    let good = tls_backend(Some(&issuer)).await;
+    let bad = tls_backend(None).await;
+    let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
+    let t = up
+        .target("good", &format!("https://localhost:{good}"))
+        .unwrap();
+    let (resp, mut conn) = up.send(&t, get("localhost")).await.expect("tls ok");
+    assert_eq!(resp.status(), 200);
+    let body = read_body(resp, &mut conn).await;
+    assert_eq!(body.as_ref(), b"secure");
+    let t = up
+        .target("bad", &format!("https://localhost:{bad}"))
+        .unwrap();
+    assert!(matches!(
+        up.send(&t, get("localhost")).await,
+        Err(SendError::Connect(_))
+    ));
+}

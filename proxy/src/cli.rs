@@ -1,0 +1,290 @@
+//! The command line of the `weir` (tokio) and `weir-smol` binaries, written once: `run`,
+//! `check-config`, `demo`, `--version` (process protocol in docs/proxy.md). Each binary's
+//! `main` is `weir_proxy::cli::main(<its runtime>, "<its name>")`.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use futures_util::future::Either;
+
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use weir_core::config::{ConfigErrors, ValidConfig};
+
+use crate::rt::{Rt, Signal, Signals};
+use crate::secrets::EnvSecrets;
+use crate::{Options, ProxyHandle};
+
+/// weir: an HTTP load balancer and reverse proxy.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy.
+    Run(RunArgs),
+    /// Validate a configuration file and list every error (exit 0 when valid).
+    CheckConfig {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// Start demo backends on 127.0.0.1 and the proxy in front of them.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Configuration file [default: $CONFIG_PATH, else config/weir.yaml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data-plane listener [default: 0.0.0.0:<server.port>].
+    #[arg(long)]
+    public_bind: Option<SocketAddr>,
+    /// Management listener [default: management.address].
+    #[arg(long)]
+    management_bind: Option<SocketAddr>,
+    /// Once listening, write {"public","management","pid"} to this file (atomically).
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Worker threads [default: the number of CPUs].
+    #[arg(long, env = "WEIR_WORKERS")]
+    workers: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Data-plane listener.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    public_bind: SocketAddr,
+    /// Management listener.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    management_bind: SocketAddr,
+    /// Worker threads [default: the number of CPUs].
+    #[arg(long, env = "WEIR_WORKERS")]
+    workers: Option<usize>,
+}
+
+/// Parse the command line and run it on `rt`; `name` is the binary's name (usage, errors).
+pub fn main(rt: Rt, name: &'static str) -> ExitCode {
+    let matches = Cli::command().name(name).bin_name(name).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Run(args) => {
+            init_logs("info");
+            block_on(rt, name, run(rt, name, args))
+        }
+        Command::Demo(args) => {
+            init_logs("warn");
+            block_on(rt, name, async move {
+                let opts = Options {
+                    public_bind: Some(args.public_bind),
+                    management_bind: Some(args.management_bind),
+                    workers: args.workers,
+                    rate_limiter: None,
+                };
+                match crate::demo::run(rt, opts).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(name, &e),
+                }
+            })
+        }
+    }
+}
+
+/// JSON log lines on stdout; `RUST_LOG` overrides the level.
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout)
+        .init();
+}
+
+/// The control executor, on the main thread: signals, the acceptor, health checks,
+/// management. The data plane runs on the worker threads' own executors.
+fn block_on(
+    rt: Rt,
+    name: &'static str,
+    f: impl std::future::Future<Output = ExitCode>,
+) -> ExitCode {
+    let mut code = ExitCode::FAILURE;
+    let main = async {
+        code = f.await;
+    };
+    match rt.block_on(Box::pin(main)) {
+        Ok(()) => code,
+        Err(e) => fail(
+            name,
+            &format!("cannot start the {} runtime: {e}", rt.name()),
+        ),
+    }
+}
+
+fn fail(name: &str, message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "{name}: {message}");
+    ExitCode::FAILURE
+}
+
+fn config_path(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("CONFIG_PATH").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("config/weir.yaml"))
+}
+
+fn load(path: &Path) -> Result<ValidConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    weir_core::config::load(&text, &EnvSecrets::new()).map_err(|e| list_errors(path, &e))
+}
+
+/// One line per error, each with the file, the field path and the line (C-CONF-1).
+fn list_errors(path: &Path, errors: &ConfigErrors) -> String {
+    let mut out = format!(
+        "invalid configuration {}: {} error(s)",
+        path.display(),
+        errors.errors().len()
+    );
+    for e in errors.errors() {
+        out.push_str(&format!("\n{}: {e}", path.display()));
+    }
+    out
+}
+
+fn check_config(path: &Path) -> ExitCode {
+    match load(path) {
+        Ok(_) => {
+            let _ = writeln!(
+                std::io::stdout(),
+                "{}: configuration is valid",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The next SIGTERM or SIGINT (SIGHUPs meanwhile are ignored).
+async fn terminated(signals: &mut dyn Signals) {
+    while let Some(s) = signals.next().await {
+        if s != Signal::Hangup {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
+    // Registered first: SIGHUP's default action would kill the process.
+    let Ok(mut signals) = rt.signals() else {
+        return fail(name, "cannot register signal handlers");
+    };
+    let path = config_path(args.config);
+    let cfg = match load(&path) {
+        Ok(c) => c,
+        Err(e) => return fail(name, &e),
+    };
+    if let Err(e) = crate::check_runtime_support(rt, &cfg) {
+        return fail(name, &e);
+    }
+    if weir_storage::migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
+        // A migration may queue behind another process's on the advisory lock: a signal ends
+        // the wait (the server releases what this session held).
+        let migrate = std::pin::pin!(migrate_only(name, &cfg));
+        let stop = std::pin::pin!(terminated(&mut *signals));
+        return match futures_util::future::select(migrate, stop).await {
+            Either::Left((code, _)) => code,
+            Either::Right(_) => fail(name, "MIGRATE_ONLY: interrupted"),
+        };
+    }
+    let opts = Options {
+        public_bind: args.public_bind,
+        management_bind: args.management_bind,
+        workers: args.workers,
+        rate_limiter: None,
+    };
+    let handle = {
+        let start = std::pin::pin!(crate::start(rt, cfg, opts));
+        let stop = std::pin::pin!(terminated(&mut *signals));
+        match futures_util::future::select(start, stop).await {
+            Either::Left((Ok(h), _)) => h,
+            Either::Left((Err(e), _)) => return fail(name, &e.to_string()),
+            Either::Right(_) => return ExitCode::SUCCESS,
+        }
+    };
+    if let Some(file) = &args.ready_file
+        && let Err(e) = write_ready_file(file, &handle)
+    {
+        handle.stop().await;
+        return fail(name, &format!("cannot write {}: {e}", file.display()));
+    }
+    while let Some(signal) = signals.next().await {
+        if signal != Signal::Hangup {
+            break;
+        }
+        // C-CONF-4: re-read, validate, warm up, publish; the result is logged there.
+        // In a task, so a warm-up never delays a SIGTERM; reloads queue on one lock.
+        let shared = std::sync::Arc::clone(handle.shared());
+        let path = path.clone();
+        rt.spawn(async move {
+            let _ = crate::reload::reload_file(&shared, &path).await;
+        });
+    }
+    tracing::info!("shutting down");
+    handle.stop().await;
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
+
+/// `MIGRATE_ONLY=true` (C-RATE-7): apply the PostgreSQL migrations of the configured
+/// `database` and exit without opening any listener: 0 when the schema is migrated (or there is
+/// no database to migrate), 1 with the error on stderr otherwise.
+async fn migrate_only(name: &str, cfg: &ValidConfig) -> ExitCode {
+    let Some(db) = cfg.database.as_ref() else {
+        tracing::info!("MIGRATE_ONLY: rate_limit.storage is not postgres; nothing to migrate");
+        return ExitCode::SUCCESS;
+    };
+    match weir_storage::migrate_only(db).await {
+        Ok(report) => {
+            tracing::info!(
+                applied = ?report.applied,
+                unknown = ?report.unknown,
+                database = %db.name,
+                "MIGRATE_ONLY: migrations applied; exiting"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(
+            name,
+            &format!("MIGRATE_ONLY: cannot migrate {}: {e}", db.name),
+        ),
+    }
+}
+
+/// `{"public":"…","management":"…"|null,"pid":N}` written to FILE.tmp, then renamed.
+fn write_ready_file(file: &Path, handle: &ProxyHandle) -> std::io::Result<()> {
+    let doc = serde_json::json!({
+        "public": handle.public_addr().to_string(),
+        "management": handle.management_addr().map(|a| a.to_string()),
+        "pid": std::process::id(),
+    });
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, doc.to_string())?;
+    std::fs::rename(&tmp, file)
+}

@@ -1,0 +1,415 @@
+//! weir on hyper, independent of the async runtime: the data plane (C-PATH-*, C-FWD-*, C-LOAD-*, C-RATE-1/2/4/5,
+//! C-POOL-*, C-RETRY-*), the health probes (C-HEALTH-*), and the process around them.
+//!
+//! The runtime (tokio in `weir-tokio`, smol in `weir-smol`) comes in through [`rt::Runtime`]:
+//! weir-proxy never names one (docs/architecture.md, "The runtime seam").
+//!
+//! [`start`] turns a validated configuration into a running proxy in this process: it builds the
+//! runtime snapshot (`weir_core::runtime::Runtime`), runs one health-check cycle (C-HEALTH-1),
+//! binds the listeners, starts the workers and returns a [`ProxyHandle`]. The `weir` and
+//! `weir-smol` binaries are thin `main`s around [`cli`] (process protocol in docs/proxy.md); tests start proxies
+//! in-process the same way.
+//!
+//! Modules: `server` (listeners, workers, client connections, timeouts, shutdown), `proxy` (the
+//! request handler), `upstream` (backend connections and their pool), `body` (response bodies),
+//! `admission` (waiting at the gate), `ratelimit` (the store seam), `health` (probe wiring),
+//! `probe` (probe executors and driver), `management` (the management listener), `metrics`
+//! (Prometheus exposition), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
+//! path that publishes a new runtime), `demo`. Operating it: docs/operations.md.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rt::watch;
+use weir_core::config::ValidConfig;
+use weir_core::pool::Availability;
+use weir_core::runtime::Runtime;
+
+pub mod access_log;
+pub mod admission;
+pub mod body;
+pub mod cli;
+pub mod clock;
+pub mod demo;
+pub mod health;
+pub mod management;
+pub mod metrics;
+pub mod probe;
+pub mod proxy;
+pub mod ratelimit;
+pub mod reload;
+pub mod rt;
+pub mod secrets;
+pub mod server;
+pub mod upstream;
+pub mod worker;
+
+use admission::Admission;
+use clock::Clock;
+use probe::HealthDriver;
+use ratelimit::{Limiter, RateLimitStatus, RateLimiter};
+use rt::{JoinHandle, Rt};
+use server::ServerLimits;
+use upstream::{Upstream, UpstreamConfig};
+
+/// Process-wide state of a running proxy, shared by every worker. The management plane (issue 5)
+/// reads and swaps the runtime here.
+#[derive(Debug)]
+pub struct Shared {
+    /// The async runtime everything runs on.
+    pub rt: Rt,
+    /// The runtime snapshot in force (C-POOL-2): loaded once per request, swapped whole on reload.
+    pub runtime: ArcSwap<Runtime>,
+    /// The global overload gate (C-LOAD-1; restart-only).
+    pub admission: Arc<Admission>,
+    /// The rate limiter over the store `rate_limit.storage` selects (C-RATE-1..5).
+    pub limiter: Limiter,
+    /// Backend connections (one idle pool per worker).
+    pub upstream: Arc<Upstream>,
+    /// The process clock.
+    pub clock: Clock,
+    /// Client-side limits (restart-only).
+    pub limits: ServerLimits,
+    /// `server.upstream.response_header_timeout` (`None`: only `per_try_timeout` applies).
+    pub response_header_timeout: Option<Duration>,
+    /// Prometheus metrics (C-OBS-1, C-OBS-2).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Reloads and management changes: their lock, the health driver, the instance id.
+    pub control: reload::Control,
+    shutting_down: AtomicBool,
+}
+
+impl Shared {
+    /// Readiness (C-OBS-4): not shutting down, the rate-limit store not down under
+    /// `fail-closed` (C-RATE-5), and some backend available (enabled, not draining, healthy,
+    /// circuit not open; saturated counts as up).
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return false;
+        }
+        let rt = self.runtime.load();
+        if !self.limiter.ready(&rt.config().rate) {
+            return false;
+        }
+        let now = self.clock.now();
+        rt.pools().iter().any(|pool| {
+            pool.backends().iter().any(|b| {
+                matches!(
+                    b.availability(pool.params(), now),
+                    Availability::Available | Availability::Saturated
+                )
+            })
+        })
+    }
+
+    /// The rate limiter's state under the settings in force: store, up, ready, degraded,
+    /// failure/recovery counters, local buckets (for `/readyz`, the metrics
+    /// `load_balancer_rate_limit_storage_healthy` / `_degraded` / `_local_buckets` /
+    /// `_local_evictions_total`, and `/api/dashboard/status`; C-RATE-5, C-OBS-1, C-MGMT-4).
+    #[must_use]
+    pub fn rate_limit_status(&self) -> RateLimitStatus {
+        self.limiter.status(&self.runtime.load().config().rate)
+    }
+
+    /// Whether a graceful shutdown has begun (C-PATH-10).
+    #[must_use]
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+/// How to start a proxy (the CLI flags of the process protocol).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Data-plane listener; default `0.0.0.0:<server.port>`.
+    pub public_bind: Option<SocketAddr>,
+    /// Management listener; default `management.address` (only when `management.enabled`).
+    pub management_bind: Option<SocketAddr>,
+    /// Worker threads; default: the number of CPUs.
+    pub workers: Option<usize>,
+    /// A rate limiter built by the caller (tests); default: the store `rate_limit.storage`
+    /// selects, built from the configuration (C-RATE-3).
+    pub rate_limiter: Option<Arc<RateLimiter>>,
+}
+
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The runtime snapshot could not be built from the configuration.
+    #[error("cannot build the runtime: {0}")]
+    Runtime(String),
+    /// The rate-limit store could not be built (invalid store settings, or the local store
+    /// could not be allocated).
+    #[error("cannot build the rate-limit store: {0}")]
+    RateStore(String),
+    /// The TLS client configuration could not be built.
+    #[error("cannot build the TLS client configuration: {0}")]
+    Tls(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Worker(std::io::Error),
+    /// The health checks stopped before their first cycle ended.
+    #[error("the health checks stopped before the first cycle ended")]
+    Health,
+}
+
+/// A running proxy. [`ProxyHandle::shutdown`] starts a graceful shutdown (C-PATH-10);
+/// [`ProxyHandle::wait`] returns once it is complete.
+#[derive(Debug)]
+pub struct ProxyHandle {
+    public: SocketAddr,
+    management: Option<SocketAddr>,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    health: Option<HealthDriver>,
+}
+
+impl ProxyHandle {
+    /// The data-plane address actually bound.
+    #[must_use]
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public
+    }
+
+    /// The management address actually bound, when the management listener runs.
+    #[must_use]
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management
+    }
+
+    /// The shared state (runtime, gate, limiter).
+    #[must_use]
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The health driver (for reloads).
+    #[must_use]
+    pub fn health(&self) -> Option<&HealthDriver> {
+        self.health.as_ref()
+    }
+
+    /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
+    /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
+    pub fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shutdown.send(true);
+    }
+
+    /// Wait until the proxy has stopped (after [`ProxyHandle::shutdown`]).
+    pub async fn wait(mut self) {
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let workers = std::mem::take(&mut self.workers);
+        let _ = rt::unblock(self.shared.rt, move || {
+            for w in workers {
+                let _ = w.join();
+            }
+        })
+        .await;
+        if let Some(h) = self.health.take() {
+            h.shutdown().await;
+        }
+    }
+
+    /// Re-read `path` and apply it as SIGHUP does (C-CONF-4..7); see [`reload::reload_file`].
+    pub async fn reload_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<reload::Applied, reload::Rejected> {
+        reload::reload_file(&self.shared, path).await
+    }
+
+    /// [`shutdown`](Self::shutdown) and [`wait`](Self::wait).
+    pub async fn stop(self) {
+        self.shutdown();
+        self.wait().await;
+    }
+}
+
+/// Bind a listening TCP socket with a deep accept queue (non-blocking, for a runtime to
+/// register).
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
+    let bind_err = |error| StartError::Bind {
+        addr: addr.to_string(),
+        error,
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(bind_err)?;
+    socket.set_reuse_address(true).map_err(bind_err)?;
+    socket.set_nonblocking(true).map_err(bind_err)?;
+    socket.bind(&addr.into()).map_err(bind_err)?;
+    socket.listen(4096).map_err(bind_err)?;
+    Ok(socket.into())
+}
+
+/// Whether `rt` can run everything `cfg` asks for (the smol runtime has no PostgreSQL store,
+/// docs/storage.md); the message names the field and why.
+///
+/// # Errors
+/// The configuration needs what this runtime lacks.
+pub fn check_runtime_support(rt: Rt, cfg: &ValidConfig) -> Result<(), String> {
+    if cfg.database.is_some() && !weir_storage::postgres_supported() {
+        return Err(format!(
+            "rate_limit.storage: postgres is not supported on the {} runtime: the PostgreSQL \
+             store needs a tokio runtime (tokio-postgres and deadpool-postgres); use redis or \
+             local, or run the tokio binary `weir` (docs/storage.md)",
+            rt.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The data-plane address of a configuration: `0.0.0.0:<server.port>`.
+#[must_use]
+pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], cfg.server.port))
+}
+
+/// Start a proxy for `cfg` on the runtime `rt`: the acceptor, health checks and management on
+/// the calling thread's executor, and `workers` worker threads (the data plane), each running
+/// its own executor of `rt`. Returns once the first health-check cycle has ended and the
+/// listeners are open (C-HEALTH-1).
+pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
+    check_runtime_support(rt, &cfg).map_err(StartError::RateStore)?;
+    let clock = Clock::new(rt);
+    let workers = opts
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let mut rng = weir_core::WyRand::new(worker::entropy_seed());
+    let public_bind = opts
+        .public_bind
+        .unwrap_or_else(|| default_public_bind(&cfg));
+    let management_bind = if cfg.management.enabled {
+        match opts.management_bind {
+            Some(a) => Some(a),
+            None => Some(management::resolve_bind(rt, &cfg.management.address).await?),
+        }
+    } else {
+        None
+    };
+    let limits = ServerLimits::from_settings(&cfg.server);
+    let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
+    let response_header_timeout = cfg.server.upstream.response_header_timeout;
+    let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
+    let limiter = match opts.rate_limiter.clone() {
+        Some(l) => Limiter::new(l),
+        None => Limiter::from_config(&cfg, worker::entropy_seed())
+            .map_err(|e| StartError::RateStore(e.to_string()))?,
+    };
+    // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
+    limiter.prepare(&cfg, clock.now()).await;
+    let admission = Arc::new(Admission::new(cfg.gate, clock));
+    if cfg.management.enabled && cfg.management.allow_insecure {
+        tracing::warn!(
+            "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
+        );
+    }
+    let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
+        .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    metrics.set_backends(runtime.backend_ids());
+    let shared = Arc::new(Shared {
+        rt,
+        runtime: ArcSwap::from_pointee(runtime),
+        admission,
+        limiter,
+        upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
+        clock,
+        limits,
+        response_header_timeout,
+        metrics,
+        control: reload::Control::new(),
+        shutting_down: AtomicBool::new(false),
+    });
+
+    // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
+    let health = health::spawn(&shared, tls);
+    shared.control.set_health(health.reloader());
+    health.first_cycle().await.map_err(|_| StartError::Health)?;
+
+    let public = listen(public_bind)?;
+    let public_addr = public.local_addr().map_err(|error| StartError::Bind {
+        addr: public_bind.to_string(),
+        error,
+    })?;
+    let public = rt.listener(public).map_err(|error| StartError::Bind {
+        addr: public_bind.to_string(),
+        error,
+    })?;
+    let management = match management_bind {
+        Some(addr) => {
+            let l = listen(addr)?;
+            let bound = l.local_addr().ok();
+            let l = rt.listener(l).map_err(|error| StartError::Bind {
+                addr: addr.to_string(),
+                error,
+            })?;
+            Some((l, bound))
+        }
+        None => None,
+    };
+    let management_addr = management.as_ref().and_then(|(_, a)| *a);
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut handles = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let mut h = server::spawn_worker(i, Arc::clone(&shared), shutdown_rx.clone())
+            .map_err(StartError::Worker)?;
+        if let Some(t) = h.thread.take() {
+            threads.push(t);
+        }
+        handles.push((h.conns, h.open));
+    }
+    let mut tasks = vec![rt::spawn_handle(
+        rt,
+        server::accept_loop(rt, public, handles, shutdown_rx.clone()),
+    )];
+    tasks.push(rt::spawn_handle(
+        rt,
+        ratelimit::recovery_task(Arc::clone(&shared), shutdown_rx.clone()),
+    ));
+    if let Some((listener, _)) = management {
+        tasks.push(rt::spawn_handle(
+            rt,
+            management::serve(listener, Arc::clone(&shared), shutdown_rx.clone()),
+        ));
+    }
+    tracing::info!(
+        public = %public_addr,
+        management = ?management_addr,
+        workers,
+        runtime = rt.name(),
+        "weir is listening"
+    );
+    Ok(ProxyHandle {
+        public: public_addr,
+        management: management_addr,
+        shared,
+        shutdown: shutdown_tx,
+        workers: threads,
+        tasks,
+        health: Some(health),
+    })
+}

@@ -1,0 +1,489 @@
+//! The runtime seam: everything the proxy needs from an async runtime, and nothing else.
+//!
+//! weir-proxy holds the whole proxy (data plane, probes, management, reload, CLI) and never names
+//! a runtime. What differs between tokio and smol sits behind [`Runtime`], implemented once per
+//! adapter (`weir-tokio`, `weir-smol`): spawning onto the current thread's executor, running a
+//! thread's executor, timers, the clock, TCP, TLS client handshakes, DNS, blocking work and
+//! signals. The model is quinn's `Runtime` trait: an object-safe trait used through a
+//! `&'static dyn Runtime` ([`Rt`]), so no type in weir-proxy is generic over the runtime and each
+//! adapter is a few hundred lines.
+//!
+//! **Timers are hyper's.** [`Runtime`] extends [`hyper::rt::Timer`], so hyper's connection
+//! timers and weir's own deadlines use one mechanism; a weir deadline is a
+//! `Pin<Box<dyn hyper::rt::Sleep>>` (one allocation: the only one the seam adds per request, for
+//! the attempt's header deadline). Streams are boxed once per connection, spawned tasks once per
+//! task (the runtimes box them too); dynamic dispatch on a read or write is lost in the syscall.
+//!
+//! Helpers on top of the trait, written once: [`timeout_at`], [`sleep`], [`spawn_handle`] (a
+//! join handle that cancels on drop), [`unblock`], [`copy_bidirectional`].
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt as _;
+
+mod duplex;
+pub mod watch;
+
+pub use duplex::{DuplexStream, duplex};
+use futures_util::future::RemoteHandle;
+use hyper::rt::{Read, ReadBuf, Sleep, Timer, Write};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An async runtime as the proxy uses it. Implemented by `weir_tokio::Tokio` and
+/// `weir_smol::Smol`; see the module doc.
+pub trait Runtime: Timer + Send + Sync + fmt::Debug + 'static {
+    /// The runtime's name, for logs (`tokio`, `smol`).
+    fn name(&self) -> &'static str;
+
+    /// Run `task` on the executor of the current thread (a worker's, or the control thread's
+    /// inside [`Runtime::block_on`]). The task is detached; it is dropped with its executor.
+    fn spawn(&self, task: BoxFuture<'static, ()>);
+
+    /// Run a new executor on the calling thread until `main` completes; [`Runtime::spawn`]
+    /// inside it goes to that executor. Tasks still running when `main` ends are dropped.
+    ///
+    /// # Errors
+    /// The executor could not be built.
+    fn block_on(&self, main: Pin<Box<dyn Future<Output = ()> + '_>>) -> io::Result<()>;
+
+    /// Register a bound, listening, non-blocking socket with the current thread's reactor.
+    ///
+    /// # Errors
+    /// The reactor refused it.
+    fn listener(&self, listener: std::net::TcpListener) -> io::Result<Box<dyn Listener>>;
+
+    /// Register an accepted, non-blocking connection with the current thread's reactor.
+    ///
+    /// # Errors
+    /// The reactor refused it.
+    fn register(&self, stream: std::net::TcpStream) -> io::Result<Box<dyn TcpConn>>;
+
+    /// Open a TCP connection to `addr` (no timeout of its own: callers bound it).
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn TcpConn>>>;
+
+    /// A TLS client handshake over `tcp`, a connection from this runtime's
+    /// [`connect`](Runtime::connect).
+    fn tls_connect(
+        &self,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        tcp: Box<dyn TcpConn>,
+    ) -> BoxFuture<'static, io::Result<Box<dyn Io>>>;
+
+    /// Resolve `host` (a name or an address literal) with `port`.
+    fn resolve(&self, host: String, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>>;
+
+    /// Run `work` on a thread where blocking is allowed; resolves when it has run.
+    fn spawn_blocking(&self, work: Box<dyn FnOnce() + Send>) -> BoxFuture<'static, ()>;
+
+    /// Install the handlers of SIGTERM, SIGINT and SIGHUP (from then on SIGHUP no longer kills
+    /// the process) and return the stream of their deliveries.
+    ///
+    /// # Errors
+    /// A handler could not be installed.
+    fn signals(&self) -> io::Result<Box<dyn Signals>>;
+}
+
+/// A byte stream hyper can serve or drive: a TCP connection, or TLS over one.
+pub trait Io: Read + Write + Send + Unpin + 'static {}
+
+impl<T: Read + Write + Send + Unpin + 'static> Io for T {}
+
+/// A TCP connection of a runtime.
+pub trait TcpConn: Io + Sync {
+    /// Poll for bytes to read without consuming them (the protocol sniff).
+    fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+
+    /// Set `TCP_NODELAY`.
+    ///
+    /// # Errors
+    /// The socket option could not be set.
+    fn set_nodelay(&self, on: bool) -> io::Result<()>;
+
+    /// The connection as `Any`, so that its runtime can take its own type back (TLS).
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// Implement hyper's `Read` and `Write` for a newtype `$t` over its field `.0` (which
+/// implements them): each runtime's connection type is such a newtype, and the delegation is
+/// written once here.
+#[macro_export]
+macro_rules! hyper_io_newtype {
+    ($t:ty) => {
+        $crate::hyper_io_newtype!($t, shutdown: |this: ::std::pin::Pin<&mut $t>, cx: &mut ::std::task::Context<'_>| {
+            ::std::pin::Pin::new(&mut this.get_mut().0).poll_shutdown(cx)
+        });
+    };
+    // `shutdown`: how the newtype ends its write side (async-io's `poll_close` only flushes).
+    ($t:ty, shutdown: $shutdown:expr) => {
+        impl ::hyper::rt::Read for $t {
+            fn poll_read(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: ::hyper::rt::ReadBufCursor<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+            }
+        }
+
+        impl ::hyper::rt::Write for $t {
+            fn poll_write(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &[u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+            }
+            fn poll_write_vectored(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+            }
+            fn is_write_vectored(&self) -> bool {
+                ::hyper::rt::Write::is_write_vectored(&self.0)
+            }
+            fn poll_flush(
+                mut self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.0).poll_flush(cx)
+            }
+            fn poll_shutdown(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ($shutdown)(self, cx)
+            }
+        }
+    };
+}
+
+/// A listening socket of a runtime.
+pub trait Listener: Send + Sync {
+    /// The next connection, unregistered (it may be handed to another thread's reactor).
+    fn accept(&self) -> BoxFuture<'_, io::Result<(std::net::TcpStream, SocketAddr)>>;
+}
+
+/// A process signal weir acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: graceful shutdown.
+    Terminate,
+    /// SIGINT: graceful shutdown.
+    Interrupt,
+    /// SIGHUP: reload the configuration file.
+    Hangup,
+}
+
+/// The deliveries of the signals [`Runtime::signals`] installed.
+pub trait Signals: Send {
+    /// The next signal (`None`: no more can come).
+    fn next(&mut self) -> BoxFuture<'_, Option<Signal>>;
+}
+
+/// The runtime in use: a copyable handle on a `'static` [`Runtime`]. It is hyper's timer and
+/// hyper's executor for the HTTP/2 server.
+#[derive(Clone, Copy)]
+pub struct Rt(pub &'static dyn Runtime);
+
+impl fmt::Debug for Rt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::ops::Deref for Rt {
+    type Target = dyn Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+impl Timer for Rt {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Sleep>> {
+        self.0.sleep(duration)
+    }
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
+        self.0.sleep_until(deadline)
+    }
+    fn now(&self) -> Instant {
+        Timer::now(self.0)
+    }
+    fn reset(&self, sleep: &mut Pin<Box<dyn Sleep>>, new_deadline: Instant) {
+        self.0.reset(sleep, new_deadline);
+    }
+}
+
+impl<F> hyper::rt::Executor<F> for Rt
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        self.0.spawn(Box::pin(async move {
+            fut.await;
+        }));
+    }
+}
+
+impl Rt {
+    /// The runtime's clock (tokio's can be paused in tests).
+    #[must_use]
+    pub fn now(self) -> Instant {
+        Timer::now(self.0)
+    }
+
+    /// A boxed sleep until `deadline`.
+    #[must_use]
+    pub fn sleep_until(self, deadline: Instant) -> Pin<Box<dyn Sleep>> {
+        self.0.sleep_until(deadline)
+    }
+
+    /// Spawn `fut` detached on the current thread's executor.
+    pub fn spawn(self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.0.spawn(Box::pin(fut));
+    }
+}
+
+/// A boxed runtime sleep until an instant: hyper's `Sleep`, `Debug` and `Unpin`.
+pub struct Deadline(Pin<Box<dyn Sleep>>);
+
+impl Deadline {
+    /// A sleep of `rt` until `at`.
+    #[must_use]
+    pub fn new(rt: Rt, at: Instant) -> Deadline {
+        Deadline(rt.sleep_until(at))
+    }
+}
+
+impl fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Deadline")
+    }
+}
+
+impl Future for Deadline {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// TCP connect to `host:port` (a name or an address literal), trying each resolved address in
+/// turn, with `TCP_NODELAY` set (weir's upstream requests and probes are small writes).
+///
+/// # Errors
+/// The name did not resolve, or no address accepted the connection.
+pub async fn dial(rt: Rt, host: &str, port: u16) -> io::Result<Box<dyn TcpConn>> {
+    let addrs = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => rt.resolve(host.to_owned(), port).await?,
+    };
+    let mut last = None;
+    for addr in addrs {
+        match rt.connect(addr).await {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
+}
+
+/// Sleep for `d`.
+pub async fn sleep(rt: Rt, d: Duration) {
+    rt.0.sleep(d).await;
+}
+
+/// The deadline of [`timeout_at`] passed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("deadline has elapsed")]
+pub struct Elapsed;
+
+/// `fut`, unless `deadline` passes first.
+///
+/// # Errors
+/// [`Elapsed`] when the deadline passed first (`fut` is dropped).
+pub async fn timeout_at<F: Future>(
+    rt: Rt,
+    deadline: Instant,
+    fut: F,
+) -> Result<F::Output, Elapsed> {
+    let mut fut = std::pin::pin!(fut);
+    let mut sleep: Option<Pin<Box<dyn Sleep>>> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        let s = sleep.get_or_insert_with(|| rt.sleep_until(deadline));
+        match s.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// `fut`, unless `d` passes first.
+///
+/// # Errors
+/// [`Elapsed`] when the time passed first.
+pub async fn timeout<F: Future>(rt: Rt, d: Duration, fut: F) -> Result<F::Output, Elapsed> {
+    timeout_at(rt, rt.now() + d, fut).await
+}
+
+/// A spawned task's result. Dropping the handle cancels the task (unlike tokio's, which
+/// detaches): keep it for as long as the task should run.
+#[derive(Debug)]
+#[must_use = "dropping a JoinHandle cancels its task"]
+pub struct JoinHandle<T>(RemoteHandle<std::thread::Result<T>>);
+
+/// The task behind a [`JoinHandle`] panicked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the task panicked")]
+pub struct JoinError;
+
+impl<T: Send + 'static> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map_err(|_| JoinError))
+    }
+}
+
+/// Spawn `fut` on the current thread's executor and return a handle to its output; a panic in
+/// it is caught and reported as [`JoinError`].
+pub fn spawn_handle<T: Send + 'static>(
+    rt: Rt,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> JoinHandle<T> {
+    let (task, handle) = std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .remote_handle();
+    rt.spawn(task);
+    JoinHandle(handle)
+}
+
+/// Run `f` where blocking is allowed and return its result (`None`: it panicked).
+pub async fn unblock<T: Send + 'static>(
+    rt: Rt,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let out = Arc::clone(&slot);
+    rt.0.spawn_blocking(Box::new(move || {
+        let v = f();
+        if let Ok(mut s) = out.lock() {
+            *s = Some(v);
+        }
+    }))
+    .await;
+    slot.lock().ok().and_then(|mut s| s.take())
+}
+
+/// Copy both ways between `a` and `b` until both directions have ended (each direction ends at
+/// its EOF, and then shuts the other side's writer down), as tokio's `copy_bidirectional` does.
+/// Returns the bytes copied a → b and b → a.
+///
+/// # Errors
+/// The first read or write error in either direction.
+pub async fn copy_bidirectional<A, B>(a: &mut A, b: &mut B) -> io::Result<(u64, u64)>
+where
+    A: Read + Write + Unpin + ?Sized,
+    B: Read + Write + Unpin + ?Sized,
+{
+    let mut ab = Copy::new();
+    let mut ba = Copy::new();
+    std::future::poll_fn(|cx| {
+        let r1 = ab.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
+        let r2 = ba.poll(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
+        match (r1, r2) {
+            (Poll::Ready(x), Poll::Ready(y)) => Poll::Ready(Ok((x, y))),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// One direction of [`copy_bidirectional`].
+struct Copy {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    total: u64,
+    eof: bool,
+    done: bool,
+}
+
+impl Copy {
+    fn new() -> Copy {
+        Copy {
+            buf: vec![0; 16 * 1024].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            total: 0,
+            eof: false,
+            done: false,
+        }
+    }
+
+    fn poll<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut from: Pin<&mut R>,
+        mut to: Pin<&mut W>,
+    ) -> Poll<io::Result<u64>>
+    where
+        R: Read + ?Sized,
+        W: Write + ?Sized,
+    {
+        if self.done {
+            return Poll::Ready(Ok(self.total));
+        }
+        loop {
+            if self.start == self.end && !self.eof {
+                let mut rb = ReadBuf::new(&mut self.buf);
+                ready!(from.as_mut().poll_read(cx, rb.unfilled()))?;
+                let n = rb.filled().len();
+                if n == 0 {
+                    self.eof = true;
+                } else {
+                    self.start = 0;
+                    self.end = n;
+                }
+            }
+            if self.start < self.end {
+                let n = ready!(to.as_mut().poll_write(cx, &self.buf[self.start..self.end]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.start += n;
+                self.total += n as u64;
+                continue;
+            }
+            if self.eof {
+                ready!(to.as_mut().poll_flush(cx))?;
+                ready!(to.as_mut().poll_shutdown(cx))?;
+                self.done = true;
+                return Poll::Ready(Ok(self.total));
+            }
+        }
+    }
+}

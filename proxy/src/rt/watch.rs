@@ -1,0 +1,180 @@
+//! A single-value broadcast channel (tokio's `watch`, runtime-neutral): the sender publishes a
+//! value, every receiver can wait for a change and read the latest. Used for the shutdown
+//! signal and the health driver's cycle count.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use event_listener::{Event, listener};
+
+#[derive(Debug)]
+struct Inner<T> {
+    /// The value and its version (bumped on every change).
+    value: Mutex<(T, u64)>,
+    closed: AtomicBool,
+    changed: Event,
+}
+
+/// Publishes values; dropping it closes the channel.
+#[derive(Debug)]
+pub struct Sender<T> {
+    inner: Arc<Inner<T>>,
+}
+
+/// Reads the latest value and waits for changes.
+#[derive(Debug)]
+pub struct Receiver<T> {
+    inner: Arc<Inner<T>>,
+    seen: u64,
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        Receiver {
+            inner: Arc::clone(&self.inner),
+            seen: self.seen,
+        }
+    }
+}
+
+/// The sender is gone: no change can come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the watch sender was dropped")]
+pub struct Closed;
+
+/// A channel holding `init`.
+#[must_use]
+pub fn channel<T: Clone>(init: T) -> (Sender<T>, Receiver<T>) {
+    let inner = Arc::new(Inner {
+        value: Mutex::new((init, 0)),
+        closed: AtomicBool::new(false),
+        changed: Event::new(),
+    });
+    (
+        Sender {
+            inner: Arc::clone(&inner),
+        },
+        Receiver { inner, seen: 0 },
+    )
+}
+
+impl<T: Clone> Sender<T> {
+    /// Publish `value` and wake every waiting receiver.
+    pub fn send(&self, value: T) {
+        self.send_if_modified(|v| {
+            *v = value;
+            true
+        });
+    }
+
+    /// Change the value in place; receivers are woken when `modify` returns true.
+    pub fn send_if_modified(&self, modify: impl FnOnce(&mut T) -> bool) -> bool {
+        let changed = {
+            let mut g = self
+                .inner
+                .value
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let changed = modify(&mut g.0);
+            if changed {
+                g.1 += 1;
+            }
+            changed
+        };
+        if changed {
+            self.inner.changed.notify(usize::MAX);
+        }
+        changed
+    }
+
+    /// A new receiver that has seen the current value.
+    #[must_use]
+    pub fn subscribe(&self) -> Receiver<T> {
+        let seen = self
+            .inner
+            .value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1;
+        Receiver {
+            inner: Arc::clone(&self.inner),
+            seen,
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.changed.notify(usize::MAX);
+    }
+}
+
+impl<T: Clone> Receiver<T> {
+    /// The latest value.
+    #[must_use]
+    pub fn get(&self) -> T {
+        self.inner
+            .value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .clone()
+    }
+
+    /// Whether the sender is gone.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    fn version(&self) -> u64 {
+        self.inner
+            .value
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+    }
+
+    /// Wait until the value changes after the last one this receiver saw (at once if it already
+    /// has), and mark it seen.
+    ///
+    /// # Errors
+    /// [`Closed`] when the sender is gone and nothing new is left to see.
+    pub async fn changed(&mut self) -> Result<(), Closed> {
+        loop {
+            let v = self.version();
+            if v != self.seen {
+                self.seen = v;
+                return Ok(());
+            }
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(Closed);
+            }
+            listener!(self.inner.changed => heard);
+            let v = self.version();
+            if v != self.seen {
+                self.seen = v;
+                return Ok(());
+            }
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(Closed);
+            }
+            heard.await;
+        }
+    }
+
+    /// Wait until `pred` holds for the value, and return it.
+    ///
+    /// # Errors
+    /// [`Closed`] when the sender is gone before the value satisfied `pred`.
+    pub async fn wait_for(&mut self, pred: impl Fn(&T) -> bool) -> Result<T, Closed> {
+        loop {
+            let v = self.get();
+            if pred(&v) {
+                return Ok(v);
+            }
+            self.changed().await?;
+        }
+    }
+}
