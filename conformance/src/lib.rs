@@ -92,6 +92,8 @@ macro_rules! __with_cases {
             c_path_12_oversized_headers_get_431,
             c_path_12_ambiguous_framing_rejected,
             c_path_12_idle_keepalive_closed,
+            c_path_12_parked_connection_serves_next_requests,
+            c_path_12_parked_connection_closed_after_idle_timeout,
             c_path_12_te_trailers_forwarded,
             c_fwd_1_untrusted_peer_is_the_client,
             c_fwd_1_trusted_chain_walked_from_the_right,

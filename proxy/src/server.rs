@@ -67,6 +67,13 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const IDLE: u8 = 0;
 const HEAD: u8 = 1;
 const BUSY: u8 = 2;
+/// Idle long enough to be parked: hyper is being told to let go of the socket (see `serve`).
+const PARKING: u8 = 3;
+
+/// How long an HTTP/1 keep-alive connection stays idle before it is parked: its hyper
+/// connection (read and write buffers, the handler's box; ≈ 25 KiB) is dropped and only the
+/// socket is kept, watched for the next request (docs/proxy.md, "Idle connections").
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Header names noted while a head is read (request smuggling guard).
 const SAW_CONTENT_LENGTH: u8 = 1;
@@ -128,6 +135,8 @@ pub struct ConnCtx {
     pub state: ConnState,
     /// HTTP/1 (true) or HTTP/2.
     pub h1: bool,
+    /// The socket, while its hyper connection is being dropped to park it (HTTP/1).
+    parked: Parked,
     /// Dropped with the last reference: tells the worker this connection is done.
     _alive: Alive,
     /// Open connections of this worker (for the acceptor's choice).
@@ -153,6 +162,32 @@ impl ConnCtx {
     #[must_use]
     pub fn alive(&self) -> Alive {
         self._alive.clone()
+    }
+}
+
+/// The slot a parked connection's socket passes through while its hyper connection is dropped.
+#[derive(Default)]
+struct Parked(std::sync::Mutex<Option<Box<dyn TcpConn>>>);
+
+impl Parked {
+    fn put(&self, stream: Box<dyn TcpConn>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stream);
+    }
+
+    fn take(&self) -> Option<Box<dyn TcpConn>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Parked")
     }
 }
 
@@ -188,8 +223,41 @@ impl Drop for RequestGuard {
 /// The client socket, noting the start of each request head and, in HTTP/1 heads, the framing
 /// header names (see the module doc).
 struct ClientIo {
-    stream: Box<dyn TcpConn>,
+    /// `None` only after `Drop` handed it to [`ConnCtx::parked`].
+    stream: Option<Box<dyn TcpConn>>,
     ctx: Arc<ConnCtx>,
+}
+
+impl ClientIo {
+    fn new(stream: Box<dyn TcpConn>, ctx: &Arc<ConnCtx>) -> ClientIo {
+        ClientIo {
+            stream: Some(stream),
+            ctx: Arc::clone(ctx),
+        }
+    }
+
+    fn parking(&self) -> bool {
+        self.ctx.state.phase.load(Ordering::Relaxed) == PARKING
+    }
+
+    /// The socket (present until drop).
+    fn stream(&mut self) -> Pin<&mut Box<dyn TcpConn>> {
+        match &mut self.stream {
+            Some(s) => Pin::new(s),
+            None => unreachable!("the client socket is only taken when the connection is dropped"),
+        }
+    }
+}
+
+impl Drop for ClientIo {
+    /// A parked connection's socket outlives its hyper connection: hand it back to `serve`.
+    fn drop(&mut self) {
+        if self.parking()
+            && let Some(stream) = self.stream.take()
+        {
+            self.ctx.parked.put(stream);
+        }
+    }
 }
 
 /// How much one read takes while a head may be arriving (a stack buffer; see `poll_read`).
@@ -227,13 +295,19 @@ impl Read for ClientIo {
         mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.ctx.h1 || this.ctx.state.phase.load(Ordering::Relaxed) == BUSY {
-            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        let phase = this.ctx.state.phase.load(Ordering::Relaxed);
+        if !this.ctx.h1 || phase == BUSY {
+            return this.stream().poll_read(cx, buf);
+        }
+        if phase == PARKING {
+            // hyper is letting go of an idle connection: it reads an end of stream, and
+            // whatever the client sends next stays in the socket for the next connection.
+            return Poll::Ready(Ok(()));
         }
         let mut tmp = [MaybeUninit::<u8>::uninit(); HEAD_READ];
         let room = buf.remaining().min(HEAD_READ);
         let mut rb = ReadBuf::uninit(&mut tmp[..room]);
-        let r = Pin::new(&mut this.stream).poll_read(cx, rb.unfilled());
+        let r = this.stream().poll_read(cx, rb.unfilled());
         if let Poll::Ready(Ok(())) = r {
             let new = rb.filled();
             if !new.is_empty() {
@@ -251,7 +325,7 @@ impl Write for ClientIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        self.get_mut().stream().poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -259,19 +333,24 @@ impl Write for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        self.get_mut().stream().poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        self.get_mut().stream().poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.parking() {
+            // Parking keeps the connection open: no FIN.
+            return Poll::Ready(Ok(()));
+        }
+        this.stream().poll_shutdown(cx)
     }
 }
 
@@ -390,32 +469,84 @@ async fn serve(
             smuggle: AtomicU8::new(0),
         },
         h1,
+        parked: Parked::default(),
         _alive: alive,
         open,
     });
-    let io = ClientIo {
-        stream,
-        ctx: Arc::clone(&ctx),
-    };
-    let svc_ctx = Arc::clone(&ctx);
-    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
     let watchdog = Watchdog {
         ctx: &ctx,
         limits: &limits,
+        park: h1,
     };
     if shutdown.get() {
         return;
     }
-    match proto {
-        Proto::H1 => {
-            let conn = std::pin::pin!(builders.h1.serve_connection(io, svc).with_upgrades());
-            drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
-        }
-        Proto::H2 => {
-            let conn = std::pin::pin!(builders.h2.serve_connection(io, svc));
-            drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
-        }
+    if !h1 {
+        let svc_ctx = Arc::clone(&ctx);
+        let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
+        let conn = std::pin::pin!(
+            builders
+                .h2
+                .serve_connection(ClientIo::new(stream, &ctx), svc)
+        );
+        drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
+        return;
     }
+    // HTTP/1: one hyper connection per activity period. A connection idle for PARK_AFTER is
+    // parked: hyper lets go of the socket (it reads an end of stream and its shutdown is
+    // skipped, see `ClientIo`), its buffers are freed, and the socket alone waits for the next
+    // request, which a new hyper connection then reads. The boxed hyper connection keeps this
+    // task small while parked.
+    let mut stream = stream;
+    loop {
+        let svc_ctx = Arc::clone(&ctx);
+        let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
+        let mut conn = Box::pin(
+            builders
+                .h1
+                .serve_connection(ClientIo::new(stream, &ctx), svc)
+                .with_upgrades(),
+        );
+        drive(conn.as_mut(), &watchdog, &mut shutdown, |c| {
+            c.graceful_shutdown()
+        })
+        .await;
+        drop(conn);
+        let Some(parked) = ctx.parked.take() else {
+            return;
+        };
+        if shutdown.get() || !wait_parked(&ctx, &*parked, &limits, &mut shutdown).await {
+            return;
+        }
+        // The next request's head starts now (C-PATH-12's read_header_timeout).
+        let s = &ctx.state;
+        s.head_started
+            .store(ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+        s.smuggle.store(0, Ordering::Relaxed);
+        s.phase.store(HEAD, Ordering::Relaxed);
+        stream = parked;
+    }
+}
+
+/// Wait for a parked connection's next request: `true` once bytes are there to read; `false`
+/// when the client closed, the socket failed, `idle_timeout` passed (counted from the end of
+/// the last response, as for any idle connection) or shutdown began.
+async fn wait_parked(
+    ctx: &ConnCtx,
+    stream: &dyn TcpConn,
+    limits: &ServerLimits,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let rt = ctx.shared.rt;
+    let clock = &ctx.shared.clock;
+    let idle_since = weir_core::Instant::from_nanos(ctx.state.last_idle.load(Ordering::Relaxed));
+    let deadline = clock.deadline(idle_since + limits.idle_timeout);
+    let mut byte = [0u8; 1];
+    let peek = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut byte));
+    matches!(
+        next_or_shutdown(shutdown, rt::timeout_at(rt, deadline, peek)).await,
+        Wake::Next(Ok(Ok(n))) if n > 0
+    )
 }
 
 /// Serve one in-process HTTP/1.1 connection `io` with the data-plane handler, as if it came
@@ -440,6 +571,7 @@ where
             smuggle: AtomicU8::new(0),
         },
         h1: true,
+        parked: Parked::default(),
         _alive: alive,
         // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
         open: Arc::new(AtomicUsize::new(1)),
@@ -454,6 +586,8 @@ where
 struct Watchdog<'a> {
     ctx: &'a Arc<ConnCtx>,
     limits: &'a ServerLimits,
+    /// Park the connection after `PARK_AFTER` idle (HTTP/1).
+    park: bool,
 }
 
 enum Check {
@@ -463,6 +597,8 @@ enum Check {
     Close,
     /// Idle too long: shut down gracefully.
     Idle,
+    /// Idle for `PARK_AFTER`: park (HTTP/1).
+    Park,
 }
 
 impl Watchdog<'_> {
@@ -482,14 +618,23 @@ impl Watchdog<'_> {
                 }
             }
             IDLE => {
-                let due = weir_core::Instant::from_nanos(s.last_idle.load(Ordering::Relaxed))
-                    + self.limits.idle_timeout;
+                let idle_since =
+                    weir_core::Instant::from_nanos(s.last_idle.load(Ordering::Relaxed));
+                let due = idle_since + self.limits.idle_timeout;
+                let park_due = idle_since + PARK_AFTER;
                 if now >= due {
                     Check::Idle
+                } else if self.park && now >= park_due {
+                    Check::Park
                 } else {
-                    Check::Until(clock.deadline(due.min(now + rht)))
+                    let next = if self.park { due.min(park_due) } else { due };
+                    Check::Until(clock.deadline(next.min(now + rht)))
                 }
             }
+            // hyper did not let go of a parked connection within `read_header_timeout`.
+            PARKING => Check::Close,
+            // Busy: look again within `PARK_AFTER` of the request's end at the latest.
+            _ if self.park => Check::Until(clock.deadline(now + rht.min(PARK_AFTER))),
             _ => Check::Until(clock.deadline(now + rht)),
         }
     }
@@ -536,6 +681,18 @@ async fn drive<C, F>(
             match watchdog.check() {
                 Check::Until(t) => rt.reset(&mut sleep, t),
                 Check::Close => return Poll::Ready(()),
+                Check::Park => {
+                    if draining {
+                        rt.reset(&mut sleep, rt.now() + watchdog.limits.read_header_timeout);
+                        continue;
+                    }
+                    draining = true;
+                    watchdog.ctx.state.phase.store(PARKING, Ordering::Relaxed);
+                    // An idle HTTP/1 connection ends at once (no bytes read since its last
+                    // response, so hyper holds no part of a next request).
+                    graceful(conn.as_mut());
+                    rt.reset(&mut sleep, rt.now() + watchdog.limits.read_header_timeout);
+                }
                 Check::Idle => {
                     if draining {
                         return Poll::Ready(());

@@ -1,7 +1,7 @@
 //! C-PATH: listeners, the order of work, request ids, balancer headers, raw paths, hop-by-hop
 //! headers, streaming, upgrades, cancellation, graceful shutdown, weir's errors, client limits.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -853,6 +853,83 @@ pub async fn c_path_12_idle_keepalive_closed(bin: Binary) {
         start.elapsed() >= ms(200),
         "closed after {:?}, before idle_timeout",
         start.elapsed()
+    );
+}
+
+/// How long an idle HTTP/1 connection waits before weir parks it (1 s after the response, seen
+/// by a watchdog that looks at least once a second) plus a margin: a case that sleeps this long
+/// talks to a parked connection.
+const PARKED: Duration = Duration::from_millis(2600);
+
+/// C-PATH-12 (docs/proxy.md, "Idle connections"): a keep-alive connection idle long enough to
+/// be parked (its HTTP machinery dropped, the socket kept) serves the next request on the same
+/// socket, a pipelined pair included, and the next head gets a fresh `read_header_timeout`.
+pub async fn c_path_12_parked_connection_serves_next_requests(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(
+        &bin,
+        &Config::new(&[&b])
+            .set("server.idle_timeout", "30s")
+            .set("server.read_header_timeout", "1s"),
+    )
+    .await;
+    let mut c = Raw::connect(p.public).await;
+    for round in 0..3 {
+        tokio::time::sleep(if round == 0 { ms(0) } else { PARKED }).await;
+        if round < 2 {
+            c.write(format!("GET /parked-{round} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .expect("write after idling");
+            let (head, _) = c.read_response(secs(5)).await.expect("response");
+            assert_eq!(
+                head.status, 200,
+                "request {round} on the same socket: {head:?}"
+            );
+        } else {
+            // Two requests in one write, after parking: both are answered, in order.
+            c.write(b"GET /pipelined-a HTTP/1.1\r\nHost: x\r\n\r\nGET /pipelined-b HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .expect("write pipelined pair");
+            for which in ["a", "b"] {
+                let (head, _) = c.read_response(secs(5)).await.expect("pipelined response");
+                assert_eq!(head.status, 200, "pipelined {which}: {head:?}");
+            }
+        }
+    }
+    let paths: Vec<String> = b.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(
+        paths,
+        ["/parked-0", "/parked-1", "/pipelined-a", "/pipelined-b"],
+        "every request reached the backend once, in order"
+    );
+    // A head that starts after parking and stalls is cut by read_header_timeout, measured
+    // from its first byte, not from the end of the last response.
+    tokio::time::sleep(PARKED).await;
+    c.write(b"GET /slow HTTP/1.1\r\n")
+        .await
+        .expect("partial head");
+    let closed = c.wait_closed(secs(6)).await;
+    assert!(
+        closed.is_some_and(|t| t >= ms(700)),
+        "stalled head after parking: closed after {closed:?}, want about 1 s"
+    );
+}
+
+/// C-PATH-12: a parked connection is still closed after `idle_timeout`, counted from the end
+/// of its last response.
+pub async fn c_path_12_parked_connection_closed_after_idle_timeout(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b]).set("server.idle_timeout", "3s")).await;
+    let mut c = Raw::connect(p.public).await;
+    c.write(b"GET /once HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let (head, _) = c.read_response(secs(5)).await.expect("response");
+    assert_eq!(head.status, 200, "{head:?}");
+    let closed = c.wait_closed(secs(8)).await;
+    assert!(
+        closed.is_some_and(|t| t >= ms(2500)),
+        "closed after {closed:?}, want about idle_timeout (3 s)"
     );
 }
 

@@ -53,38 +53,88 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 /// `upgrading` (then `Upgrade` stays and `Connection: upgrade` is written). `Host` is never
 /// removed. Work is linear in the size of the `Connection` and `TE` lines.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
-    // Taking the Connection lines out of the map lets us remove what they name while reading
-    // them. The Vec allocates only when a Connection header is present.
-    let connection: Vec<HeaderValue> = match headers.entry(CONNECTION) {
-        http::header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
-        http::header::Entry::Vacant(_) => Vec::new(),
-    };
-    for line in &connection {
-        for token in tokens(line) {
-            let Ok(name) = HeaderName::from_bytes(token) else {
-                continue;
-            };
-            let protected = name == HOST || name == TE || (upgrading && name == UPGRADE);
-            if !protected {
-                headers.remove(&name);
+    // One pass over the names finds which hop-by-hop headers are there at all; most requests
+    // and responses carry none (or only `Connection`), and a `remove` of an absent name still
+    // costs a hash and a probe. Names are compared, never hashed, here.
+    let found = present(headers);
+    if found & CONNECTION_BIT != 0 {
+        // Taking the Connection lines out of the map lets us remove what they name while
+        // reading them.
+        let connection: Vec<HeaderValue> = match headers.entry(CONNECTION) {
+            http::header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
+            http::header::Entry::Vacant(_) => Vec::new(),
+        };
+        for line in &connection {
+            for token in tokens(line) {
+                let Ok(name) = HeaderName::from_bytes(token) else {
+                    continue;
+                };
+                let protected = name == HOST || name == TE || (upgrading && name == UPGRADE);
+                if !protected {
+                    headers.remove(&name);
+                }
             }
         }
     }
-    for name in [KEEP_ALIVE, PROXY_CONNECTION, TRAILER, TRANSFER_ENCODING] {
-        headers.remove(name);
+    for (bit, name) in [
+        (KEEP_ALIVE_BIT, KEEP_ALIVE),
+        (PROXY_CONNECTION_BIT, PROXY_CONNECTION),
+        (TRAILER_BIT, TRAILER),
+        (TRANSFER_ENCODING_BIT, TRANSFER_ENCODING),
+    ] {
+        if found & bit != 0 {
+            headers.remove(name);
+        }
     }
-    let trailers = headers
-        .get_all(TE)
-        .iter()
-        .any(|line| tokens(line).any(|t| t.eq_ignore_ascii_case(b"trailers")));
-    if trailers {
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-    } else {
-        headers.remove(TE);
+    if found & TE_BIT != 0 {
+        let trailers = headers
+            .get_all(TE)
+            .iter()
+            .any(|line| tokens(line).any(|t| t.eq_ignore_ascii_case(b"trailers")));
+        if trailers {
+            headers.insert(TE, HeaderValue::from_static("trailers"));
+        } else {
+            headers.remove(TE);
+        }
     }
     if upgrading {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
+    } else if found & UPGRADE_BIT != 0 {
         headers.remove(UPGRADE);
     }
+}
+
+const CONNECTION_BIT: u8 = 1;
+const KEEP_ALIVE_BIT: u8 = 1 << 1;
+const PROXY_CONNECTION_BIT: u8 = 1 << 2;
+const TRAILER_BIT: u8 = 1 << 3;
+const TRANSFER_ENCODING_BIT: u8 = 1 << 4;
+const TE_BIT: u8 = 1 << 5;
+const UPGRADE_BIT: u8 = 1 << 6;
+
+/// Which of the fixed hop-by-hop names `headers` holds, as bits; one pass over its distinct
+/// names (a removal through a `Connection` token may leave a bit set for a name that is gone,
+/// which only makes a later `remove` a no-op).
+fn present(headers: &HeaderMap) -> u8 {
+    let mut found = 0;
+    for name in headers.keys() {
+        found |= if *name == CONNECTION {
+            CONNECTION_BIT
+        } else if *name == TE {
+            TE_BIT
+        } else if *name == UPGRADE {
+            UPGRADE_BIT
+        } else if *name == TRANSFER_ENCODING {
+            TRANSFER_ENCODING_BIT
+        } else if *name == TRAILER {
+            TRAILER_BIT
+        } else if *name == KEEP_ALIVE {
+            KEEP_ALIVE_BIT
+        } else if *name == PROXY_CONNECTION {
+            PROXY_CONNECTION_BIT
+        } else {
+            0
+        };
+    }
+    found
 }

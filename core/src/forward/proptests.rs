@@ -487,3 +487,16 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// C-FWD-2: the address weir writes into `X-Forwarded-For` / `X-Real-IP` is exactly the
+    /// standard text of the address, for every IPv4 and IPv6 address (IPv4 is formatted by hand).
+    #[test]
+    fn c_fwd_2_written_address_is_the_standard_text(v4 in any::<u32>(), v6 in any::<u128>()) {
+        for ip in [IpAddr::V4(Ipv4Addr::from(v4)), IpAddr::V6(Ipv6Addr::from(v6))] {
+            let written = ip_header_value(ip);
+            let text = ip.to_string();
+            prop_assert_eq!(written.to_str().ok(), Some(text.as_str()));
+        }
+    }
+}
