@@ -484,12 +484,17 @@ async fn serve(
     if !h1 {
         let svc_ctx = Arc::clone(&ctx);
         let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
-        let conn = std::pin::pin!(
+        // Boxed, like HTTP/1's below: a task's size is that of its largest state, and every
+        // connection's task would otherwise carry room for an HTTP/2 session.
+        let mut conn = Box::pin(
             builders
                 .h2
-                .serve_connection(ClientIo::new(stream, &ctx), svc)
+                .serve_connection(ClientIo::new(stream, &ctx), svc),
         );
-        drive(conn, &watchdog, &mut shutdown, |c| c.graceful_shutdown()).await;
+        drive(conn.as_mut(), &watchdog, &mut shutdown, |c| {
+            c.graceful_shutdown()
+        })
+        .await;
         return;
     }
     // HTTP/1: one hyper connection per activity period. A connection idle for PARK_AFTER is
