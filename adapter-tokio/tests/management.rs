@@ -438,17 +438,29 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
     assert_eq!(s["health_check"]["interval"], "200ms");
     assert_eq!(get(p.public, "/x").await.status, 200);
 
-    // C-MGMT-5: every mutation is access-logged (sample rate 0: successes are not).
-    let logs = p.logs().stdout();
-    let lines: Vec<Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["target"] == "weir::access" && v["fields"]["listener"] == "management")
-        .collect();
-    let mutations = lines
-        .iter()
-        .filter(|v| v["fields"]["method"] != "GET" && v["fields"]["method"] != "HEAD")
-        .count();
+    // C-MGMT-5: every mutation is access-logged (sample rate 0: successes are not). A line is
+    // written when its response is done, which may be a moment after the client has read it:
+    // wait for the expected count, then check that it is exact.
+    let management_lines = || -> Vec<Value> {
+        p.logs()
+            .stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "weir::access" && v["fields"]["listener"] == "management")
+            .collect()
+    };
+    let count_mutations = |lines: &[Value]| {
+        lines
+            .iter()
+            .filter(|v| v["fields"]["method"] != "GET" && v["fields"]["method"] != "HEAD")
+            .count()
+    };
+    wait_until(Duration::from_secs(5), "mutation access-log lines", || {
+        count_mutations(&management_lines()) >= refusals + 8
+    })
+    .await;
+    let lines = management_lines();
+    let mutations = count_mutations(&lines);
     // Every refusal, the repeated invalid PATCH and the 7 valid mutations: one line each.
     assert_eq!(
         mutations,

@@ -155,7 +155,7 @@ async fn proxy(backends: &[&Backend], extra: &str) -> ProxyHandle {
     .expect("proxy starts")
 }
 
-const FAST: &str = "server:\n  read_header_timeout: 1s\n  idle_timeout: 2s\n  shutdown_timeout: 2s\n  retry:\n    per_try_timeout: 1s\nhealth_check:\n  interval: 1s\n  timeout: 500ms\n  jitter: 0s\n";
+const FAST: &str = "server:\n  read_header_timeout: 1s\n  idle_timeout: 2s\n  shutdown_timeout: 2s\n  retry:\n    per_try_timeout: 1s\nhealth_check:\n  interval: 1s\n  timeout: 500ms\n  jitter: 0s\n  slow_start: 0s\n";
 
 /// One request on a fresh connection; the response with its whole body.
 async fn send(addr: SocketAddr, req: Request<Full<Bytes>>) -> Response<Bytes> {
@@ -267,7 +267,8 @@ async fn c_retry_1_retries_503_on_another_backend() {
     let good = backend(ok_backend("fine")).await;
     let p = proxy(&[&bad, &good], FAST).await;
     let addr = p.public_addr();
-    // Two POSTs on one connection (one worker, so round-robin alternates): the one that lands
+    // Two POSTs on one connection (it stays on one worker, whose round-robin cursor alternates;
+    // slow start is off in FAST, so nothing skips a backend): the one that lands
     // on the bad backend gets its 503 as it was (no retry for POST, C-RETRY-4).
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

@@ -618,6 +618,10 @@ impl Watchdog<'_> {
                     weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed)) + rht;
                 if now >= due {
                     Check::Close
+                } else if self.park {
+                    // The head may complete and its response end long before `due`: look again
+                    // within `PARK_AFTER`, so parking is never later than 2 × PARK_AFTER.
+                    Check::Until(clock.deadline(due.min(now + PARK_AFTER)))
                 } else {
                     Check::Until(clock.deadline(due))
                 }
