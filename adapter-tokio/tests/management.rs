@@ -488,7 +488,7 @@ async fn c_mgmt_2_guard_matrix_and_mutations() {
             .any(|l| l["fields"]["endpoint"] == "set_enabled" && l["fields"]["status"] == 200),
         "no set_enabled line"
     );
-    assert!(!logs.contains(ADMIN_TOKEN));
+    assert!(!p.logs().stdout().contains(ADMIN_TOKEN));
 }
 
 /// C-MGMT-4: `/api/dashboard/request` sends one `GET /` through the data plane with only the
