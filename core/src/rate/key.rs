@@ -110,8 +110,11 @@ enum Family {
 ///
 /// 18 bytes, alignment 1 (16 address bytes + prefix + family): a `u128` of address plus the two
 /// tags that a `u128` alone cannot hold next to a full IPv6 /128. Kept byte-aligned so that a
-/// store's `(key, slot)` index entry packs into 24 bytes.
+/// store's `(key, slot)` index entry packs into 24 bytes. `repr(C)` puts the address bytes
+/// first, so the hash's two 8-byte reads of a key just copied onto the stack fall inside the
+/// copy's 16-byte store (with the tags first they straddled it and stalled store forwarding).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C)]
 pub struct ClientKey {
     /// The masked network in network byte order; IPv4 keys use the last four bytes.
     octets: [u8; 16],
