@@ -368,10 +368,5 @@ impl Pool {
     }
 }
 
-/// A value alone on its cache line(s), so per-worker cursors never share one.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub(crate) T);
-
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests;

@@ -69,3 +69,17 @@ impl spin::RelaxStrategy for SpinThenYield {
         std::thread::yield_now();
     }
 }
+
+/// A value alone on its cache line(s), so that values written by different threads (per-worker
+/// cursors, neighbouring store shards) never share one (false sharing). 128 bytes: adjacent-line
+/// prefetching pairs lines on x86.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}

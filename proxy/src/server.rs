@@ -150,6 +150,16 @@ impl Drop for ConnCtx {
 }
 
 impl ConnCtx {
+    /// When the idle connection closes: `idle_timeout` after the end of its last response.
+    fn idle_due(&self, limits: &ServerLimits) -> weir_core::Instant {
+        self.idle_since() + limits.idle_timeout
+    }
+
+    /// When the connection last became idle.
+    fn idle_since(&self) -> weir_core::Instant {
+        weir_core::Instant::from_nanos(self.state.last_idle.load(Ordering::Relaxed))
+    }
+
     /// Whether the head of the request being handled carried both `Content-Length` and
     /// `Transfer-Encoding` (read once per request; HTTP/1 only).
     #[must_use]
@@ -544,8 +554,7 @@ async fn wait_parked(
 ) -> bool {
     let rt = ctx.shared.rt;
     let clock = &ctx.shared.clock;
-    let idle_since = weir_core::Instant::from_nanos(ctx.state.last_idle.load(Ordering::Relaxed));
-    let deadline = clock.deadline(idle_since + limits.idle_timeout);
+    let deadline = clock.deadline(ctx.idle_due(limits));
     let mut byte = [0u8; 1];
     let peek = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut byte));
     matches!(
@@ -627,10 +636,8 @@ impl Watchdog<'_> {
                 }
             }
             IDLE => {
-                let idle_since =
-                    weir_core::Instant::from_nanos(s.last_idle.load(Ordering::Relaxed));
-                let due = idle_since + self.limits.idle_timeout;
-                let park_due = idle_since + PARK_AFTER;
+                let due = self.ctx.idle_due(self.limits);
+                let park_due = self.ctx.idle_since() + PARK_AFTER;
                 if now >= due {
                     Check::Idle
                 } else if self.park && now >= park_due {

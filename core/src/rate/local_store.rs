@@ -21,7 +21,7 @@ use foldhash::quality::FixedState;
 
 use crate::bucket::{BucketParams, Take};
 use crate::rate::key::ClientKey;
-use crate::sync::{SpinLock, spin_lock};
+use crate::sync::{Padded, SpinLock, spin_lock};
 use crate::time::Instant;
 
 /// Errors in local store parameters.
@@ -191,6 +191,8 @@ impl Shard {
 /// Bucket shape ([`BucketParams`]) is an argument, not part of the store, so a reload that
 /// changes capacity or refill applies at the next take without touching stored state.
 pub struct LocalStore {
+    /// Each on cache lines of its own: neighbouring shards' locks are taken by different
+    /// threads at once.
     shards: Box<[Padded<SpinLock<Shard>>]>,
     /// Chooses the shard of a key.
     shard_hasher: FixedState,
@@ -203,20 +205,6 @@ impl fmt::Debug for LocalStore {
             .field("shards", &self.shards.len())
             .field("max_buckets", &self.max_buckets)
             .finish_non_exhaustive()
-    }
-}
-
-/// A shard on cache lines of its own: neighbouring shards' locks are taken by different threads
-/// at once, and sharing a line would make each take invalidate the other's (false sharing). 128
-/// bytes: adjacent-line prefetching pairs lines on x86.
-#[repr(align(128))]
-#[derive(Debug)]
-struct Padded<T>(T);
-
-impl<T> core::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
     }
 }
 

@@ -9,9 +9,10 @@
 //! When the next backend is unavailable the driver asks for the one after it, so a backend that
 //! is down passes its turn to its successor (nginx and HAProxy behave the same).
 
-use super::{Padded, PickContext, Policy, Visit};
+use super::{PickContext, Policy, Visit};
 use crate::pool::{Backend, PoolParams};
 use crate::rng::Rng;
+use crate::sync::Padded;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 use crate::time::Instant;
 

@@ -32,9 +32,10 @@
 //! down backend's share is spread over the others in proportion to their weights), then every
 //! backend from a random start, so a pick succeeds whenever any backend is available.
 
-use super::{Padded, PickContext, Policy, Visit};
+use super::{PickContext, Policy, Visit};
 use crate::pool::{Backend, PoolParams};
 use crate::rng::Rng;
+use crate::sync::Padded;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 use crate::time::Instant;
 

@@ -221,13 +221,7 @@ impl HealthDriver {
     where
         F: FnMut(usize, bool, weir_core::Instant) + Send + 'static,
     {
-        self.commands
-            .try_send(Command::Reload {
-                targets,
-                params,
-                on_change: Box::new(on_change),
-            })
-            .map_err(|_| DriverStopped)
+        self.reloader().reload(targets, params, on_change)
     }
 
     /// A handle that can [`reload`](HealthReloader::reload) this driver from elsewhere (the
