@@ -193,7 +193,7 @@ start_proxy() {
       # The same proxy, configuration and flags on its two runtimes (tokio, smol).
       local bin=$WEIR_BIN
       [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
-      write_weir_config "$dir/weir.yaml"
+      write_weir_config "$dir/weir.yaml" "$workers"
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
       # shellcheck disable=SC2086 # $pin is empty or a command prefix
@@ -224,6 +224,7 @@ start_proxy() {
 # have none by default), access log off (successes are sampled at 0; errors would still be
 # logged), limits above anything the benchmark sends.
 write_weir_config() {
+  local workers=${2:-1}
   cat >"$1" <<EOF
 server:
   port: "$PORT"
@@ -231,6 +232,10 @@ server:
   idle_timeout: 300s
   upstream:
     max_concurrent_requests: 100000
+    # The idle cache nginx gets (keepalive 512 per worker): without it, 256 client connections
+    # churn upstream connections past the defaults (64 per backend, 256 in all).
+    max_idle_conns: $((512 * workers))
+    max_idle_conns_per_host: 512
   overload:
     max_concurrent_requests: 100000
 health_check:
