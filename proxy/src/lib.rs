@@ -36,6 +36,7 @@ pub mod clock;
 pub mod demo;
 pub mod health;
 pub mod management;
+pub mod memory;
 pub mod metrics;
 pub mod probe;
 pub mod proxy;

@@ -505,6 +505,8 @@ async fn serve(
             c.graceful_shutdown()
         })
         .await;
+        drop(conn);
+        crate::memory::note_freed();
         return;
     }
     // HTTP/1: one hyper connection per activity period. A connection idle for PARK_AFTER is
@@ -527,6 +529,8 @@ async fn serve(
         })
         .await;
         drop(conn);
+        // Parked or closed: hyper's buffers are free now.
+        crate::memory::note_freed();
         let Some(parked) = ctx.parked.take() else {
             return;
         };
@@ -816,6 +820,15 @@ async fn worker_main(
             }
         })
     };
+    // Freed memory back to the OS after connections park or close (`memory` module doc).
+    let collector = crate::memory::has_collect().then(|| {
+        rt::spawn_handle(rt, async move {
+            loop {
+                rt::sleep(rt, crate::memory::TICK).await;
+                crate::memory::tick();
+            }
+        })
+    });
     while !shutdown.get() {
         let Wake::Next(next) = next_or_shutdown(&mut shutdown, conns.recv()).await else {
             break;
@@ -860,6 +873,7 @@ async fn worker_main(
         );
     }
     drop(sweeper);
+    drop(collector);
 }
 
 /// Accept connections on `listener` and hand each to the least busy worker, until `shutdown`.
