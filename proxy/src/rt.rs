@@ -367,32 +367,53 @@ pub struct Elapsed;
 ///
 /// # Errors
 /// [`Elapsed`] when the deadline passed first (`fut` is dropped).
-pub async fn timeout_at<F: Future>(
-    rt: Rt,
-    deadline: Instant,
-    fut: F,
-) -> Result<F::Output, Elapsed> {
-    let mut fut = std::pin::pin!(fut);
-    let mut sleep: Option<Pin<Box<dyn Sleep>>> = None;
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(v));
-        }
-        let s = sleep.get_or_insert_with(|| rt.sleep_until(deadline));
-        match s.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
+pub fn timeout_at<F: Future>(rt: Rt, deadline: Instant, fut: F) -> Timeout<F> {
+    Timeout {
+        fut,
+        sleep: None,
+        rt,
+        deadline,
+    }
 }
 
 /// `fut`, unless `d` passes first.
 ///
 /// # Errors
 /// [`Elapsed`] when the time passed first.
-pub async fn timeout<F: Future>(rt: Rt, d: Duration, fut: F) -> Result<F::Output, Elapsed> {
-    timeout_at(rt, rt.now() + d, fut).await
+pub fn timeout<F: Future>(rt: Rt, d: Duration, fut: F) -> Timeout<F> {
+    timeout_at(rt, rt.now() + d, fut)
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`timeout_at`]. A struct rather than an `async fn`: an `async fn` keeps
+    /// its argument and the pinned copy it polls side by side, doubling the size of every
+    /// future that awaits it (the request path awaits one per attempt). Its timer is made only
+    /// when `fut` is not ready at the first poll.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Timeout<F> {
+        #[pin]
+        fut: F,
+        sleep: Option<Pin<Box<dyn Sleep>>>,
+        rt: Rt,
+        deadline: Instant,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.fut.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        let (rt, deadline) = (*this.rt, *this.deadline);
+        let s = this.sleep.get_or_insert_with(|| rt.sleep_until(deadline));
+        match s.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 /// A spawned task's result. Dropping the handle cancels the task (unlike tokio's, which

@@ -269,13 +269,29 @@ impl Conn {
 }
 
 /// Poll `fut` while driving `conn`'s IO, until `fut` completes.
-pub async fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(move |cx| {
-        conn.poll_drive(cx);
-        fut.as_mut().poll(cx)
-    })
-    .await
+pub fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> DriveUntil<'_, F> {
+    DriveUntil { conn, fut }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`drive_until`] (a struct, not an `async fn`, for the reason given at
+    /// [`rt::Timeout`]).
+    #[must_use = "futures do nothing unless polled"]
+    pub struct DriveUntil<'c, F> {
+        conn: &'c mut Conn,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for DriveUntil<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        this.conn.poll_drive(cx);
+        this.fut.poll(cx)
+    }
 }
 
 impl Upstream {
@@ -438,7 +454,9 @@ impl Upstream {
                 },
             }
         }
-        let mut conn = self.connect(target).await?;
+        // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
+        // connection never runs; unboxed, every request's future would carry and copy it.
+        let mut conn = Box::pin(self.connect(target)).await?;
         let fut = conn.tx.send_request(req);
         match drive_until(&mut conn, fut).await {
             Ok(resp) => Ok((resp, conn)),

@@ -255,7 +255,9 @@ impl RateLimiter {
             ));
         }
         if let Some(_trial) = self.may_call(now) {
-            match self.take_shared(key, rate).await {
+            // Boxed: the store clients' futures are kilobytes, and without the box every
+            // request's future (local store or none) would carry room for them and copy it.
+            match Box::pin(self.take_shared(key, rate)).await {
                 Ok(take) => {
                     self.on_success();
                     return Verdict::Decided(RateOutcome::from_take(
