@@ -127,6 +127,7 @@ macro_rules! __with_cases {
             c_health_3_cooldown_capped_at_max_cooldown,
             c_health_3_half_open_admits_one_trial,
             c_health_4_slow_start_ramps_share,
+            c_health_4_no_ramp_at_start,
             c_health_5_disabled_backends_are_probed,
             c_health_6_hanging_probe_delays_no_one,
             c_retry_1_retryable_statuses_and_methods,

@@ -85,10 +85,14 @@ pub struct Backend {
     load: AtomicU64,
     passive_failures: AtomicU64,
     /// When the backend last became eligible (enabled, not draining, healthy, circuit closed):
-    /// the start of its slow-start ramp. Nanoseconds of the core clock.
+    /// the start of its slow-start ramp. Nanoseconds of the core clock; [`NO_RAMP`] after
+    /// [`Backend::skip_initial_ramp`].
     warm_since: AtomicU64,
     breaker: Breaker,
 }
+
+/// `warm_since` of a backend whose present availability needs no ramp.
+const NO_RAMP: u64 = u64::MAX;
 
 impl Backend {
     /// A new backend: unhealthy until its first successful check (C-HEALTH-1).
@@ -176,8 +180,24 @@ impl Backend {
     /// The slow-start share (permille) the backend receives at `now`.
     #[must_use]
     pub fn slow_start_permille(&self, slow_start: &SlowStart, now: Instant) -> u32 {
-        let since = Instant::from_nanos(self.warm_since.load(Ordering::Relaxed));
-        slow_start.share_permille(since, now)
+        match self.warm_since.load(Ordering::Relaxed) {
+            NO_RAMP => 1000,
+            since => slow_start.share_permille(Instant::from_nanos(since), now),
+        }
+    }
+
+    /// The backend's present availability needs no slow-start ramp: it was available when the
+    /// proxy started (its first health cycle ran before the listeners opened), so no traffic has
+    /// gone anywhere yet and every backend is equally cold; ramping them all would only perturb
+    /// the policy's order (C-HEALTH-4 as refined in docs/health.md; HAProxy never applies
+    /// slowstart at start-up either). The next time the backend becomes eligible, its ramp runs
+    /// as usual. Does nothing to a backend that is not eligible now. Returns whether it applied.
+    pub fn skip_initial_ramp(&self) -> bool {
+        let eligible = Backend::eligible(self.flags.load(Ordering::Acquire));
+        if eligible {
+            self.warm_since.store(NO_RAMP, Ordering::Relaxed);
+        }
+        eligible
     }
 
     /// Availability for a new request at `now` (C-POOL-3). No side effect.
@@ -566,6 +586,33 @@ mod tests {
         let b = Arc::new(Backend::new(spec, now));
         b.set_healthy(true, now);
         b
+    }
+
+    #[test]
+    fn c_health_4_no_ramp_for_backends_available_at_start_but_after_a_recovery() {
+        let ss = SlowStart::new(Duration::from_secs(30), 10).unwrap();
+        let t0 = Instant::from_secs(1);
+        let up = healthy(&BackendSpec::new("a", "http://a"), t0);
+        let down = Arc::new(Backend::new(&BackendSpec::new("b", "http://b"), t0));
+        // The first cycle: `a` passed, `b` did not.
+        assert!(up.skip_initial_ramp());
+        assert!(
+            !down.skip_initial_ramp(),
+            "an unavailable backend keeps its ramp"
+        );
+        assert_eq!(up.slow_start_permille(&ss, t0), 1000, "no ramp at start-up");
+        // `b` passes later: it ramps from the minimum.
+        let t1 = t0 + Duration::from_secs(5);
+        down.set_healthy(true, t1);
+        assert_eq!(down.slow_start_permille(&ss, t1), 100);
+        // `a` fails and recovers: the ramp runs again.
+        up.set_healthy(false, t1);
+        up.set_healthy(true, t1);
+        assert_eq!(up.slow_start_permille(&ss, t1), 100);
+        assert_eq!(
+            up.slow_start_permille(&ss, t1 + Duration::from_secs(15)),
+            550
+        );
     }
 
     #[test]

@@ -348,6 +348,10 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let health = health::spawn(&shared, tls);
     shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
+    // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
+    for (_, backend) in shared.runtime.load().backends() {
+        backend.skip_initial_ramp();
+    }
 
     let public = listen(public_bind)?;
     let public_addr = public.local_addr().map_err(|error| StartError::Bind {
