@@ -75,20 +75,29 @@ async fn c_retry_6_pool_reuses_only_finished_connections() {
     let up = Upstream::new(weir_tokio::rt(), config(), None);
     let target = up.target("b", &format!("http://{addr}")).unwrap();
     for _ in 0..3 {
-        let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+        let (resp, mut conn) = up
+            .send(&target, get("b"), std::time::Instant::now())
+            .await
+            .unwrap();
         let body = read_body(resp, &mut conn).await;
         assert_eq!(body.len(), 100_000);
-        up.release(conn);
+        up.release(conn, std::time::Instant::now());
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
     assert_eq!(up.idle_count(), 1);
     // Dropped unread: not returned, the next request needs a new connection.
-    let (resp, conn) = up.send(&target, get("b")).await.unwrap();
+    let (resp, conn) = up
+        .send(&target, get("b"), std::time::Instant::now())
+        .await
+        .unwrap();
     drop(resp);
     drop(conn);
-    let (resp, mut conn) = up.send(&target, get("b")).await.unwrap();
+    let (resp, mut conn) = up
+        .send(&target, get("b"), std::time::Instant::now())
+        .await
+        .unwrap();
     let _ = read_body(resp, &mut conn).await;
-    up.release(conn);
+    up.release(conn, std::time::Instant::now());
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
     up.clear();
     assert_eq!(up.idle_count(), 0);
@@ -103,7 +112,7 @@ async fn refused_is_a_connect_error() {
     let up = Upstream::new(weir_tokio::rt(), config(), None);
     let target = up.target("b", &format!("http://{addr}")).unwrap();
     assert!(matches!(
-        up.send(&target, get("b")).await,
+        up.send(&target, get("b"), std::time::Instant::now()).await,
         Err(SendError::Connect(_))
     ));
 }
@@ -171,7 +180,10 @@ async fn https_backends_validate_certificates() {
     let t = up
         .target("good", &format!("https://localhost:{good}"))
         .unwrap();
-    let (resp, mut conn) = up.send(&t, get("localhost")).await.expect("tls ok");
+    let (resp, mut conn) = up
+        .send(&t, get("localhost"), std::time::Instant::now())
+        .await
+        .expect("tls ok");
     assert_eq!(resp.status(), 200);
     let body = read_body(resp, &mut conn).await;
     assert_eq!(body.as_ref(), b"secure");
@@ -179,7 +191,8 @@ async fn https_backends_validate_certificates() {
         .target("bad", &format!("https://localhost:{bad}"))
         .unwrap();
     assert!(matches!(
-        up.send(&t, get("localhost")).await,
+        up.send(&t, get("localhost"), std::time::Instant::now())
+            .await,
         Err(SendError::Connect(_))
     ));
 }

@@ -45,6 +45,8 @@ pub mod header {
     pub const ALLOW: &str = "allow";
     /// `Bearer` on a `401` (RFC 6750).
     pub const WWW_AUTHENTICATE: &str = "www-authenticate";
+    /// `close` on a response after which the client connection closes (C-PATH-12).
+    pub const CONNECTION: &str = "connection";
 }
 
 /// The media type of every synthetic body.
@@ -262,6 +264,73 @@ impl ManagementError {
     }
 }
 
+/// Errors of a data-plane request that weir answers itself although no flow outcome covers
+/// them: the request is refused before any attempt, or the attempt loop cannot hand over what it
+/// got. Every one has the C-PATH-11 shape (with `X-Request-ID` and, when the request was
+/// allowed, the rate headers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientError {
+    /// Both `Content-Length` and `Transfer-Encoding` (request smuggling, C-PATH-12): `400`
+    /// with `Connection: close`; nothing reaches a backend.
+    Smuggling,
+    /// Request target `*` with a method other than `OPTIONS`: `400`.
+    AsteriskWithoutOptions,
+    /// A target that cannot be proxied (authority-form, malformed): `400`.
+    UnsupportedTarget,
+    /// A body to be buffered did not arrive within `server.read_timeout`: `408`.
+    BodyTimeout,
+    /// A body to be buffered could not be read: `400`.
+    BodyUnreadable,
+    /// The backend's path prefix and the target make an upstream target too long: `414`.
+    TargetTooLong,
+    /// `/readyz` while not ready (C-OBS-4): `503`.
+    NotReady,
+    /// The backend answered `101` to a request that asked for no upgrade: `502`.
+    UnrequestedUpgrade,
+    /// The attempt loop ended without a response to pass on (an internal inconsistency, never
+    /// expected): `502`.
+    Incomplete,
+}
+
+impl ClientError {
+    /// The status the client gets.
+    #[must_use]
+    pub const fn status(&self) -> u16 {
+        match self {
+            ClientError::Smuggling
+            | ClientError::AsteriskWithoutOptions
+            | ClientError::UnsupportedTarget
+            | ClientError::BodyUnreadable => 400,
+            ClientError::BodyTimeout => 408,
+            ClientError::TargetTooLong => 414,
+            ClientError::NotReady => 503,
+            ClientError::UnrequestedUpgrade | ClientError::Incomplete => 502,
+        }
+    }
+
+    /// The `message` of the JSON body.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            ClientError::Smuggling => "request has both content-length and transfer-encoding",
+            ClientError::AsteriskWithoutOptions => "request target '*' needs OPTIONS",
+            ClientError::UnsupportedTarget => {
+                "request target is not origin-, absolute- or asterisk-form"
+            }
+            ClientError::BodyTimeout => "request body was not received within read_timeout",
+            ClientError::BodyUnreadable => "request body could not be read",
+            ClientError::TargetTooLong => "upstream path and query are too long",
+            ClientError::NotReady => {
+                "not ready: no backend available, rate-limit store down (fail-closed), or shutting down"
+            }
+            ClientError::UnrequestedUpgrade => {
+                "backend switched protocols without an upgrade request"
+            }
+            ClientError::Incomplete => "upstream request could not be completed",
+        }
+    }
+}
+
 /// Most headers a synthetic response adds besides `Content-Type` and `X-Request-ID` (the rate
 /// headers of a `429` are the longest list: six).
 const MAX_EXTRA: usize = 6;
@@ -269,7 +338,8 @@ const MAX_EXTRA: usize = 6;
 /// A response weir makes itself (C-PATH-11): a status, a fixed header list and the JSON body
 /// `{"code": <status>, "message": "...", "request_id": "..."}` with
 /// `Content-Type: application/json`. Build one with [`SyntheticResponse::reject`],
-/// [`SyntheticResponse::failure`] or [`SyntheticResponse::management`].
+/// [`SyntheticResponse::failure`], [`SyntheticResponse::client_error`] or
+/// [`SyntheticResponse::management`].
 ///
 /// It is complete: it already carries `X-Request-ID` (C-PATH-3), so an adapter that adds that
 /// header to every response must `insert` it, not `append` it.
@@ -334,6 +404,16 @@ impl<'a> SyntheticResponse<'a> {
             r.with(header::RETRY_BUDGET, Text::Str("exhausted"))
         } else {
             r
+        }
+    }
+
+    /// The answer to a data-plane request that no flow outcome covers (see [`ClientError`]).
+    #[must_use]
+    pub fn client_error(error: &ClientError, request_id: &'a str) -> SyntheticResponse<'a> {
+        let r = SyntheticResponse::new(error.status(), error.message(), request_id);
+        match error {
+            ClientError::Smuggling => r.with(header::CONNECTION, Text::Str("close")),
+            _ => r,
         }
     }
 

@@ -139,11 +139,12 @@ impl Delivered {
             return;
         }
         self.done = true;
-        let _ = self.flow.handle_body_end(end, self.clock.now());
+        let now = self.clock.rt().now();
+        let _ = self.flow.handle_body_end(end, self.clock.at(now));
         if let Some(conn) = self.conn.take()
             && end == BodyEnd::Complete
         {
-            self.upstream.release(conn);
+            self.upstream.release(conn, now);
         }
         self.permit = None;
     }

@@ -268,13 +268,18 @@ pub struct AttemptTimer {
 }
 
 impl AttemptTimer {
-    /// Start timing an attempt to `backend` (no-op when `None`).
+    /// Start timing an attempt to `backend` (no-op when `None`) that started at `started` (a
+    /// clock reading the caller already has).
     #[must_use]
-    pub fn start(rt: crate::rt::Rt, backend: Option<Arc<BackendMetrics>>) -> AttemptTimer {
+    pub fn start(
+        rt: crate::rt::Rt,
+        backend: Option<Arc<BackendMetrics>>,
+        started: std::time::Instant,
+    ) -> AttemptTimer {
         AttemptTimer {
             backend,
             rt,
-            started: rt.now(),
+            started,
         }
     }
 
@@ -282,10 +287,10 @@ impl AttemptTimer {
         self.rt.now().saturating_duration_since(self.started)
     }
 
-    /// Count the attempt with `outcome`.
-    pub fn finish(mut self, outcome: AttemptOutcome) {
+    /// Count the attempt with `outcome`, ended at `now`.
+    pub fn finish(mut self, outcome: AttemptOutcome, now: std::time::Instant) {
         if let Some(b) = self.backend.take() {
-            b.attempt(outcome, self.elapsed());
+            b.attempt(outcome, now.saturating_duration_since(self.started));
         }
     }
 }

@@ -37,7 +37,7 @@ use weir_core::forward::{
 use weir_core::rate::{HeaderText, RateOutcome};
 use weir_core::request_id::{RequestId, X_REQUEST_ID, request_id_in_force};
 use weir_core::response::{
-    ProtectionReason, Reject, SyntheticResponse, Text, delivered_headers, header,
+    ClientError, ProtectionReason, Reject, SyntheticResponse, Text, delivered_headers, header,
 };
 use weir_core::retry::{BodyKind, RetryPolicy};
 use weir_core::upstream::BackendBase;
@@ -178,15 +178,7 @@ impl Handler<'_> {
             && self.ctx.take_smuggling_flags()
             && req.headers().contains_key(TRANSFER_ENCODING)
         {
-            let mut resp = client_error(
-                StatusCode::BAD_REQUEST,
-                "request has both content-length and transfer-encoding",
-                &answer,
-                guard,
-            );
-            resp.headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            return resp;
+            return client_error(ClientError::Smuggling, &answer, guard);
         }
 
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
@@ -196,12 +188,7 @@ impl Handler<'_> {
                 return if shared.ready() {
                     status_json(StatusCode::OK, "ready", &answer, guard)
                 } else {
-                    client_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: no backend available, rate-limit store down (fail-closed), or shutting down",
-                        &answer,
-                        guard,
-                    )
+                    client_error(ClientError::NotReady, &answer, guard)
                 };
             }
             _ => {}
@@ -225,10 +212,14 @@ impl Handler<'_> {
         self.trace.set_client(resolution.client);
 
         // C-RATE-1, C-RATE-2: one token, after the gate so an overload 503 costs none.
-        let check = shared
-            .limiter
-            .check(&rate_params, resolution.client, clock.now())
-            .await;
+        let check = if rate_params.enabled() {
+            shared
+                .limiter
+                .check(&rate_params, resolution.client, clock.now())
+                .await
+        } else {
+            RateCheck::Off
+        };
         match check {
             RateCheck::Off => {}
             RateCheck::Outcome(o) if o.is_allowed() => answer.rate = Some(o),
@@ -247,13 +238,13 @@ impl Handler<'_> {
         if !raw_target.starts_with('/')
             && let Err(e) = validation_base().upstream_uri(&method, raw_target)
         {
-            let message = match e {
+            let error = match e {
                 weir_core::upstream::UpstreamUriError::AsteriskWithoutOptions => {
-                    "request target '*' needs OPTIONS"
+                    ClientError::AsteriskWithoutOptions
                 }
-                _ => "request target is not origin-, absolute- or asterisk-form",
+                _ => ClientError::UnsupportedTarget,
             };
-            return client_error(StatusCode::BAD_REQUEST, message, &answer, guard);
+            return client_error(error, &answer, guard);
         }
 
         // C-ROUTE-1: route on the raw path; the selection context for the route's pool.
@@ -286,14 +277,7 @@ impl Handler<'_> {
             if n <= retry.body_limit() && retry.allows_method(method.as_str()) {
                 match buffer(shared.rt, body, read_deadline).await {
                     Ok(bytes) => (BodyKind::Sized(n), Source::Full(bytes)),
-                    Err(status) => {
-                        return client_error(
-                            status,
-                            "request body could not be read",
-                            &answer,
-                            guard,
-                        );
-                    }
+                    Err(error) => return client_error(error, &answer, guard),
                 }
             } else {
                 (
@@ -342,8 +326,16 @@ impl Handler<'_> {
             body: body_kind,
             ctx: pick,
         };
+        // The request's own start: its deadlines count from its arrival.
         let (flow, action) = worker::with_rng(|rng| {
-            Flow::start(flow_target, &retry, &budget, meta, clock.now(), rng)
+            Flow::start(
+                flow_target,
+                &retry,
+                &budget,
+                meta,
+                clock.at(self.started),
+                rng,
+            )
         });
         let replayable = retry.allows_method(method.as_str()) && retry.body_replayable(body_kind);
         let attempts = Attempts {
@@ -441,20 +433,23 @@ impl Attempts<'_, '_> {
                     let last_attempt = !self.replayable || a.attempt >= self.max_attempts;
                     let req = match self.request(&target, last_attempt) {
                         Ok(r) => r,
-                        Err(message) => {
-                            return client_error(StatusCode::URI_TOO_LONG, message, &answer, guard);
-                        }
+                        Err(error) => return client_error(error, &answer, guard),
                     };
+                    let begun = shared.rt.now();
                     let mut deadline = clock.deadline(a.header_deadline);
                     if let Some(t) = shared.response_header_timeout {
-                        deadline = deadline.min(shared.rt.now() + t);
+                        deadline = deadline.min(begun + t);
                     }
-                    let timer = AttemptTimer::start(shared.rt, metrics);
-                    let sent =
-                        rt::timeout_at(shared.rt, deadline, shared.upstream.send(&target, req))
-                            .await;
-                    let now = clock.now();
-                    timer.finish(self.outcome(&sent));
+                    let timer = AttemptTimer::start(shared.rt, metrics, begun);
+                    let sent = rt::timeout_at(
+                        shared.rt,
+                        deadline,
+                        shared.upstream.send(&target, req, begun),
+                    )
+                    .await;
+                    let ended = shared.rt.now();
+                    let now = clock.at(ended);
+                    timer.finish(self.outcome(&sent), ended);
                     action = match sent {
                         Ok(Ok((resp, conn))) => {
                             let status = resp.status().as_u16();
@@ -553,7 +548,7 @@ impl Attempts<'_, '_> {
         &mut self,
         target: &Target,
         last_attempt: bool,
-    ) -> Result<Request<UpBody>, &'static str> {
+    ) -> Result<Request<UpBody>, ClientError> {
         let uri = upstream_uri(target.base(), &self.method, &self.uri)?;
         let mut headers = if last_attempt {
             self.headers.take().unwrap_or_default()
@@ -614,12 +609,7 @@ impl Attempts<'_, '_> {
             let Some(client_upgrade) = client_upgrade else {
                 // A 101 the client did not ask for cannot be passed on.
                 drop(flow);
-                return client_error(
-                    StatusCode::BAD_GATEWAY,
-                    "backend switched protocols without an upgrade request",
-                    &answer,
-                    guard,
-                );
+                return client_error(ClientError::UnrequestedUpgrade, &answer, guard);
             };
             let alive = self.handler.ctx.alive();
             shared.rt.spawn(async move {
@@ -649,8 +639,9 @@ impl Attempts<'_, '_> {
 
         if body.is_end_stream() {
             // Nothing to stream (HEAD, 204, 304, empty): settle now.
-            let _ = flow.handle_body_end(BodyEnd::Complete, clock.now());
-            shared.upstream.release(conn);
+            let now = shared.rt.now();
+            let _ = flow.handle_body_end(BodyEnd::Complete, clock.at(now));
+            shared.upstream.release(conn, now);
             drop(permit);
             return Response::from_parts(parts, ResBody::empty(Some(guard)));
         }
@@ -675,7 +666,7 @@ impl Attempts<'_, '_> {
 /// origin-form target this is the client's target itself (what [`BackendBase::upstream_uri`]
 /// returns for it, byte for byte; checked by a test), without an allocation; otherwise core
 /// joins the prefix and the raw target.
-fn upstream_uri(base: &BackendBase, method: &Method, uri: &Uri) -> Result<Uri, &'static str> {
+fn upstream_uri(base: &BackendBase, method: &Method, uri: &Uri) -> Result<Uri, ClientError> {
     let pq = uri.path_and_query();
     let raw = pq.map_or("/", http::uri::PathAndQuery::as_str);
     if base.path_prefix().is_empty() && raw.starts_with('/') {
@@ -688,7 +679,7 @@ fn upstream_uri(base: &BackendBase, method: &Method, uri: &Uri) -> Result<Uri, &
     }
     let full = base
         .upstream_uri(method, raw)
-        .map_err(|_| "upstream path and query are too long")?;
+        .map_err(|_| ClientError::TargetTooLong)?;
     Ok(full
         .path_and_query()
         .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone())))
@@ -717,18 +708,18 @@ async fn buffer(
     rt: rt::Rt,
     body: Incoming,
     deadline: Option<std::time::Instant>,
-) -> Result<Bytes, StatusCode> {
+) -> Result<Bytes, ClientError> {
     let collect = body.collect();
     let collected = match deadline {
         Some(d) => match rt::timeout_at(rt, d, collect).await {
             Ok(r) => r,
-            Err(_) => return Err(StatusCode::REQUEST_TIMEOUT),
+            Err(_) => return Err(ClientError::BodyTimeout),
         },
         None => collect.await,
     };
     collected
         .map(http_body_util::Collected::to_bytes)
-        .map_err(|_| StatusCode::BAD_REQUEST)
+        .map_err(|_| ClientError::BodyUnreadable)
 }
 
 /// Count a protection event (C-LOAD-3) in `load_balancer_protection_events_total{reason}`.
@@ -786,36 +777,17 @@ fn header_value(text: Text<'_>) -> Option<HeaderValue> {
     }
 }
 
-/// An error of the client's request that weir-core has no outcome for (request smuggling,
-/// unsupported target, unreadable body), in the C-PATH-11 shape.
-fn client_error(
-    status: StatusCode,
-    message: &str,
-    answer: &Answer,
-    guard: RequestGuard,
-) -> Response<ResBody> {
-    let body = serde_json::json!({
-        "code": status.as_u16(),
-        "message": message,
-        "request_id": answer.rid.as_str(),
-    })
-    .to_string();
-    let mut resp = Response::new(ResBody::full(Bytes::from(body), Some(guard)));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(X_REQUEST_ID, answer.rid_value.clone());
-    add_rate_headers(h, answer.rate.as_ref());
-    resp
-}
-
-fn internal_error(answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-    client_error(
-        StatusCode::BAD_GATEWAY,
-        "upstream request could not be completed",
+/// An error of the request that no flow outcome covers, as core spells it (C-PATH-11).
+fn client_error(error: ClientError, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
+    synthetic(
+        &SyntheticResponse::client_error(&error, answer.rid.as_str()),
         answer,
         guard,
     )
+}
+
+fn internal_error(answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
+    client_error(ClientError::Incomplete, answer, guard)
 }
 
 /// `/healthz` and `/readyz` when all is well.

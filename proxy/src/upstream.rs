@@ -345,9 +345,8 @@ impl Upstream {
         })
     }
 
-    /// The most recently idle connection to `target` that has not expired.
-    fn checkout(&self, target: &Target) -> Option<Conn> {
-        let now = self.rt.now();
+    /// The most recently idle connection to `target` that has not expired at `now`.
+    fn checkout(&self, target: &Target, now: std::time::Instant) -> Option<Conn> {
         let timeout = self.config.idle_conn_timeout;
         self.with_pool(|pool| {
             let host = pool.hosts.get_mut(target.url())?;
@@ -371,9 +370,9 @@ impl Upstream {
         })
     }
 
-    /// Give a connection back after its response body ended. Closed connections, and any beyond
-    /// the idle bounds, are dropped (closed).
-    pub fn release(&self, conn: Conn) {
+    /// Give a connection back after its response body ended at `now`. Closed connections, and
+    /// any beyond the idle bounds, are dropped (closed).
+    pub fn release(&self, conn: Conn, now: std::time::Instant) {
         if conn.driver.is_none() || conn.tx.is_closed() {
             return;
         }
@@ -389,10 +388,7 @@ impl Upstream {
             if host.idle.len() >= per_host {
                 return;
             }
-            host.idle.push_back(Idle {
-                conn,
-                since: self.rt.now(),
-            });
+            host.idle.push_back(Idle { conn, since: now });
             pool.idle_total += 1;
         });
     }
@@ -432,14 +428,16 @@ impl Upstream {
         self.with_pool(|pool| pool.idle_total)
     }
 
-    /// Send `req` to `target` on a pooled or new connection; the response head, and the
-    /// connection to [`release`](Self::release) once the body ended.
+    /// Send `req` to `target` on a pooled or new connection, from `now` (idle connections that
+    /// expired by then are closed); the response head, and the connection to
+    /// [`release`](Self::release) once the body ended.
     pub async fn send(
         &self,
         target: &Arc<Target>,
         mut req: Request<UpBody>,
+        now: std::time::Instant,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
-        while let Some(mut conn) = self.checkout(target) {
+        while let Some(mut conn) = self.checkout(target, now) {
             // Drive the idle connection once: a close by the backend shows now.
             if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
                 continue;

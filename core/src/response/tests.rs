@@ -101,6 +101,19 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
     ] {
         all.push((SyntheticResponse::management(&m, id), status));
     }
+    for (e, status) in [
+        (ClientError::Smuggling, 400),
+        (ClientError::AsteriskWithoutOptions, 400),
+        (ClientError::UnsupportedTarget, 400),
+        (ClientError::BodyTimeout, 408),
+        (ClientError::BodyUnreadable, 400),
+        (ClientError::TargetTooLong, 414),
+        (ClientError::NotReady, 503),
+        (ClientError::UnrequestedUpgrade, 502),
+        (ClientError::Incomplete, 502),
+    ] {
+        all.push((SyntheticResponse::client_error(&e, id), status));
+    }
     all
 }
 
@@ -284,6 +297,19 @@ fn c_mgmt_2_management_errors_are_not_cached_and_carry_their_extras() {
 }
 
 #[test]
+fn c_path_12_smuggling_answer_closes_the_connection_and_only_it() {
+    let r = SyntheticResponse::client_error(&ClientError::Smuggling, "r");
+    assert!(strings(&r).contains(&(header::CONNECTION, "close".into())));
+    for e in [ClientError::BodyTimeout, ClientError::NotReady] {
+        let r = SyntheticResponse::client_error(&e, "r");
+        assert!(
+            !strings(&r).iter().any(|(n, _)| *n == header::CONNECTION),
+            "{e:?}"
+        );
+    }
+}
+
+#[test]
 fn header_names_are_valid_lower_case_http_names() {
     for name in [
         header::BACKEND,
@@ -297,6 +323,7 @@ fn header_names_are_valid_lower_case_http_names() {
         header::CACHE_CONTROL,
         header::ALLOW,
         header::WWW_AUTHENTICATE,
+        header::CONNECTION,
     ] {
         assert!(
             http::HeaderName::from_bytes(name.as_bytes()).is_ok(),
