@@ -81,6 +81,81 @@ fn tick_with(collect: Option<fn()>) -> bool {
     }
 }
 
+/// mimalloc as the global allocator (both binaries): per-thread heaps suit the per-worker
+/// runtimes, where a request allocates and frees on one thread.
+///
+/// Unlike the `mimalloc` crate's allocator, which sends every request through mimalloc's
+/// aligned entry points, layouts with an alignment of at most 8 (nearly all of them) take the
+/// plain ones: every mimalloc block is at least 8-aligned (its size classes are multiples of the
+/// word size), and the plain path is mimalloc's fastest. callgrind put the aligned path at 3.8 %
+/// of a proxied request's instructions.
+#[cfg(feature = "mimalloc")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MiMalloc;
+
+/// The alignment every mimalloc block has.
+#[cfg(feature = "mimalloc")]
+const WORD_ALIGN: usize = 8;
+
+#[cfg(feature = "mimalloc")]
+#[allow(unsafe_code)]
+// SAFETY (the impl): each method forwards to the mimalloc function with the contract the
+// `GlobalAlloc` method needs: a block of at least `size` bytes aligned to `layout.align()` (or
+// null), freed with `mi_free`, resized keeping the alignment.
+unsafe impl std::alloc::GlobalAlloc for MiMalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: plain or aligned allocation of `layout.size()` bytes (see the impl's comment).
+        unsafe {
+            if layout.align() <= WORD_ALIGN {
+                libmimalloc_sys::mi_malloc(layout.size()).cast()
+            } else {
+                libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: as `alloc`, zeroed.
+        unsafe {
+            if layout.align() <= WORD_ALIGN {
+                libmimalloc_sys::mi_zalloc(layout.size()).cast()
+            } else {
+                libmimalloc_sys::mi_zalloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from one of this allocator's mimalloc calls.
+        unsafe { libmimalloc_sys::mi_free(ptr.cast()) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from this allocator with `layout`; the new block keeps its alignment.
+        unsafe {
+            if layout.align() <= WORD_ALIGN {
+                libmimalloc_sys::mi_realloc(ptr.cast(), new_size).cast()
+            } else {
+                libmimalloc_sys::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
+            }
+        }
+    }
+}
+
+/// The collector to register with [`set_collect`] when [`MiMalloc`] is the global allocator:
+/// hands this thread's freed pages to mimalloc's purge schedule and purges those whose delay
+/// (1 s) has passed.
+#[cfg(feature = "mimalloc")]
+#[allow(unsafe_code)]
+pub fn mimalloc_collect() {
+    // SAFETY: `mi_collect` takes no pointers and may be called on any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(false) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
