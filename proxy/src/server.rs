@@ -677,7 +677,11 @@ async fn drive<C, F>(
     };
     let mut sleep = rt.sleep_until(first);
     // Shutdown is watched by its own future until it fires once; then the connection drains.
+    // Polled once to register its listener, then only when the lock-free check says the
+    // signal changed (its listener's lock is shared by every connection of every worker).
     let mut draining = false;
+    let signal = shutdown.clone();
+    let mut stop_armed = false;
     let mut stop = std::pin::pin!(async {
         loop {
             if shutdown.changed().await.is_err() || shutdown.get() {
@@ -690,10 +694,13 @@ async fn drive<C, F>(
             if conn.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(());
             }
-            if !draining && stop.as_mut().poll(cx).is_ready() {
-                draining = true;
-                graceful(conn.as_mut());
-                continue;
+            if !draining && (!stop_armed || signal.has_changed()) {
+                stop_armed = true;
+                if stop.as_mut().poll(cx).is_ready() {
+                    draining = true;
+                    graceful(conn.as_mut());
+                    continue;
+                }
             }
             if sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;

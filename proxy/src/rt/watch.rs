@@ -2,7 +2,7 @@
 //! value, every receiver can wait for a change and read the latest. Used for the shutdown
 //! signal and the health driver's cycle count.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use event_listener::{Event, listener};
@@ -11,6 +11,8 @@ use event_listener::{Event, listener};
 struct Inner<T> {
     /// The value and its version (bumped on every change).
     value: Mutex<(T, u64)>,
+    /// The version, readable without the lock (set under it, before waking anyone).
+    version: AtomicU64,
     closed: AtomicBool,
     changed: Event,
 }
@@ -47,6 +49,7 @@ pub struct Closed;
 pub fn channel<T: Clone>(init: T) -> (Sender<T>, Receiver<T>) {
     let inner = Arc::new(Inner {
         value: Mutex::new((init, 0)),
+        version: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         changed: Event::new(),
     });
@@ -78,6 +81,7 @@ impl<T: Clone> Sender<T> {
             let changed = modify(&mut g.0);
             if changed {
                 g.1 += 1;
+                self.inner.version.store(g.1, Ordering::Release);
             }
             changed
         };
@@ -129,11 +133,16 @@ impl<T: Clone> Receiver<T> {
     }
 
     fn version(&self) -> u64 {
-        self.inner
-            .value
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1
+        self.inner.version.load(Ordering::Acquire)
+    }
+
+    /// Whether the value changed since this receiver last saw it, or the sender is gone: what
+    /// [`changed`](Self::changed) would return at once for. Lock-free, so a hot loop can look
+    /// before it polls a waiting `changed` (whose listener takes a lock shared by every
+    /// receiver).
+    #[must_use]
+    pub fn has_changed(&self) -> bool {
+        self.version() != self.seen || self.is_closed()
     }
 
     /// Wait until the value changes after the last one this receiver saw (at once if it already
@@ -176,5 +185,32 @@ impl<T: Clone> Receiver<T> {
             }
             self.changed().await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
+        let mut f = std::pin::pin!(f);
+        f.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn has_changed_tracks_what_changed_would_return_at_once() {
+        let (tx, mut rx) = channel(false);
+        assert!(!rx.has_changed());
+        assert!(poll_once(rx.changed()).is_pending());
+        tx.send(true);
+        assert!(rx.has_changed(), "a send is seen without the lock");
+        assert_eq!(poll_once(rx.changed()), Poll::Ready(Ok(())));
+        assert!(!rx.has_changed(), "seen once changed() returned");
+        let other = rx.clone();
+        drop(tx);
+        assert!(other.has_changed(), "a closed channel counts as changed");
+        assert_eq!(poll_once(rx.changed()), Poll::Ready(Err(Closed)));
     }
 }
