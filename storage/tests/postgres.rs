@@ -5,7 +5,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::*;
@@ -307,10 +306,13 @@ async fn c_rate_7_migrate_only_entry() {
 /// the requests use it again.
 async fn outage_scenario(mode: FailureMode) {
     let timeout = Duration::from_millis(150);
-    let mut proxy = Proxy::new(PG);
+    let proxy = Proxy::new(PG);
     let mut opts = pg_opts(proxy.port, "test");
     opts.max_connections = 4;
-    let app = opts.application_name.clone();
+    let mut outage = PgOutage {
+        proxy,
+        application_name: opts.application_name.clone(),
+    };
     let rate = rate(1_000_000, 1_000_000.0, StorageKind::Postgres, mode, timeout);
     let limiter = Arc::new(
         RateLimiter::new(
@@ -320,65 +322,13 @@ async fn outage_scenario(mode: FailureMode) {
         )
         .expect("limiter"),
     );
-    let clock = Clock::new();
-    assert!(limiter.prepare(timeout, clock.now()).await.is_err());
-    let stop = Arc::new(AtomicBool::new(false));
-    let records = load(
-        Arc::clone(&limiter),
-        rate.clone(),
-        clock,
-        6,
-        Arc::clone(&stop),
+    assert!(
+        limiter
+            .prepare(timeout, common::Clock::new().now())
+            .await
+            .is_err()
     );
-
-    // Down at start.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(!limiter.store_up());
-    assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
-    let t_start = clock.elapsed();
-    proxy.start().await;
-    let t_back = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    assert!(limiter.store_up() && limiter.ready(mode) && !limiter.degraded(mode));
-
-    // Connection loss under load.
-    let t_kill = clock.elapsed();
-    let killed = pg_client("test")
-        .await
-        .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-            &[&app],
-        )
-        .await
-        .expect("terminate");
-    assert!(!killed.is_empty(), "no backend terminated");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-
-    // Outage and return under load.
-    let t_stop_begin = clock.elapsed();
-    proxy.stop().await;
-    let t_down = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t_restart = clock.elapsed();
-    proxy.start().await;
-    let t_back2 = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let records = records.await.expect("load");
-    proxy.stop().await;
-
-    assert_bounded(&records, timeout);
-    assert_policy_between(&records, Duration::ZERO, t_start);
-    let d1 = assert_recovered(&records, t_back, t_kill);
-    let d2 = assert_recovered(&records, t_kill, t_stop_begin);
-    assert_policy_between(&records, t_down, t_restart);
-    let d3 = assert_recovered(&records, t_back2, Duration::MAX);
-    let h = limiter.health();
-    assert!(h.failures_total >= 2 && h.recoveries_total >= 2, "{h:?}");
-    eprintln!(
-        "{mode}: {} requests; back on the store after {d1:?}, {d2:?}, {d3:?}",
-        records.len()
-    );
+    common::outage_scenario(limiter, rate, mode, timeout, &mut outage).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

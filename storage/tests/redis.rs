@@ -4,7 +4,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use common::*;
@@ -287,84 +286,7 @@ async fn outage_scenario(mode: FailureMode) {
         )
         .expect("limiter"),
     );
-    let clock = Clock::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let records = load(
-        Arc::clone(&limiter),
-        rate.clone(),
-        clock,
-        6,
-        Arc::clone(&stop),
-    );
-
-    // Down at start.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(!limiter.store_up());
-    assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
-    assert_eq!(limiter.degraded(mode), mode != FailureMode::FailClosed);
-    let t_start = clock.elapsed();
-    server = tokio::task::spawn_blocking(move || {
-        server.restart();
-        server
-    })
-    .await
-    .expect("start");
-    let t_back = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    assert!(limiter.store_up() && limiter.ready(mode) && !limiter.degraded(mode));
-
-    // Connection loss under load.
-    let t_kill = clock.elapsed();
-    let mut c = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .query_async(&mut c)
-        .await
-        .expect("CLIENT KILL");
-    assert!(killed >= 1, "no connection killed");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-
-    // Killed and restarted under load.
-    let t_stop_begin = clock.elapsed();
-    server = tokio::task::spawn_blocking(move || {
-        server.stop();
-        server
-    })
-    .await
-    .expect("stop");
-    let t_down = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t_restart = clock.elapsed();
-    let server = tokio::task::spawn_blocking(move || {
-        server.restart();
-        server
-    })
-    .await
-    .expect("restart");
-    let t_back2 = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let records = records.await.expect("load");
-    drop(server);
-
-    assert_bounded(&records, timeout);
-    assert_policy_between(&records, Duration::ZERO, t_start);
-    let d1 = assert_recovered(&records, t_back, t_kill);
-    let d2 = assert_recovered(&records, t_kill, t_stop_begin);
-    assert_policy_between(&records, t_down, t_restart);
-    let d3 = assert_recovered(&records, t_back2, Duration::MAX);
-    let h = limiter.health();
-    assert!(h.failures_total >= 2 && h.recoveries_total >= 2, "{h:?}");
-    eprintln!(
-        "{mode}: {} requests; back on the store after {d1:?}, {d2:?}, {d3:?}",
-        records.len()
-    );
+    common::outage_scenario(limiter, rate, mode, timeout, &mut server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -430,3 +430,133 @@ pub async fn refill_follows_clock(store: &impl weir_storage::Store) {
         "allowed {allowed}, expected {expected:.2} over {elapsed:.3} s"
     );
 }
+
+/// A shared store the outage scenario can take down and bring back.
+pub trait Outage {
+    /// Make the store reachable (the first time, or again after [`Outage::stop`]).
+    async fn start(&mut self);
+    /// Break every connection the limiter holds while the store stays up; how many broke.
+    async fn kill_connections(&mut self) -> usize;
+    /// Make the store unreachable.
+    async fn stop(&mut self);
+}
+
+/// A private `redis-server`: started and stopped for real.
+impl Outage for RedisServer {
+    async fn start(&mut self) {
+        tokio::task::block_in_place(|| self.restart());
+    }
+
+    async fn kill_connections(&mut self) -> usize {
+        let mut c = self
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query_async(&mut c)
+            .await
+            .expect("CLIENT KILL");
+        usize::try_from(killed).unwrap_or(0)
+    }
+
+    async fn stop(&mut self) {
+        tokio::task::block_in_place(|| RedisServer::stop(self));
+    }
+}
+
+/// The machine's PostgreSQL behind a switchable TCP proxy; the limiter's connections carry
+/// `application_name` so they alone are terminated.
+pub struct PgOutage {
+    pub proxy: Proxy,
+    pub application_name: String,
+}
+
+impl Outage for PgOutage {
+    async fn start(&mut self) {
+        self.proxy.start().await;
+    }
+
+    async fn kill_connections(&mut self) -> usize {
+        pg_client("test")
+            .await
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                &[&self.application_name],
+            )
+            .await
+            .expect("terminate")
+            .len()
+    }
+
+    async fn stop(&mut self) {
+        self.proxy.stop().await;
+    }
+}
+
+/// C-RATE-5 under load (6 tasks taking tokens all along) against a store that `outage` takes
+/// down and brings back: down at start, back, every connection killed, down and back again. In
+/// every phase no call waits past `timeout`, answers while the store is down are the policy's
+/// for `mode`, and after each return the limiter is back on the store (the delays are printed).
+pub async fn outage_scenario(
+    limiter: Arc<weir_storage::RateLimiter>,
+    rate: RateParams,
+    mode: FailureMode,
+    timeout: Duration,
+    outage: &mut impl Outage,
+) {
+    let clock = Clock::new();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let records = load(
+        Arc::clone(&limiter),
+        rate.clone(),
+        clock,
+        6,
+        Arc::clone(&stop),
+    );
+
+    // Down at start.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!limiter.store_up());
+    assert_eq!(limiter.ready(mode), mode != FailureMode::FailClosed);
+    assert_eq!(limiter.degraded(mode), mode != FailureMode::FailClosed);
+    let t_start = clock.elapsed();
+    outage.start().await;
+    let t_back = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(limiter.store_up() && limiter.ready(mode) && !limiter.degraded(mode));
+
+    // Connection loss under load.
+    let t_kill = clock.elapsed();
+    assert!(outage.kill_connections().await >= 1, "no connection killed");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    // Outage and return under load.
+    let t_stop_begin = clock.elapsed();
+    outage.stop().await;
+    let t_down = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_restart = clock.elapsed();
+    outage.start().await;
+    let t_back2 = clock.elapsed();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let records = records.await.expect("load");
+    outage.stop().await;
+
+    assert_bounded(&records, timeout);
+    assert_policy_between(&records, Duration::ZERO, t_start);
+    let d1 = assert_recovered(&records, t_back, t_kill);
+    let d2 = assert_recovered(&records, t_kill, t_stop_begin);
+    assert_policy_between(&records, t_down, t_restart);
+    let d3 = assert_recovered(&records, t_back2, Duration::MAX);
+    let h = limiter.health();
+    assert!(h.failures_total >= 2 && h.recoveries_total >= 2, "{h:?}");
+    eprintln!(
+        "{mode}: {} requests; back on the store after {d1:?}, {d2:?}, {d3:?}",
+        records.len()
+    );
+}
