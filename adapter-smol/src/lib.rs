@@ -21,7 +21,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use async_executor::Executor;
 use async_io::Async;
@@ -147,17 +147,15 @@ impl weir_proxy::rt::Runtime for Smol {
 /// An async-io TCP connection as hyper and weir-proxy see it.
 struct Conn(SmolIo<Async<TcpStream>>);
 
-// async-io's `poll_close` only flushes: end the write side with a real TCP shutdown, so that
-// a tunnel's half-close reaches the other end (C-PATH-8).
 impl Conn {
     fn boxed(socket: Async<TcpStream>) -> Box<dyn TcpConn> {
         Box::new(Conn(SmolIo::new(socket, true)))
     }
 }
 
-weir_proxy::hyper_io_newtype!(Conn, shutdown: |this: Pin<&mut Conn>, _cx: &mut Context<'_>| {
-    Poll::Ready(this.0.get_ref().get_ref().shutdown(std::net::Shutdown::Write))
-});
+// Shutdown ends the TCP write side (`CloseWrite`), so a tunnel's half-close reaches the other
+// end (C-PATH-8).
+weir_proxy::hyper_io_newtype!(Conn);
 
 impl TcpConn for Conn {
     fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
@@ -250,6 +248,25 @@ impl<S> Readiness for futures_rustls::client::TlsStream<S> {
     }
 }
 
+/// Ending the TCP write side (a FIN) once a stream's own close is done: async-io's `poll_close`
+/// only flushes, and futures-rustls's sends `close_notify` and then calls it, so without this a
+/// tunnel's half-close (C-PATH-8) would never reach the peer's TCP.
+trait CloseWrite {
+    fn close_write(&self) -> io::Result<()>;
+}
+
+impl CloseWrite for Async<TcpStream> {
+    fn close_write(&self) -> io::Result<()> {
+        self.get_ref().shutdown(std::net::Shutdown::Write)
+    }
+}
+
+impl CloseWrite for futures_rustls::client::TlsStream<Async<TcpStream>> {
+    fn close_write(&self) -> io::Result<()> {
+        self.get_ref().0.close_write()
+    }
+}
+
 impl<T: AsyncRead + Readiness + Unpin> hyper::rt::Read for SmolIo<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -295,7 +312,7 @@ impl<T: AsyncRead + Readiness + Unpin> hyper::rt::Read for SmolIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> hyper::rt::Write for SmolIo<T> {
+impl<T: AsyncWrite + CloseWrite + Unpin> hyper::rt::Write for SmolIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -321,7 +338,12 @@ impl<T: AsyncWrite + Unpin> hyper::rt::Write for SmolIo<T> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_close(cx)
+        ready!(Pin::new(&mut self.io).poll_close(cx))?;
+        match self.io.close_write() {
+            // Already shut, or the peer reset: nothing left to end.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
+            other => Poll::Ready(other),
+        }
     }
 }
 
