@@ -23,7 +23,7 @@ async fn disabled_is_off() {
     let p = params(RateConfig::default());
     let l = local(&p);
     let ip: IpAddr = "10.0.0.1".parse().expect("ip");
-    assert_eq!(l.check(&p, ip, Instant::ZERO).await, RateCheck::Off);
+    assert_eq!(l.check(&p, ip, || Instant::ZERO).await, RateCheck::Off);
     assert!(l.ready(&p));
     let s = l.status(&p);
     assert!(!s.enabled && s.ready && !s.degraded && s.storage_healthy());
@@ -42,9 +42,9 @@ async fn c_rate_1_local_allows_capacity_then_denies() {
     let ip: IpAddr = "10.0.0.1".parse().expect("ip");
     let now = Instant::from_secs(1);
     let outcomes = [
-        l.check(&p, ip, now).await,
-        l.check(&p, ip, now).await,
-        l.check(&p, ip, now).await,
+        l.check(&p, ip, || now).await,
+        l.check(&p, ip, || now).await,
+        l.check(&p, ip, || now).await,
     ];
     let RateCheck::Outcome(last) = outcomes[2] else {
         panic!("an outcome")
@@ -53,7 +53,7 @@ async fn c_rate_1_local_allows_capacity_then_denies() {
     assert_eq!(last.storage, StorageKind::Local);
     assert!(matches!(outcomes[0], RateCheck::Outcome(o) if o.remaining == 1 && o.is_allowed()));
     let other: IpAddr = "10.0.0.2".parse().expect("ip");
-    assert!(matches!(l.check(&p, other, now).await, RateCheck::Outcome(o) if o.is_allowed()));
+    assert!(matches!(l.check(&p, other, || now).await, RateCheck::Outcome(o) if o.is_allowed()));
     assert_eq!(l.status(&p).local_buckets, 2);
     // C-MGMT-4: the limit command sets the caller's bucket.
     let key = p.key().key(ip);
@@ -86,7 +86,7 @@ async fn c_rate_5_failure_modes_with_redis_down() {
         let l = Limiter::new(Arc::new(
             RateLimiter::new(StoreKind::Redis(store), &p, 1).expect("limiter"),
         ));
-        let got = l.check(&p, ip, Instant::from_secs(1)).await;
+        let got = l.check(&p, ip, || Instant::from_secs(1)).await;
         let s = l.status(&p);
         assert!(
             !s.storage_healthy() && s.health.failures_total == 1,

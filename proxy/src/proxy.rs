@@ -212,14 +212,10 @@ impl Handler<'_> {
         self.trace.set_client(resolution.client);
 
         // C-RATE-1, C-RATE-2: one token, after the gate so an overload 503 costs none.
-        let check = if rate_params.enabled() {
-            shared
-                .limiter
-                .check(&rate_params, resolution.client, clock.now())
-                .await
-        } else {
-            RateCheck::Off
-        };
+        let check = shared
+            .limiter
+            .check(&rate_params, resolution.client, || clock.now())
+            .await;
         match check {
             RateCheck::Off => {}
             RateCheck::Outcome(o) if o.is_allowed() => answer.rate = Some(o),

@@ -141,16 +141,22 @@ impl Limiter {
         self.inner.storage()
     }
 
-    /// Take a token for `client` under `params` at `now` (C-RATE-1, C-RATE-2, C-RATE-5). Waits
+    /// Take a token for `client` under `params` at `now()` (C-RATE-1, C-RATE-2, C-RATE-5). Waits
     /// at most `params.operation_timeout()` for a shared store, and not at all while the store
-    /// is known to be down and no recovery trial is due.
-    pub async fn check(&self, params: &RateParams, client: IpAddr, now: Instant) -> RateCheck {
+    /// is known to be down and no recovery trial is due. The clock is read only when rate
+    /// limiting is on (a disabled limiter costs the request path nothing).
+    pub async fn check(
+        &self,
+        params: &RateParams,
+        client: IpAddr,
+        now: impl FnOnce() -> Instant,
+    ) -> RateCheck {
         if !params.enabled() {
             return RateCheck::Off;
         }
         match self
             .inner
-            .check(params.key().key(client), params, now)
+            .check(params.key().key(client), params, now())
             .await
         {
             Verdict::Unlimited => RateCheck::Off,

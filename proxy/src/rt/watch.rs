@@ -9,9 +9,9 @@ use event_listener::{Event, listener};
 
 #[derive(Debug)]
 struct Inner<T> {
-    /// The value and its version (bumped on every change).
-    value: Mutex<(T, u64)>,
-    /// The version, readable without the lock (set under it, before waking anyone).
+    value: Mutex<T>,
+    /// Bumped on every change, under the value's lock and before anyone is woken; read without
+    /// the lock.
     version: AtomicU64,
     closed: AtomicBool,
     changed: Event,
@@ -48,7 +48,7 @@ pub struct Closed;
 #[must_use]
 pub fn channel<T: Clone>(init: T) -> (Sender<T>, Receiver<T>) {
     let inner = Arc::new(Inner {
-        value: Mutex::new((init, 0)),
+        value: Mutex::new(init),
         version: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         changed: Event::new(),
@@ -78,10 +78,9 @@ impl<T: Clone> Sender<T> {
                 .value
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let changed = modify(&mut g.0);
+            let changed = modify(&mut g);
             if changed {
-                g.1 += 1;
-                self.inner.version.store(g.1, Ordering::Release);
+                self.inner.version.fetch_add(1, Ordering::Release);
             }
             changed
         };
@@ -94,12 +93,7 @@ impl<T: Clone> Sender<T> {
     /// A new receiver that has seen the current value.
     #[must_use]
     pub fn subscribe(&self) -> Receiver<T> {
-        let seen = self
-            .inner
-            .value
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1;
+        let seen = self.inner.version.load(Ordering::Acquire);
         Receiver {
             inner: Arc::clone(&self.inner),
             seen,
@@ -122,7 +116,6 @@ impl<T: Clone> Receiver<T> {
             .value
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .0
             .clone()
     }
 
