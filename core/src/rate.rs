@@ -41,10 +41,12 @@ use core::time::Duration;
 
 use crate::bucket::{BucketError, BucketParams};
 
+pub mod circuit;
 pub mod key;
 pub mod local_store;
 pub mod policy;
 
+pub use circuit::{Call, CircuitCounters, StoreCircuit};
 pub use key::{ClientKey, KeyError, KeyParams};
 pub use local_store::{LocalStore, LocalStoreError, LocalStoreParams};
 pub use policy::{

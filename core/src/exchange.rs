@@ -1,0 +1,478 @@
+//! The request engine: one request's whole exchange, from the parsed head to the last body byte,
+//! as one sans-IO machine that the proxy and the simulator both drive (DESIGN.md, "One request,
+//! one engine"; issue 13).
+//!
+//! An [`Exchange`] is created per request from one `Arc` of the runtime snapshot, which it keeps
+//! for its whole life (a reload gives *new* requests a new snapshot; this one never sees two),
+//! the process-wide [`Services`] (gate, rate-limit stores, shutdown flag), the parsed [`Head`],
+//! `now` and an rng. It then takes facts through [`Exchange::handle_input`], asks the adapter
+//! for actions through [`Exchange::poll_output`] and reports its only deadline through
+//! [`Exchange::poll_timeout`]. The adapter performs IO and copies values; it decides nothing.
+//! The shape is str0m's `Rtc` and quinn-proto's `Connection`: inputs and outputs are plain-data
+//! enums ([`Input`], [`Output`]), so a run can be recorded, replayed, fuzzed and simulated.
+//!
+//! It sequences, in the order of C-PATH-2:
+//!
+//! ```text
+//!  request id (C-PATH-3) → framing verdict (C-PATH-12) → /healthz, /readyz (C-OBS-4)
+//!   → global gate, FIFO wait with its deadline (C-LOAD-1)            GateWait ⇄ GateHandoff
+//!   → client address, forwarding facts (C-FWD-1..3)
+//!   → rate limit: local store, or the shared store with its timeout
+//!     and failure policy (C-RATE-1..5)                              StoreTake ⇄ StoreAnswer
+//!   → target check → route and bulkhead (C-ROUTE-1, C-LOAD-2)
+//!   → body policy: buffer for replay or stream (C-RETRY-1)          BufferBody ⇄ BodyBuffered
+//!   → attempts through the flow machine (selection, per-try and
+//!     response-header deadlines merged here, outcome classified here) Send ⇄ ResponseHead/SendFailed
+//!   → response mapping (`response.rs`)                              Answer | Deliver ⇄ BodyEnd
+//! ```
+//!
+//! Every action that needs IO is an [`Output`]; its answer is an [`Input`]. Protection events,
+//! attempt metrics and the access-log record are outputs too ([`Metric`], [`Record`]).
+//!
+//! Resources: the gate slot, the store's recovery-trial place, the route bulkhead permit and the
+//! backend slot are released exactly once, when the exchange ends (the body ended, a final
+//! answer, the client left) — and by `Drop` if the adapter drops the exchange early. Only a
+//! gate hand-off made by `Drop` cannot be announced ([`Output::GateWake`] has nobody to go to);
+//! the waiter then proceeds at its own deadline. So an adapter that can, feeds
+//! [`Input::ClientGone`] and drains the outputs before dropping (weir-proxy does, in the drop
+//! guard of its request future).
+//!
+//! Time that goes backwards is clamped to the latest `now` seen.
+
+mod input;
+mod output;
+mod steps;
+
+#[cfg(all(test, not(loom)))]
+mod proptests;
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests;
+
+use core::time::Duration;
+use std::net::IpAddr;
+
+pub use input::{BodyInfo, Framing, Head, Input, SendFailure, StoreFailure};
+pub use output::{
+    Answer, AttemptResult, Delivery, Metric, Output, Record, Send, SendBody, sampled, should_log,
+};
+
+use crate::admission::Gate;
+use crate::flow::{Flow, FlowTarget};
+use crate::forward::{Proto, forwarded_proto, resolve_client, wants_upgrade};
+use crate::pool::{Availability, Backend};
+use crate::rate::{Call, ClientKey, LocalStore, RateOutcome, StorageKind, StoreCircuit};
+use crate::request_id::{RequestId, request_id_in_force};
+use crate::response::{ClientError, SyntheticResponse, Text, delivered_headers};
+use crate::retry::BodyKind;
+use crate::rng::Rng;
+use crate::runtime::Runtime;
+use crate::select::PickContext;
+use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::time::Instant;
+use crate::upstream::{BackendBase, UpstreamUriError};
+use output::Outbox;
+
+/// The process-wide machines every exchange uses, which outlive reloads: the global gate
+/// (C-LOAD-1, restart-only), the rate-limit stores built at start (the local one and the shared
+/// store's circuit, C-RATE-3..5) and the shutdown flag (C-PATH-10).
+#[derive(Debug)]
+pub struct Services {
+    gate: Arc<Gate>,
+    storage: StorageKind,
+    local: Arc<LocalStore>,
+    circuit: Arc<StoreCircuit>,
+    shutting_down: AtomicBool,
+}
+
+impl Services {
+    /// The services over `gate`, the store `storage` (restart-only), the local store (primary
+    /// for `local`, fallback for `local-fallback`) and the shared store's `circuit`.
+    #[must_use]
+    pub fn new(
+        gate: Arc<Gate>,
+        storage: StorageKind,
+        local: Arc<LocalStore>,
+        circuit: Arc<StoreCircuit>,
+    ) -> Services {
+        Services {
+            gate,
+            storage,
+            local,
+            circuit,
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// The global gate.
+    #[must_use]
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The store built at start.
+    #[must_use]
+    pub fn storage(&self) -> StorageKind {
+        self.storage
+    }
+
+    /// The local rate-limit store.
+    #[must_use]
+    pub fn local(&self) -> &Arc<LocalStore> {
+        &self.local
+    }
+
+    /// The shared store's circuit.
+    #[must_use]
+    pub fn circuit(&self) -> &Arc<StoreCircuit> {
+        &self.circuit
+    }
+
+    /// A graceful shutdown began: `/readyz` answers `503` from now on (C-PATH-10).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a graceful shutdown has begun.
+    #[must_use]
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Readiness under `rt` at `now` (C-OBS-4): not shutting down, the shared store not down
+    /// under `fail-closed` (C-RATE-5), and some backend available (saturated counts as up).
+    #[must_use]
+    pub fn ready(&self, rt: &Runtime, now: Instant) -> bool {
+        if self.is_shutting_down() || !self.rate_ready(rt) {
+            return false;
+        }
+        rt.pools().iter().any(|pool| {
+            pool.backends().iter().any(|b| {
+                matches!(
+                    b.availability(pool.params(), now),
+                    Availability::Available | Availability::Saturated
+                )
+            })
+        })
+    }
+
+    /// The limiter's part of readiness: false only while rate limiting is on, the shared store
+    /// is down and the mode is `fail-closed`.
+    #[must_use]
+    pub fn rate_ready(&self, rt: &Runtime) -> bool {
+        let rate = &rt.config().rate;
+        !rate.enabled() || !self.storage.is_shared() || self.circuit.ready(rate.failure_mode())
+    }
+}
+
+/// Where an exchange is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// In the gate's queue with this ticket until `deadline` (C-LOAD-1).
+    Queued {
+        /// The gate ticket.
+        ticket: u64,
+        /// When the wait ends.
+        deadline: Instant,
+    },
+    /// Waiting for the shared store's answer until `deadline` (C-RATE-5).
+    Store {
+        /// The circuit's permission for this call.
+        call: Call,
+        /// `operation_timeout` after the call began.
+        deadline: Instant,
+    },
+    /// Reading the request body for replay, until `deadline` (`read_timeout`).
+    Buffering {
+        /// When reading must be done.
+        deadline: Option<Instant>,
+    },
+    /// An attempt is out, sent at `sent` (its deadline: [`Exchange::poll_timeout`]).
+    Awaiting {
+        /// When the attempt was sent.
+        sent: Instant,
+    },
+    /// A response was delivered; its body streams until `deadline` (`write_timeout`).
+    Streaming {
+        /// When the body must be done.
+        deadline: Option<Instant>,
+    },
+    /// Over: nothing is held.
+    Done,
+}
+
+/// One request's exchange. See the module doc.
+///
+/// Kinds of methods:
+/// - constructor: [`Exchange::new`] (runs every step up to the first wait);
+/// - facts in: [`Exchange::handle_input`];
+/// - actions out: [`Exchange::poll_output`], [`Exchange::poll_timeout`];
+/// - getters: [`Exchange::stage`], [`Exchange::request_id`], [`Exchange::client`],
+///   [`Exchange::backend`], [`Exchange::synthetic`], [`Exchange::response_headers`], …
+#[derive(Debug)]
+pub struct Exchange {
+    rt: Arc<Runtime>,
+    services: Arc<Services>,
+    method: http::Method,
+    request_id: RequestId,
+    id_kept: bool,
+    client: IpAddr,
+    proto: Proto,
+    upgrade: bool,
+    /// The route's pool snapshot and bulkhead (C-ROUTE-1), taken from `rt` at creation.
+    target: FlowTarget,
+    pick: PickContext,
+    /// Why the target cannot be proxied, if it cannot (authority-form, `*` without OPTIONS).
+    target_error: Option<ClientError>,
+    body: BodyInfo,
+    body_kind: BodyKind,
+    send_body: SendBody,
+    started: Instant,
+    now: Instant,
+    stage: Stage,
+    gate_held: bool,
+    flow: Option<Flow>,
+    /// The allowed rate outcome whose headers every later response carries (C-RATE-1).
+    rate: Option<RateOutcome>,
+    /// The final answer weir made itself, if it made one.
+    answer: Option<Answer>,
+    recorded: bool,
+    /// Attempts sent and the backend of the latest.
+    attempts: u32,
+    backend: Option<usize>,
+    outbox: Outbox,
+}
+
+impl Exchange {
+    /// Create the exchange of one request arriving at `now` and run it up to its first wait:
+    /// the request id in force (C-PATH-3), then the steps of the module doc. Drain
+    /// [`Exchange::poll_output`] afterwards.
+    pub fn new(
+        rt: Arc<Runtime>,
+        services: Arc<Services>,
+        head: &Head<'_>,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Exchange {
+        let (request_id, origin) = request_id_in_force(head.headers, rng);
+        let resolution = resolve_client(head.peer, head.headers, rt.trusted_proxies());
+        let (target, m) = rt.target(head.path);
+        let pick = rt.pick_context(m.pool, head.worker, resolution.client, head.headers);
+        let mut x = Exchange {
+            method: head.method.clone(),
+            request_id,
+            id_kept: origin.is_kept(),
+            client: resolution.client,
+            proto: forwarded_proto(resolution.peer_trusted, head.headers),
+            upgrade: wants_upgrade(head.headers),
+            target,
+            pick,
+            target_error: target_error(head.method, head.target),
+            body: head.body,
+            body_kind: BodyKind::None,
+            send_body: SendBody::Empty,
+            started: now,
+            now,
+            stage: Stage::Done,
+            gate_held: false,
+            flow: None,
+            rate: None,
+            answer: None,
+            recorded: false,
+            attempts: 0,
+            backend: None,
+            outbox: Outbox::new(),
+            rt,
+            services,
+        };
+        x.begin(head, now, rng);
+        x
+    }
+
+    /// Feed one fact at `now`. Facts that do not apply where the exchange is are ignored.
+    pub fn handle_input(&mut self, input: Input, now: Instant, rng: &mut dyn Rng) {
+        let now = self.clamp(now);
+        self.step(input, now, rng);
+    }
+
+    /// The next action for the adapter, in order; `None` when there is nothing to do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outbox.pop()
+    }
+
+    /// The exchange's next deadline, if it has one: the queue deadline, the store call's
+    /// `operation_timeout`, the body's `read_timeout`, the attempt's header deadline (the
+    /// earlier of `per_try_timeout` and `response_header_timeout`, merged here), or the response
+    /// body's `write_timeout`. At or after it, feed [`Input::Timeout`].
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.stage {
+            Stage::Queued { deadline, .. } | Stage::Store { deadline, .. } => Some(deadline),
+            Stage::Buffering { deadline } | Stage::Streaming { deadline } => deadline,
+            Stage::Awaiting { sent } => self.header_deadline(sent),
+            Stage::Done => None,
+        }
+    }
+
+    /// Where the exchange is.
+    #[must_use]
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Whether the exchange is over (nothing held, nothing more to do).
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// The runtime snapshot this request runs on, for its whole life.
+    #[must_use]
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
+    /// The request id in force (C-PATH-3).
+    #[must_use]
+    pub fn request_id(&self) -> &RequestId {
+        &self.request_id
+    }
+
+    /// Whether the id in force is the client's own `X-Request-ID` (so its header value can be
+    /// reused as it is).
+    #[must_use]
+    pub fn request_id_kept(&self) -> bool {
+        self.id_kept
+    }
+
+    /// The resolved client address (C-FWD-1).
+    #[must_use]
+    pub fn client(&self) -> IpAddr {
+        self.client
+    }
+
+    /// The scheme to tell the backend (C-FWD-2).
+    #[must_use]
+    pub fn proto(&self) -> Proto {
+        self.proto
+    }
+
+    /// The client asked for an upgrade (C-PATH-8): keep its upgrade handle.
+    #[must_use]
+    pub fn upgrade_requested(&self) -> bool {
+        self.upgrade
+    }
+
+    /// The client key of the rate limiter (C-RATE-2).
+    #[must_use]
+    pub fn client_key(&self) -> ClientKey {
+        self.rt.config().rate.key().key(self.client)
+    }
+
+    /// Backend `index` of this request's pool snapshot (the index of [`Send`] and [`Delivery`]).
+    #[must_use]
+    pub fn backend(&self, index: usize) -> Option<&Arc<Backend>> {
+        self.target.pool.backends().get(index)
+    }
+
+    /// Attempts sent so far.
+    #[must_use]
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Whether this request holds a gate slot now.
+    #[must_use]
+    pub fn holds_gate(&self) -> bool {
+        self.gate_held
+    }
+
+    /// The allowed rate outcome, once the limiter allowed the request.
+    #[must_use]
+    pub fn rate_outcome(&self) -> Option<&RateOutcome> {
+        self.rate.as_ref()
+    }
+
+    /// The synthetic response of `answer` (C-PATH-11): status, headers, JSON body. `None` for
+    /// the health answers (see [`Answer::health_body`]).
+    #[must_use]
+    pub fn synthetic(&self, answer: &Answer) -> Option<SyntheticResponse<'_>> {
+        let rid = self.request_id.as_str();
+        match answer {
+            Answer::Live | Answer::Ready => None,
+            Answer::Client(e) => Some(SyntheticResponse::client_error(e, rid)),
+            Answer::Reject(r) => Some(SyntheticResponse::reject(r, rid)),
+            Answer::Failure(f) => Some(SyntheticResponse::failure(f, rid)),
+        }
+    }
+
+    /// The headers weir sets (with `insert`) on a response of status `status`, besides the
+    /// synthetic response's own: for a delivered response the C-PATH-4 headers, and on every
+    /// response but a `429` the rate headers of an allowed request (C-RATE-1).
+    pub fn response_headers(
+        &self,
+        delivery: Option<&Delivery>,
+        status: u16,
+    ) -> impl Iterator<Item = (&'static str, Text<'_>)> + '_ {
+        let backend_id = delivery
+            .and_then(|d| self.backend(d.deliver.backend))
+            .map_or("", |b| b.id());
+        let delivered = delivery
+            .copied()
+            .into_iter()
+            .flat_map(move |d| delivered_headers(&d.deliver, backend_id, self.request_id.as_str()));
+        let rate = self
+            .rate
+            .filter(|_| status != 429)
+            .into_iter()
+            .flat_map(|o| o.headers().map(|(n, v)| (n, Text::from(v))));
+        delivered.chain(rate)
+    }
+
+    fn clamp(&mut self, now: Instant) -> Instant {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// The merged header deadline of the attempt sent at `sent`: the flow's `per_try_timeout`
+    /// deadline and `response_header_timeout` after sending, whichever is earlier.
+    fn header_deadline(&self, sent: Instant) -> Option<Instant> {
+        let per_try = self.flow.as_ref().and_then(Flow::poll_timeout);
+        let transport = self
+            .rt
+            .config()
+            .server
+            .upstream
+            .response_header_timeout
+            .map(|t| sent.saturating_add(t));
+        match (per_try, transport) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `server.read_timeout` / `write_timeout` counted from the request's arrival.
+    fn since_arrival(&self, limit: Option<Duration>) -> Option<Instant> {
+        limit.map(|t| self.started.saturating_add(t))
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        // The flow's own Drop releases its slot and bulkhead permit.
+        self.release(self.now);
+    }
+}
+
+/// Why a target that is not origin-form cannot be proxied, if it cannot.
+fn target_error(method: &http::Method, target: &str) -> Option<ClientError> {
+    if target.starts_with('/') {
+        return None;
+    }
+    // "http://validation.invalid" always parses; a base is needed only to ask core's URI rules.
+    let base = BackendBase::parse("http://validation.invalid").ok()?;
+    match base.upstream_uri(method, target) {
+        Ok(_) => None,
+        Err(UpstreamUriError::AsteriskWithoutOptions) => Some(ClientError::AsteriskWithoutOptions),
+        Err(_) => Some(ClientError::UnsupportedTarget),
+    }
+}

@@ -1,0 +1,101 @@
+//! What an exchange is created from ([`Head`]) and the facts fed to it ([`Input`]).
+
+use std::net::IpAddr;
+
+use http::HeaderMap;
+
+use crate::bucket::Take;
+use crate::flow::BodyEnd;
+
+/// The parsed request head an exchange is created from, borrowed from the adapter for the
+/// duration of [`Exchange::new`](super::Exchange::new): the exchange keeps only the few values
+/// its decisions need (request id, client address, affinity hash, body kind).
+#[derive(Debug, Clone, Copy)]
+pub struct Head<'h> {
+    /// The request method.
+    pub method: &'h http::Method,
+    /// The URI's path (routing and `/healthz`, C-ROUTE-1, C-OBS-4).
+    pub path: &'h str,
+    /// The raw request target as received, path and query (empty for authority-form).
+    pub target: &'h str,
+    /// The request headers as received.
+    pub headers: &'h HeaderMap,
+    /// The socket peer (or the PROXY protocol's address, C-TLS-3).
+    pub peer: IpAddr,
+    /// The codec's framing verdict (C-PATH-12).
+    pub framing: Framing,
+    /// What the codec knows of the body's length.
+    pub body: BodyInfo,
+    /// The worker this request runs on (per-worker selection cursors).
+    pub worker: usize,
+}
+
+/// The HTTP/1 codec's verdict on the request's framing headers (C-PATH-12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Framing {
+    /// Nothing wrong.
+    Clean,
+    /// Both `Content-Length` and `Transfer-Encoding`: `400` with `Connection: close`, nothing
+    /// of it reaches a backend.
+    Smuggling,
+}
+
+/// The request body as its framing describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BodyInfo {
+    /// No body (or `Content-Length: 0`).
+    Empty,
+    /// A body of exactly this many bytes (`Content-Length`, or an HTTP/2 stream that said so).
+    Sized(u64),
+    /// A body of unknown length (chunked, or HTTP/2 without a length): never replayable.
+    Unsized,
+}
+
+/// How a shared-store call failed (the details are the adapter's, for its log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreFailure {
+    /// The store answered with an error (connection lost, `maxmemory`, C-RATE-6).
+    Error,
+}
+
+/// How sending an attempt failed before a response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendFailure {
+    /// The connection could not be established (refused, dial timeout, TLS).
+    Connect,
+    /// The connection broke after it was established. `client_body_failed`: reading the
+    /// client's streamed body failed first, so the client is the one who went away (C-PATH-9).
+    Transport {
+        /// The client's streamed request body broke off before the upstream connection did.
+        client_body_failed: bool,
+    },
+}
+
+/// One fact about the exchange, as plain data (record, replay, fuzz).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Time passed: the deadline of [`Exchange::poll_timeout`](super::Exchange::poll_timeout)
+    /// may have come. Early or spurious timeouts are no-ops.
+    Timeout,
+    /// The gate handed this request's ticket a slot (the adapter was woken for it).
+    GateHandoff,
+    /// The shared store answered the [`Output::StoreTake`](super::Output::StoreTake).
+    StoreAnswer(Result<Take, StoreFailure>),
+    /// The request body asked for by [`Output::BufferBody`](super::Output::BufferBody) is read.
+    BodyBuffered,
+    /// The request body could not be read.
+    BodyUnreadable,
+    /// The current attempt's response head arrived.
+    ResponseHead {
+        /// Its status.
+        status: u16,
+    },
+    /// The current attempt failed before a response head.
+    SendFailed(SendFailure),
+    /// The backend's path prefix and the target make an upstream target too long to send.
+    TargetTooLong,
+    /// The delivered response's body ended (or the upgraded connection closed, C-PATH-8).
+    BodyEnd(BodyEnd),
+    /// The client went away (C-PATH-9, C-LOAD-1: a queued client leaves the queue at once).
+    ClientGone,
+}

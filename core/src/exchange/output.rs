@@ -1,0 +1,292 @@
+//! What an exchange asks the adapter to do ([`Output`]), as plain data, and the small fixed
+//! queue that holds those actions until the adapter polls them.
+
+use core::time::Duration;
+use std::net::IpAddr;
+
+use crate::bucket::BucketParams;
+use crate::flow::{Deliver, Failure};
+use crate::rate::ClientKey;
+use crate::response::{ClientError, ProtectionReason, Reject};
+use crate::rng::Rng;
+use crate::time::Instant;
+
+/// One action for the adapter. Drain them with
+/// [`Exchange::poll_output`](super::Exchange::poll_output) after every call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Wait in the gate's queue (C-LOAD-1): feed [`Input::GateHandoff`](super::Input) when a
+    /// leaving request wakes `ticket`; the wait ends at [`Exchange::poll_timeout`] at the latest.
+    ///
+    /// [`Exchange::poll_timeout`]: super::Exchange::poll_timeout
+    GateWait {
+        /// The ticket to be woken for.
+        ticket: u64,
+    },
+    /// This request's gate slot was handed to the waiter holding `ticket`: wake it.
+    GateWake {
+        /// The waiter's ticket.
+        ticket: u64,
+    },
+    /// Take one token for `key` from the shared store (C-RATE-3) and answer with
+    /// `Input::StoreAnswer`. The call is bounded by `poll_timeout` (`operation_timeout`,
+    /// C-RATE-5): at that deadline feed `Input::Timeout` and drop the call.
+    StoreTake {
+        /// The client's bucket key (C-RATE-2).
+        key: ClientKey,
+        /// The bucket's parameters.
+        bucket: BucketParams,
+    },
+    /// Read the whole request body (`len` bytes) and keep it for replay (C-RETRY-1); answer
+    /// `Input::BodyBuffered` or `Input::BodyUnreadable`. Bounded by `poll_timeout`
+    /// (`read_timeout`).
+    BufferBody {
+        /// The body's length.
+        len: u64,
+    },
+    /// Send an attempt upstream.
+    Send(Send),
+    /// Answer the client with weir's own response (C-PATH-11).
+    Answer(Answer),
+    /// Pass the current backend response on (C-RETRY-4, C-PATH-4); feed `Input::BodyEnd` when its
+    /// body ends.
+    Deliver(Delivery),
+    /// The response body's `write_timeout` passed: end it now (the exchange has ended).
+    AbortBody,
+    /// Count a metric.
+    Metric(Metric),
+    /// The request's access-log record and request metric (C-OBS-1..3): emitted once, when its
+    /// response head is ready, or with status `499` when the client left before that.
+    Record(Record),
+}
+
+/// One attempt to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Send {
+    /// Index of the backend in the exchange's pool snapshot
+    /// ([`Exchange::backend`](super::Exchange::backend)).
+    pub backend: usize,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// A retry: close the previous attempt's connection first, unread (C-RETRY-6).
+    pub retry: bool,
+    /// No later attempt can need the request again: headers and body may be moved, not copied.
+    pub last: bool,
+    /// What the body of this attempt is.
+    pub body: SendBody,
+}
+
+/// The request body an attempt carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendBody {
+    /// No body.
+    Empty,
+    /// The buffered body (replayable).
+    Buffered,
+    /// The client's body, streamed (never replayed); reading it ends at `read_deadline`.
+    Stream {
+        /// `server.read_timeout` counted from the request's arrival.
+        read_deadline: Option<Instant>,
+    },
+}
+
+/// A response weir makes itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Answer {
+    /// `/healthz`: `200 {"status":"ok"}` (C-OBS-4).
+    Live,
+    /// `/readyz` while ready: `200 {"status":"ready"}` (C-OBS-4).
+    Ready,
+    /// A request error or `/readyz` while not ready (`response::ClientError`).
+    Client(ClientError),
+    /// Turned away before any attempt (gate, limiter, store, bulkhead, no backend).
+    Reject(Reject),
+    /// The last attempt failed without a response (`502`/`504`, C-RETRY-4).
+    Failure(Failure),
+}
+
+impl Answer {
+    /// The status the client gets.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        match self {
+            Answer::Live | Answer::Ready => 200,
+            Answer::Client(e) => e.status(),
+            Answer::Reject(r) => r.status(),
+            Answer::Failure(f) => f.status,
+        }
+    }
+
+    /// The fixed body of a health answer (`None` for the others, which use
+    /// `SyntheticResponse`).
+    #[must_use]
+    pub fn health_body(&self) -> Option<&'static str> {
+        match self {
+            Answer::Live => Some("{\"status\":\"ok\"}"),
+            Answer::Ready => Some("{\"status\":\"ready\"}"),
+            _ => None,
+        }
+    }
+}
+
+/// Pass a backend response on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// The flow's decision (backend, attempt, status, budget exhausted).
+    pub deliver: Deliver,
+    /// A `101` to a request that asked for an upgrade: tunnel both ways (C-PATH-8).
+    pub upgrade: bool,
+    /// `server.write_timeout` counted from the request's arrival (also in `poll_timeout`).
+    pub write_deadline: Option<Instant>,
+}
+
+/// A metric increment (C-OBS-1, C-LOAD-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// `load_balancer_protection_events_total{reason}` (C-LOAD-3).
+    Protection(ProtectionReason),
+    /// `load_balancer_panic_selections_total` for this backend (C-HEALTH-3).
+    PanicSelection {
+        /// Index in the exchange's pool.
+        backend: usize,
+    },
+    /// `load_balancer_upstream_attempts_total` / `_duration_seconds` for one finished attempt.
+    Attempt {
+        /// Index in the exchange's pool.
+        backend: usize,
+        /// How it ended.
+        result: AttemptResult,
+        /// From sending to its end.
+        duration: Duration,
+    },
+}
+
+/// How an attempt ended, for the attempt metric (classified by the same rules the flow uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttemptResult {
+    /// A head whose status is a success for retries and the breaker (500 included).
+    Success,
+    /// A head whose status is in `retry.statuses`.
+    FailureStatus,
+    /// The connection could not be established.
+    ConnectError,
+    /// The connection broke before a head.
+    TransportError,
+    /// No head in time (C-RETRY-5).
+    Timeout,
+    /// The client went away (C-PATH-9).
+    Cancelled,
+}
+
+impl AttemptResult {
+    /// Every result, in label order.
+    pub const ALL: [AttemptResult; 6] = [
+        AttemptResult::Success,
+        AttemptResult::FailureStatus,
+        AttemptResult::ConnectError,
+        AttemptResult::TransportError,
+        AttemptResult::Timeout,
+        AttemptResult::Cancelled,
+    ];
+
+    /// The metric label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AttemptResult::Success => "success",
+            AttemptResult::FailureStatus => "failure_status",
+            AttemptResult::ConnectError => "connect_error",
+            AttemptResult::TransportError => "transport_error",
+            AttemptResult::Timeout => "timeout",
+            AttemptResult::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The request's record for the access log and the request metric (C-OBS-1..3). The request id
+/// is [`Exchange::request_id`](super::Exchange::request_id); method and path are the adapter's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// The status the client got (`499`: it left first).
+    pub status: u16,
+    /// From arrival to the response head.
+    pub duration: Duration,
+    /// The resolved client address (C-FWD-1).
+    pub client: IpAddr,
+    /// The backend of the latest attempt, if any (index in the exchange's pool).
+    pub backend: Option<usize>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Write the access-log line (errors always, successes sampled, C-OBS-3).
+    pub log: bool,
+    /// Whether the line shows the path (`server.access_log_include_path`).
+    pub include_path: bool,
+}
+
+/// Whether a request with `status` is logged: errors and management mutations always,
+/// successes with probability `sample_rate` (C-OBS-3).
+pub fn should_log(status: u16, mutation: bool, sample_rate: f64, rng: &mut dyn Rng) -> bool {
+    if status >= 400 || mutation {
+        return true;
+    }
+    sampled(sample_rate, rng)
+}
+
+/// A draw with probability `rate` (clamped to 0..=1).
+pub fn sampled(rate: f64, rng: &mut dyn Rng) -> bool {
+    if rate >= 1.0 {
+        return true;
+    }
+    if rate.is_nan() || rate <= 0.0 {
+        return false;
+    }
+    // `rate` in (0, 1): compare a uniform u64 with rate × 2^64.
+    let threshold = (rate * 18_446_744_073_709_551_616.0) as u64;
+    rng.next_u64() < threshold
+}
+
+/// Most outputs one call can leave queued (a failed last attempt: attempt metric, protection,
+/// answer, record, gate wake-up), with room to spare. No allocation per request.
+const OUTBOX: usize = 8;
+
+/// A fixed FIFO of outputs.
+#[derive(Debug)]
+pub(super) struct Outbox {
+    items: [Option<Output>; OUTBOX],
+    head: usize,
+    len: usize,
+}
+
+impl Outbox {
+    pub(super) const fn new() -> Outbox {
+        Outbox {
+            items: [const { None }; OUTBOX],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    /// Queue `o`. The adapter drains after every call, so the queue never fills; if it did, the
+    /// new output would be dropped (debug builds panic).
+    pub(super) fn push(&mut self, o: Output) {
+        if self.len == OUTBOX {
+            debug_assert!(
+                false,
+                "exchange outbox full: the adapter must drain after each call"
+            );
+            return;
+        }
+        self.items[(self.head + self.len) % OUTBOX] = Some(o);
+        self.len += 1;
+    }
+
+    pub(super) fn pop(&mut self) -> Option<Output> {
+        if self.len == 0 {
+            return None;
+        }
+        let o = self.items[self.head].take();
+        self.head = (self.head + 1) % OUTBOX;
+        self.len -= 1;
+        o
+    }
+}

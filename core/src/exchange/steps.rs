@@ -1,0 +1,423 @@
+//! The steps of an exchange, in C-PATH-2 order, and how each fact moves it on.
+
+use crate::admission::{Cancel, Entry};
+use crate::flow::{Action, AttemptError, BodyEnd, Flow, RequestMeta};
+use crate::rate::{FailureDecision, RateOutcome, StorageKind, on_store_failure};
+use crate::response::{ClientError, Reject};
+use crate::retry::BodyKind;
+use crate::rng::Rng;
+use crate::time::Instant;
+
+use super::{
+    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Framing, Head, Input, Metric, Output,
+    Record, Send, SendBody, SendFailure, Stage, should_log,
+};
+use crate::admission::Overloaded;
+use crate::bucket::Take;
+
+impl Exchange {
+    /// From the head to the first wait: framing, health endpoints, the gate.
+    pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
+        if head.framing == Framing::Smuggling {
+            return self.answer(Answer::Client(ClientError::Smuggling), now, rng);
+        }
+        // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
+        match head.path {
+            "/healthz" => return self.answer(Answer::Live, now, rng),
+            "/readyz" => {
+                let ready = self.services.ready(&self.rt, now);
+                let a = if ready {
+                    Answer::Ready
+                } else {
+                    Answer::Client(ClientError::NotReady)
+                };
+                return self.answer(a, now, rng);
+            }
+            _ => {}
+        }
+        // C-LOAD-1: the global gate, before anything that costs (the store call included).
+        match self.services.gate.enter(now) {
+            Entry::Admitted => {
+                self.gate_held = true;
+                self.rate_limit(now, rng);
+            }
+            Entry::Queued(ticket) => {
+                self.stage = Stage::Queued {
+                    ticket: ticket.id,
+                    deadline: ticket.deadline,
+                };
+                self.outbox.push(Output::GateWait { ticket: ticket.id });
+            }
+            Entry::Rejected(why) => self.reject(Reject::Overloaded(why), now, rng),
+        }
+    }
+
+    /// One fact at (clamped) `now`.
+    pub(super) fn step(&mut self, input: Input, now: Instant, rng: &mut dyn Rng) {
+        let due = |deadline: Option<Instant>| deadline.is_some_and(|d| now >= d);
+        match (self.stage, input) {
+            (Stage::Done, _) => {}
+            (_, Input::ClientGone) => self.client_gone(now, rng),
+            (Stage::Queued { ticket, .. }, Input::GateHandoff) => self.settle(ticket, now, rng),
+            (Stage::Queued { ticket, deadline }, Input::Timeout) if now >= deadline => {
+                self.settle(ticket, now, rng);
+            }
+            (Stage::Store { call, .. }, Input::StoreAnswer(Ok(take))) => {
+                self.services.circuit.on_success(call);
+                self.stage = Stage::Done;
+                let storage = self.services.storage;
+                self.rate_decided(self.outcome(take, storage, false), now, rng);
+            }
+            (Stage::Store { call, .. }, Input::StoreAnswer(Err(_))) => {
+                self.services.circuit.on_failure(call, now);
+                self.stage = Stage::Done;
+                self.store_failed(now, rng);
+            }
+            (Stage::Store { call, deadline }, Input::Timeout) if now >= deadline => {
+                self.services.circuit.on_failure(call, now);
+                self.stage = Stage::Done;
+                self.store_failed(now, rng);
+            }
+            (Stage::Buffering { .. }, Input::BodyBuffered) => self.start_flow(now, rng),
+            (Stage::Buffering { .. }, Input::BodyUnreadable) => {
+                self.answer(Answer::Client(ClientError::BodyUnreadable), now, rng);
+            }
+            (Stage::Buffering { deadline }, Input::Timeout) if due(deadline) => {
+                self.answer(Answer::Client(ClientError::BodyTimeout), now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::ResponseHead { status }) => {
+                self.on_head(sent, status, now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::SendFailed(failure)) => {
+                let (error, result) = classify(failure);
+                self.attempt_ended(sent, result, now);
+                self.flow_error(error, now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
+                self.attempt_ended(sent, AttemptResult::Timeout, now);
+                self.flow_error(AttemptError::PerTryTimeout, now, rng);
+            }
+            (Stage::Awaiting { .. }, Input::TargetTooLong) => {
+                // Nothing reached the backend: the flow's slot is released unrecorded.
+                self.flow = None;
+                self.answer(Answer::Client(ClientError::TargetTooLong), now, rng);
+            }
+            (Stage::Streaming { .. }, Input::BodyEnd(end)) => self.body_ended(end, now),
+            (Stage::Streaming { deadline }, Input::Timeout) if due(deadline) => {
+                self.outbox.push(Output::AbortBody);
+                self.body_ended(BodyEnd::Error, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Settle the gate ticket (a hand-off or the deadline): its answer is its fate (C-LOAD-1).
+    fn settle(&mut self, ticket: u64, now: Instant, rng: &mut dyn Rng) {
+        self.stage = Stage::Done;
+        match self.services.gate.cancel(ticket, now) {
+            Cancel::AlreadyAdmitted => {
+                self.gate_held = true;
+                self.rate_limit(now, rng);
+            }
+            Cancel::Expired | Cancel::Removed | Cancel::Unknown => {
+                self.reject(Reject::Overloaded(Overloaded::QueueFull), now, rng);
+            }
+        }
+    }
+
+    /// C-RATE-1, C-RATE-2: one token, after the gate so an overload `503` costs none.
+    fn rate_limit(&mut self, now: Instant, rng: &mut dyn Rng) {
+        let rate = &self.rt.config().rate;
+        if !rate.enabled() {
+            return self.after_rate(now, rng);
+        }
+        let (key, bucket) = (rate.key().key(self.client), rate.bucket());
+        let storage = self.services.storage;
+        if !storage.is_shared() {
+            let take = self.services.local.take(key, &bucket, now);
+            return self.rate_decided(self.outcome(take, StorageKind::Local, false), now, rng);
+        }
+        match self.services.circuit.may_call(now) {
+            Some(call) => {
+                let deadline = now.saturating_add(rate.operation_timeout());
+                self.stage = Stage::Store { call, deadline };
+                self.outbox.push(Output::StoreTake { key, bucket });
+            }
+            // Down, no trial due: the policy decides without waiting (C-RATE-5).
+            None => self.store_failed(now, rng),
+        }
+    }
+
+    /// The shared store failed, timed out or is known down: the failure policy (C-RATE-5).
+    fn store_failed(&mut self, now: Instant, rng: &mut dyn Rng) {
+        self.services.circuit.on_policy_decision();
+        let rate = &self.rt.config().rate;
+        let (bucket, refill) = (rate.bucket(), rate.refill_per_second());
+        match on_store_failure(rate.failure_mode()) {
+            FailureDecision::AllowDegraded => {
+                let o = RateOutcome::fail_open(&bucket, refill, self.services.storage);
+                self.rate_decided(o, now, rng);
+            }
+            FailureDecision::Reject => self.reject(Reject::StoreUnavailable, now, rng),
+            FailureDecision::DecideLocally => {
+                let take = self.services.local.take(self.client_key(), &bucket, now);
+                self.rate_decided(self.outcome(take, StorageKind::Local, true), now, rng);
+            }
+        }
+    }
+
+    fn outcome(&self, take: Take, storage: StorageKind, degraded: bool) -> RateOutcome {
+        let rate = &self.rt.config().rate;
+        RateOutcome::from_take(
+            take,
+            &rate.bucket(),
+            rate.refill_per_second(),
+            storage,
+            degraded,
+        )
+    }
+
+    fn rate_decided(&mut self, outcome: RateOutcome, now: Instant, rng: &mut dyn Rng) {
+        if outcome.is_allowed() {
+            self.rate = Some(outcome);
+            self.after_rate(now, rng);
+        } else {
+            self.reject(Reject::RateLimited(outcome), now, rng);
+        }
+    }
+
+    /// Target check, then the body policy (C-RETRY-1): a body with a `Content-Length` within
+    /// `body_limit` is buffered (replayable) when the method may be retried; others stream.
+    fn after_rate(&mut self, now: Instant, rng: &mut dyn Rng) {
+        if let Some(error) = self.target_error {
+            return self.answer(Answer::Client(error), now, rng);
+        }
+        let retry = self.rt.retry();
+        let read_deadline = self.since_arrival(self.rt.config().server.read_timeout);
+        let (kind, send) = match self.body {
+            BodyInfo::Empty | BodyInfo::Sized(0) => (BodyKind::None, SendBody::Empty),
+            BodyInfo::Sized(n)
+                if n <= retry.body_limit() && retry.allows_method(self.method.as_str()) =>
+            {
+                (BodyKind::Sized(n), SendBody::Buffered)
+            }
+            BodyInfo::Sized(n) => (BodyKind::Sized(n), SendBody::Stream { read_deadline }),
+            BodyInfo::Unsized => (BodyKind::Streaming, SendBody::Stream { read_deadline }),
+        };
+        self.body_kind = kind;
+        self.send_body = send;
+        if let (SendBody::Buffered, BodyKind::Sized(len)) = (send, kind) {
+            self.stage = Stage::Buffering {
+                deadline: read_deadline,
+            };
+            self.outbox.push(Output::BufferBody { len });
+            return;
+        }
+        self.start_flow(now, rng);
+    }
+
+    /// C-ROUTE-1, C-LOAD-2, C-POOL-5: the flow takes the route's bulkhead permit and selects.
+    /// Its deadlines count from the request's arrival.
+    fn start_flow(&mut self, now: Instant, rng: &mut dyn Rng) {
+        let meta = RequestMeta {
+            method: self.method.clone(),
+            body: self.body_kind,
+            ctx: self.pick,
+        };
+        let (flow, action) = Flow::start(
+            self.target.clone(),
+            self.rt.retry(),
+            self.rt.budget(),
+            meta,
+            self.started,
+            rng,
+        );
+        self.flow = Some(flow);
+        self.apply(action, now, rng);
+    }
+
+    fn on_head(&mut self, sent: Instant, status: u16, now: Instant, rng: &mut dyn Rng) {
+        let result = if self.rt.retry().is_retryable_status(status) {
+            AttemptResult::FailureStatus
+        } else {
+            AttemptResult::Success
+        };
+        self.attempt_ended(sent, result, now);
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        let action = flow.handle_response_head(status, now, rng);
+        self.apply(action, now, rng);
+    }
+
+    fn flow_error(&mut self, error: AttemptError, now: Instant, rng: &mut dyn Rng) {
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        match flow.handle_error(error, now, rng) {
+            // Cannot happen while an attempt is out; answer rather than hang.
+            Action::Nothing => self.answer(Answer::Client(ClientError::Incomplete), now, rng),
+            action => self.apply(action, now, rng),
+        }
+    }
+
+    /// Carry the flow's action into outputs.
+    fn apply(&mut self, action: Action, now: Instant, rng: &mut dyn Rng) {
+        if let Some(reason) = action.protection_reason() {
+            self.outbox.push(Output::Metric(Metric::Protection(reason)));
+        }
+        match action {
+            Action::Attempt(a) | Action::Retry(a) => {
+                self.attempts = a.attempt;
+                self.backend = Some(a.backend);
+                self.stage = Stage::Awaiting { sent: now };
+                if a.panic {
+                    let m = Metric::PanicSelection { backend: a.backend };
+                    self.outbox.push(Output::Metric(m));
+                }
+                let retry = self.rt.retry();
+                let replayable = retry.allows_method(self.method.as_str())
+                    && retry.body_replayable(self.body_kind);
+                self.outbox.push(Output::Send(Send {
+                    backend: a.backend,
+                    attempt: a.attempt,
+                    retry: matches!(action, Action::Retry(_)),
+                    last: !replayable || a.attempt >= retry.max_attempts(),
+                    body: self.send_body,
+                }));
+            }
+            Action::Deliver(d) if d.status == 101 && !self.upgrade => {
+                // A 101 the client did not ask for cannot be passed on.
+                self.flow = None;
+                self.answer(Answer::Client(ClientError::UnrequestedUpgrade), now, rng);
+            }
+            Action::Deliver(d) => {
+                let deadline = self.since_arrival(self.rt.config().server.write_timeout);
+                self.stage = Stage::Streaming { deadline };
+                self.outbox.push(Output::Deliver(Delivery {
+                    deliver: d,
+                    upgrade: d.status == 101,
+                    write_deadline: deadline,
+                }));
+                self.record(d.status, now, rng);
+            }
+            Action::Fail(f) => self.answer(Answer::Failure(f), now, rng),
+            Action::Reject(r) => self.answer(Answer::Reject(r), now, rng),
+            Action::Abandon => self.abandon(now, rng),
+            Action::Nothing => {}
+        }
+    }
+
+    fn attempt_ended(&mut self, sent: Instant, result: AttemptResult, now: Instant) {
+        if let Some(backend) = self.backend {
+            self.outbox.push(Output::Metric(Metric::Attempt {
+                backend,
+                result,
+                duration: now.saturating_since(sent),
+            }));
+        }
+    }
+
+    fn body_ended(&mut self, end: BodyEnd, now: Instant) {
+        if let Some(flow) = self.flow.as_mut() {
+            let _ = flow.handle_body_end(end, now);
+        }
+        self.release(now);
+    }
+
+    /// A rejection weir makes before any attempt, with its protection event (C-LOAD-3).
+    fn reject(&mut self, reject: Reject, now: Instant, rng: &mut dyn Rng) {
+        if let Some(reason) = reject.protection_reason() {
+            self.outbox.push(Output::Metric(Metric::Protection(reason)));
+        }
+        self.answer(Answer::Reject(reject), now, rng);
+    }
+
+    /// The final answer weir makes itself: answer, record, release everything.
+    fn answer(&mut self, answer: Answer, now: Instant, rng: &mut dyn Rng) {
+        self.answer = Some(answer);
+        self.outbox.push(Output::Answer(answer));
+        self.record(answer.status(), now, rng);
+        self.release(now);
+    }
+
+    /// The record, once (C-OBS-1..3).
+    fn record(&mut self, status: u16, now: Instant, rng: &mut dyn Rng) {
+        if self.recorded {
+            return;
+        }
+        self.recorded = true;
+        let server = &self.rt.config().server;
+        let log = should_log(status, false, server.access_log_sample_rate, rng);
+        self.outbox.push(Output::Record(Record {
+            status,
+            duration: now.saturating_since(self.started),
+            client: self.client,
+            backend: self.backend,
+            attempts: self.attempts,
+            log,
+            include_path: server.access_log_include_path,
+        }));
+    }
+
+    /// The client went away (C-PATH-9): the attempt is cancelled (neutral for health), a queued
+    /// request leaves the queue at once (C-LOAD-1), and the record says `499` if no response
+    /// head was ready.
+    fn client_gone(&mut self, now: Instant, rng: &mut dyn Rng) {
+        match self.stage {
+            Stage::Awaiting { sent } => {
+                self.attempt_ended(sent, AttemptResult::Cancelled, now);
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+                }
+            }
+            Stage::Streaming { .. } => {
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_body_end(BodyEnd::ClientGone, now);
+                }
+            }
+            _ => {}
+        }
+        self.abandon(now, rng);
+    }
+
+    /// Nobody is there to answer: record `499` unless a response head was ready, release all.
+    fn abandon(&mut self, now: Instant, rng: &mut dyn Rng) {
+        self.record(499, now, rng);
+        self.release(now);
+    }
+
+    /// Release everything still held, once: the flow (slot, bulkhead permit), a store trial's
+    /// place, a queued ticket, the gate slot (waking the waiter it is handed to).
+    pub(super) fn release(&mut self, now: Instant) {
+        self.flow = None;
+        match self.stage {
+            Stage::Store { call, .. } => self.services.circuit.abandon(call),
+            Stage::Queued { ticket, .. }
+                if self.services.gate.cancel(ticket, now) == Cancel::AlreadyAdmitted =>
+            {
+                self.gate_held = true;
+            }
+            _ => {}
+        }
+        self.stage = Stage::Done;
+        if core::mem::take(&mut self.gate_held)
+            && let Some(ticket) = self.services.gate.leave(now)
+        {
+            self.outbox.push(Output::GateWake { ticket });
+        }
+    }
+}
+
+/// How a failed send counts: the flow's error and the attempt metric's result, in one place.
+fn classify(failure: SendFailure) -> (AttemptError, AttemptResult) {
+    match failure {
+        SendFailure::Connect => (AttemptError::Connect, AttemptResult::ConnectError),
+        SendFailure::Transport {
+            client_body_failed: true,
+        } => (AttemptError::ClientGone, AttemptResult::Cancelled),
+        SendFailure::Transport {
+            client_body_failed: false,
+        } => (AttemptError::Transport, AttemptResult::TransportError),
+    }
+}

@@ -1,0 +1,763 @@
+//! Tests of the request engine, one per rule, with explicit instants from zero. The fixtures
+//! ([`Fixture`], [`Req`], [`drain`]) are `pub(crate)` for the property test.
+
+use core::time::Duration;
+use std::net::{IpAddr, Ipv4Addr};
+
+use http::{HeaderMap, HeaderValue, Method};
+
+use super::*;
+use crate::admission::Overloaded;
+use crate::bucket::Take;
+use crate::config::{MapSecrets, load};
+use crate::flow::BodyEnd;
+use crate::rate::{LocalStoreParams, RateDecision};
+use crate::response::{ProtectionReason, Reject, header};
+use crate::rng::WyRand;
+
+pub(crate) const T0: Instant = Instant::ZERO;
+
+pub(crate) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub(crate) fn at(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+/// A runtime built from `yaml` with every backend healthy, and its services.
+#[derive(Debug)]
+pub(crate) struct Fixture {
+    pub(crate) rt: Arc<Runtime>,
+    pub(crate) services: Arc<Services>,
+    pub(crate) rng: WyRand,
+}
+
+pub(crate) fn runtime(yaml: &str, previous: Option<&Runtime>) -> Arc<Runtime> {
+    let cfg = match load(yaml, &MapSecrets::new()) {
+        Ok(c) => c,
+        Err(e) => panic!("invalid test config:\n{e}"),
+    };
+    let rt = Runtime::build(cfg, previous, T0, &mut WyRand::new(3)).expect("runtime");
+    for (_, b) in rt.backends() {
+        b.set_healthy(true, T0);
+    }
+    Arc::new(rt)
+}
+
+impl Fixture {
+    pub(crate) fn new(yaml: &str, storage: StorageKind) -> Fixture {
+        let rt = runtime(yaml, None);
+        let local = LocalStore::new(
+            LocalStoreParams {
+                shards: 2,
+                max_buckets: 64,
+            },
+            9,
+        )
+        .expect("local store");
+        let services = Services::new(
+            Arc::new(Gate::new(rt.config().gate)),
+            storage,
+            Arc::new(local),
+            Arc::new(StoreCircuit::new(ms(200))),
+        );
+        Fixture {
+            rt,
+            services: Arc::new(services),
+            rng: WyRand::new(11),
+        }
+    }
+
+    pub(crate) fn start(&mut self, req: &Req, now: Instant) -> (Exchange, Vec<Output>) {
+        let mut x = Exchange::new(
+            Arc::clone(&self.rt),
+            Arc::clone(&self.services),
+            &req.head(),
+            now,
+            &mut self.rng,
+        );
+        let out = drain(&mut x);
+        (x, out)
+    }
+
+    pub(crate) fn feed(&mut self, x: &mut Exchange, input: Input, now: Instant) -> Vec<Output> {
+        x.handle_input(input, now, &mut self.rng);
+        drain(x)
+    }
+
+    pub(crate) fn in_flight(&self) -> Vec<u32> {
+        self.rt.backends().map(|(_, b)| b.in_flight()).collect()
+    }
+}
+
+pub(crate) fn drain(x: &mut Exchange) -> Vec<Output> {
+    core::iter::from_fn(|| x.poll_output()).collect()
+}
+
+/// A request as the adapter parsed it.
+#[derive(Debug, Clone)]
+pub(crate) struct Req {
+    pub(crate) method: Method,
+    pub(crate) path: String,
+    pub(crate) target: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) peer: IpAddr,
+    pub(crate) framing: Framing,
+    pub(crate) body: BodyInfo,
+}
+
+impl Req {
+    pub(crate) fn get(path: &str) -> Req {
+        Req {
+            method: Method::GET,
+            path: path.to_owned(),
+            target: path.to_owned(),
+            headers: HeaderMap::new(),
+            peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
+            framing: Framing::Clean,
+            body: BodyInfo::Empty,
+        }
+    }
+
+    pub(crate) fn with(mut self, method: Method, body: BodyInfo) -> Req {
+        self.method = method;
+        self.body = body;
+        self
+    }
+
+    fn header(mut self, name: &'static str, value: &'static str) -> Req {
+        self.headers.insert(name, HeaderValue::from_static(value));
+        self
+    }
+
+    pub(crate) fn head(&self) -> Head<'_> {
+        Head {
+            method: &self.method,
+            path: &self.path,
+            target: &self.target,
+            headers: &self.headers,
+            peer: self.peer,
+            framing: self.framing,
+            body: self.body,
+            worker: 0,
+        }
+    }
+}
+
+pub(crate) const TWO: &str = "
+server:
+  overload:
+    max_concurrent_requests: 1
+    queue_timeout: 50ms
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+";
+
+fn send(out: &[Output]) -> Send {
+    out.iter()
+        .find_map(|o| match o {
+            Output::Send(s) => Some(*s),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected a Send in {out:?}"))
+}
+
+fn answer(out: &[Output]) -> Answer {
+    out.iter()
+        .find_map(|o| match o {
+            Output::Answer(a) => Some(*a),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected an Answer in {out:?}"))
+}
+
+fn record(out: &[Output]) -> Record {
+    out.iter()
+        .find_map(|o| match o {
+            Output::Record(r) => Some(*r),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected a Record in {out:?}"))
+}
+
+fn protections(out: &[Output]) -> Vec<ProtectionReason> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Metric(Metric::Protection(p)) => Some(*p),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn c_path_2_a_get_is_sent_delivered_and_released_at_the_body_end() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut x, out) = f.start(&Req::get("/x"), T0);
+    let s = send(&out);
+    assert_eq!((s.attempt, s.retry, s.body), (1, false, SendBody::Empty));
+    assert!(x.holds_gate());
+    assert_eq!(f.services.gate().in_flight(), 1);
+    // C-RETRY-5: the header deadline is per_try_timeout (5s) from arrival.
+    assert_eq!(x.poll_timeout(), Some(T0 + Duration::from_secs(5)));
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(30));
+    assert!(matches!(
+        out.as_slice(),
+        [
+            Output::Metric(Metric::Attempt {
+                result: AttemptResult::Success,
+                ..
+            }),
+            Output::Deliver(_),
+            Output::Record(_)
+        ]
+    ));
+    let r = record(&out);
+    assert_eq!((r.status, r.attempts, r.duration), (200, 1, ms(30)));
+    assert_eq!(x.poll_timeout(), None, "no server.write_timeout by default");
+    let d = match out[1] {
+        Output::Deliver(d) => d,
+        _ => unreachable!(),
+    };
+    let headers: Vec<_> = x
+        .response_headers(Some(&d), 200)
+        .map(|(n, v)| (n, v.to_string()))
+        .collect();
+    let id = x
+        .backend(d.deliver.backend)
+        .expect("backend")
+        .id()
+        .to_owned();
+    assert_eq!(headers[0], (header::BACKEND, id));
+    assert_eq!(headers[1], (header::ATTEMPTS, "1".to_owned()));
+    assert_eq!(
+        headers[2],
+        (header::REQUEST_ID, x.request_id().as_str().to_owned())
+    );
+    assert_eq!(
+        f.in_flight().iter().sum::<u32>(),
+        1,
+        "slot held while streaming"
+    );
+    let out = f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(40));
+    assert!(out.is_empty(), "{out:?}");
+    assert!(x.is_done() && !x.holds_gate());
+    assert_eq!(f.services.gate().in_flight(), 0);
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn c_path_3_a_valid_id_is_kept_an_invalid_one_replaced_and_every_answer_carries_it() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (x, _) = f.start(&Req::get("/healthz").header("x-request-id", "abc-1"), T0);
+    assert!(x.request_id_kept());
+    assert_eq!(x.request_id().as_str(), "abc-1");
+    let (x, out) = f.start(&Req::get("/x?q").header("x-request-id", "bad id"), T0);
+    assert!(!x.request_id_kept());
+    assert_eq!(x.request_id().len(), 32);
+    drop(out);
+    // A rejection's synthetic response carries the id in force.
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_held, _) = f.start(&Req::get("/x"), T0);
+    let mut full = f.services.gate().enter(T0);
+    while !matches!(full, crate::admission::Entry::Rejected(_)) {
+        full = f.services.gate().enter(T0);
+    }
+    let (x, out) = f.start(&Req::get("/x").header("x-request-id", "r-9"), T0);
+    let a = answer(&out);
+    let s = x.synthetic(&a).expect("synthetic");
+    assert!(
+        s.headers()
+            .any(|(n, v)| n == header::REQUEST_ID && v.to_string() == "r-9")
+    );
+}
+
+#[test]
+fn c_path_12_smuggling_is_400_and_passes_neither_gate_nor_backend() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let mut req = Req::get("/x");
+    req.framing = Framing::Smuggling;
+    let (x, out) = f.start(&req, T0);
+    assert_eq!(answer(&out), Answer::Client(ClientError::Smuggling));
+    let s = x.synthetic(&answer(&out)).expect("synthetic");
+    assert!(s.headers().any(|(n, _)| n == header::CONNECTION));
+    assert_eq!(record(&out).status, 400);
+    assert!(x.is_done());
+    assert_eq!(f.services.gate().in_flight(), 0);
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn c_obs_4_healthz_and_readyz_pass_neither_the_gate_nor_the_limiter() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_busy, out) = f.start(&Req::get("/x"), T0);
+    send(&out);
+    let (_, out) = f.start(&Req::get("/healthz"), T0);
+    assert_eq!(answer(&out), Answer::Live);
+    assert_eq!(Answer::Live.health_body(), Some("{\"status\":\"ok\"}"));
+    let (_, out) = f.start(&Req::get("/readyz"), T0);
+    assert_eq!(answer(&out), Answer::Ready);
+    for (_, b) in f.rt.backends() {
+        b.set_healthy(false, T0);
+    }
+    let (_, out) = f.start(&Req::get("/readyz"), T0);
+    assert_eq!(answer(&out), Answer::Client(ClientError::NotReady));
+    for (_, b) in f.rt.backends() {
+        b.set_healthy(true, T0);
+    }
+    f.services.begin_shutdown();
+    let (_, out) = f.start(&Req::get("/readyz"), T0);
+    assert_eq!(
+        answer(&out).status(),
+        503,
+        "C-PATH-10: not ready while shutting down"
+    );
+}
+
+#[test]
+fn c_load_1_a_queued_request_is_handed_the_slot_of_a_leaving_one() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut first, _) = f.start(&Req::get("/x"), T0);
+    let (mut second, out) = f.start(&Req::get("/y"), at(1));
+    let ticket = match out.as_slice() {
+        [Output::GateWait { ticket }] => *ticket,
+        other => panic!("expected a gate wait, got {other:?}"),
+    };
+    assert_eq!(
+        second.poll_timeout(),
+        Some(at(51)),
+        "queue_timeout after arrival"
+    );
+    assert!(
+        f.feed(&mut second, Input::Timeout, at(50)).is_empty(),
+        "early"
+    );
+    f.feed(&mut first, Input::ResponseHead { status: 204 }, at(10));
+    let out = f.feed(&mut first, Input::BodyEnd(BodyEnd::Complete), at(10));
+    assert_eq!(out, [Output::GateWake { ticket }]);
+    let out = f.feed(&mut second, Input::GateHandoff, at(10));
+    assert_eq!(send(&out).attempt, 1);
+    assert!(second.holds_gate());
+    assert_eq!(f.services.gate().in_flight(), 1);
+}
+
+#[test]
+fn c_load_1_the_queue_deadline_answers_503_overloaded_and_counts_it() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_first, _) = f.start(&Req::get("/x"), T0);
+    let (mut second, _) = f.start(&Req::get("/y"), T0);
+    let out = f.feed(&mut second, Input::Timeout, at(50));
+    assert_eq!(
+        answer(&out),
+        Answer::Reject(Reject::Overloaded(Overloaded::QueueFull))
+    );
+    assert_eq!(protections(&out), [ProtectionReason::Overload]);
+    let s = second.synthetic(&answer(&out)).expect("synthetic");
+    assert!(s.headers().any(|(n, _)| n == header::OVERLOADED));
+    assert_eq!(f.services.gate().queued(), 0);
+    assert_eq!(f.services.gate().in_flight(), 1);
+}
+
+#[test]
+fn c_load_1_a_client_that_leaves_the_queue_leaves_at_once_and_is_logged_499() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_first, _) = f.start(&Req::get("/x"), T0);
+    let (mut second, _) = f.start(&Req::get("/y"), T0);
+    assert_eq!(f.services.gate().queued(), 1);
+    let out = f.feed(&mut second, Input::ClientGone, at(5));
+    assert_eq!(record(&out).status, 499);
+    assert!(!out.iter().any(|o| matches!(o, Output::Answer(_))));
+    assert_eq!(f.services.gate().queued(), 0);
+    assert!(second.is_done());
+}
+
+const LIMITED: &str = "
+rate_limit:
+  enabled: true
+  capacity: 1
+  refill_per_second: 1
+  failure_mode: FAILURE
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+";
+
+fn limited(mode: &str, storage: StorageKind) -> Fixture {
+    Fixture::new(&LIMITED.replace("FAILURE", mode), storage)
+}
+
+#[test]
+fn c_rate_1_the_local_store_allows_then_denies_with_429_and_the_gate_slot_back() {
+    let mut f = limited("local-fallback", StorageKind::Local);
+    let (x, out) = f.start(&Req::get("/x"), T0);
+    send(&out);
+    let rate = x.rate_outcome().expect("allowed");
+    assert_eq!((rate.remaining, rate.storage), (0, StorageKind::Local));
+    let names: Vec<_> = x.response_headers(None, 200).map(|(n, _)| n).collect();
+    assert!(names.contains(&"x-ratelimit-limit"), "{names:?}");
+    let (y, out) = f.start(&Req::get("/x"), at(1));
+    let a = answer(&out);
+    assert_eq!(a.status(), 429);
+    assert_eq!(protections(&out), [ProtectionReason::RateLimited]);
+    assert!(
+        y.synthetic(&a)
+            .is_some_and(|s| s.headers().any(|(n, _)| n == "retry-after"))
+    );
+    assert_eq!(
+        f.services.gate().in_flight(),
+        1,
+        "the denied request left the gate"
+    );
+}
+
+#[test]
+fn c_rate_5_a_store_answer_decides_and_names_the_store() {
+    let mut f = limited("fail-closed", StorageKind::Redis);
+    let (mut x, out) = f.start(&Req::get("/x"), T0);
+    assert!(
+        matches!(out.as_slice(), [Output::StoreTake { .. }]),
+        "{out:?}"
+    );
+    assert_eq!(x.poll_timeout(), Some(at(50)), "operation_timeout (50ms)");
+    let out = f.feed(
+        &mut x,
+        Input::StoreAnswer(Ok(Take::Allowed { remaining: 0 })),
+        at(3),
+    );
+    send(&out);
+    let rate = x.rate_outcome().expect("allowed");
+    assert_eq!((rate.storage, rate.degraded), (StorageKind::Redis, false));
+    assert!(f.services.circuit().is_up());
+}
+
+#[test]
+fn c_rate_5_a_store_timeout_applies_each_failure_policy() {
+    for mode in ["fail-open", "fail-closed", "local-fallback"] {
+        let mut f = limited(mode, StorageKind::Redis);
+        let (mut x, _) = f.start(&Req::get("/x"), T0);
+        assert!(f.feed(&mut x, Input::Timeout, at(49)).is_empty(), "early");
+        let out = f.feed(&mut x, Input::Timeout, at(50));
+        assert!(!f.services.circuit().is_up(), "{mode}: the store is down");
+        match mode {
+            "fail-closed" => {
+                assert_eq!(answer(&out), Answer::Reject(Reject::StoreUnavailable));
+                assert!(protections(&out).is_empty(), "not a protection event");
+                assert!(!f.services.rate_ready(&f.rt), "fail-closed: not ready");
+            }
+            "fail-open" => {
+                send(&out);
+                let r = x.rate_outcome().expect("allowed");
+                assert!(r.degraded && r.storage == StorageKind::Redis);
+            }
+            _ => {
+                send(&out);
+                let r = x.rate_outcome().expect("allowed");
+                assert!(r.degraded && r.storage == StorageKind::Local);
+            }
+        }
+        // While down, the next request does not wait on the store until a trial is due.
+        let (_, out) = f.start(&Req::get("/x"), at(60));
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::StoreTake { .. })),
+            "{mode}"
+        );
+        let (mut trial, out) = f.start(&Req::get("/x"), at(250));
+        assert!(
+            matches!(out.as_slice(), [Output::StoreTake { .. }]),
+            "{mode}: the trial goes to the store: {out:?}"
+        );
+        f.feed(
+            &mut trial,
+            Input::StoreAnswer(Ok(Take::Allowed { remaining: 0 })),
+            at(251),
+        );
+        assert!(f.services.circuit().is_up(), "{mode}: recovered");
+        assert_eq!(f.services.circuit().counters().recoveries_total, 1);
+    }
+}
+
+#[test]
+fn c_rate_5_a_client_gone_during_a_trial_frees_the_trial() {
+    let mut f = limited("local-fallback", StorageKind::Redis);
+    let (mut x, _) = f.start(&Req::get("/x"), T0);
+    f.feed(&mut x, Input::StoreAnswer(Err(StoreFailure::Error)), at(1));
+    let (mut t, _) = f.start(&Req::get("/x"), at(300));
+    assert!(f.services.circuit().trial_in_flight());
+    let out = f.feed(&mut t, Input::ClientGone, at(301));
+    assert_eq!(record(&out).status, 499);
+    assert!(!f.services.circuit().trial_in_flight());
+}
+
+const RETRYING: &str = "
+server:
+  upstream:
+    response_header_timeout: 1s
+  retry:
+    max_attempts: 2
+    body_limit: 100
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+";
+
+#[test]
+fn c_retry_1_a_small_body_is_buffered_and_replayed_on_another_backend() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let req = Req::get("/x").with(Method::GET, BodyInfo::Sized(10));
+    let (mut x, out) = f.start(&req, T0);
+    assert_eq!(out, [Output::BufferBody { len: 10 }]);
+    assert_eq!(
+        x.poll_timeout(),
+        Some(at(15_000)),
+        "read_timeout from arrival"
+    );
+    let first = send(&f.feed(&mut x, Input::BodyBuffered, at(5)));
+    assert_eq!((first.body, first.last), (SendBody::Buffered, false));
+    let out = f.feed(&mut x, Input::ResponseHead { status: 503 }, at(10));
+    let retry = send(&out);
+    assert!(retry.retry && retry.last && retry.backend != first.backend);
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::FailureStatus,
+            ..
+        })
+    ));
+    let out = f.feed(&mut x, Input::ResponseHead { status: 503 }, at(20));
+    assert!(
+        out.iter().any(|o| matches!(o, Output::Deliver(_))),
+        "{out:?}"
+    );
+    assert_eq!(record(&out).attempts, 2);
+}
+
+#[test]
+fn c_retry_1_a_streamed_body_is_never_retried() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    for body in [BodyInfo::Unsized, BodyInfo::Sized(101)] {
+        let (mut x, out) = f.start(&Req::get("/x").with(Method::PUT, body), T0);
+        let s = send(&out);
+        assert!(
+            s.last && matches!(s.body, SendBody::Stream { .. }),
+            "{body:?}"
+        );
+        let out = f.feed(&mut x, Input::ResponseHead { status: 503 }, at(1));
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Deliver(_))),
+            "{body:?}"
+        );
+        f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(2));
+    }
+}
+
+#[test]
+fn c_retry_5_the_header_deadline_is_the_earlier_of_per_try_and_response_header_timeout() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x"), at(100));
+    assert_eq!(
+        x.poll_timeout(),
+        Some(at(1_100)),
+        "response_header_timeout 1s"
+    );
+    assert!(f.feed(&mut x, Input::Timeout, at(1_099)).is_empty());
+    let out = f.feed(&mut x, Input::Timeout, at(1_100));
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::Timeout,
+            ..
+        })
+    ));
+    assert!(send(&out).retry);
+    let out = f.feed(&mut x, Input::Timeout, at(2_100));
+    let a = answer(&out);
+    assert_eq!(a.status(), 504);
+    assert!(matches!(a, Answer::Failure(ff) if ff.attempts == 2));
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn c_path_9_a_client_gone_during_an_attempt_is_cancelled_and_neutral() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x").with(Method::PUT, BodyInfo::Unsized), T0);
+    let out = f.feed(
+        &mut x,
+        Input::SendFailed(SendFailure::Transport {
+            client_body_failed: true,
+        }),
+        at(5),
+    );
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::Cancelled,
+            ..
+        })
+    ));
+    assert_eq!(record(&out).status, 499);
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+    for (_, b) in f.rt.backends() {
+        assert_eq!(b.passive_failures(), 0, "C-RETRY-8: neutral");
+    }
+    // A connect error is a failure and a retry (GET).
+    let (mut y, _) = f.start(&Req::get("/x"), at(10));
+    let out = f.feed(&mut y, Input::SendFailed(SendFailure::Connect), at(11));
+    assert!(send(&out).retry);
+}
+
+#[test]
+fn c_path_8_a_101_goes_through_only_when_asked_for() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/ws"), T0);
+    let out = f.feed(&mut x, Input::ResponseHead { status: 101 }, at(1));
+    assert_eq!(
+        answer(&out),
+        Answer::Client(ClientError::UnrequestedUpgrade)
+    );
+    assert_eq!(f.in_flight(), [0, 0]);
+    let req = Req::get("/ws")
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket");
+    let (mut y, _) = f.start(&req, at(2));
+    assert!(y.upgrade_requested());
+    let out = f.feed(&mut y, Input::ResponseHead { status: 101 }, at(3));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Deliver(d) if d.upgrade)),
+        "{out:?}"
+    );
+    assert_eq!(
+        f.in_flight().iter().sum::<u32>(),
+        1,
+        "held until the tunnel closes"
+    );
+    f.feed(&mut y, Input::BodyEnd(BodyEnd::Complete), at(9));
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn the_write_timeout_ends_a_streaming_body() {
+    let yaml = TWO.replace("server:\n", "server:\n  write_timeout: 2s\n");
+    let mut f = Fixture::new(&yaml, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x"), T0);
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(10));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Deliver(d) if d.write_deadline == Some(at(2_000))))
+    );
+    assert_eq!(x.poll_timeout(), Some(at(2_000)));
+    let out = f.feed(&mut x, Input::Timeout, at(2_000));
+    assert_eq!(out, [Output::AbortBody]);
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn targets_that_cannot_be_proxied_are_400() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let mut req = Req::get("*");
+    req.path = String::new();
+    let (_, out) = f.start(&req, T0);
+    assert_eq!(
+        answer(&out),
+        Answer::Client(ClientError::AsteriskWithoutOptions)
+    );
+    req.method = Method::OPTIONS;
+    let (_, out) = f.start(&req, T0);
+    send(&out);
+    let mut req = Req::get("");
+    req.target = String::new();
+    req.method = Method::CONNECT;
+    let (_, out) = f.start(&req, T0);
+    assert_eq!(answer(&out), Answer::Client(ClientError::UnsupportedTarget));
+}
+
+#[test]
+fn c_conf_4_a_reload_gives_new_requests_the_new_snapshot_and_old_ones_keep_theirs() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut old, out) = f.start(&Req::get("/x"), T0);
+    let first = send(&out);
+    let next = TWO.replace(
+        "id: b\n    url: http://10.0.0.2:80",
+        "id: c\n    url: http://10.0.0.3:80",
+    );
+    let before = Arc::clone(&f.rt);
+    f.rt = runtime(&next, Some(&before));
+    assert!(Arc::ptr_eq(old.runtime(), &before));
+    let out = f.feed(&mut old, Input::ResponseHead { status: 503 }, at(1));
+    if let Some(retry) = out.iter().find_map(|o| match o {
+        Output::Send(s) => Some(*s),
+        _ => None,
+    }) {
+        let id = old.backend(retry.backend).expect("backend").id();
+        assert!(
+            id == "a" || id == "b",
+            "retries stay in the old snapshot: {id}"
+        );
+        assert_ne!(retry.backend, first.backend);
+    }
+    drop(old);
+    let (young, _) = f.start(&Req::get("/x"), at(2));
+    assert!(Arc::ptr_eq(young.runtime(), &f.rt));
+}
+
+#[test]
+fn inputs_out_of_stage_are_ignored_and_time_going_backwards_is_clamped() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x"), at(100));
+    for input in [
+        Input::GateHandoff,
+        Input::BodyBuffered,
+        Input::StoreAnswer(Ok(Take::Allowed { remaining: 1 })),
+        Input::BodyEnd(BodyEnd::Complete),
+        Input::Timeout,
+    ] {
+        assert!(f.feed(&mut x, input, at(10)).is_empty(), "{input:?}");
+    }
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(50));
+    assert_eq!(record(&out).duration, Duration::ZERO, "clamped to 100ms");
+    f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(200));
+    for input in [Input::ClientGone, Input::ResponseHead { status: 200 }] {
+        assert!(f.feed(&mut x, input, at(300)).is_empty(), "after the end");
+    }
+}
+
+#[test]
+fn c_pool_6_dropping_an_exchange_releases_everything() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (x, _) = f.start(&Req::get("/x"), T0);
+    let (y, _) = f.start(&Req::get("/x"), T0);
+    assert_eq!(f.services.gate().queued(), 1);
+    drop(y);
+    assert_eq!(f.services.gate().queued(), 0);
+    drop(x);
+    assert_eq!(f.services.gate().in_flight(), 0);
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
+#[test]
+fn access_log_sampling_logs_errors_always_and_successes_at_the_rate() {
+    let mut rng = WyRand::new(5);
+    assert!(should_log(500, false, 0.0, &mut rng));
+    assert!(should_log(200, true, 0.0, &mut rng));
+    assert!(!should_log(200, false, 0.0, &mut rng));
+    assert!(should_log(200, false, 1.0, &mut rng));
+    let hits = (0..10_000).filter(|_| sampled(0.25, &mut rng)).count();
+    assert!((2_200..2_800).contains(&hits), "{hits}");
+}
+
+#[test]
+fn exchange_is_send_and_sync() {
+    fn check<T: core::marker::Send + Sync>() {}
+    check::<Exchange>();
+    check::<Output>();
+    let _ = RateDecision::Allowed;
+}
