@@ -220,6 +220,8 @@ pub struct Exchange {
     upgrade: bool,
     /// The route's pool snapshot and bulkhead (C-ROUTE-1), taken from `rt` at creation.
     target: FlowTarget,
+    /// The route that matched (`None`: the default pool).
+    route: Option<usize>,
     pick: PickContext,
     /// Why the target cannot be proxied, if it cannot (authority-form, `*` without OPTIONS).
     target_error: Option<ClientError>,
@@ -265,6 +267,7 @@ impl Exchange {
             proto: forwarded_proto(resolution.peer_trusted, head.headers),
             upgrade: wants_upgrade(head.headers),
             target,
+            route: m.route,
             pick,
             target_error: target_error(head.method, head.target),
             body: head.body,
@@ -306,7 +309,9 @@ impl Exchange {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.stage {
-            Stage::Queued { deadline, .. } | Stage::Store { deadline, .. } => Some(deadline),
+            // The mutation breaks the queue's expiry wherever it is decided (docs/simulation.md).
+            Stage::Queued { deadline, .. } => (!mutated!(GATE_NEVER_EXPIRES)).then_some(deadline),
+            Stage::Store { deadline, .. } => Some(deadline),
             Stage::Buffering { deadline } | Stage::Streaming { deadline } => deadline,
             Stage::Awaiting { sent } => self.header_deadline(sent),
             Stage::Done => None,
@@ -372,6 +377,18 @@ impl Exchange {
     #[must_use]
     pub fn backend(&self, index: usize) -> Option<&Arc<Backend>> {
         self.target.pool.backends().get(index)
+    }
+
+    /// The pool snapshot this request selects from (its route's, at creation).
+    #[must_use]
+    pub fn pool(&self) -> &Arc<crate::pool::Pool> {
+        &self.target.pool
+    }
+
+    /// The route that matched (C-ROUTE-1), `None` for the default pool without a route.
+    #[must_use]
+    pub fn route(&self) -> Option<usize> {
+        self.route
     }
 
     /// Attempts sent so far.

@@ -35,7 +35,8 @@ pub static BUCKET_FAST_REFILL: AtomicBool = AtomicBool::new(false);
 pub static FLOW_TIMEOUT_ABANDONS: AtomicBool = AtomicBool::new(false);
 /// The overload gate queues past `max_queue`.
 pub static GATE_QUEUE_UNBOUNDED: AtomicBool = AtomicBool::new(false);
-/// The overload gate's queue never expires a waiter.
+/// The overload gate's queue never expires a waiter: neither the gate's queue nor the request
+/// engine's queue deadline (`exchange`) ends a wait.
 pub static GATE_NEVER_EXPIRES: AtomicBool = AtomicBool::new(false);
 /// The selection driver ignores slow start: a warming backend gets its full share at once.
 pub static SLOW_START_IGNORED: AtomicBool = AtomicBool::new(false);

@@ -235,6 +235,24 @@ impl Runtime {
         })
     }
 
+    /// This runtime with pool `index` replaced by `pool`, everything else shared (bulkheads,
+    /// retry policy and budget, trusted proxies, configuration): how a caller that warms up and
+    /// publishes pools one at a time (the simulator's per-pool reloads) publishes one. `None`
+    /// when there is no pool `index`.
+    #[must_use]
+    pub fn with_pool(&self, index: usize, pool: Arc<Pool>) -> Option<Runtime> {
+        let mut pools = self.pools.clone();
+        *pools.get_mut(index)? = pool;
+        Some(Runtime {
+            config: self.config.clone(),
+            pools,
+            bulkheads: self.bulkheads.clone(),
+            retry: Arc::clone(&self.retry),
+            budget: Arc::clone(&self.budget),
+            trusted: self.trusted.clone(),
+        })
+    }
+
     /// The configuration in force (restart-only fields as running, see [`plan_reload`]).
     #[must_use]
     pub fn config(&self) -> &ValidConfig {

@@ -1,18 +1,18 @@
 //! The discrete-event world: a virtual clock that jumps to the next event, the real core
 //! machines driven exactly as an adapter drives them, simulated clients and backends.
 //!
-//! One request, in the order of C-PATH-2: the overload gate (`Gate::enter`; a queued request
-//! waits for a hand-off, its deadline or its client leaving, and settles its ticket with exactly
-//! one `cancel`), the rate limiter (`LocalStore::take`), the route (`RouteTable::lookup`), then
-//! the flow machine (`Flow::start`, which takes the route's bulkhead permit and selects a
-//! backend) and every fact about its attempts (`handle_response_head`, `handle_error`,
-//! `handle_timeout` at `poll_timeout`, `handle_body_end`). When the request is done the gate slot
-//! is left, and a waiter it is handed to proceeds at once.
+//! One request is one `weir_core::exchange::Exchange`, the request engine the proxy drives: the
+//! world creates it at arrival from the runtime snapshot in force and plays its IO. It carries out
+//! each output (a gate wait, a wake-up of the waiter a leaving request handed its slot to, an
+//! attempt to a simulated backend, a response) and feeds back each fact (a hand-off, a response
+//! head, a refused or broken connection, a timeout at `poll_timeout`, a body end, a client that
+//! left). The world never calls the gate, the limiter, the route table or the flow machine
+//! itself; it reads their counters for the invariants.
 //!
 //! Time: every future fact is an event in a `BTreeMap` keyed by `(instant, sequence)`, so ties
 //! run in the order they were scheduled and nothing depends on hash order. Machines that wait
-//! (the flow's header deadline, the gate's queue, each probe schedule) are asked for their
-//! `poll_timeout` after every call, and a timer event is armed for it.
+//! (each exchange, each probe schedule) are asked for their `poll_timeout` after every call, and
+//! a timer event is armed for it.
 //!
 //! Randomness: one seed. The world's master `WyRand` forks one child each for the setup,
 //! arrivals, clients, backends and the core; nothing else draws.
@@ -20,6 +20,7 @@
 mod attempts;
 mod check;
 mod clients;
+mod config;
 mod health;
 
 use core::time::Duration;
@@ -29,15 +30,13 @@ use weir_core::Instant;
 use weir_core::admission::Gate;
 use weir_core::breaker::CircuitState;
 use weir_core::bucket::BucketParams;
-use weir_core::budget::RetryBudget;
-use weir_core::bulkhead::Bulkhead;
-use weir_core::flow::{AttemptError, BodyEnd, Flow};
+use weir_core::exchange::{AttemptResult, Exchange, Input, Services};
 use weir_core::health::{HealthParams, ProbeToken};
 use weir_core::pool::{Backend, PoolParams};
-use weir_core::rate::{ClientKey, KeyParams, LocalStore, LocalStoreParams};
-use weir_core::retry::{BodyKind, RetryPolicy};
+use weir_core::rate::{ClientKey, LocalStore, LocalStoreParams, StorageKind, StoreCircuit};
+use weir_core::retry::RetryPolicy;
 use weir_core::rng::{Rng, WyRand};
-use weir_core::route::RouteTable;
+use weir_core::runtime::Runtime;
 use weir_core::select::NoBackend;
 
 use crate::backend::{Fault, Reply, SimBackend};
@@ -64,18 +63,14 @@ enum Ev {
     Arrival { stream: usize, arrive: bool },
     /// The client of `req` goes away (early disconnect or patience exhausted).
     Disconnect { req: usize },
-    /// A queued request's own deadline.
-    QueueDeadline { req: usize },
-    /// The gate's `poll_timeout` came.
-    GateTimer { generation: u64 },
     /// An attempt's fate shows.
     Reply {
         req: usize,
         attempt: u32,
         reply: Reply,
     },
-    /// A flow's `poll_timeout` came.
-    FlowTimer { req: usize },
+    /// An exchange's `poll_timeout` came.
+    Timer { req: usize },
     /// A delivered body ended.
     BodyEnd { req: usize, attempt: u32 },
     /// A probe answered.
@@ -104,10 +99,8 @@ impl Ev {
         match self {
             Ev::Arrival { .. } => 0,
             Ev::Disconnect { .. } => 1,
-            Ev::QueueDeadline { .. } => 2,
-            Ev::GateTimer { .. } => 3,
             Ev::Reply { .. } => 4,
-            Ev::FlowTimer { .. } => 5,
+            Ev::Timer { .. } => 5,
             Ev::BodyEnd { .. } => 6,
             Ev::ProbeReply { .. } => 7,
             Ev::HealthTimer { .. } => 8,
@@ -144,11 +137,11 @@ struct Current {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// In the gate's queue with this ticket.
-    Queued { ticket: u64 },
-    /// Holds a gate slot handed over by a leaving request; proceeds within the same event.
+    /// Created; not waiting on an attempt (admission, rate limit).
     Admitted,
-    /// The flow awaits a response head.
+    /// In the gate's queue with this ticket, which may wait until `deadline` at most.
+    Queued { ticket: u64, deadline: Instant },
+    /// An attempt awaits its response head.
     Waiting,
     /// A response was delivered; its body streams.
     Streaming,
@@ -159,13 +152,11 @@ enum Stage {
 #[derive(Debug)]
 struct Request {
     key: ClientKey,
-    hash: u64,
     arrival: Instant,
     method: http::Method,
-    body: BodyKind,
     path: &'static str,
     stage: Stage,
-    flow: Option<Flow>,
+    x: Option<Exchange>,
     snapshot: usize,
     route: Option<usize>,
     current: Option<Current>,
@@ -177,6 +168,16 @@ struct Request {
     abandoned: bool,
     /// Counted as finished (answered and holding nothing).
     settled: bool,
+    /// The rate decision was checked against the model.
+    rate_checked: bool,
+    /// The limiter denied the request.
+    rate_denied: bool,
+    /// The next attempt's slot came from panic routing.
+    panic_next: bool,
+    /// How the last finished attempt ended (from the exchange's attempt metric).
+    last_result: Option<AttemptResult>,
+    /// The exchange deadline a timer is armed for.
+    timer: Option<Instant>,
 }
 
 /// A core `Backend` the world has seen, with the world's own accounting of it.
@@ -232,14 +233,6 @@ struct ShareStats {
     variance: f64,
 }
 
-/// A fact about the current attempt, fed to the flow.
-#[derive(Debug, Clone, Copy)]
-enum Fact {
-    Head(u16),
-    Error(AttemptError),
-    Timeout,
-}
-
 /// The world. See the module doc.
 pub(crate) struct World<'w> {
     scenario: Scenario,
@@ -255,28 +248,26 @@ pub(crate) struct World<'w> {
     rng_backends: WyRand,
     rng_core: WyRand,
 
-    policy: Arc<RetryPolicy>,
-    budget: Arc<RetryBudget>,
-    gate: Gate,
-    store: LocalStore,
+    /// The runtime built from the scenario's configuration, before the world's pools.
+    base: Arc<Runtime>,
+    /// The snapshot in force: `base` with each pool's current snapshot; new exchanges get it.
+    runtime: Arc<Runtime>,
+    services: Arc<Services>,
     bucket: Option<BucketParams>,
-    key_params: KeyParams,
-    routes: RouteTable,
-    bulkheads: Vec<Option<Arc<Bulkhead>>>,
     pool_params: PoolParams,
     health_params: HealthParams,
     pools: Vec<PoolSlot>,
     snapshots: Vec<Snapshot>,
     runners: BTreeMap<u64, Runner>,
     next_runner: u64,
-    gate_timer: Option<Instant>,
-    gate_timer_gen: u64,
 
     backends: Vec<SimBackend>,
     tracked: Vec<Tracked>,
     requests: Vec<Request>,
     tickets: BTreeMap<u64, usize>,
-    handed: VecDeque<usize>,
+    /// Inputs due now (gate hand-offs, buffered bodies), fed after the current event.
+    handed: VecDeque<(usize, Input)>,
+    no_headers: http::HeaderMap,
     live_requests: u64,
     listening: bool,
     traffic_on: bool,
@@ -312,14 +303,12 @@ impl<'w> World<'w> {
         let rng_backends = master.fork();
         let mut rng_core = master.fork();
 
-        let policy = Arc::new(RetryPolicy::new(s.retry.clone()).map_err(|e| e.to_string())?);
-        let budget = Arc::new(RetryBudget::new(policy.budget_params()));
+        let policy = RetryPolicy::new(s.retry.clone()).map_err(|e| e.to_string())?;
         let budget_model = BucketModel::new(
             policy.budget_params().capacity(),
             policy.budget_params().interval(),
         );
-        let gate = Gate::new(s.gate);
-        let store = LocalStore::new(
+        let local = LocalStore::new(
             LocalStoreParams {
                 shards: 4,
                 max_buckets: 4096,
@@ -327,25 +316,14 @@ impl<'w> World<'w> {
             rng_core.next_u64(),
         )
         .map_err(|e| e.to_string())?;
-        let bucket = match s.rate {
-            Some((capacity, refill)) => {
-                Some(BucketParams::new(capacity, refill).map_err(|e| e.to_string())?)
-            }
-            None => None,
-        };
-        let key_params = KeyParams::new(32, 64).map_err(|e| e.to_string())?;
-        let routes = RouteTable::new(s.routes.iter().map(|r| (r.prefix, r.pool)), 0)
-            .map_err(|e| e.to_string())?;
-        let bulkheads = s
-            .routes
-            .iter()
-            .map(|r| {
-                r.limit
-                    .map(|l| Bulkhead::new(Some(l)).map(Arc::new))
-                    .transpose()
-                    .map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let services = Arc::new(Services::new(
+            Arc::new(Gate::new(s.gate)),
+            StorageKind::Local,
+            Arc::new(local),
+            Arc::new(StoreCircuit::default()),
+        ));
+        let base = Arc::new(config::runtime(&s, rng_core.next_u64())?);
+        let bucket = s.rate.is_some().then(|| base.config().rate.bucket());
         let health_params = HealthParams::new(&s.health).map_err(|e| e.to_string())?;
         let pool_params = s.pool_params();
         let backends = s.backends.clone();
@@ -384,27 +362,22 @@ impl<'w> World<'w> {
             rng_clients,
             rng_backends,
             rng_core,
-            policy,
-            budget,
-            gate,
-            store,
+            runtime: Arc::clone(&base),
+            base,
+            services,
             bucket,
-            key_params,
-            routes,
-            bulkheads,
             pool_params,
             health_params,
             pools: Vec::new(),
             snapshots: Vec::new(),
             runners: BTreeMap::new(),
             next_runner: 0,
-            gate_timer: None,
-            gate_timer_gen: 0,
             backends,
             tracked: Vec::new(),
             requests: Vec::new(),
             tickets: BTreeMap::new(),
             handed: VecDeque::new(),
+            no_headers: http::HeaderMap::new(),
             live_requests: 0,
             listening: false,
             traffic_on: false,
@@ -423,6 +396,7 @@ impl<'w> World<'w> {
             violation: None,
         };
         world.build_pools()?;
+        world.publish();
         Ok(world)
     }
 
@@ -445,6 +419,7 @@ impl<'w> World<'w> {
             self.trace.mix((t.as_nanos(), ev.tag()));
             self.handle(ev);
             self.drain_handed();
+            self.check_queue_waits();
             self.check_all();
             if let Some(v) = self.violation.take() {
                 return Err(v);
@@ -527,22 +502,16 @@ impl<'w> World<'w> {
         match ev {
             Ev::Arrival { stream, arrive } => self.arrival(stream, arrive),
             Ev::Disconnect { req } => self.disconnect(req),
-            Ev::QueueDeadline { req } => self.queue_deadline(req),
-            Ev::GateTimer { generation } => self.gate_timer_fired(generation),
             Ev::Reply {
                 req,
                 attempt,
                 reply,
             } => self.reply(req, attempt, reply),
-            Ev::FlowTimer { req } => {
-                if matches!(self.requests[req].stage, Stage::Waiting) {
-                    self.feed(req, Fact::Timeout);
-                }
-            }
+            Ev::Timer { req } => self.timer(req),
             Ev::BodyEnd { req, attempt } => {
                 let r = &self.requests[req];
                 if r.stage == Stage::Streaming && r.current.is_some_and(|c| c.n == attempt) {
-                    self.end_body(req, BodyEnd::Complete);
+                    self.end_body(req, weir_core::flow::BodyEnd::Complete);
                 }
             }
             Ev::ProbeReply {

@@ -59,7 +59,9 @@ impl Exchange {
             (Stage::Done, _) => {}
             (_, Input::ClientGone) => self.client_gone(now, rng),
             (Stage::Queued { ticket, .. }, Input::GateHandoff) => self.settle(ticket, now, rng),
-            (Stage::Queued { ticket, deadline }, Input::Timeout) if now >= deadline => {
+            (Stage::Queued { ticket, deadline }, Input::Timeout)
+                if now >= deadline && !mutated!(GATE_NEVER_EXPIRES) =>
+            {
                 self.settle(ticket, now, rng);
             }
             (Stage::Store { call, .. }, Input::StoreAnswer(Ok(take))) => {

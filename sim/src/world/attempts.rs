@@ -1,13 +1,15 @@
-//! Attempts: the facts fed to the flow machine and the actions it returns, carried out as an
-//! adapter does (C-RETRY-1..6, C-POOL-6, C-PATH-9), and the end of a request.
+//! The exchange's outputs carried out as an adapter does (C-RETRY-1..6, C-POOL-6, C-PATH-9):
+//! gate waits and wake-ups, attempts to the simulated backends, responses; the facts about an
+//! attempt fed back with the breaker checked around each (C-HEALTH-3); the end of a request.
 
 use weir_core::breaker::Outcome;
-use weir_core::flow::{Action, AttemptError, BodyEnd, Flow};
+use weir_core::exchange::{Answer, AttemptResult, Input, Metric, Output, SendFailure};
+use weir_core::flow::{Attempt, BodyEnd};
 use weir_core::response::Reject;
 use weir_core::retry::NoRetryReason;
 use weir_core::select::NoBackend;
 
-use super::{Arc, Current, Ev, Fact, Permit, Stage, World, no_backend_label};
+use super::{Arc, Current, Ev, Permit, Stage, World, no_backend_label};
 use crate::backend::Reply;
 use crate::report::Invariant;
 use crate::trace::Rec;
@@ -18,45 +20,41 @@ impl World<'_> {
         if r.stage != Stage::Waiting || r.current.is_none_or(|c| c.n != attempt) {
             return; // a closed connection's late answer
         }
-        match reply {
-            Reply::Refused => self.feed(req, Fact::Error(AttemptError::Connect)),
-            Reply::Broken => self.feed(req, Fact::Error(AttemptError::Transport)),
+        let input = match reply {
+            Reply::Refused => Input::SendFailed(SendFailure::Connect),
+            Reply::Broken => Input::SendFailed(SendFailure::Transport {
+                client_body_failed: false,
+            }),
             Reply::Head { status, body } => {
                 if let Some(c) = self.requests[req].current.as_mut() {
                     c.body = body;
                 }
-                self.feed(req, Fact::Head(status));
+                Input::ResponseHead { status }
             }
-        }
+        };
+        self.attempt_input(req, input);
     }
 
-    /// Feed a fact about the current attempt to the flow, checking the breaker's response to the
-    /// outcome it records (C-HEALTH-3).
-    pub(super) fn feed(&mut self, req: usize, fact: Fact) {
+    /// Feed a fact about the current attempt, checking the breaker's response to the outcome the
+    /// exchange records (C-HEALTH-3).
+    pub(super) fn attempt_input(&mut self, req: usize, input: Input) {
         let Some(cur) = self.requests[req].current else {
-            return;
+            return self.input(req, input);
         };
         let arc = Arc::clone(&self.tracked[cur.tracked].arc);
         let before = (
             arc.circuit_state(self.now),
             arc.breaker().consecutive_failures(),
         );
-        let now = self.now;
-        let backend = cur.sim as u32;
-        let action = {
-            let r = &mut self.requests[req];
-            let Some(flow) = r.flow.as_mut() else {
-                return;
-            };
-            match fact {
-                Fact::Head(status) => flow.handle_response_head(status, now, &mut self.rng_core),
-                Fact::Error(e) => flow.handle_error(e, now, &mut self.rng_core),
-                Fact::Timeout => flow.handle_timeout(now, &mut self.rng_core),
-            }
+        self.requests[req].last_result = None;
+        self.input(req, input);
+        // No attempt metric: the fact changed nothing (an early timeout).
+        let Some(result) = self.requests[req].last_result.take() else {
+            return;
         };
-        let class = match fact {
-            Fact::Timeout if action == Action::Nothing => return, // early: nothing recorded
-            Fact::Head(status) => {
+        let backend = cur.sim as u32;
+        let class = match (input, result) {
+            (Input::ResponseHead { status }, _) => {
                 self.record(Rec::Head {
                     req: req as u64,
                     backend,
@@ -68,25 +66,23 @@ impl World<'_> {
                     Outcome::Success
                 }
             }
-            Fact::Error(e) => {
+            (_, r) => {
+                let error = match r {
+                    AttemptResult::ConnectError => "connect",
+                    AttemptResult::TransportError => "transport",
+                    AttemptResult::Timeout => "per_try_timeout",
+                    _ => "client_gone",
+                };
                 self.record(Rec::AttemptError {
                     req: req as u64,
                     backend,
-                    error: e.as_str(),
+                    error,
                 });
-                if e == AttemptError::ClientGone {
+                if r == AttemptResult::Cancelled {
                     Outcome::Neutral
                 } else {
                     Outcome::Failure
                 }
-            }
-            Fact::Timeout => {
-                self.record(Rec::AttemptError {
-                    req: req as u64,
-                    backend,
-                    error: AttemptError::PerTryTimeout.as_str(),
-                });
-                Outcome::Failure
             }
         };
         let after = (
@@ -98,14 +94,9 @@ impl World<'_> {
         {
             self.tracked[cur.tracked].trial_successes += 1;
         }
-        self.apply(req, action);
     }
 
     pub(super) fn end_body(&mut self, req: usize, end: BodyEnd) {
-        let now = self.now;
-        if let Some(flow) = self.requests[req].flow.as_mut() {
-            let _ = flow.handle_body_end(end, now);
-        }
         self.record(Rec::BodyEnd {
             req: req as u64,
             end: match end {
@@ -114,15 +105,22 @@ impl World<'_> {
                 BodyEnd::ClientGone => "client_gone",
             },
         });
-        self.complete(req);
+        self.input(req, Input::BodyEnd(end));
     }
 
-    /// Carry out the flow's action, as an adapter does.
-    pub(super) fn apply(&mut self, req: usize, action: Action) {
-        match action {
-            Action::Attempt(a) | Action::Retry(a) => {
-                let retry = matches!(action, Action::Retry(_));
-                if retry {
+    /// Carry out one output of the request's exchange, as an adapter does.
+    pub(super) fn exec(&mut self, req: usize, output: Output, watch: Option<(usize, f64)>) {
+        match output {
+            Output::GateWait { ticket } => self.queued(req, ticket),
+            Output::GateWake { ticket } => self.hand(ticket),
+            Output::StoreTake { .. } => self.fail(
+                Invariant::RateBucket,
+                format!("request {req}: a shared-store call, but the world's store is local"),
+            ),
+            // The simulated client sends its body at once.
+            Output::BufferBody { .. } => self.handed.push_back((req, Input::BodyBuffered)),
+            Output::Send(s) => {
+                if s.retry {
                     self.release_current(req);
                     self.stats.retries += 1;
                     self.budget_grants += 1;
@@ -132,15 +130,29 @@ impl World<'_> {
                             format!(
                                 "request {req}: retry {} granted while the budget model holds \
                                  {} milli-tokens",
-                                a.attempt,
+                                s.attempt,
                                 self.budget_model.tokens_milli(self.now)
                             ),
                         );
                     }
                 }
-                self.send(req, a);
+                let panic = core::mem::take(&mut self.requests[req].panic_next);
+                if s.attempt == 1 {
+                    self.share_after(watch, s.backend);
+                    self.take_bulkhead(req);
+                }
+                self.send(req, s.backend, s.attempt, panic);
             }
-            Action::Deliver(d) => {
+            Output::Metric(Metric::PanicSelection { .. }) => {
+                self.requests[req].panic_next = true;
+            }
+            Output::Metric(Metric::Attempt { result, .. }) => {
+                self.requests[req].last_result = Some(result);
+            }
+            Output::Metric(Metric::Protection(_)) | Output::AbortBody => {}
+            Output::Answer(answer) => self.answered(req, answer),
+            Output::Deliver(d) => {
+                let d = d.deliver;
                 if d.budget_exhausted {
                     self.stats.budget_refusals += 1;
                 }
@@ -155,7 +167,59 @@ impl World<'_> {
                     self.schedule(self.now + body, Ev::BodyEnd { req, attempt });
                 }
             }
-            Action::Fail(f) => {
+            Output::Record(record) => {
+                if record.status == 499 && !self.requests[req].responded {
+                    if !self.requests[req].client_gone {
+                        self.fail(
+                            Invariant::OneResponse,
+                            format!(
+                                "request {req} was abandoned while its client was still waiting"
+                            ),
+                        );
+                    }
+                    self.abandon(req);
+                }
+            }
+        }
+    }
+
+    /// The exchange waits in the gate's queue (C-LOAD-1).
+    fn queued(&mut self, req: usize, ticket: u64) {
+        let limit = self.requests[req].arrival + self.s.gate.queue_timeout();
+        let deadline = self.requests[req].x.as_ref().and_then(|x| x.poll_timeout());
+        if deadline.is_some_and(|d| d > limit) {
+            self.fail(
+                Invariant::QueueTimeout,
+                format!("request {req} queued until {deadline:?}, past arrival + queue_timeout = {limit:?}"),
+            );
+        }
+        self.requests[req].stage = Stage::Queued {
+            ticket,
+            deadline: limit,
+        };
+        self.tickets.insert(ticket, req);
+        self.record(Rec::Queued { req: req as u64 });
+    }
+
+    /// The route's bulkhead permit is held from the first attempt (C-LOAD-2).
+    fn take_bulkhead(&mut self, req: usize) {
+        let r = &mut self.requests[req];
+        if let Some(route) = r.route
+            && self.runtime.bulkhead(route).is_some()
+            && !r.holds_bulkhead
+        {
+            r.holds_bulkhead = true;
+            self.bulkhead_holders[route] += 1;
+        }
+    }
+
+    /// weir answered the request itself.
+    fn answered(&mut self, req: usize, answer: Answer) {
+        if let Stage::Queued { ticket, .. } = self.requests[req].stage {
+            self.tickets.remove(&ticket);
+        }
+        match answer {
+            Answer::Failure(f) => {
                 if f.budget_exhausted {
                     self.stats.budget_refusals += 1;
                 }
@@ -163,9 +227,8 @@ impl World<'_> {
                     self.check_never_emptied(req, "a retry found no other backend");
                 }
                 self.respond(req, f.status, "failure", f.attempts, f.budget_exhausted);
-                self.complete(req);
             }
-            Action::Reject(reject) => {
+            Answer::Reject(reject) => {
                 let what = match reject {
                     Reject::BulkheadFull(_) => "bulkhead_full",
                     Reject::NoBackend(why) => {
@@ -188,73 +251,68 @@ impl World<'_> {
                         no_backend_label(why)
                     }
                     Reject::Overloaded(_) => "overload",
-                    Reject::RateLimited(_) => "rate_limited",
+                    Reject::RateLimited(_) => {
+                        self.requests[req].rate_denied = true;
+                        "rate_limited"
+                    }
                     Reject::StoreUnavailable => "store_unavailable",
                 };
                 self.respond(req, reject.status(), what, 0, false);
-                self.complete(req);
             }
-            Action::Abandon => {
-                if !self.requests[req].client_gone {
-                    self.fail(
-                        Invariant::OneResponse,
-                        format!("request {req} was abandoned while its client was still waiting"),
-                    );
-                }
-                self.abandon(req);
-                self.complete(req);
-            }
-            Action::Nothing => {}
+            Answer::Client(e) => self.respond(req, e.status(), "client_error", 0, false),
+            Answer::Live | Answer::Ready => self.respond(req, 200, "health", 0, false),
         }
     }
 
-    /// Send attempt `a` of the request to its backend: checks, then the simulated reply.
-    pub(super) fn send(&mut self, req: usize, a: weir_core::flow::Attempt) {
+    /// Send attempt `attempt` of the request to backend `index` of its pool: checks, then the
+    /// simulated reply.
+    pub(super) fn send(&mut self, req: usize, index: usize, attempt: u32, panic: bool) {
         let snapshot = self.requests[req].snapshot;
-        let Some(&tracked) = self.snapshots[snapshot].tracked.get(a.backend) else {
+        let Some(&tracked) = self.snapshots[snapshot].tracked.get(index) else {
             self.fail(
                 Invariant::RetryRevisits,
-                format!(
-                    "request {req}: attempt on backend index {} outside its pool",
-                    a.backend
-                ),
+                format!("request {req}: attempt on backend index {index} outside its pool"),
             );
             return;
+        };
+        let deadline = self.requests[req].x.as_ref().and_then(|x| x.poll_timeout());
+        let a = Attempt {
+            backend: index,
+            attempt,
+            header_deadline: deadline.unwrap_or(weir_core::Instant::MAX),
+            panic,
         };
         let sim = self.tracked[tracked].sim;
         let permit = self.check_attempt(req, &a, tracked);
         self.tracked[tracked].slots += 1;
-        self.backends[sim].conns.insert((req, a.attempt));
+        self.backends[sim].conns.insert((req, attempt));
         let plan =
             self.backends[sim].plan_attempt(self.s.retry.per_try_timeout, &mut self.rng_backends);
         let r = &mut self.requests[req];
-        r.tried.push(a.backend);
+        r.tried.push(index);
+        r.stage = Stage::Waiting;
         r.current = Some(Current {
-            n: a.attempt,
+            n: attempt,
             tracked,
             sim,
             permit,
             body: None,
         });
-        let deadline = r.flow.as_ref().and_then(Flow::poll_timeout);
         self.record(Rec::Attempt {
             req: req as u64,
-            attempt: a.attempt,
+            attempt,
             backend: sim as u32,
-            panic: a.panic,
+            panic,
             trial: permit == Permit::Trial,
         });
         self.schedule(
             self.now + plan.after,
             Ev::Reply {
                 req,
-                attempt: a.attempt,
+                attempt,
                 reply: plan.reply,
             },
         );
-        if let Some(deadline) = deadline {
-            self.schedule(deadline, Ev::FlowTimer { req });
-        }
     }
 
     /// The current attempt's slot and connection are gone (retry, failure, end).
@@ -325,32 +383,25 @@ impl World<'_> {
         self.record(Rec::Abandon { req: req as u64 });
     }
 
-    /// The request is finished and holds nothing but maybe its gate slot: release all.
+    /// The exchange is over and holds nothing: release the world's accounting of it.
     pub(super) fn complete(&mut self, req: usize) {
         self.release_current(req);
         let r = &mut self.requests[req];
-        r.flow = None; // drops the slot and the bulkhead permit if anything still held them
+        if let Stage::Queued { ticket, .. } = r.stage {
+            self.tickets.remove(&ticket);
+        }
+        let r = &mut self.requests[req];
+        r.x = None;
         if r.holds_bulkhead {
             r.holds_bulkhead = false;
             if let Some(route) = r.route {
                 self.bulkhead_holders[route] = self.bulkhead_holders[route].saturating_sub(1);
             }
         }
-        let held = core::mem::take(&mut r.holds_gate);
-        r.stage = Stage::Done;
-        if held {
+        if core::mem::take(&mut r.holds_gate) {
             self.gate_holders = self.gate_holders.saturating_sub(1);
-            if let Some(id) = self.gate.leave(self.now) {
-                self.hand(id);
-            }
-            self.arm_gate_timer();
         }
-        self.settle(req);
-    }
-
-    /// The request is over without ever holding a gate slot (overload, or it left the queue).
-    pub(super) fn done(&mut self, req: usize) {
-        self.requests[req].stage = Stage::Done;
+        r.stage = Stage::Done;
         self.settle(req);
     }
 
@@ -361,7 +412,7 @@ impl World<'_> {
             && r.stage == Stage::Done
             && (r.responded || r.abandoned)
             && !r.holds_gate
-            && r.flow.is_none()
+            && r.x.is_none()
             && r.current.is_none()
         {
             r.settled = true;

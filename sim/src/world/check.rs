@@ -11,7 +11,7 @@ use weir_core::breaker::{CircuitState, Outcome};
 use weir_core::flow::Attempt;
 use weir_core::pool::Availability;
 
-use super::{Current, Permit, World};
+use super::{Arc, Current, Permit, World};
 use crate::model;
 use crate::report::Invariant;
 
@@ -20,7 +20,8 @@ impl World<'_> {
     pub(super) fn check_all(&mut self) {
         let now = self.now;
         // C-LOAD-1: the gate.
-        let (in_flight, queued) = (self.gate.in_flight(), self.gate.queued());
+        let gate = self.services.gate();
+        let (in_flight, queued) = (gate.in_flight(), gate.queued());
         let params = self.s.gate;
         if in_flight > params.max_concurrent_requests() || in_flight != self.gate_holders {
             self.fail(
@@ -39,12 +40,11 @@ impl World<'_> {
             );
         }
         // C-RETRY-7, C-RETRY-3: the budget against its model.
-        let tokens = self.budget.tokens_milli(now);
+        let budget = Arc::clone(self.runtime.budget());
+        let tokens = budget.tokens_milli(now);
         let model_tokens = self.budget_model.tokens_milli(now);
         let bound = self.budget_model.max_grants(weir_core::Instant::ZERO, now);
-        if tokens != model_tokens
-            || tokens > self.budget.capacity() * 1000
-            || self.budget_grants > bound
+        if tokens != model_tokens || tokens > budget.capacity() * 1000 || self.budget_grants > bound
         {
             self.fail(
                 Invariant::RetryBudget,
@@ -56,8 +56,8 @@ impl World<'_> {
             );
         }
         // C-LOAD-2: bulkheads.
-        for route in 0..self.bulkheads.len() {
-            let Some(b) = &self.bulkheads[route] else {
+        for route in 0..self.s.routes.len() {
+            let Some(b) = self.runtime.bulkhead(route).map(Arc::clone) else {
                 continue;
             };
             let held = self.bulkhead_holders[route];
@@ -364,11 +364,12 @@ impl World<'_> {
                 return;
             }
         }
-        if self.gate.in_flight() != 0 || self.gate.queued() != 0 {
+        let gate = self.services.gate();
+        if gate.in_flight() != 0 || gate.queued() != 0 {
             let detail = format!(
                 "the gate still holds {} slots and {} waiters at the end",
-                self.gate.in_flight(),
-                self.gate.queued()
+                gate.in_flight(),
+                gate.queued()
             );
             self.fail(Invariant::GateSlots, detail);
         }

@@ -1,18 +1,14 @@
-//! Clients: arrivals, the overload gate and its queue, the rate limiter and the route, up to
-//! `Flow::start` (C-PATH-2, C-LOAD-1, C-RATE-1, C-ROUTE-1).
+//! Clients: arrivals, each request's exchange (the request engine) and the plumbing that feeds
+//! it facts and carries out its outputs (C-PATH-2, C-LOAD-1, C-RATE-1, C-ROUTE-1).
 
 use core::time::Duration;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use weir_core::admission::{Cancel, Entry};
-use weir_core::bucket::{BucketParams, Take};
-use weir_core::flow::{Action, AttemptError, BodyEnd, Flow, FlowTarget, RequestMeta};
-use weir_core::rate::ClientKey;
+use weir_core::exchange::{BodyInfo, Exchange, Framing, Head, Input};
 use weir_core::retry::BodyKind;
 use weir_core::rng::Rng;
-use weir_core::select::{PickContext, hash_key};
 
-use super::{Arc, Ev, Fact, Request, Stage, WORKERS, World, method_str};
+use super::{Arc, Ev, Request, Stage, WORKERS, World, method_str};
 use crate::backend::uniform;
 use crate::model::BucketModel;
 use crate::report::Invariant;
@@ -104,11 +100,7 @@ impl World<'_> {
             let [_, b, c, d] = client.to_be_bytes();
             IpAddr::V4(Ipv4Addr::new(10, b, c, d))
         };
-        let key = ClientKey::new(ip, &self.key_params);
-        let hash = match ip {
-            IpAddr::V4(v4) => hash_key(&v4.octets()),
-            IpAddr::V6(v6) => hash_key(&v6.octets()),
-        };
+        let key = self.runtime.config().rate.key().key(ip);
         let (method, body) = match self.rng_clients.below(100) {
             0..=69 => (http::Method::GET, BodyKind::None),
             70..=74 => (http::Method::HEAD, BodyKind::None),
@@ -131,13 +123,11 @@ impl World<'_> {
         let req = self.requests.len();
         self.requests.push(Request {
             key,
-            hash,
             arrival: self.now,
             method: method.clone(),
-            body,
             path,
-            stage: Stage::Done,
-            flow: None,
+            stage: Stage::Admitted,
+            x: None,
             snapshot: 0,
             route: None,
             current: None,
@@ -148,6 +138,11 @@ impl World<'_> {
             responded: false,
             abandoned: false,
             settled: false,
+            rate_checked: false,
+            rate_denied: false,
+            panic_next: false,
+            last_result: None,
+            timer: None,
         });
         self.stats.requests += 1;
         self.live_requests += 1;
@@ -158,104 +153,138 @@ impl World<'_> {
             path,
         });
         self.schedule(self.now + leave_after, Ev::Disconnect { req });
-        // C-PATH-2: the gate first.
-        match self.gate.enter(self.now) {
-            Entry::Admitted => {
-                self.requests[req].holds_gate = true;
-                self.gate_holders += 1;
-                self.proceed(req);
-            }
-            Entry::Queued(ticket) => {
-                let limit = self.now + self.s.gate.queue_timeout();
-                if ticket.deadline > limit {
-                    self.fail(
-                        Invariant::QueueTimeout,
-                        format!(
-                            "request {req} queued until {:?}, past now + queue_timeout = {:?}",
-                            ticket.deadline, limit
-                        ),
-                    );
-                }
-                self.requests[req].stage = Stage::Queued { ticket: ticket.id };
-                self.tickets.insert(ticket.id, req);
-                self.schedule(ticket.deadline, Ev::QueueDeadline { req });
-                self.record(Rec::Queued { req: req as u64 });
-            }
-            Entry::Rejected(_) => {
-                self.respond(req, 503, "overload", 0, false);
-                self.done(req);
-            }
-        }
-        self.arm_gate_timer();
-    }
-
-    /// The request holds a gate slot: rate limit, route, flow (C-PATH-2).
-    pub(super) fn proceed(&mut self, req: usize) {
-        if self.requests[req].client_gone {
-            // Handed a slot after its client left: give it back at once.
-            self.abandon(req);
-            self.complete(req);
-            return;
-        }
-        if let Some(bucket) = self.bucket
-            && !self.rate_limit(req, bucket)
-        {
-            self.respond(req, 429, "rate_limited", 0, false);
-            self.complete(req);
-            return;
-        }
-        let found = self.routes.lookup(self.requests[req].path);
-        let slot = &self.pools[found.pool];
-        let snapshot = slot.snapshot;
-        let bulkhead = found
-            .route
-            .and_then(|r| self.bulkheads.get(r).cloned().flatten());
-        let target = FlowTarget {
-            pool: Arc::clone(&self.snapshots[snapshot].pool),
-            bulkhead,
-        };
-        let r = &self.requests[req];
-        let meta = RequestMeta {
-            method: r.method.clone(),
-            body: r.body,
-            ctx: PickContext {
-                worker: req % WORKERS,
-                hash: Some(r.hash),
+        // The slow-start share is measured at the first selection, which may happen right away.
+        let watches: Vec<_> = (0..self.pools.len())
+            .map(|p| {
+                (
+                    self.pools[p].snapshot,
+                    self.share_before(self.pools[p].snapshot),
+                )
+            })
+            .collect();
+        let head = Head {
+            method: &method,
+            path,
+            target: path,
+            headers: &self.no_headers,
+            peer: ip,
+            framing: Framing::Clean,
+            body: match body {
+                BodyKind::None => BodyInfo::Empty,
+                BodyKind::Sized(n) => BodyInfo::Sized(n),
+                BodyKind::Streaming => BodyInfo::Unsized,
             },
+            worker: req % WORKERS,
         };
-        let watch = self.share_before(snapshot);
-        let (flow, action) = Flow::start(
-            target,
-            &self.policy,
-            &self.budget,
-            meta,
+        let x = Exchange::new(
+            Arc::clone(&self.runtime),
+            Arc::clone(&self.services),
+            &head,
             self.now,
             &mut self.rng_core,
         );
+        // The pool snapshot the exchange selects from, for the world's own accounting.
+        let snapshot = self
+            .snapshots
+            .iter()
+            .position(|s| Arc::ptr_eq(&s.pool, x.pool()))
+            .unwrap_or(0);
+        let watch = watches
+            .into_iter()
+            .find(|(s, _)| *s == snapshot)
+            .and_then(|(_, w)| w);
         let r = &mut self.requests[req];
-        r.flow = Some(flow);
         r.snapshot = snapshot;
-        r.route = found.route;
-        r.stage = Stage::Waiting;
-        if let Action::Attempt(a) = action {
-            if let Some(route) = found.route
-                && self.bulkheads.get(route).is_some_and(Option::is_some)
-            {
-                r.holds_bulkhead = true;
-                self.bulkhead_holders[route] += 1;
-            }
-            self.share_after(watch, a.backend);
-        }
-        self.apply(req, action);
+        r.route = x.route();
+        r.x = Some(x);
+        self.outputs(req, watch);
     }
 
-    /// Take a rate-limit token for the request's client key; checks the bucket against the
-    /// model (C-RATE-1, C-RATE-2). Returns whether it was allowed.
-    pub(super) fn rate_limit(&mut self, req: usize, bucket: BucketParams) -> bool {
+    /// Feed `input` to the request's exchange and carry out what it asks.
+    pub(super) fn input(&mut self, req: usize, input: Input) {
+        let r = &self.requests[req];
+        // Before a first selection: whether it counts for the slow-start share (C-HEALTH-4).
+        let watch = if r.tried.is_empty() && r.current.is_none() {
+            self.share_before(r.snapshot)
+        } else {
+            None
+        };
+        let now = self.now;
+        let Some(x) = self.requests[req].x.as_mut() else {
+            return;
+        };
+        x.handle_input(input, now, &mut self.rng_core);
+        self.outputs(req, watch);
+    }
+
+    /// Drain the exchange's outputs, carry each out, keep the world's accounting in step with
+    /// what the exchange holds, and arm a timer for its deadline.
+    fn outputs(&mut self, req: usize, watch: Option<(usize, f64)>) {
+        let mut out = Vec::new();
+        if let Some(x) = self.requests[req].x.as_mut() {
+            while let Some(o) = x.poll_output() {
+                out.push(o);
+            }
+        }
+        for o in out {
+            self.exec(req, o, watch);
+        }
+        let Some(x) = self.requests[req].x.as_ref() else {
+            return;
+        };
+        let (holds, done, deadline) = (x.holds_gate(), x.is_done(), x.poll_timeout());
+        let rate = x.rate_outcome().is_some();
+        let r = &mut self.requests[req];
+        if holds != r.holds_gate {
+            r.holds_gate = holds;
+            if holds {
+                self.gate_holders += 1;
+            } else {
+                self.gate_holders = self.gate_holders.saturating_sub(1);
+            }
+        }
+        let r = &self.requests[req];
+        if !r.rate_checked && (rate || r.rate_denied) {
+            self.requests[req].rate_checked = true;
+            self.check_rate(req, rate);
+        }
+        if done {
+            self.complete(req);
+            return;
+        }
+        let r = &mut self.requests[req];
+        if let Some(t) = deadline
+            && r.timer != Some(t)
+        {
+            r.timer = Some(t);
+            self.schedule(t, Ev::Timer { req });
+        }
+    }
+
+    /// The exchange's deadline came (early timeouts are no-ops in the exchange).
+    pub(super) fn timer(&mut self, req: usize) {
+        let r = &mut self.requests[req];
+        if r.timer == Some(self.now) {
+            r.timer = None;
+        }
+        if r.x.is_none() {
+            return;
+        }
+        if r.stage == Stage::Waiting {
+            self.attempt_input(req, Input::Timeout);
+        } else {
+            self.input(req, Input::Timeout);
+        }
+    }
+
+    /// Check the limiter's decision for the request's client key against the model (C-RATE-1,
+    /// C-RATE-2).
+    fn check_rate(&mut self, req: usize, allowed: bool) {
+        let Some(bucket) = self.bucket else {
+            return;
+        };
         let key = self.requests[req].key;
         let now = self.now;
-        let take = self.store.take(key, &bucket, now);
-        let allowed = matches!(take, Take::Allowed { .. });
         let entry = self.rate_models.entry(key).or_insert_with(|| {
             (
                 now,
@@ -268,7 +297,7 @@ impl World<'_> {
             entry.1 += 1;
         }
         let (first, grants, model) = *entry;
-        let peek = self.store.peek(key, &bucket, now);
+        let peek = self.services.local().peek(key, &bucket, now);
         let bound = model.max_grants(first, now);
         if grants > bound {
             self.fail(
@@ -284,7 +313,7 @@ impl World<'_> {
             self.fail(
                 Invariant::RateBucket,
                 format!(
-                    "client {key}: the store {} a take the model {}",
+                    "client {key}: the limiter {} a request the model {}",
                     if allowed { "allowed" } else { "denied" },
                     if model_allows { "allows" } else { "denies" }
                 ),
@@ -300,137 +329,77 @@ impl World<'_> {
                 ),
             );
         }
-        allowed
     }
 
     pub(super) fn disconnect(&mut self, req: usize) {
-        let stage = self.requests[req].stage;
-        if stage == Stage::Done {
+        let r = &self.requests[req];
+        if r.stage == Stage::Done || r.x.is_none() {
             return;
         }
         self.requests[req].client_gone = true;
         self.record(Rec::Disconnect { req: req as u64 });
-        match stage {
-            Stage::Queued { ticket } => {
-                self.tickets.remove(&ticket);
-                match self.gate.cancel(ticket, self.now) {
-                    Cancel::Removed => {
-                        self.abandon(req);
-                        self.done(req);
-                    }
-                    Cancel::Expired => {
-                        self.respond(req, 503, "overload", 0, false);
-                        self.done(req);
-                    }
-                    Cancel::AlreadyAdmitted => {
-                        self.requests[req].holds_gate = true;
-                        self.gate_holders += 1;
-                        self.abandon(req);
-                        self.complete(req);
-                    }
-                    Cancel::Unknown => self.fail(
-                        Invariant::QueueTimeout,
-                        format!("request {req}: its ticket {ticket} is unknown to the gate"),
-                    ),
-                }
-                self.arm_gate_timer();
-            }
-            Stage::Waiting => self.feed(req, Fact::Error(AttemptError::ClientGone)),
-            Stage::Streaming => self.end_body(req, BodyEnd::ClientGone),
-            Stage::Admitted | Stage::Done => {}
+        if self.requests[req].stage == Stage::Waiting {
+            self.attempt_input(req, Input::ClientGone);
+        } else {
+            self.input(req, Input::ClientGone);
         }
     }
 
-    pub(super) fn queue_deadline(&mut self, req: usize) {
-        let Stage::Queued { ticket } = self.requests[req].stage else {
-            return;
-        };
-        self.tickets.remove(&ticket);
-        match self.gate.cancel(ticket, self.now) {
-            Cancel::Expired => {
-                self.respond(req, 503, "overload", 0, false);
-                self.done(req);
-            }
-            other => self.fail(
-                Invariant::QueueTimeout,
-                format!(
-                    "request {req}: at its queue deadline the gate settles its ticket as \
-                     {other:?}, not Expired (it waits past queue_timeout)"
-                ),
-            ),
-        }
-        self.arm_gate_timer();
-    }
-
-    pub(super) fn gate_timer_fired(&mut self, generation: u64) {
-        if generation != self.gate_timer_gen {
-            return;
-        }
-        self.gate_timer = None;
-        let mut woken = Vec::new();
-        let _ = self.gate.expire(self.now, |id| woken.push(id));
-        for id in woken {
-            let Some(req) = self.tickets.remove(&id) else {
-                continue;
-            };
-            match self.gate.cancel(id, self.now) {
-                Cancel::Expired => {
-                    self.respond(req, 503, "overload", 0, false);
-                    self.done(req);
-                }
-                other => self.fail(
-                    Invariant::QueueTimeout,
-                    format!("request {req}: expire() woke it but cancel says {other:?}"),
-                ),
-            }
-        }
-        self.arm_gate_timer();
-    }
-
-    pub(super) fn arm_gate_timer(&mut self) {
-        let next = self.gate.poll_timeout();
-        if next == self.gate_timer {
-            return;
-        }
-        self.gate_timer = next;
-        self.gate_timer_gen += 1;
-        if let Some(t) = next {
-            let generation = self.gate_timer_gen;
-            self.schedule(t, Ev::GateTimer { generation });
-        }
-    }
-
-    /// A waiter whose ticket `id` was handed a slot by a leaving request: settle it and go on.
+    /// A waiter whose ticket `id` was handed a slot by a leaving request: wake it (after this
+    /// event, as an adapter's wake-up runs the waiter's task later).
     pub(super) fn hand(&mut self, id: u64) {
-        let Some(req) = self.tickets.remove(&id) else {
-            self.fail(
+        match self.tickets.remove(&id) {
+            Some(req) => self.handed.push_back((req, Input::GateHandoff)),
+            None => self.fail(
                 Invariant::GateSlots,
                 format!("the gate handed a slot to ticket {id}, which nobody holds"),
-            );
-            return;
-        };
-        let deadline_ok = match self.gate.cancel(id, self.now) {
-            Cancel::AlreadyAdmitted => true,
-            other => {
-                self.fail(
-                    Invariant::QueueTimeout,
-                    format!("request {req}: handed a slot, but cancel says {other:?}"),
-                );
-                false
-            }
-        };
-        if deadline_ok {
-            self.requests[req].holds_gate = true;
-            self.gate_holders += 1;
-            self.requests[req].stage = Stage::Admitted;
-            self.record(Rec::Admitted { req: req as u64 });
-            self.handed.push_back(req);
+            ),
         }
     }
 
+    /// Feed the inputs that came due during the event.
     pub(super) fn drain_handed(&mut self) {
-        while let Some(req) = self.handed.pop_front() {
-            self.proceed(req);
+        while let Some((req, input)) = self.handed.pop_front() {
+            if input == Input::GateHandoff {
+                self.record(Rec::Admitted { req: req as u64 });
+            }
+            self.input(req, input);
+        }
+    }
+
+    /// A waiter never waits past `queue_timeout` (C-LOAD-1).
+    pub(super) fn check_queue_waits(&mut self) {
+        let now = self.now;
+        let late = self
+            .requests
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| match r.stage {
+                Stage::Queued { deadline, .. } if now > deadline && r.x.is_some() => {
+                    Some((i, deadline))
+                }
+                _ => None,
+            });
+        if let Some((req, deadline)) = late {
+            self.fail(
+                Invariant::QueueTimeout,
+                format!("request {req} still waits in the gate's queue past {deadline:?}"),
+            );
+        }
+    }
+
+    /// Publish the world's current pool snapshots: new exchanges get them (old ones keep theirs).
+    pub(super) fn publish(&mut self) {
+        let mut rt: Option<weir_core::runtime::Runtime> = None;
+        for p in 0..self.pools.len() {
+            let pool = Arc::clone(&self.snapshots[self.pools[p].snapshot].pool);
+            rt = match &rt {
+                Some(r) => r.with_pool(p, pool),
+                None => self.base.with_pool(p, pool),
+            };
+        }
+        if let Some(rt) = rt {
+            self.runtime = Arc::new(rt);
         }
     }
 }

@@ -15,10 +15,9 @@ use weir_core::health::ProbeSchedule;
 use weir_core::health::ProbeToken;
 use weir_core::pool::{BackendSpec, Pool};
 
-use super::{Arc, Ev, Fact, Snapshot, Stage, Tracked, World};
+use super::{Arc, Ev, Snapshot, Stage, Tracked, World};
 use crate::backend::Fault;
 use crate::trace::Rec;
-use weir_core::flow::AttemptError;
 
 /// The key a backend has in a probe schedule: its id *and* url. `ProbeSchedule::replace_backends`
 /// keeps the health of a kept *id*, while `Pool::new` keeps a backend's state only for the same
@@ -290,6 +289,7 @@ impl World<'_> {
                 snapshot,
                 runner: rid,
             };
+            self.publish();
             self.stats.reloads_published += 1;
             self.record(Rec::Reload {
                 pool,
@@ -368,6 +368,7 @@ impl World<'_> {
                 r.snapshot = snapshot;
             }
             self.pools[spec.pool].snapshot = snapshot;
+            self.publish();
             self.stats.reloads_published += 1;
             self.record(Rec::Reload {
                 pool: spec.pool as u32,
@@ -426,7 +427,14 @@ impl World<'_> {
                 continue;
             }
             match r.stage {
-                Stage::Waiting => self.feed(req, Fact::Error(AttemptError::Transport)),
+                Stage::Waiting => self.attempt_input(
+                    req,
+                    weir_core::exchange::Input::SendFailed(
+                        weir_core::exchange::SendFailure::Transport {
+                            client_body_failed: false,
+                        },
+                    ),
+                ),
                 Stage::Streaming => self.end_body(req, BodyEnd::Error),
                 _ => {}
             }
