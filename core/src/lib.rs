@@ -29,6 +29,7 @@ pub mod bulkhead;
 pub mod config;
 pub mod flow;
 pub mod forward;
+pub mod framing;
 pub mod health;
 pub mod mgmt;
 #[cfg(feature = "mutations")]
