@@ -91,6 +91,8 @@ macro_rules! __with_cases {
             c_path_12_slow_headers_connection_closed,
             c_path_12_oversized_headers_get_431,
             c_path_12_ambiguous_framing_rejected,
+            c_path_12_framing_guard_spans_reads_and_pipelines,
+            c_path_12_host_required_once,
             c_path_12_idle_keepalive_closed,
             c_path_12_parked_connection_serves_next_requests,
             c_path_12_parked_connection_closed_after_idle_timeout,

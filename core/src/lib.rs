@@ -30,6 +30,7 @@ pub mod config;
 pub mod exchange;
 pub mod flow;
 pub mod forward;
+pub mod framing;
 pub mod health;
 pub mod mgmt;
 #[cfg(feature = "mutations")]

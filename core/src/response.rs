@@ -17,6 +17,7 @@ use core::fmt;
 use crate::admission::Overloaded;
 use crate::bulkhead::BulkheadFull;
 use crate::flow::{Deliver, Failure};
+use crate::framing::FramingError;
 use crate::rate::{HeaderText, RateOutcome};
 use crate::select::NoBackend;
 
@@ -270,9 +271,9 @@ impl ManagementError {
 /// allowed, the rate headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientError {
-    /// Both `Content-Length` and `Transfer-Encoding` (request smuggling, C-PATH-12): `400`
-    /// with `Connection: close`; nothing reaches a backend.
-    Smuggling,
+    /// The head's framing is refused (request smuggling, missing or repeated `Host`; see
+    /// [`crate::framing`], C-PATH-12): `400` with `Connection: close`; nothing reaches a backend.
+    Framing(FramingError),
     /// Request target `*` with a method other than `OPTIONS`: `400`.
     AsteriskWithoutOptions,
     /// A target that cannot be proxied (authority-form, malformed): `400`.
@@ -297,7 +298,7 @@ impl ClientError {
     #[must_use]
     pub const fn status(&self) -> u16 {
         match self {
-            ClientError::Smuggling
+            ClientError::Framing(_)
             | ClientError::AsteriskWithoutOptions
             | ClientError::UnsupportedTarget
             | ClientError::BodyUnreadable => 400,
@@ -312,7 +313,7 @@ impl ClientError {
     #[must_use]
     pub const fn message(&self) -> &'static str {
         match self {
-            ClientError::Smuggling => "request has both content-length and transfer-encoding",
+            ClientError::Framing(e) => e.message(),
             ClientError::AsteriskWithoutOptions => "request target '*' needs OPTIONS",
             ClientError::UnsupportedTarget => {
                 "request target is not origin-, absolute- or asterisk-form"
@@ -412,7 +413,7 @@ impl<'a> SyntheticResponse<'a> {
     pub fn client_error(error: &ClientError, request_id: &'a str) -> SyntheticResponse<'a> {
         let r = SyntheticResponse::new(error.status(), error.message(), request_id);
         match error {
-            ClientError::Smuggling => r.with(header::CONNECTION, Text::Str("close")),
+            ClientError::Framing(_) => r.with(header::CONNECTION, Text::Str("close")),
             _ => r,
         }
     }

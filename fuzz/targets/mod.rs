@@ -6,6 +6,7 @@
 pub mod config_yaml;
 pub mod flow;
 pub mod forwarded_chain;
+pub mod framing;
 pub mod mgmt_request;
 pub mod request_id;
 pub mod upstream_uri;
@@ -18,6 +19,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config_yaml", config_yaml::run),
     ("flow", flow::run),
     ("forwarded_chain", forwarded_chain::run),
+    ("framing", framing::run),
     ("mgmt_request", mgmt_request::run),
     ("request_id", request_id::run),
     ("upstream_uri", upstream_uri::run),

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, EXPECT, HOST, TRANSFER_ENCODING};
+use http::header::{CONTENT_TYPE, EXPECT, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
@@ -173,12 +173,9 @@ impl Handler<'_> {
             rate: None,
         };
 
-        // C-PATH-12: both Content-Length and Transfer-Encoding → 400 and close, nothing upstream.
-        if self.ctx.h1
-            && self.ctx.take_smuggling_flags()
-            && req.headers().contains_key(TRANSFER_ENCODING)
-        {
-            return client_error(ClientError::Smuggling, &answer, guard);
+        // C-PATH-12: an ambiguous framing or Host → 400 and close, nothing upstream.
+        if let Err(e) = self.ctx.framing_verdict() {
+            return client_error(ClientError::Framing(e), &answer, guard);
         }
 
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
@@ -607,6 +604,8 @@ impl Attempts<'_, '_> {
                 drop(flow);
                 return client_error(ClientError::UnrequestedUpgrade, &answer, guard);
             };
+            // C-PATH-12: the client's bytes are the tunnel's from now on, not requests.
+            self.handler.ctx.framing_upgraded();
             let alive = self.handler.ctx.alive();
             shared.rt.spawn(async move {
                 let _alive = alive;

@@ -25,12 +25,13 @@
 //! (idle / reading a head / busy), which the IO wrapper and the requests keep up to date. The
 //! watchdog re-arms its timer at most once per `read_header_timeout`, never per request.
 //!
-//! **Request smuggling (C-PATH-12).** hyper rejects conflicting `Content-Length` values with
-//! `400` and closes. A request with both `Content-Length` and `Transfer-Encoding` is accepted by
-//! hyper the RFC 9112 §6.3 way (the transfer coding wins, the length is dropped, the connection is
-//! closed after the response), which hides the length from the handler; the IO wrapper therefore
-//! notes which of the two header names the head's bytes carried, and the handler answers `400`
-//! and closes without contacting a backend.
+//! **Request framing (C-PATH-12).** hyper's reading of a head hides what a smuggling guard
+//! needs (a request with both `Content-Length` and `Transfer-Encoding` is read the RFC 9112 §6.3
+//! way, the length dropped), so every byte an HTTP/1 client sends also passes through weir-core's
+//! [`RequestFraming`], whatever the connection's phase: it follows the message boundaries across
+//! reads (a header name split over two segments, requests pipelined behind a body) and queues one
+//! verdict per head, which the handler takes in order ([`ConnCtx::framing_verdict`]) and turns a
+//! rejection into `400` with `Connection: close` before anything else happens.
 //!
 //! **Shutdown (C-PATH-10).** The acceptor stops (the listener closes: new connections are
 //! refused), every connection is told to shut down gracefully (idle HTTP/1 connections close at
@@ -53,6 +54,8 @@ use std::time::Instant;
 use futures_util::future::Either;
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 
+use weir_core::framing::{FramingError, RequestFraming, Verdict};
+
 use crate::Shared;
 use crate::rt::{self, Listener, Rt, TcpConn, watch};
 
@@ -74,10 +77,6 @@ const PARKING: u8 = 3;
 /// connection (read and write buffers, the handler's box; ≈ 25 KiB) is dropped and only the
 /// socket is kept, watched for the next request (docs/proxy.md, "Idle connections").
 const PARK_AFTER: Duration = Duration::from_secs(1);
-
-/// Header names noted while a head is read (request smuggling guard).
-const SAW_CONTENT_LENGTH: u8 = 1;
-const SAW_TRANSFER_ENCODING: u8 = 2;
 
 /// Client-side limits of `server.*` (restart-only, C-CONF-7).
 #[derive(Debug, Clone)]
@@ -120,7 +119,6 @@ pub struct ConnState {
     head_started: AtomicU64,
     /// When the connection last became idle.
     last_idle: AtomicU64,
-    smuggle: AtomicU8,
 }
 
 /// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
@@ -135,6 +133,9 @@ pub struct ConnCtx {
     pub state: ConnState,
     /// HTTP/1 (true) or HTTP/2.
     pub h1: bool,
+    /// The framing verdicts of an HTTP/1 client's heads (`None`: HTTP/2, or weir's own
+    /// in-process requests).
+    framing: Option<std::sync::Mutex<RequestFraming>>,
     /// The socket, while its hyper connection is being dropped to park it (HTTP/1).
     parked: Parked,
     /// Dropped with the last reference: tells the worker this connection is done.
@@ -160,12 +161,23 @@ impl ConnCtx {
         weir_core::Instant::from_nanos(self.state.last_idle.load(Ordering::Relaxed))
     }
 
-    /// Whether the head of the request being handled carried both `Content-Length` and
-    /// `Transfer-Encoding` (read once per request; HTTP/1 only).
-    #[must_use]
-    pub fn take_smuggling_flags(&self) -> bool {
-        let f = self.state.smuggle.swap(0, Ordering::Relaxed);
-        f == SAW_CONTENT_LENGTH | SAW_TRANSFER_ENCODING
+    /// The framing verdict on the request being handled (C-PATH-12): taken once per request,
+    /// in the order the heads arrived. A head with no verdict (the tracker stopped following
+    /// the connection) is refused: the guard fails closed.
+    pub fn framing_verdict(&self) -> Verdict {
+        let Some(framing) = &self.framing else {
+            return Ok(());
+        };
+        lock(framing)
+            .poll_verdict()
+            .unwrap_or(Err(FramingError::Untracked))
+    }
+
+    /// The connection switched protocols: what the client sends from now on is not HTTP/1.
+    pub fn framing_upgraded(&self) {
+        if let Some(framing) = &self.framing {
+            lock(framing).handle_upgrade();
+        }
     }
 
     /// A sender that keeps the worker waiting while a tunnel outlives its connection.
@@ -173,6 +185,10 @@ impl ConnCtx {
     pub fn alive(&self) -> Alive {
         self._alive.clone()
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The slot a parked connection's socket passes through while its hyper connection is dropped.
@@ -270,35 +286,31 @@ impl Drop for ClientIo {
     }
 }
 
-/// How much one read takes while a head may be arriving (a stack buffer; see `poll_read`).
-const HEAD_READ: usize = 8 * 1024;
+/// How much one HTTP/1 read takes (a stack buffer; see `poll_read`).
+const READ_CHUNK: usize = 8 * 1024;
 
 impl ClientIo {
-    /// Note bytes read while idle or reading a head (HTTP/1).
+    /// Note bytes read from an HTTP/1 client: the start of a head for the watchdog, and every
+    /// byte for the framing verdicts.
     fn observe(&self, new: &[u8]) {
         let s = &self.ctx.state;
-        let mut phase = s.phase.load(Ordering::Relaxed);
-        if phase == IDLE {
+        if s.phase.load(Ordering::Relaxed) == IDLE {
             s.head_started
                 .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
             s.phase.store(HEAD, Ordering::Relaxed);
-            s.smuggle.store(0, Ordering::Relaxed);
-            phase = HEAD;
         }
-        if phase == HEAD {
-            let seen = framing_headers(new);
-            if seen != 0 {
-                s.smuggle.fetch_or(seen, Ordering::Relaxed);
-            }
+        if let Some(framing) = &self.ctx.framing {
+            lock(framing).handle_bytes(new);
         }
     }
 }
 
 impl Read for ClientIo {
-    /// While a request is in progress (bodies, HTTP/2) the read goes straight into hyper's
-    /// buffer. While idle or reading a head (HTTP/1), hyper's `ReadBufCursor` does not show what
-    /// was written into it, so the read goes through a stack buffer that is scanned and copied
-    /// on: one small copy per head, no `unsafe`.
+    /// HTTP/2 reads go straight into hyper's buffer. HTTP/1 reads go through a stack buffer
+    /// that is observed and copied on (hyper's `ReadBufCursor` does not show what was written
+    /// into it): every byte of an HTTP/1 client passes the framing tracker, bodies included, so
+    /// that the boundary of the next pipelined head is known. One small copy per read, no
+    /// `unsafe`.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -306,7 +318,7 @@ impl Read for ClientIo {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let phase = this.ctx.state.phase.load(Ordering::Relaxed);
-        if !this.ctx.h1 || phase == BUSY {
+        if this.ctx.framing.is_none() {
             return this.stream().poll_read(cx, buf);
         }
         if phase == PARKING {
@@ -314,8 +326,8 @@ impl Read for ClientIo {
             // whatever the client sends next stays in the socket for the next connection.
             return Poll::Ready(Ok(()));
         }
-        let mut tmp = [MaybeUninit::<u8>::uninit(); HEAD_READ];
-        let room = buf.remaining().min(HEAD_READ);
+        let mut tmp = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+        let room = buf.remaining().min(READ_CHUNK);
         let mut rb = ReadBuf::uninit(&mut tmp[..room]);
         let r = this.stream().poll_read(cx, rb.unfilled());
         if let Poll::Ready(Ok(())) = r {
@@ -362,32 +374,6 @@ impl Write for ClientIo {
         }
         this.stream().poll_shutdown(cx)
     }
-}
-
-/// Which of `Content-Length` / `Transfer-Encoding` start a line in `bytes` (case-insensitive,
-/// a header name right after a line feed). Names split across two reads are not seen; hyper's
-/// RFC 9112 handling then applies (module doc).
-fn framing_headers(bytes: &[u8]) -> u8 {
-    const CL: &[u8] = b"content-length:";
-    const TE: &[u8] = b"transfer-encoding:";
-    let mut seen = 0;
-    let mut rest = bytes;
-    while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-        rest = &rest[i + 1..];
-        match rest.first() {
-            Some(b'c' | b'C') if starts_with_ignore_case(rest, CL) => seen |= SAW_CONTENT_LENGTH,
-            Some(b't' | b'T') if starts_with_ignore_case(rest, TE) => {
-                seen |= SAW_TRANSFER_ENCODING;
-            }
-            Some(b'\r' | b'\n') => break, // end of the head
-            _ => {}
-        }
-    }
-    seen
-}
-
-fn starts_with_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.len() >= needle.len() && haystack[..needle.len()].eq_ignore_ascii_case(needle)
 }
 
 /// The protocol a connection speaks, from its first bytes.
@@ -476,9 +462,9 @@ async fn serve(
             in_flight: AtomicU32::new(0),
             head_started: AtomicU64::new(accepted.as_nanos()),
             last_idle: AtomicU64::new(accepted.as_nanos()),
-            smuggle: AtomicU8::new(0),
         },
         h1,
+        framing: h1.then(|| std::sync::Mutex::new(RequestFraming::new())),
         parked: Parked::default(),
         _alive: alive,
         open,
@@ -541,7 +527,6 @@ async fn serve(
         let s = &ctx.state;
         s.head_started
             .store(ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
-        s.smuggle.store(0, Ordering::Relaxed);
         s.phase.store(HEAD, Ordering::Relaxed);
         stream = parked;
     }
@@ -586,9 +571,9 @@ where
             in_flight: AtomicU32::new(0),
             head_started: AtomicU64::new(now),
             last_idle: AtomicU64::new(now),
-            smuggle: AtomicU8::new(0),
         },
         h1: true,
+        framing: None,
         parked: Parked::default(),
         _alive: alive,
         // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
@@ -922,30 +907,5 @@ pub(crate) async fn accept_loop(
         if workers[best].0.try_send((std_stream, peer)).is_err() {
             workers[best].1.fetch_sub(1, Ordering::Relaxed);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// C-PATH-12: the smuggling guard sees both framing headers, in either case and order.
-    #[test]
-    fn c_path_12_framing_header_scan() {
-        let both = b"POST / HTTP/1.1\r\nHost: a\r\ncontent-LENGTH: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(
-            framing_headers(both),
-            SAW_CONTENT_LENGTH | SAW_TRANSFER_ENCODING
-        );
-        let te = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(framing_headers(te), SAW_TRANSFER_ENCODING);
-        let cl = b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
-        assert_eq!(framing_headers(cl), SAW_CONTENT_LENGTH);
-        // A header whose value mentions the name is not the header.
-        let value = b"GET / HTTP/1.1\r\nX-Note: content-length: 5\r\n\r\n";
-        assert_eq!(framing_headers(value), 0);
-        // Body bytes after the end of the head are not looked at.
-        let body = b"POST / HTTP/1.1\r\nContent-Length: 30\r\n\r\n\nTransfer-Encoding: chunked\r\n";
-        assert_eq!(framing_headers(body), SAW_CONTENT_LENGTH);
     }
 }

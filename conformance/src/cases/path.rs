@@ -836,6 +836,101 @@ pub async fn c_path_12_ambiguous_framing_rejected(bin: Binary) {
     stays(ms(300), "nothing reaches the backend", || b.count() == 0).await;
 }
 
+/// C-PATH-12: the framing guard follows the client's byte stream, not single reads: a
+/// `Transfer-Encoding` name split across two TCP segments, and a CL+TE request pipelined behind
+/// a good one in the same write, get `400` and the connection closed; the good one is served and
+/// is the only request that reaches the backend.
+pub async fn c_path_12_framing_guard_spans_reads_and_pipelines(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b])).await;
+
+    let mut c = Raw::connect(p.public).await;
+    c.stream.set_nodelay(true).expect("nodelay");
+    let _ = c
+        .write(b"POST /split HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Enc")
+        .await;
+    tokio::time::sleep(ms(150)).await;
+    let _ = c
+        .write(b"oding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .await;
+    let head = c
+        .read_head(secs(5))
+        .await
+        .expect("a response to the split head");
+    assert_eq!(head.status, 400, "name split across segments: {head:?}");
+    assert!(
+        c.wait_closed(secs(5)).await.is_some(),
+        "split head: connection left open after 400"
+    );
+
+    let mut c = Raw::connect(p.public).await;
+    let _ = c
+        .write(
+            b"POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 31\r\n\r\n\
+              \nTransfer-Encoding: chunked\r\n\r\n\
+              POST /second HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\
+              Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+        .await;
+    let (first, _) = c
+        .read_response(secs(5))
+        .await
+        .expect("a response to the first request");
+    assert_eq!(first.status, 200, "the good request first: {first:?}");
+    let second = c
+        .read_head(secs(5))
+        .await
+        .expect("a response to the pipelined CL+TE request");
+    assert_eq!(second.status, 400, "pipelined CL+TE: {second:?}");
+    assert!(
+        c.wait_closed(secs(5)).await.is_some(),
+        "pipelined: connection left open after 400"
+    );
+    stays(ms(300), "only /first reaches the backend", || {
+        b.count() == 1
+    })
+    .await;
+    assert_eq!(
+        b.last().map(|x| x.target.clone()).as_deref(),
+        Some("/first")
+    );
+}
+
+/// C-PATH-12 (RFC 9112 §3.2): an HTTP/1.1 request without `Host`, or any request with two, gets
+/// `400` and the connection closed, and nothing reaches a backend; HTTP/1.0 needs no `Host`.
+pub async fn c_path_12_host_required_once(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b])).await;
+    let refused: [&[u8]; 3] = [
+        b"GET /none HTTP/1.1\r\nAccept: */*\r\n\r\n",
+        b"GET /two HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        b"GET /two10 HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+    ];
+    for raw in refused {
+        let what = String::from_utf8_lossy(raw).replace("\r\n", " | ");
+        let mut c = Raw::connect(p.public).await;
+        let _ = c.write(raw).await;
+        let head = c
+            .read_head(secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no response: {e}"));
+        assert_eq!(head.status, 400, "{what}: {head:?}");
+        assert!(
+            c.wait_closed(secs(5)).await.is_some(),
+            "{what}: connection left open after 400"
+        );
+    }
+    stays(ms(300), "nothing reaches the backend", || b.count() == 0).await;
+    let mut c = Raw::connect(p.public).await;
+    let _ = c.write(b"GET /old HTTP/1.0\r\n\r\n").await;
+    let (head, _) = c
+        .read_response(secs(5))
+        .await
+        .expect("an HTTP/1.0 response");
+    assert_eq!(head.status, 200, "HTTP/1.0 without Host: {head:?}");
+    assert_eq!(b.count(), 1, "the HTTP/1.0 request reached the backend");
+}
+
 /// C-PATH-12: an idle keep-alive connection is closed after `idle_timeout`.
 pub async fn c_path_12_idle_keepalive_closed(bin: Binary) {
     let b = Backend::start("b-1").await;

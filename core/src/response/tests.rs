@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::flow::AttemptError;
+use crate::framing::FramingError;
 use crate::rate::{RateDecision, StorageKind};
 use crate::retry::NoRetryReason;
 
@@ -102,7 +103,10 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
         all.push((SyntheticResponse::management(&m, id), status));
     }
     for (e, status) in [
-        (ClientError::Smuggling, 400),
+        (
+            ClientError::Framing(FramingError::LengthAndTransferEncoding),
+            400,
+        ),
         (ClientError::AsteriskWithoutOptions, 400),
         (ClientError::UnsupportedTarget, 400),
         (ClientError::BodyTimeout, 408),
@@ -298,7 +302,10 @@ fn c_mgmt_2_management_errors_are_not_cached_and_carry_their_extras() {
 
 #[test]
 fn c_path_12_smuggling_answer_closes_the_connection_and_only_it() {
-    let r = SyntheticResponse::client_error(&ClientError::Smuggling, "r");
+    let r = SyntheticResponse::client_error(
+        &ClientError::Framing(FramingError::LengthAndTransferEncoding),
+        "r",
+    );
     assert!(strings(&r).contains(&(header::CONNECTION, "close".into())));
     for e in [ClientError::BodyTimeout, ClientError::NotReady] {
         let r = SyntheticResponse::client_error(&e, "r");
