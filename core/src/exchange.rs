@@ -51,7 +51,7 @@ pub(crate) mod tests;
 use core::time::Duration;
 use std::net::IpAddr;
 
-pub use input::{BodyInfo, Framing, Head, Input, SendFailure, StoreFailure};
+pub use input::{BodyInfo, Head, Input, SendFailure, StoreFailure};
 pub use output::{
     Answer, AttemptResult, Delivery, Metric, Output, Record, Send, SendBody, sampled, should_log,
 };

@@ -6,6 +6,7 @@ use http::HeaderMap;
 
 use crate::bucket::Take;
 use crate::flow::BodyEnd;
+use crate::framing::Verdict;
 
 /// The parsed request head an exchange is created from, borrowed from the adapter for the
 /// duration of [`Exchange::new`](super::Exchange::new): the exchange keeps only the few values
@@ -22,22 +23,13 @@ pub struct Head<'h> {
     pub headers: &'h HeaderMap,
     /// The socket peer (or the PROXY protocol's address, C-TLS-3).
     pub peer: IpAddr,
-    /// The codec's framing verdict (C-PATH-12).
-    pub framing: Framing,
+    /// The framing verdict of the connection's byte stream for this request (C-PATH-12): an
+    /// error is answered `400` with `Connection: close`, before anything else.
+    pub framing: Verdict,
     /// What the codec knows of the body's length.
     pub body: BodyInfo,
     /// The worker this request runs on (per-worker selection cursors).
     pub worker: usize,
-}
-
-/// The HTTP/1 codec's verdict on the request's framing headers (C-PATH-12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Framing {
-    /// Nothing wrong.
-    Clean,
-    /// Both `Content-Length` and `Transfer-Encoding`: `400` with `Connection: close`, nothing
-    /// of it reaches a backend.
-    Smuggling,
 }
 
 /// The request body as its framing describes it.

@@ -319,7 +319,7 @@ impl World {
         ][usize::from(body)];
         let mut req = Req::get(path).with(method.clone(), body);
         if smuggle {
-            req.framing = Framing::Smuggling;
+            req.framing = Err(crate::framing::FramingError::HostRepeated);
         }
         let (x, out) = self.f.start(&req, self.now);
         let retry = self.f.rt.retry();

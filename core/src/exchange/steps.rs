@@ -9,8 +9,8 @@ use crate::rng::Rng;
 use crate::time::Instant;
 
 use super::{
-    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Framing, Head, Input, Metric, Output,
-    Record, Send, SendBody, SendFailure, Stage, should_log,
+    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, Output, Record, Send,
+    SendBody, SendFailure, Stage, should_log,
 };
 use crate::admission::Overloaded;
 use crate::bucket::Take;
@@ -18,8 +18,9 @@ use crate::bucket::Take;
 impl Exchange {
     /// From the head to the first wait: framing, health endpoints, the gate.
     pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
-        if head.framing == Framing::Smuggling {
-            return self.answer(Answer::Client(ClientError::Smuggling), now, rng);
+        // C-PATH-12: an ambiguous framing or Host: 400, Connection: close, nothing upstream.
+        if let Err(e) = head.framing {
+            return self.answer(Answer::Client(ClientError::Framing(e)), now, rng);
         }
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
         match head.path {

@@ -11,6 +11,7 @@ use crate::admission::Overloaded;
 use crate::bucket::Take;
 use crate::config::{MapSecrets, load};
 use crate::flow::BodyEnd;
+use crate::framing::FramingError;
 use crate::rate::{LocalStoreParams, RateDecision};
 use crate::response::{ProtectionReason, Reject, header};
 use crate::rng::WyRand;
@@ -103,7 +104,7 @@ pub(crate) struct Req {
     pub(crate) target: String,
     pub(crate) headers: HeaderMap,
     pub(crate) peer: IpAddr,
-    pub(crate) framing: Framing,
+    pub(crate) framing: crate::framing::Verdict,
     pub(crate) body: BodyInfo,
 }
 
@@ -115,7 +116,7 @@ impl Req {
             target: path.to_owned(),
             headers: HeaderMap::new(),
             peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
-            framing: Framing::Clean,
+            framing: Ok(()),
             body: BodyInfo::Empty,
         }
     }
@@ -276,12 +277,13 @@ fn c_path_3_a_valid_id_is_kept_an_invalid_one_replaced_and_every_answer_carries_
 }
 
 #[test]
-fn c_path_12_smuggling_is_400_and_passes_neither_gate_nor_backend() {
+fn c_path_12_a_framing_error_is_400_and_passes_neither_gate_nor_backend() {
     let mut f = Fixture::new(TWO, StorageKind::Local);
     let mut req = Req::get("/x");
-    req.framing = Framing::Smuggling;
+    req.framing = Err(FramingError::LengthAndTransferEncoding);
     let (x, out) = f.start(&req, T0);
-    assert_eq!(answer(&out), Answer::Client(ClientError::Smuggling));
+    let refused = ClientError::Framing(FramingError::LengthAndTransferEncoding);
+    assert_eq!(answer(&out), Answer::Client(refused));
     let s = x.synthetic(&answer(&out)).expect("synthetic");
     assert!(s.headers().any(|(n, _)| n == header::CONNECTION));
     assert_eq!(record(&out).status, 400);

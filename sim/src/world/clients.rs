@@ -4,7 +4,7 @@
 use core::time::Duration;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use weir_core::exchange::{BodyInfo, Exchange, Framing, Head, Input};
+use weir_core::exchange::{BodyInfo, Exchange, Head, Input};
 use weir_core::retry::BodyKind;
 use weir_core::rng::Rng;
 
@@ -168,7 +168,7 @@ impl World<'_> {
             target: path,
             headers: &self.no_headers,
             peer: ip,
-            framing: Framing::Clean,
+            framing: Ok(()),
             body: match body {
                 BodyKind::None => BodyInfo::Empty,
                 BodyKind::Sized(n) => BodyInfo::Sized(n),
