@@ -1,95 +1,83 @@
-//! The admission gate's waiting (C-LOAD-1), on tokio: moved out of weir-proxy, which has no
-//! runtime of its own.
+//! The admission gate's waiting (C-LOAD-1), on tokio. The gate's protocol (enter, cancel,
+//! leave) is the request engine's (`weir_core::exchange`, tested in core and end to end by the
+//! conformance suite's C-LOAD-1 cases); weir-proxy's `Admission` only parks a queued request
+//! until the slot is handed to it or its deadline comes. These tests follow the engine's
+//! protocol by hand around that waiting.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::admission::{GateParams, Overloaded};
+use weir_core::admission::{Cancel, Entry, GateParams};
 use weir_tokio::admission::Admission;
 use weir_tokio::clock::Clock;
 
-fn admission(max: u32, queue: Option<u32>, wait: Duration) -> Arc<Admission> {
-    let params = GateParams::new(max, queue, wait).expect("valid gate");
-    Arc::new(Admission::new(params, Clock::new(weir_tokio::rt())))
+fn admission(max: u32, wait: Duration) -> (Arc<Admission>, Clock) {
+    let params = GateParams::new(max, None, wait).expect("valid gate");
+    let clock = Clock::new(weir_tokio::rt());
+    (Arc::new(Admission::new(params, clock)), clock)
 }
 
-/// C-LOAD-1: a full gate queues, hands the slot over FIFO when a request leaves.
+/// Enter a full gate: the queued ticket.
+fn queue(a: &Admission, clock: Clock) -> weir_core::admission::Ticket {
+    match a.gate().enter(clock.now()) {
+        Entry::Queued(t) => t,
+        other => panic!("expected a queued ticket, got {other:?}"),
+    }
+}
+
+/// C-LOAD-1: a queued request is woken when the slot is handed to it, long before its deadline,
+/// and its `cancel` then says it was admitted.
 #[tokio::test]
-async fn c_load_1_queued_request_gets_the_freed_slot() {
-    let a = admission(1, None, Duration::from_secs(5));
-    let first = a.admit().await.expect("admitted");
+async fn c_load_1_handed_slot_wakes_the_waiter() {
+    let (a, clock) = admission(1, Duration::from_secs(5));
+    assert_eq!(a.gate().enter(clock.now()), Entry::Admitted);
+    let ticket = queue(&a, clock);
     let a2 = Arc::clone(&a);
-    let waiter = tokio::spawn(async move { a2.admit().await.map(|_| ()) });
+    let waiter = tokio::spawn(async move { a2.wait(ticket.id, Some(ticket.deadline)).await });
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(a.gate().queued(), 1);
-    drop(first);
-    let got = tokio::time::timeout(Duration::from_secs(1), waiter)
+    let handed = a
+        .gate()
+        .leave(clock.now())
+        .expect("the slot goes to the queued ticket");
+    a.wake(handed);
+    let woken = tokio::time::timeout(Duration::from_secs(1), waiter)
         .await
         .expect("woken before the deadline")
         .expect("task");
-    assert!(got.is_ok());
-    assert_eq!(a.gate().in_flight(), 0);
+    assert!(woken);
+    assert_eq!(
+        a.gate().cancel(ticket.id, clock.now()),
+        Cancel::AlreadyAdmitted
+    );
     assert_eq!(a.gate().queued(), 0);
 }
 
-/// C-LOAD-1: the wait ends at `queue_timeout` with an overload answer.
+/// A wake-up that arrives before the waiter parked is remembered.
 #[tokio::test]
-async fn c_load_1_queue_timeout_rejects() {
-    let a = admission(1, None, Duration::from_millis(30));
-    let _first = a.admit().await.expect("admitted");
+async fn c_load_1_early_wake_up_is_not_lost() {
+    let (a, clock) = admission(1, Duration::from_secs(5));
+    assert_eq!(a.gate().enter(clock.now()), Entry::Admitted);
+    let ticket = queue(&a, clock);
+    a.wake(a.gate().leave(clock.now()).expect("handed"));
+    let woken = tokio::time::timeout(
+        Duration::from_secs(1),
+        a.wait(ticket.id, Some(ticket.deadline)),
+    )
+    .await
+    .expect("at once");
+    assert!(woken);
+}
+
+/// C-LOAD-1: without a hand-off the wait ends at the deadline, not before; `cancel` then says
+/// the ticket expired.
+#[tokio::test]
+async fn c_load_1_wait_ends_at_the_deadline() {
+    let (a, clock) = admission(1, Duration::from_millis(30));
+    assert_eq!(a.gate().enter(clock.now()), Entry::Admitted);
+    let ticket = queue(&a, clock);
     let started = std::time::Instant::now();
-    let second = a.admit().await;
-    assert!(second.is_err());
+    assert!(!a.wait(ticket.id, Some(ticket.deadline)).await);
     assert!(started.elapsed() >= Duration::from_millis(30));
+    assert_eq!(a.gate().cancel(ticket.id, clock.now()), Cancel::Expired);
     assert_eq!(a.gate().queued(), 0);
-}
-
-/// C-LOAD-1: `queue_timeout: 0s` rejects at once, no queue.
-#[tokio::test]
-async fn c_load_1_no_wait_rejects_at_once() {
-    let a = admission(1, None, Duration::ZERO);
-    let _first = a.admit().await.expect("admitted");
-    assert_eq!(a.admit().await.err(), Some(Overloaded::NoWait));
-}
-
-/// C-LOAD-1: a waiter whose client leaves (its future dropped) leaves the queue at once, and
-/// the next slot goes to the one behind it.
-#[tokio::test]
-async fn c_load_1_disconnected_waiter_leaves_the_queue() {
-    let a = admission(1, Some(1), Duration::from_secs(5));
-    let first = a.admit().await.expect("admitted");
-    let a2 = Arc::clone(&a);
-    let gone = tokio::spawn(async move { a2.admit().await.map(|_| ()) });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(a.gate().queued(), 1);
-    gone.abort();
-    let _ = gone.await;
-    assert_eq!(a.gate().queued(), 0, "the dropped waiter left the queue");
-    // The queue (one place) has room again.
-    let a3 = Arc::clone(&a);
-    let next = tokio::spawn(async move { a3.admit().await.map(|_| ()) });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    drop(first);
-    let got = tokio::time::timeout(Duration::from_secs(1), next)
-        .await
-        .expect("woken")
-        .expect("task");
-    assert!(got.is_ok());
-    assert_eq!(a.gate().in_flight(), 0);
-}
-
-/// A slot handed to a waiter that is dropped before it settles is passed on, never lost.
-#[tokio::test]
-async fn c_load_1_handed_slot_of_a_dropped_waiter_is_not_lost() {
-    let a = admission(1, None, Duration::from_secs(5));
-    let first = a.admit().await.expect("admitted");
-    let a2 = Arc::clone(&a);
-    let w = tokio::spawn(async move { a2.admit().await.map(|_| ()) });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    // Hand over and drop the waiter before it runs.
-    drop(first);
-    w.abort();
-    let _ = w.await;
-    assert_eq!(a.gate().in_flight(), 0);
-    assert!(a.admit().await.is_ok());
 }

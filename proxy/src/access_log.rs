@@ -17,100 +17,18 @@
 //! tokens. Metrics count every request whatever the sampling (C-OBS-2).
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http::Method;
-use weir_core::Rng;
-use weir_core::request_id::RequestId;
 
-use crate::metrics::{BackendMetrics, Listener};
+use crate::metrics::Listener;
 
 /// The `path` field when paths are not logged.
 pub const REDACTED: &str = "[redacted]";
 
-/// Whether a request with `status` is logged: errors and mutations always, successes with
-/// probability `sample_rate` (C-OBS-3).
-pub fn should_log(status: u16, mutation: bool, sample_rate: f64, rng: &mut dyn Rng) -> bool {
-    if status >= 400 || mutation {
-        return true;
-    }
-    sampled(sample_rate, rng)
-}
-
-/// A draw with probability `rate` (clamped to 0..=1).
-pub fn sampled(rate: f64, rng: &mut dyn Rng) -> bool {
-    if rate >= 1.0 {
-        return true;
-    }
-    if rate.is_nan() || rate <= 0.0 {
-        return false;
-    }
-    // `rate` in (0, 1): compare a uniform u64 with rate × 2^64.
-    let threshold = (rate * 18_446_744_073_709_551_616.0) as u64;
-    rng.next_u64() < threshold
-}
-
-/// What the request handler learns along the way that the log line needs: the resolved client
-/// address (C-FWD-1) and the last backend attempted with its attempt number. Written by the
-/// handler, read once when the response head is ready. Thread-safe because the handler's
-/// future must be `Send`; nothing else touches it, so its lock is never contended.
-#[derive(Debug, Default)]
-pub struct Trace {
-    request_id: OnceLock<RequestId>,
-    client: OnceLock<IpAddr>,
-    backend: Mutex<Option<Arc<BackendMetrics>>>,
-    attempts: AtomicU32,
-}
-
-impl Trace {
-    /// The request id in force (C-PATH-3).
-    pub fn set_request_id(&self, id: RequestId) {
-        let _ = self.request_id.set(id);
-    }
-
-    /// The request id in force, once known.
-    #[must_use]
-    pub fn request_id(&self) -> Option<&RequestId> {
-        self.request_id.get()
-    }
-
-    /// The client address resolved for this request.
-    pub fn set_client(&self, client: IpAddr) {
-        let _ = self.client.set(client);
-    }
-
-    /// An attempt to `backend` started (number `attempt`, 1-based).
-    pub fn set_attempt(&self, backend: Option<Arc<BackendMetrics>>, attempt: u32) {
-        *self
-            .backend
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = backend;
-        self.attempts.store(attempt, Ordering::Relaxed);
-    }
-
-    /// The resolved client, if the request got that far.
-    #[must_use]
-    pub fn client(&self) -> Option<IpAddr> {
-        self.client.get().copied()
-    }
-
-    /// The last backend attempted.
-    #[must_use]
-    pub fn backend(&self) -> Option<Arc<BackendMetrics>> {
-        self.backend
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Attempts made (0: none).
-    #[must_use]
-    pub fn attempts(&self) -> u32 {
-        self.attempts.load(Ordering::Relaxed)
-    }
-}
+/// Whether a request is logged and the sampling draw (C-OBS-3): core's rules, which the request
+/// engine applies to the data plane's records and the management listener to its own.
+pub use weir_core::exchange::{sampled, should_log};
 
 /// One access-log line.
 #[derive(Debug, Clone, Copy)]

@@ -1,17 +1,12 @@
-//! The waiting half of the global overload gate (C-LOAD-1): weir-core's [`Gate`] decides who is
-//! admitted, queued or turned away; this module parks queued requests until a slot is handed to
-//! them, their deadline passes, or their client leaves.
+//! The waiting half of the global overload gate (C-LOAD-1). weir-core's [`Gate`] decides who is
+//! admitted, queued or turned away, and the request engine (`weir_core::exchange`) follows its
+//! protocol (enter, cancel on settling, leave once); this module only parks a queued request
+//! until the slot is handed to it ([`Output::GateWake`](weir_core::exchange::Output) from the
+//! request that left) or its deadline comes, and wakes it.
 //!
-//! The protocol is the one in [`Gate`]'s doc, followed to the letter:
-//! - every `Admitted` (or `AlreadyAdmitted`) becomes a [`Permit`], whose `Drop` calls `leave`
-//!   exactly once and wakes the waiter the slot was handed to;
-//! - every `Queued` ticket is settled by exactly one `cancel`, also after a wake-up: a drop guard
-//!   calls it if the request future is dropped while waiting (the client disconnected), so the
-//!   waiter leaves the queue at once;
-//! - wake-ups are hints: a wake-up that arrives before the waiter registered is remembered, and a
-//!   lost one only delays the waiter to its deadline, where `cancel` tells the truth.
-//!
-//! The waker registry is a mutex-protected map touched only on the slow path (when the gate is
+//! Wake-ups are hints: a wake-up that arrives before the waiter parked is remembered, and a lost
+//! one only delays the waiter to its deadline, where the engine's `cancel` tells the truth. The
+//! waker registry is a mutex-protected map touched only on the slow path (when the gate is
 //! full); while slots are free, admission is one CAS in the gate and nothing here.
 
 use std::collections::HashMap;
@@ -19,14 +14,14 @@ use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-use weir_core::admission::{Cancel, Entry, Gate, GateParams, Overloaded};
+use weir_core::admission::{Gate, GateParams};
 
 use crate::clock::Clock;
 
 /// The gate and its waiters, shared by every worker.
 #[derive(Debug)]
 pub struct Admission {
-    gate: Gate,
+    gate: Arc<Gate>,
     waiters: Mutex<HashMap<u64, Wait>>,
     clock: Clock,
 }
@@ -39,52 +34,16 @@ enum Wait {
     Woken,
 }
 
-/// A request's slot in the gate; dropping it leaves the gate (and hands the slot on).
-#[derive(Debug)]
-pub struct Permit {
-    admission: Arc<Admission>,
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let now = self.admission.clock.now();
-        if let Some(id) = self.admission.gate.leave(now) {
-            self.admission.wake(id);
-        }
-    }
-}
-
-/// Settles a queued ticket exactly once: on the normal path through [`TicketGuard::settle`], or
-/// by `Drop` when the waiting request is dropped (its client went away).
-struct TicketGuard<'a> {
-    admission: &'a Arc<Admission>,
+/// Takes a waiter's record out of the registry however its wait ends (also when the waiting
+/// request is dropped because its client left).
+struct Forget<'a> {
+    admission: &'a Admission,
     id: u64,
-    settled: bool,
 }
 
-impl TicketGuard<'_> {
-    fn settle(&mut self) -> Cancel {
-        self.settled = true;
-        let outcome = self
-            .admission
-            .gate
-            .cancel(self.id, self.admission.clock.now());
-        self.admission.forget(self.id);
-        outcome
-    }
-}
-
-impl Drop for TicketGuard<'_> {
+impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        if self.settle() == Cancel::AlreadyAdmitted {
-            // The slot was ours but nobody will use it: leave at once, handing it on.
-            drop(Permit {
-                admission: Arc::clone(self.admission),
-            });
-        }
+        lock(&self.admission.waiters).remove(&self.id);
     }
 }
 
@@ -93,54 +52,34 @@ impl Admission {
     #[must_use]
     pub fn new(params: GateParams, clock: Clock) -> Admission {
         Admission {
-            gate: Gate::new(params),
+            gate: Arc::new(Gate::new(params)),
             waiters: Mutex::new(HashMap::new()),
             clock,
         }
     }
 
-    /// The gate (for status and metrics).
+    /// The gate (the request engine's, and for status and metrics).
     #[must_use]
-    pub fn gate(&self) -> &Gate {
+    pub fn gate(&self) -> &Arc<Gate> {
         &self.gate
     }
 
-    /// Admit a request (C-LOAD-1): at once when a slot is free, after a FIFO wait of at most
-    /// `queue_timeout` otherwise, or never (`Err`: answer `503`). Dropping the future while it
-    /// waits takes the request out of the queue.
-    pub async fn admit(self: &Arc<Self>) -> Result<Permit, Overloaded> {
-        let ticket = match self.gate.enter(self.clock.now()) {
-            Entry::Admitted => {
-                return Ok(Permit {
-                    admission: Arc::clone(self),
-                });
-            }
-            Entry::Rejected(why) => return Err(why),
-            Entry::Queued(ticket) => ticket,
-        };
-        let mut guard = TicketGuard {
+    /// Park the waiter of ticket `id` until a slot is handed to it (`true`) or `deadline` passes
+    /// (`false`, also without a deadline never). The engine settles the ticket afterwards.
+    pub async fn wait(&self, id: u64, deadline: Option<weir_core::Instant>) -> bool {
+        let _forget = Forget {
             admission: self,
-            id: ticket.id,
-            settled: false,
+            id,
         };
-        let mut sleep = self
-            .clock
-            .rt()
-            .sleep_until(self.clock.deadline(ticket.deadline));
+        let at = deadline.map_or_else(|| self.clock.far_future(), |d| self.clock.deadline(d));
+        let mut sleep = self.clock.rt().sleep_until(at);
         poll_fn(|cx| {
-            if self.park(ticket.id, cx.waker()) {
-                return Poll::Ready(());
+            if self.park(id, cx.waker()) {
+                return Poll::Ready(true);
             }
-            sleep.as_mut().poll(cx)
+            sleep.as_mut().poll(cx).map(|()| false)
         })
-        .await;
-        match guard.settle() {
-            Cancel::AlreadyAdmitted => Ok(Permit {
-                admission: Arc::clone(self),
-            }),
-            // Expired (or, if our timer fired a hair early, removed): the wait is over.
-            Cancel::Expired | Cancel::Removed | Cancel::Unknown => Err(Overloaded::QueueFull),
-        }
+        .await
     }
 
     /// Register `waker` for ticket `id`; `true` when a slot was already handed over.
@@ -161,8 +100,9 @@ impl Admission {
         }
     }
 
-    /// A slot was handed to ticket `id`: wake its waiter, or remember the wake-up.
-    fn wake(&self, id: u64) {
+    /// A slot was handed to ticket `id` (`Output::GateWake`): wake its waiter, or remember the
+    /// wake-up.
+    pub fn wake(&self, id: u64) {
         let mut waiters = lock(&self.waiters);
         match waiters.insert(id, Wait::Woken) {
             Some(Wait::Parked(w)) => w.wake(),
@@ -175,10 +115,6 @@ impl Admission {
                 }
             }
         }
-    }
-
-    fn forget(&self, id: u64) {
-        lock(&self.waiters).remove(&id);
     }
 }
 

@@ -1,12 +1,14 @@
 //! The body of every response the data plane sends (C-PATH-7, C-POOL-6, C-LOAD-1).
 //!
 //! A delivered backend body streams frame by frame, as it arrives (no buffering, C-PATH-7), and
-//! holds everything the request owns until it ends: the flow (and with it the backend slot and
-//! the bulkhead permit, C-POOL-6, C-LOAD-2), the global gate permit (C-LOAD-1) and the upstream
-//! connection, which goes back to the pool only when the body was read to the end. Its end is
-//! reported to the flow exactly once: `Complete` at the last frame, `Error` when the backend's
-//! body breaks or `server.write_timeout` passes, `ClientGone` when hyper drops it early (the
-//! client went away). The per-try timeout never applies here (C-RETRY-5).
+//! holds everything the request owns until it ends: the request's exchange
+//! (`weir_core::exchange`, which holds the backend slot and the bulkhead permit, C-POOL-6,
+//! C-LOAD-2, and the global gate slot, C-LOAD-1) and the upstream connection, which goes back to
+//! the pool only when the body was read to the end. Its end is reported to the exchange exactly
+//! once: `Complete` at the last frame, `Error` when the backend's body breaks or the engine's
+//! `write_timeout` deadline ends it, `ClientGone` when hyper drops it early (the client went
+//! away); the gate hand-off that releases is performed here. The per-try timeout never applies
+//! here (C-RETRY-5).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,13 +17,13 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use weir_core::flow::{BodyEnd, Flow};
+use weir_core::exchange::{Exchange, Input, Output};
+use weir_core::flow::BodyEnd;
 
-use crate::admission::Permit;
-use crate::clock::Clock;
 use crate::rt::Deadline;
 use crate::server::RequestGuard;
-use crate::upstream::{BoxError, Conn, Upstream};
+use crate::upstream::{BoxError, Conn};
+use crate::{Shared, effects, worker};
 
 /// The response body type of the data plane.
 #[derive(Debug)]
@@ -54,6 +56,13 @@ impl ResBody {
             kind: Kind::Full(None),
             _request: request,
         }
+    }
+
+    /// The same body, holding `request` until it ends.
+    #[must_use]
+    pub fn with_guard(mut self, request: RequestGuard) -> ResBody {
+        self._request = Some(request);
+        self
     }
 
     /// A backend's body, passed on as it streams.
@@ -95,41 +104,31 @@ impl Body for ResBody {
     }
 }
 
-/// A delivered backend response body and everything its request holds until it ends.
+/// A delivered backend response body and everything its request holds until it ends: the
+/// request's exchange (gate slot, bulkhead permit, backend slot) and the upstream connection.
 #[derive(Debug)]
 pub struct Delivered {
     body: Incoming,
-    flow: Flow,
+    exchange: Exchange,
     conn: Option<Conn>,
-    upstream: Arc<Upstream>,
-    clock: Clock,
-    permit: Option<Permit>,
-    write_deadline: Option<Deadline>,
+    shared: Arc<Shared>,
+    deadline: Option<Deadline>,
     done: bool,
 }
 
 impl Delivered {
-    /// Stream `body`; report its end to `flow`; give `conn` back to `upstream`'s pool when the
-    /// body was read to the end; hold `permit` until then. `write_deadline` is
-    /// `server.write_timeout` from the response head (`None`: no deadline, C-PATH-7).
+    /// Stream `body`; report its end to `exchange` and perform what that releases (a gate
+    /// hand-off, metrics); give `conn` back to the upstream pool when the body was read to the
+    /// end. The exchange's `poll_timeout` is the body's `write_timeout` (C-PATH-7).
     #[must_use]
-    pub fn new(
-        body: Incoming,
-        flow: Flow,
-        conn: Conn,
-        upstream: Arc<Upstream>,
-        clock: Clock,
-        permit: Option<Permit>,
-        write_deadline: Option<std::time::Instant>,
-    ) -> Delivered {
+    pub fn new(body: Incoming, exchange: Exchange, conn: Conn, shared: Arc<Shared>) -> Delivered {
+        let deadline = deadline(&shared, &exchange);
         Delivered {
             body,
-            flow,
+            exchange,
             conn: Some(conn),
-            upstream,
-            clock,
-            permit,
-            write_deadline: write_deadline.map(|d| Deadline::new(clock.rt(), d)),
+            shared,
+            deadline,
             done: false,
         }
     }
@@ -139,14 +138,36 @@ impl Delivered {
             return;
         }
         self.done = true;
-        let now = self.clock.rt().now();
-        let _ = self.flow.handle_body_end(end, self.clock.at(now));
+        let now = self.shared.rt.now();
+        let at = self.shared.clock.at(now);
+        worker::with_rng(|rng| self.exchange.handle_input(Input::BodyEnd(end), at, rng));
+        effects::drain(&self.shared, &mut self.exchange, None);
         if let Some(conn) = self.conn.take()
             && end == BodyEnd::Complete
         {
-            self.upstream.release(conn, now);
+            self.shared.upstream.release(conn, now);
         }
-        self.permit = None;
+    }
+
+    /// The write deadline came: `true` when the engine ended the body (`Output::AbortBody`).
+    fn timed_out(&mut self) -> bool {
+        let at = self.shared.clock.now();
+        worker::with_rng(|rng| self.exchange.handle_input(Input::Timeout, at, rng));
+        let mut abort = false;
+        while let Some(out) = self.exchange.poll_output() {
+            if let Some(Output::AbortBody) =
+                effects::perform(&self.shared, &self.exchange, out, None)
+            {
+                abort = true;
+            }
+        }
+        if abort {
+            self.done = true;
+            self.conn = None;
+        } else {
+            self.deadline = deadline(&self.shared, &self.exchange);
+        }
+        abort
     }
 
     fn is_end_stream(&self) -> bool {
@@ -157,10 +178,10 @@ impl Delivered {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Some(d) = self.write_deadline.as_mut()
+        if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
+            && self.timed_out()
         {
-            self.finish(BodyEnd::Error);
             return Poll::Ready(Some(Err("response write timeout".into())));
         }
         // The upstream connection has no task of its own: drive its IO, then take what it read.
@@ -199,4 +220,10 @@ impl Drop for Delivered {
             self.finish(end);
         }
     }
+}
+
+/// The exchange's deadline as a runtime timer.
+fn deadline(shared: &Shared, x: &Exchange) -> Option<Deadline> {
+    x.poll_timeout()
+        .map(|d| Deadline::new(shared.rt, shared.clock.deadline(d)))
 }

@@ -19,13 +19,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rt::watch;
 use weir_core::config::ValidConfig;
-use weir_core::pool::Availability;
+use weir_core::exchange::Services;
 use weir_core::runtime::Runtime;
 
 pub mod access_log;
@@ -34,6 +33,7 @@ pub mod body;
 pub mod cli;
 pub mod clock;
 pub mod demo;
+pub mod effects;
 pub mod health;
 pub mod management;
 pub mod memory;
@@ -46,6 +46,7 @@ pub mod rt;
 pub mod secrets;
 pub mod server;
 pub mod upstream;
+pub mod uri;
 pub mod worker;
 
 use admission::Admission;
@@ -68,6 +69,9 @@ pub struct Shared {
     pub admission: Arc<Admission>,
     /// The rate limiter over the store `rate_limit.storage` selects (C-RATE-1..5).
     pub limiter: Limiter,
+    /// What every request's engine uses: the gate, the local store, the shared store's circuit,
+    /// the shutdown flag (`weir_core::exchange::Services`).
+    pub services: Arc<Services>,
     /// Backend connections (one idle pool per worker).
     pub upstream: Arc<Upstream>,
     /// The process clock.
@@ -80,31 +84,15 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: reload::Control,
-    shutting_down: AtomicBool,
 }
 
 impl Shared {
-    /// Readiness (C-OBS-4): not shutting down, the rate-limit store not down under
-    /// `fail-closed` (C-RATE-5), and some backend available (enabled, not draining, healthy,
-    /// circuit not open; saturated counts as up).
+    /// Readiness (C-OBS-4), as the request engine decides it for `/readyz`: not shutting down,
+    /// the rate-limit store not down under `fail-closed` (C-RATE-5), and some backend available
+    /// (enabled, not draining, healthy, circuit not open; saturated counts as up).
     #[must_use]
     pub fn ready(&self) -> bool {
-        if self.shutting_down.load(Ordering::Relaxed) {
-            return false;
-        }
-        let rt = self.runtime.load();
-        if !self.limiter.ready(&rt.config().rate) {
-            return false;
-        }
-        let now = self.clock.now();
-        rt.pools().iter().any(|pool| {
-            pool.backends().iter().any(|b| {
-                matches!(
-                    b.availability(pool.params(), now),
-                    Availability::Available | Availability::Saturated
-                )
-            })
-        })
+        self.services.ready(&self.runtime.load(), self.clock.now())
     }
 
     /// The rate limiter's state under the settings in force: store, up, ready, degraded,
@@ -119,7 +107,7 @@ impl Shared {
     /// Whether a graceful shutdown has begun (C-PATH-10).
     #[must_use]
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Relaxed)
+        self.services.is_shutting_down()
     }
 }
 
@@ -207,7 +195,7 @@ impl ProxyHandle {
     /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
     /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
     pub fn shutdown(&self) {
-        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shared.services.begin_shutdown();
         self.shutdown.send(true);
     }
 
@@ -321,6 +309,12 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
     limiter.prepare(&cfg, clock.now()).await;
     let admission = Arc::new(Admission::new(cfg.gate, clock));
+    let services = Arc::new(Services::new(
+        Arc::clone(admission.gate()),
+        limiter.storage(),
+        Arc::clone(limiter.inner().local()),
+        Arc::clone(limiter.inner().circuit()),
+    ));
     if cfg.management.enabled && cfg.management.allow_insecure {
         tracing::warn!(
             "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
@@ -335,13 +329,13 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         runtime: ArcSwap::from_pointee(runtime),
         admission,
         limiter,
+        services,
         upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
         clock,
         limits,
         response_header_timeout,
         metrics,
         control: reload::Control::new(),
-        shutting_down: AtomicBool::new(false),
     });
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.

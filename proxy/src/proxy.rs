@@ -1,55 +1,50 @@
-//! The request handler: one request through weir-core's machines in the C-PATH-2 order.
+//! The request handler: an IO loop around weir-core's request engine (`weir_core::exchange`,
+//! docs/request-flow.md). It parses nothing the engine needs beyond hyper's head, feeds the
+//! engine facts ([`Input`]) and performs its actions ([`Output`]): park at the gate, call the
+//! rate-limit store, read the body for replay, send an attempt on a pooled or new upstream
+//! connection, answer, deliver or stream a response, tunnel an upgrade, count metrics and write
+//! the access log. Every wait is bounded by the engine's `poll_timeout`; every decision (request
+//! id, framing verdict, health answers, gate, client address, rate limit, route, body policy,
+//! retries, deadlines, outcome classification, response mapping) is the engine's.
 //!
-//! ```text
-//! header limits (server.rs) → smuggling guard → /healthz, /readyz → request id → global gate
-//!   → client address → rate limit → route → body (buffer or stream) → Flow::start
-//!   → attempts (per-try header deadline) ⇄ retry decisions → deliver / fail / reject
-//! ```
+//! What this module still does with values: the upstream request's header rewrites as core
+//! spells them ([`strip_hop_by_hop`], [`rewrite_forwarding`]), the upstream URI
+//! ([`upstream_uri`], core's join with a copy-free fast path), and header values.
 //!
-//! Every decision is weir-core's: the request id ([`request_id_in_force`]), admission
-//! ([`Admission`](crate::admission::Admission) over `admission::Gate`), the client address
-//! ([`resolve_client`]), the rate limit ([`Limiter`](crate::ratelimit::Limiter) over
-//! `rate::LocalStore`), the route and selection context ([`Runtime::target`],
-//! [`Runtime::pick_context`]), every attempt, retry and final answer ([`Flow`]), the upstream
-//! URI ([`BackendBase::upstream_uri`](weir_core::upstream::BackendBase::upstream_uri)), the
-//! header rewrites ([`strip_hop_by_hop`], [`rewrite_forwarding`]) and every response weir makes
-//! ([`SyntheticResponse`], [`delivered_headers`]). This module performs IO and copies values.
-//!
-//! Cancellation: hyper drops this future when the client goes away (C-PATH-9). Whatever it
-//! holds is released by `Drop`: a queued gate ticket leaves the queue, the flow releases its
-//! slot without recording a failure (a client cancellation is neutral, C-RETRY-8), and the
+//! Cancellation: hyper drops this future when the client goes away (C-PATH-9). Its drop guard
+//! feeds the engine `Input::ClientGone` and performs what follows (the attempt counted as
+//! cancelled, the `499` record, a gate slot handed to the next waiter and announced); the
 //! in-flight upstream request is dropped, which makes hyper close that upstream connection.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, EXPECT, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
-use weir_core::flow::{Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta};
-use weir_core::forward::{
-    forwarded_proto, resolve_client, rewrite_forwarding, strip_hop_by_hop, wants_upgrade,
+use weir_core::bucket::BucketParams;
+use weir_core::exchange::{
+    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure, Stage,
+    StoreFailure,
 };
-use weir_core::rate::{HeaderText, RateOutcome};
-use weir_core::request_id::{RequestId, X_REQUEST_ID, request_id_in_force};
-use weir_core::response::{
-    ClientError, ProtectionReason, Reject, SyntheticResponse, Text, delivered_headers, header,
-};
-use weir_core::retry::{BodyKind, RetryPolicy};
-use weir_core::upstream::BackendBase;
+use weir_core::flow::BodyEnd;
+use weir_core::forward::{rewrite_forwarding, strip_hop_by_hop};
+use weir_core::rate::ClientKey;
+use weir_core::request_id::X_REQUEST_ID;
+use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 
-use crate::access_log::{self, Trace};
-use crate::admission::Permit;
 use crate::body::{Delivered, ResBody};
-use crate::metrics::{AttemptOutcome, AttemptTimer, Listener};
-use crate::ratelimit::RateCheck;
-use crate::rt::{self, Elapsed};
+use crate::effects;
+use crate::ratelimit::StoreError;
+use crate::rt;
 use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
+use crate::uri::upstream_uri;
 use crate::worker;
 
 /// `X-Balancer-Backend-Attempt`.
@@ -58,254 +53,298 @@ const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTE
 /// The hyper service function of the data plane.
 pub async fn handle(
     ctx: Arc<ConnCtx>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ResBody>, Infallible> {
     let guard = RequestGuard::new(&ctx);
-    let started = ctx.shared.rt.now();
-    let mut pending = Pending {
-        ctx: &ctx,
-        started,
-        method: req.method().clone(),
-        uri: req.uri().clone(),
-        trace: Trace::default(),
-        done: false,
+    let mut io = Io::new(&ctx, &req);
+    // C-PATH-8: keep the client's upgrade handle before the request is taken apart.
+    let client_upgrade = io
+        .x()
+        .upgrade_requested()
+        .then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let mut up = Outgoing {
+        headers: Some(parts.headers),
+        prepared: false,
+        body: Some(body),
+        buffered: None,
+        client_failed: None,
     };
-    let resp = Handler {
-        ctx: &ctx,
-        started,
-        trace: &pending.trace,
-    }
-    .run(req, guard)
-    .await;
-    pending.finish(resp.status().as_u16());
-    Ok(resp)
+    Ok(io.run(&mut up, guard, client_upgrade).await)
 }
 
-/// Counts and logs a request once its response head is ready (C-OBS-1..3), or, when hyper
-/// drops the handler first (the client went away), as `499` (nginx's "client closed request").
-struct Pending<'a> {
+/// The request's exchange and what the IO around it needs; dropping it early (hyper dropped the
+/// request: the client left) tells the engine so and performs what follows.
+struct Io<'a> {
     ctx: &'a Arc<ConnCtx>,
-    started: std::time::Instant,
+    /// `None` once the exchange moved into the response body or a tunnel.
+    x: Option<Exchange>,
     method: Method,
     uri: Uri,
-    trace: Trace,
-    done: bool,
+    /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
+    rid_value: HeaderValue,
 }
 
-impl Pending<'_> {
-    fn finish(&mut self, status: u16) {
-        self.done = true;
-        let elapsed = self
-            .ctx
-            .shared
-            .rt
-            .now()
-            .saturating_duration_since(self.started);
-        let shared = &self.ctx.shared;
-        shared.metrics.request(Listener::Public, status, elapsed);
-        let rt = shared.runtime.load();
-        let server = &rt.config().server;
-        let log = worker::with_rng(|rng| {
-            access_log::should_log(status, false, server.access_log_sample_rate, rng)
-        });
-        if !log {
+/// The upstream request being prepared, attempt after attempt.
+struct Outgoing {
+    headers: Option<HeaderMap>,
+    prepared: bool,
+    body: Option<Incoming>,
+    buffered: Option<Bytes>,
+    /// Raised when reading the client's streamed body fails (C-PATH-9).
+    client_failed: Option<Arc<AtomicBool>>,
+}
+
+/// The latest attempt's response head, its connection and its target.
+type Last = Option<(Response<Incoming>, Conn, Arc<Target>)>;
+
+impl Drop for Io<'_> {
+    fn drop(&mut self) {
+        let Some(x) = self.x.as_mut() else {
             return;
+        };
+        if !x.is_done() {
+            let now = self.ctx.shared.clock.now();
+            worker::with_rng(|rng| x.handle_input(Input::ClientGone, now, rng));
         }
-        let backend = self.trace.backend();
-        access_log::Line {
-            request_id: self.trace.request_id().map_or("", RequestId::as_str),
-            listener: Listener::Public,
+        let request = effects::Request {
             method: &self.method,
             path: self.uri.path(),
-            include_path: server.access_log_include_path,
-            status,
-            duration: elapsed,
-            backend: backend.as_deref().map(crate::metrics::BackendMetrics::id),
-            attempts: self.trace.attempts(),
-            client: self.trace.client().unwrap_or_else(|| self.ctx.peer.ip()),
-            endpoint: None,
-        }
-        .emit();
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.finish(499);
-        }
-    }
-}
-
-/// What a response needs from the request: its id and, once known, its rate-limit outcome.
-struct Answer {
-    rid: RequestId,
-    rid_value: HeaderValue,
-    rate: Option<RateOutcome>,
-}
-
-struct Handler<'a> {
-    ctx: &'a Arc<ConnCtx>,
-    started: std::time::Instant,
-    /// What the access log needs to know (client, backend, attempts).
-    trace: &'a Trace,
-}
-
-impl Handler<'_> {
-    async fn run(&self, mut req: Request<Incoming>, guard: RequestGuard) -> Response<ResBody> {
-        let shared = &self.ctx.shared;
-        let clock = shared.clock;
-
-        // C-PATH-3: the id in force, needed by every answer from here on.
-        let (rid, origin) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
-        self.trace.set_request_id(rid);
-        let rid_value = if origin.is_kept() {
-            req.headers()
-                .get(&X_REQUEST_ID)
-                .cloned()
-                .unwrap_or_else(|| rid.to_header_value())
-        } else {
-            rid.to_header_value()
         };
-        let mut answer = Answer {
-            rid,
+        effects::drain(&self.ctx.shared, x, Some(request));
+    }
+}
+
+impl<'a> Io<'a> {
+    fn new(ctx: &'a Arc<ConnCtx>, req: &Request<Incoming>) -> Io<'a> {
+        let shared = &ctx.shared;
+        let now = shared.clock.now();
+        let uri = req.uri();
+        let head = Head {
+            method: req.method(),
+            path: uri.path(),
+            target: uri
+                .path_and_query()
+                .map_or("", http::uri::PathAndQuery::as_str),
+            headers: req.headers(),
+            peer: ctx.peer.ip(),
+            // C-PATH-12: taken exactly once per request, in the order the heads arrived.
+            framing: ctx.framing_verdict(),
+            body: body_info(req.body()),
+            worker: worker::index(),
+        };
+        let x = worker::with_rng(|rng| {
+            let services = Arc::clone(&shared.services);
+            Exchange::new(shared.runtime.load_full(), services, &head, now, rng)
+        });
+        let rid_value = x
+            .request_id_kept()
+            .then(|| req.headers().get(&X_REQUEST_ID).cloned())
+            .flatten()
+            .unwrap_or_else(|| x.request_id().to_header_value());
+        Io {
+            ctx,
+            x: Some(x),
+            method: req.method().clone(),
+            uri: uri.clone(),
             rid_value,
-            rate: None,
-        };
-
-        // C-PATH-12: an ambiguous framing or Host → 400 and close, nothing upstream.
-        if let Err(e) = self.ctx.framing_verdict() {
-            return client_error(ClientError::Framing(e), &answer, guard);
         }
+    }
 
-        // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
-        match req.uri().path() {
-            "/healthz" => return status_json(StatusCode::OK, "ok", &answer, guard),
-            "/readyz" => {
-                return if shared.ready() {
-                    status_json(StatusCode::OK, "ready", &answer, guard)
-                } else {
-                    client_error(ClientError::NotReady, &answer, guard)
-                };
-            }
-            _ => {}
+    /// The exchange (present until it moves into the response).
+    fn x(&self) -> &Exchange {
+        match &self.x {
+            Some(x) => x,
+            None => unreachable_exchange(),
         }
+    }
 
-        // C-LOAD-1: the global gate, before anything that costs (the store call included).
-        let permit = match shared.admission.admit().await {
-            Ok(p) => p,
-            Err(why) => {
-                return self.reject(&Reject::Overloaded(why), &answer, guard);
-            }
+    /// Feed `input` now.
+    fn feed(&mut self, input: Input) {
+        let now = self.ctx.shared.clock.now();
+        if let Some(x) = self.x.as_mut() {
+            worker::with_rng(|rng| x.handle_input(input, now, rng));
+        }
+    }
+
+    /// The next output that is not a side effect (those are performed on the way).
+    fn next(&mut self) -> Option<Output> {
+        let shared = &self.ctx.shared;
+        let request = effects::Request {
+            method: &self.method,
+            path: self.uri.path(),
         };
-
-        // C-FWD-1: the client address; C-FWD-2: the scheme a trusted peer reported.
-        let (resolution, rate_params, proto) = {
-            let rt = shared.runtime.load();
-            let r = resolve_client(self.ctx.peer.ip(), req.headers(), rt.trusted_proxies());
-            let proto = forwarded_proto(r.peer_trusted, req.headers());
-            (r, rt.config().rate.clone(), proto)
-        };
-        self.trace.set_client(resolution.client);
-
-        // C-RATE-1, C-RATE-2: one token, after the gate so an overload 503 costs none.
-        let check = shared
-            .limiter
-            .check(&rate_params, resolution.client, || clock.now())
-            .await;
-        match check {
-            RateCheck::Off => {}
-            RateCheck::Outcome(o) if o.is_allowed() => answer.rate = Some(o),
-            RateCheck::Outcome(o) => return self.reject(&Reject::RateLimited(o), &answer, guard),
-            RateCheck::StoreUnavailable => {
-                return self.reject(&Reject::StoreUnavailable, &answer, guard);
+        let x = self.x.as_mut()?;
+        while let Some(out) = x.poll_output() {
+            if let Some(out) = effects::perform(shared, x, out, Some(request)) {
+                return Some(out);
             }
         }
+        None
+    }
 
-        // Targets that cannot be proxied (authority-form, `*` without OPTIONS): 400.
-        let method = req.method().clone();
-        let raw_target = req
-            .uri()
-            .path_and_query()
-            .map_or("", http::uri::PathAndQuery::as_str);
-        if !raw_target.starts_with('/')
-            && let Err(e) = validation_base().upstream_uri(&method, raw_target)
-        {
-            let error = match e {
-                weir_core::upstream::UpstreamUriError::AsteriskWithoutOptions => {
-                    ClientError::AsteriskWithoutOptions
-                }
-                _ => ClientError::UnsupportedTarget,
+    /// Perform the engine's outputs until the response head.
+    async fn run(
+        &mut self,
+        up: &mut Outgoing,
+        guard: RequestGuard,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Response<ResBody> {
+        let mut last: Last = None;
+        loop {
+            let Some(out) = self.next() else {
+                // The engine always ends in an answer or a delivery; answer rather than hang.
+                return self.answer(Answer::Client(ClientError::Incomplete), guard);
             };
-            return client_error(error, &answer, guard);
-        }
-
-        // C-ROUTE-1: route on the raw path; the selection context for the route's pool.
-        let (flow_target, pick, retry, budget) = {
-            let rt = shared.runtime.load();
-            let (target, m) = rt.target(req.uri().path());
-            let pick = rt.pick_context(m.pool, worker::index(), resolution.client, req.headers());
-            (
-                target,
-                pick,
-                Arc::clone(rt.retry()),
-                Arc::clone(rt.budget()),
-            )
-        };
-
-        // C-PATH-8: keep the client's upgrade handle before the request is taken apart.
-        let upgrading = wants_upgrade(req.headers());
-        let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, body) = req.into_parts();
-
-        // C-RETRY-1: a body with a Content-Length within `body_limit` is buffered (replayable)
-        // when the method may be retried; any other body streams.
-        let read_deadline = shared.limits.read_timeout.map(|t| self.started + t);
-        // Raised when reading the client's streamed body fails (only streamed bodies need it).
-        let mut client_failed: Option<Arc<AtomicBool>> = None;
-        let mut watch_client = || Arc::clone(client_failed.get_or_insert_with(Arc::default));
-        let (body_kind, source) = if body.is_end_stream() {
-            (BodyKind::None, Source::Empty)
-        } else if let Some(n) = body.size_hint().exact() {
-            if n <= retry.body_limit() && retry.allows_method(method.as_str()) {
-                match buffer(shared.rt, body, read_deadline).await {
-                    Ok(bytes) => (BodyKind::Sized(n), Source::Full(bytes)),
-                    Err(error) => return client_error(error, &answer, guard),
+            match out {
+                Output::GateWait { ticket } => self.gate_wait(ticket).await,
+                Output::StoreTake { key, bucket } => self.store_take(key, bucket).await,
+                Output::BufferBody { .. } => self.buffer(up).await,
+                Output::Send(s) => {
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes).
+                    drop(last.take());
+                    last = self.send(s, up).await;
                 }
-            } else {
-                (
-                    BodyKind::Sized(n),
-                    Source::Stream(Some(ClientBody::new(
-                        shared.rt,
-                        body,
-                        watch_client(),
-                        read_deadline,
-                    ))),
-                )
+                Output::Answer(a) => return self.answer(a, guard),
+                Output::Deliver(d) => return self.deliver(&d, last.take(), guard, client_upgrade),
+                _ => {}
             }
-        } else {
-            (
-                BodyKind::Streaming,
-                Source::Stream(Some(ClientBody::new(
-                    shared.rt,
-                    body,
-                    watch_client(),
-                    read_deadline,
-                ))),
-            )
-        };
+        }
+    }
 
-        // C-PATH-6, C-FWD-2, C-PATH-3: the upstream headers, once for every attempt.
-        let inbound_host = parts.headers.get(HOST).cloned().or_else(|| {
-            parts
-                .uri
+    /// `fut`, bounded by the engine's deadline: `None` when the deadline came and the engine
+    /// moved on (its `Input::Timeout` was fed); a timer that fired early waits again.
+    async fn bounded<F: Future>(&mut self, mut fut: Pin<&mut F>) -> Option<F::Output> {
+        let ctx = self.ctx;
+        loop {
+            let stage = self.x().stage();
+            let Some(deadline) = self.x().poll_timeout() else {
+                return Some(fut.await);
+            };
+            let at = ctx.shared.clock.deadline(deadline);
+            match rt::timeout_at(ctx.shared.rt, at, fut.as_mut()).await {
+                Ok(v) => return Some(v),
+                Err(_) => {
+                    self.feed(Input::Timeout);
+                    if self.x().stage() != stage {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
+    async fn gate_wait(&mut self, ticket: u64) {
+        let ctx = self.ctx;
+        while matches!(self.x().stage(), Stage::Queued { .. }) {
+            let deadline = self.x().poll_timeout();
+            let woken = ctx.shared.admission.wait(ticket, deadline).await;
+            self.feed(if woken {
+                Input::GateHandoff
+            } else {
+                Input::Timeout
+            });
+        }
+    }
+
+    /// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
+    async fn store_take(&mut self, key: ClientKey, bucket: BucketParams) {
+        let ctx = self.ctx;
+        let limiter = ctx.shared.limiter.inner();
+        let now = ctx.shared.clock.now();
+        // Boxed: the store clients' futures are kilobytes that a local-store request never runs.
+        let mut call = Box::pin(limiter.take(key, &bucket, now));
+        match self.bounded(call.as_mut()).await {
+            Some(answer) => {
+                self.feed(Input::StoreAnswer(answer.map_err(|_| StoreFailure::Error)));
+            }
+            None => {
+                let limit = self.x().runtime().config().rate.operation_timeout();
+                limiter.note_error(StoreError::Timeout(limit));
+            }
+        }
+    }
+
+    /// C-RETRY-1: read the whole body for replay, bounded by `read_timeout`.
+    async fn buffer(&mut self, up: &mut Outgoing) {
+        let Some(body) = up.body.take() else {
+            return self.feed(Input::BodyUnreadable);
+        };
+        let mut collect = pin!(body.collect());
+        match self.bounded(collect.as_mut()).await {
+            Some(Ok(c)) => {
+                up.buffered = Some(c.to_bytes());
+                self.feed(Input::BodyBuffered);
+            }
+            Some(Err(_)) => self.feed(Input::BodyUnreadable),
+            None => {}
+        }
+    }
+
+    /// One attempt: a pooled or new connection to the engine's backend, the request, the head.
+    async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
+        let ctx = self.ctx;
+        let shared = &ctx.shared;
+        let target = self
+            .x()
+            .backend(s.backend)
+            .and_then(|b| shared.upstream.target(b.id(), b.url()).ok());
+        let Some(target) = target else {
+            self.feed(Input::SendFailed(SendFailure::Connect));
+            return None;
+        };
+        if !up.prepared {
+            self.prepare(up);
+        }
+        let Ok(req) = self.request(&target, &s, up) else {
+            self.feed(Input::TargetTooLong);
+            return None;
+        };
+        let begun = shared.rt.now();
+        let sent = {
+            let mut sent = pin!(shared.upstream.send(&target, req, begun));
+            self.bounded(sent.as_mut()).await
+        };
+        match sent? {
+            Ok((resp, conn)) => {
+                let status = resp.status().as_u16();
+                self.feed(Input::ResponseHead { status });
+                Some((resp, conn, target))
+            }
+            Err(e) => {
+                tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
+                let failure = match e {
+                    SendError::Connect(_) => SendFailure::Connect,
+                    SendError::Transport(_) => SendFailure::Transport {
+                        client_body_failed: up
+                            .client_failed
+                            .as_ref()
+                            .is_some_and(|f| f.load(Ordering::Relaxed)),
+                    },
+                };
+                self.feed(Input::SendFailed(failure));
+                None
+            }
+        }
+    }
+
+    /// C-PATH-6, C-FWD-1..3, C-PATH-3: the upstream headers, once for every attempt, from the
+    /// engine's client address and scheme.
+    fn prepare(&self, up: &mut Outgoing) {
+        up.prepared = true;
+        let Some(headers) = up.headers.as_mut() else {
+            return;
+        };
+        let x = self.x();
+        let inbound_host = headers.get(HOST).cloned().or_else(|| {
+            self.uri
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
-        let mut headers = std::mem::take(&mut parts.headers);
-        strip_hop_by_hop(&mut headers, upgrading);
-        rewrite_forwarding(&mut headers, resolution.client, inbound_host.clone(), proto);
-        headers.insert(X_REQUEST_ID, answer.rid_value.clone());
+        strip_hop_by_hop(headers, x.upgrade_requested());
+        rewrite_forwarding(headers, x.client(), inbound_host.clone(), x.proto());
+        headers.insert(X_REQUEST_ID, self.rid_value.clone());
         // The body is already accepted from the client; the backend gets it as it is.
         headers.remove(EXPECT);
         if !headers.contains_key(HOST)
@@ -313,250 +352,38 @@ impl Handler<'_> {
         {
             headers.insert(HOST, host);
         }
-
-        let meta = RequestMeta {
-            method: method.clone(),
-            body: body_kind,
-            ctx: pick,
-        };
-        // The request's own start: its deadlines count from its arrival.
-        let (flow, action) = worker::with_rng(|rng| {
-            Flow::start(
-                flow_target,
-                &retry,
-                &budget,
-                meta,
-                clock.at(self.started),
-                rng,
-            )
-        });
-        let replayable = retry.allows_method(method.as_str()) && retry.body_replayable(body_kind);
-        let attempts = Attempts {
-            handler: self,
-            method,
-            uri: parts.uri,
-            headers: Some(headers),
-            source,
-            client_failed,
-            replayable,
-            max_attempts: retry.max_attempts(),
-            retry,
-        };
-        attempts
-            .run(flow, action, answer, permit, guard, client_upgrade)
-            .await
     }
 
-    fn reject(&self, reject: &Reject, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-        count_protection(&self.ctx.shared, reject.protection_reason());
-        synthetic(
-            &SyntheticResponse::reject(reject, answer.rid.as_str()),
-            answer,
-            guard,
-        )
-    }
-}
-
-/// The request body as the attempts send it.
-enum Source {
-    Empty,
-    Full(Bytes),
-    Stream(Option<ClientBody>),
-}
-
-/// Everything the attempt loop needs.
-struct Attempts<'h, 'a> {
-    handler: &'h Handler<'a>,
-    method: Method,
-    uri: Uri,
-    headers: Option<HeaderMap>,
-    source: Source,
-    client_failed: Option<Arc<AtomicBool>>,
-    /// Whether a retry is possible at all (method and body, C-RETRY-1).
-    replayable: bool,
-    max_attempts: u32,
-    /// Classifies attempt outcomes for the metrics (`retry.statuses`).
-    retry: Arc<RetryPolicy>,
-}
-
-impl Attempts<'_, '_> {
-    /// Perform the flow's actions until a final one (C-RETRY-1..6).
-    async fn run(
-        mut self,
-        mut flow: Flow,
-        mut action: Action,
-        answer: Answer,
-        permit: Permit,
-        guard: RequestGuard,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    ) -> Response<ResBody> {
-        let shared = &self.handler.ctx.shared;
-        let clock = shared.clock;
-        let mut last: Option<(Response<Incoming>, Conn, Arc<Target>)> = None;
-        loop {
-            match action {
-                Action::Attempt(a) | Action::Retry(a) => {
-                    // C-RETRY-6: the previous response is dropped unread; hyper closes its
-                    // connection, and its slot was already released by the flow.
-                    last = None;
-                    let (Some(id), Some(url)) = (flow.backend_id(), flow.backend_url()) else {
-                        return internal_error(&answer, guard);
-                    };
-                    // C-OBS-1: the backend's pre-built handles (no lock, no label hashing).
-                    let metrics = shared.metrics.backend(id);
-                    if a.panic
-                        && let Some(m) = &metrics
-                    {
-                        m.panic_selection();
-                    }
-                    self.handler.trace.set_attempt(metrics.clone(), a.attempt);
-                    let target = match shared.upstream.target(id, url) {
-                        Ok(t) => t,
-                        Err(_) => {
-                            if let Some(m) = &metrics {
-                                m.attempt(AttemptOutcome::ConnectError, Duration::ZERO);
-                            }
-                            let now = clock.now();
-                            action = worker::with_rng(|rng| {
-                                flow.handle_error(AttemptError::Connect, now, rng)
-                            });
-                            continue;
-                        }
-                    };
-                    let last_attempt = !self.replayable || a.attempt >= self.max_attempts;
-                    let req = match self.request(&target, last_attempt) {
-                        Ok(r) => r,
-                        Err(error) => return client_error(error, &answer, guard),
-                    };
-                    let begun = shared.rt.now();
-                    let mut deadline = clock.deadline(a.header_deadline);
-                    if let Some(t) = shared.response_header_timeout {
-                        deadline = deadline.min(begun + t);
-                    }
-                    let timer = AttemptTimer::start(shared.rt, metrics, begun);
-                    let sent = rt::timeout_at(
-                        shared.rt,
-                        deadline,
-                        shared.upstream.send(&target, req, begun),
-                    )
-                    .await;
-                    let ended = shared.rt.now();
-                    let now = clock.at(ended);
-                    timer.finish(self.outcome(&sent), ended);
-                    action = match sent {
-                        Ok(Ok((resp, conn))) => {
-                            let status = resp.status().as_u16();
-                            last = Some((resp, conn, target));
-                            worker::with_rng(|rng| flow.handle_response_head(status, now, rng))
-                        }
-                        Ok(Err(e)) => {
-                            let kind = match e {
-                                SendError::Connect(_) => AttemptError::Connect,
-                                SendError::Transport(_)
-                                    if self
-                                        .client_failed
-                                        .as_ref()
-                                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
-                                {
-                                    AttemptError::ClientGone
-                                }
-                                SendError::Transport(_) => AttemptError::Transport,
-                            };
-                            tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
-                            worker::with_rng(|rng| flow.handle_error(kind, now, rng))
-                        }
-                        Err(_elapsed) => worker::with_rng(|rng| {
-                            match flow.handle_timeout(now, rng) {
-                                // The transport-level header timeout fired first.
-                                Action::Nothing => {
-                                    flow.handle_error(AttemptError::PerTryTimeout, now, rng)
-                                }
-                                a => a,
-                            }
-                        }),
-                    };
-                }
-                Action::Deliver(d) => {
-                    count_protection(shared, d.protection);
-                    let Some((resp, conn, target)) = last.take() else {
-                        return internal_error(&answer, guard);
-                    };
-                    return self.deliver(
-                        d,
-                        flow,
-                        resp,
-                        conn,
-                        &target,
-                        answer,
-                        permit,
-                        guard,
-                        client_upgrade,
-                    );
-                }
-                Action::Fail(f) => {
-                    count_protection(shared, f.protection);
-                    let s = SyntheticResponse::failure(&f, answer.rid.as_str());
-                    return synthetic(&s, &answer, guard);
-                }
-                Action::Reject(r) => {
-                    count_protection(shared, r.protection_reason());
-                    let s = SyntheticResponse::reject(&r, answer.rid.as_str());
-                    return synthetic(&s, &answer, guard);
-                }
-                Action::Abandon | Action::Nothing => {
-                    // Abandon: the client is gone and nobody reads this. Nothing cannot follow
-                    // an attempt; answer rather than loop.
-                    return internal_error(&answer, guard);
-                }
-            }
-        }
-    }
-
-    /// The metrics outcome of one attempt (C-OBS-1): what the flow is told, by the same rules.
-    fn outcome(
-        &self,
-        sent: &Result<Result<(Response<Incoming>, Conn), SendError>, Elapsed>,
-    ) -> AttemptOutcome {
-        match sent {
-            Ok(Ok((resp, _))) if self.retry.is_retryable_status(resp.status().as_u16()) => {
-                AttemptOutcome::FailureStatus
-            }
-            Ok(Ok(_)) => AttemptOutcome::Success,
-            Ok(Err(SendError::Connect(_))) => AttemptOutcome::ConnectError,
-            Ok(Err(SendError::Transport(_)))
-                if self
-                    .client_failed
-                    .as_ref()
-                    .is_some_and(|f| f.load(Ordering::Relaxed)) =>
-            {
-                AttemptOutcome::Cancelled
-            }
-            Ok(Err(SendError::Transport(_))) => AttemptOutcome::TransportError,
-            Err(_) => AttemptOutcome::Timeout,
-        }
-    }
-
-    /// The upstream request of one attempt to `target` (C-PATH-4, C-PATH-5).
+    /// The upstream request of attempt `s` to `target` (C-PATH-4, C-PATH-5).
     fn request(
-        &mut self,
+        &self,
         target: &Target,
-        last_attempt: bool,
+        s: &Send,
+        up: &mut Outgoing,
     ) -> Result<Request<UpBody>, ClientError> {
+        let shared = &self.ctx.shared;
         let uri = upstream_uri(target.base(), &self.method, &self.uri)?;
-        let mut headers = if last_attempt {
-            self.headers.take().unwrap_or_default()
+        let mut headers = if s.last {
+            up.headers.take().unwrap_or_default()
         } else {
-            self.headers.clone().unwrap_or_default()
+            up.headers.clone().unwrap_or_default()
         };
         headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
         if !headers.contains_key(HOST) {
             headers.insert(HOST, target.host_header().clone());
         }
-        let body = match &mut self.source {
-            Source::Empty => UpBody::Empty,
-            Source::Full(b) => UpBody::full(b.clone()),
+        let body = match s.body {
+            SendBody::Empty => UpBody::Empty,
+            SendBody::Buffered => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
             // A streamed body is never replayed (C-RETRY-1), so it is taken once.
-            Source::Stream(s) => s.take().map_or(UpBody::Empty, UpBody::Stream),
+            SendBody::Stream { read_deadline } => match up.body.take() {
+                Some(body) => {
+                    let failed = Arc::clone(up.client_failed.get_or_insert_with(Arc::default));
+                    let deadline = read_deadline.map(|d| shared.clock.deadline(d));
+                    UpBody::Stream(ClientBody::new(shared.rt, body, failed, deadline))
+                }
+                None => UpBody::Empty,
+            },
         };
         let mut req = Request::new(body);
         *req.method_mut() = self.method.clone();
@@ -565,175 +392,137 @@ impl Attempts<'_, '_> {
         Ok(req)
     }
 
+    /// weir's own response (C-PATH-11, C-OBS-4), with `X-Request-ID` and the rate headers of an
+    /// allowed request (C-RATE-1).
+    fn answer(&mut self, a: Answer, guard: RequestGuard) -> Response<ResBody> {
+        let x = self.x();
+        let mut resp = match (a.health_body(), x.synthetic(&a)) {
+            (Some(body), _) => {
+                let mut r = Response::new(ResBody::full(Bytes::from_static(body.as_bytes()), None));
+                r.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
+            }
+            (None, Some(s)) => synthetic(&s, &self.rid_value),
+            (None, None) => Response::new(ResBody::empty(None)),
+        };
+        let status = a.status();
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let headers = resp.headers_mut();
+        headers.insert(X_REQUEST_ID, self.rid_value.clone());
+        add_headers(headers, x.response_headers(None, status));
+        let (parts, body) = resp.into_parts();
+        // The rest of the engine's outputs (record, gate hand-off) are side effects.
+        let _ = self.next();
+        Response::from_parts(parts, body.with_guard(guard))
+    }
+
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
     /// upgrade (C-PATH-8).
-    #[allow(clippy::too_many_arguments)]
     fn deliver(
-        &self,
-        d: Deliver,
-        mut flow: Flow,
-        mut resp: Response<Incoming>,
-        conn: Conn,
-        target: &Target,
-        answer: Answer,
-        permit: Permit,
+        &mut self,
+        d: &Delivery,
+        last: Last,
         guard: RequestGuard,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     ) -> Response<ResBody> {
-        let shared = &self.handler.ctx.shared;
-        let clock = shared.clock;
-        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let backend_upgrade = switching.then(|| hyper::upgrade::on(&mut resp));
+        let _ = self.next();
+        let (Some((mut resp, conn, target)), Some(mut x)) = (last, self.x.take()) else {
+            return self.answer(Answer::Client(ClientError::Incomplete), guard);
+        };
+        let shared = &self.ctx.shared;
+        let backend_upgrade = d.upgrade.then(|| hyper::upgrade::on(&mut resp));
         let (mut parts, body) = resp.into_parts();
-        strip_hop_by_hop(&mut parts.headers, switching);
-        for (name, value) in delivered_headers(&d, target.id(), answer.rid.as_str()) {
+        strip_hop_by_hop(&mut parts.headers, d.upgrade);
+        for (name, value) in x.response_headers(Some(d), d.deliver.status) {
             let value = match name {
                 header::BACKEND => Some(target.id_value().clone()),
-                header::REQUEST_ID => Some(answer.rid_value.clone()),
+                header::REQUEST_ID => Some(self.rid_value.clone()),
                 _ => header_value(value),
             };
             if let Some(v) = value {
                 parts.headers.insert(HeaderName::from_static(name), v);
             }
         }
-        add_rate_headers(&mut parts.headers, answer.rate.as_ref());
-
-        if let Some(backend_upgrade) = backend_upgrade {
-            let Some(client_upgrade) = client_upgrade else {
-                // A 101 the client did not ask for cannot be passed on.
-                drop(flow);
-                return client_error(ClientError::UnrequestedUpgrade, &answer, guard);
-            };
+        if let (Some(backend_upgrade), Some(client_upgrade)) = (backend_upgrade, client_upgrade) {
             // C-PATH-12: the client's bytes are the tunnel's from now on, not requests.
-            self.handler.ctx.framing_upgraded();
-            let alive = self.handler.ctx.alive();
-            shared.rt.spawn(async move {
-                let _alive = alive;
-                let _permit = permit;
-                // The backend side upgrades when its connection future runs to the hand-over.
-                let backend_side = async move {
-                    if let Some(driver) = conn.into_driver() {
-                        let _ = driver.await;
-                    }
-                    backend_upgrade.await
-                };
-                let end = match futures_util::future::try_join(client_upgrade, backend_side).await {
-                    Ok((mut client, mut backend)) => {
-                        match rt::copy_bidirectional(&mut client, &mut backend).await {
-                            Ok(_) => BodyEnd::Complete,
-                            Err(_) => BodyEnd::Error,
-                        }
-                    }
-                    Err(_) => BodyEnd::Error,
-                };
-                // C-PATH-8: the slot is held until the tunnel closes.
-                let _ = flow.handle_body_end(end, clock.now());
-            });
+            self.ctx.framing_upgraded();
+            tunnel(self.ctx, x, conn, backend_upgrade, client_upgrade);
             return Response::from_parts(parts, ResBody::empty(Some(guard)));
         }
-
         if body.is_end_stream() {
             // Nothing to stream (HEAD, 204, 304, empty): settle now.
             let now = shared.rt.now();
-            let _ = flow.handle_body_end(BodyEnd::Complete, clock.at(now));
+            let at = shared.clock.at(now);
+            worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
+            effects::drain(shared, &mut x, None);
             shared.upstream.release(conn, now);
-            drop(permit);
             return Response::from_parts(parts, ResBody::empty(Some(guard)));
         }
-        let write_deadline = shared
-            .limits
-            .write_timeout
-            .map(|t| self.handler.started + t);
-        let delivered = Delivered::new(
-            body,
-            flow,
-            conn,
-            Arc::clone(&shared.upstream),
-            clock,
-            Some(permit),
-            write_deadline,
-        );
+        let delivered = Delivered::new(body, x, conn, Arc::clone(shared));
         Response::from_parts(parts, ResBody::upstream(delivered, Some(guard)))
     }
 }
 
-/// The origin-form URI of an attempt (C-PATH-5). For a backend without a path prefix and an
-/// origin-form target this is the client's target itself (what [`BackendBase::upstream_uri`]
-/// returns for it, byte for byte; checked by a test), without an allocation; otherwise core
-/// joins the prefix and the raw target.
-fn upstream_uri(base: &BackendBase, method: &Method, uri: &Uri) -> Result<Uri, ClientError> {
-    let pq = uri.path_and_query();
-    let raw = pq.map_or("/", http::uri::PathAndQuery::as_str);
-    if base.path_prefix().is_empty() && raw.starts_with('/') {
-        if uri.scheme().is_none() && uri.authority().is_none() {
-            return Ok(uri.clone());
-        }
-        if let Some(pq) = pq {
-            return Ok(Uri::from(pq.clone()));
-        }
-    }
-    let full = base
-        .upstream_uri(method, raw)
-        .map_err(|_| ClientError::TargetTooLong)?;
-    Ok(full
-        .path_and_query()
-        .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone())))
-}
-
-/// A base used only to check request targets that are not origin-form.
-fn validation_base() -> &'static BackendBase {
-    static BASE: std::sync::OnceLock<Option<BackendBase>> = std::sync::OnceLock::new();
-    // "http://validation.invalid" always parses; the fallback is never used.
-    BASE.get_or_init(|| BackendBase::parse("http://validation.invalid").ok())
-        .as_ref()
-        .unwrap_or_else(|| unreachable_base())
+/// C-PATH-8: tunnel both ways; the exchange (and with it the backend slot and the gate slot) is
+/// held until the tunnel closes.
+fn tunnel(
+    ctx: &Arc<ConnCtx>,
+    mut x: Exchange,
+    conn: Conn,
+    backend_upgrade: hyper::upgrade::OnUpgrade,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+) {
+    let alive = ctx.alive();
+    let shared = Arc::clone(&ctx.shared);
+    ctx.shared.rt.spawn(async move {
+        let _alive = alive;
+        // The backend side upgrades when its connection future runs to the hand-over.
+        let backend_side = async move {
+            if let Some(driver) = conn.into_driver() {
+                let _ = driver.await;
+            }
+            backend_upgrade.await
+        };
+        let end = match futures_util::future::try_join(client_upgrade, backend_side).await {
+            Ok((mut client, mut backend)) => {
+                match rt::copy_bidirectional(&mut client, &mut backend).await {
+                    Ok(_) => BodyEnd::Complete,
+                    Err(_) => BodyEnd::Error,
+                }
+            }
+            Err(_) => BodyEnd::Error,
+        };
+        let now = shared.clock.now();
+        worker::with_rng(|rng| x.handle_input(Input::BodyEnd(end), now, rng));
+        effects::drain(&shared, &mut x, None);
+    });
 }
 
 #[cold]
-fn unreachable_base() -> &'static BackendBase {
-    static FALLBACK: std::sync::OnceLock<BackendBase> = std::sync::OnceLock::new();
-    FALLBACK.get_or_init(|| match BackendBase::parse("http://localhost") {
-        Ok(b) => b,
-        Err(_) => std::process::abort(),
-    })
+fn unreachable_exchange() -> ! {
+    // The exchange leaves `Io` only in `deliver`, which ends the request's IO.
+    std::process::abort()
 }
 
-/// Read a body of known length completely (it fits `retry.body_limit`), within `deadline`.
-async fn buffer(
-    rt: rt::Rt,
-    body: Incoming,
-    deadline: Option<std::time::Instant>,
-) -> Result<Bytes, ClientError> {
-    let collect = body.collect();
-    let collected = match deadline {
-        Some(d) => match rt::timeout_at(rt, d, collect).await {
-            Ok(r) => r,
-            Err(_) => return Err(ClientError::BodyTimeout),
-        },
-        None => collect.await,
-    };
-    collected
-        .map(http_body_util::Collected::to_bytes)
-        .map_err(|_| ClientError::BodyUnreadable)
-}
-
-/// Count a protection event (C-LOAD-3) in `load_balancer_protection_events_total{reason}`.
-fn count_protection(shared: &crate::Shared, reason: Option<ProtectionReason>) {
-    if let Some(reason) = reason {
-        shared.metrics.protection(reason);
+/// What the codec knows of the request body's length.
+fn body_info(body: &Incoming) -> BodyInfo {
+    if body.is_end_stream() {
+        BodyInfo::Empty
+    } else {
+        body.size_hint()
+            .exact()
+            .map_or(BodyInfo::Unsized, BodyInfo::Sized)
     }
 }
 
-/// A response weir makes itself, as core spells it (C-PATH-11), with `X-Request-ID` and the
-/// rate headers of an allowed request (C-RATE-1).
-fn synthetic(s: &SyntheticResponse<'_>, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-    let mut resp = Response::new(ResBody::full(Bytes::from(s.body()), Some(guard)));
-    *resp.status_mut() =
-        StatusCode::from_u16(s.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+/// A synthetic response as core spells it (C-PATH-11).
+fn synthetic(s: &SyntheticResponse<'_>, rid_value: &HeaderValue) -> Response<ResBody> {
+    let mut resp = Response::new(ResBody::full(Bytes::from(s.body()), None));
     let headers = resp.headers_mut();
     for (name, value) in s.headers() {
         let value = if name == header::REQUEST_ID {
-            Some(answer.rid_value.clone())
+            Some(rid_value.clone())
         } else {
             value.to_header_value()
         };
@@ -741,23 +530,14 @@ fn synthetic(s: &SyntheticResponse<'_>, answer: &Answer, guard: RequestGuard) ->
             headers.insert(HeaderName::from_static(name), v);
         }
     }
-    if s.status() != 429 {
-        add_rate_headers(headers, answer.rate.as_ref());
-    }
     resp
 }
 
-/// The C-RATE-1 headers of an allowed request.
-fn add_rate_headers(headers: &mut HeaderMap, rate: Option<&RateOutcome>) {
-    if let Some(rate) = rate {
-        for (name, value) in rate.headers() {
-            let value = match value {
-                HeaderText::Static(s) => Some(HeaderValue::from_static(s)),
-                other => header_value(Text::from(other)),
-            };
-            if let Some(v) = value {
-                headers.insert(HeaderName::from_static(name), v);
-            }
+/// Headers the engine sets, as values.
+fn add_headers<'t>(headers: &mut HeaderMap, set: impl Iterator<Item = (&'static str, Text<'t>)>) {
+    for (name, value) in set {
+        if let Some(v) = header_value(value) {
+            headers.insert(HeaderName::from_static(name), v);
         }
     }
 }
@@ -769,99 +549,5 @@ fn header_value(text: Text<'_>) -> Option<HeaderValue> {
     match text {
         Text::Int(n) if n < 10 => Some(HeaderValue::from_static(SMALL[n as usize])),
         other => other.to_header_value(),
-    }
-}
-
-/// An error of the request that no flow outcome covers, as core spells it (C-PATH-11).
-fn client_error(error: ClientError, answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-    synthetic(
-        &SyntheticResponse::client_error(&error, answer.rid.as_str()),
-        answer,
-        guard,
-    )
-}
-
-fn internal_error(answer: &Answer, guard: RequestGuard) -> Response<ResBody> {
-    client_error(ClientError::Incomplete, answer, guard)
-}
-
-/// `/healthz` and `/readyz` when all is well.
-fn status_json(
-    status: StatusCode,
-    word: &'static str,
-    answer: &Answer,
-    guard: RequestGuard,
-) -> Response<ResBody> {
-    let body = match word {
-        "ok" => Bytes::from_static(b"{\"status\":\"ok\"}"),
-        _ => Bytes::from_static(b"{\"status\":\"ready\"}"),
-    };
-    let mut resp = Response::new(ResBody::full(body, Some(guard)));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(X_REQUEST_ID, answer.rid_value.clone());
-    resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// C-PATH-5: the fast path (client target reused as is) equals core's join for a backend
-    /// without a path prefix, byte for byte, for awkward targets too.
-    #[test]
-    fn c_path_5_fast_path_matches_core() {
-        let base = BackendBase::parse("http://127.0.0.1:9000").expect("base");
-        let prefixed = BackendBase::parse("http://127.0.0.1:9000/base/").expect("base");
-        for target in [
-            "/",
-            "/a/%2F/b?x=%2E%2e&y",
-            "//double//slash",
-            "/a/../b",
-            "/%252F?q=1#frag",
-            "/?",
-        ] {
-            let uri: Uri = target.parse().expect("uri");
-            let fast = upstream_uri(&base, &Method::GET, &uri).expect("fast");
-            let core = base
-                .upstream_uri(
-                    &Method::GET,
-                    uri.path_and_query().map_or("/", |p| p.as_str()),
-                )
-                .expect("core");
-            assert_eq!(
-                fast.path_and_query().map(|p| p.as_str()),
-                core.path_and_query().map(|p| p.as_str()),
-                "{target}"
-            );
-            let joined = upstream_uri(&prefixed, &Method::GET, &uri).expect("joined");
-            assert!(
-                joined
-                    .path_and_query()
-                    .is_some_and(|p| p.as_str().starts_with("/base/")),
-                "{target}"
-            );
-            assert!(joined.scheme().is_none() && joined.authority().is_none());
-        }
-        // Absolute-form (and HTTP/2's scheme + authority) become origin-form upstream.
-        let abs: Uri = "http://client.example/p?q=1".parse().expect("uri");
-        let up = upstream_uri(&base, &Method::GET, &abs).expect("abs");
-        assert_eq!(up.to_string(), "/p?q=1");
-    }
-
-    #[test]
-    fn validation_base_rejects_connect_targets() {
-        assert!(
-            validation_base()
-                .upstream_uri(&Method::CONNECT, "example.com:443")
-                .is_err()
-        );
-        assert!(validation_base().upstream_uri(&Method::GET, "*").is_err());
-        assert!(
-            validation_base()
-                .upstream_uri(&Method::OPTIONS, "*")
-                .is_ok()
-        );
     }
 }

@@ -132,7 +132,7 @@ impl Limiter {
     /// The local store (primary for `storage: local`, fallback for `local-fallback`).
     #[must_use]
     pub fn local(&self) -> &LocalStore {
-        self.inner.local()
+        self.inner.local().as_ref()
     }
 
     /// The store built at start.

@@ -2,17 +2,17 @@
 //! `rate_limit.operation_timeout`, the failure policy of C-RATE-5 around it, the local store for
 //! `storage: local` and for `local-fallback`, and the store's health.
 //!
-//! Recovery (C-RATE-5, "returns to the shared store by itself"): after a failure the store is
-//! *down*. While down, requests do not wait on it: they go straight to the policy, except that
-//! one request per [`RateLimiter::retry_interval`] (default 200 ms) is let through to the store
-//! as a trial; the first trial that succeeds marks the store up again. This is the half-open
-//! state of a circuit breaker (Finagle's and Envoy's outlier ejection work the same way), with a
-//! fixed interval rather than a growing one because a shared store is one dependency whose
-//! return should be noticed quickly, not a pool member that can be avoided. Without traffic
-//! (a `fail-closed` replica taken out of the load balancer by its readiness) no request would
-//! ever be a trial, so [`RateLimiter::probe`] runs the same trial as a health check; the adapter
-//! calls it on a timer every `retry_interval`. Either way the store is used again within
-//! `retry_interval` plus one reconnect after it returns.
+//! Recovery (C-RATE-5, "returns to the shared store by itself"): the store's health is core's
+//! [`StoreCircuit`], the one machine the request engine (`weir_core::exchange`), this limiter and
+//! the simulator share: down after a failed call; while down, requests go straight to the
+//! policy except one trial per [`RateLimiter::retry_interval`] (200 ms by default); the first
+//! trial that succeeds brings the store back. Without traffic no request would be a trial, so
+//! [`RateLimiter::probe`] runs the same trial as a health check on the adapter's timer.
+//!
+//! The request path of weir-proxy does not call [`RateLimiter::check`]: its request engine asks
+//! the circuit and the local store itself and calls [`RateLimiter::take`] (no timeout of its
+//! own: the engine's `poll_timeout` bounds it). `check` is the same sequence for callers
+//! without an engine (the storage tests, tools).
 //!
 //! No task is spawned here and nothing reads a clock: the caller passes `now` (the same clock
 //! it gives the local store), so the policy logic is runtime-neutral. The only runtime need is
@@ -21,13 +21,13 @@
 use core::fmt;
 use core::time::Duration;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use weir_core::bucket::BucketParams;
 use weir_core::bucket::Take;
 use weir_core::rate::{
-    ClientKey, FailureDecision, FailureMode, LocalStore, RateOutcome, RateParams, StorageKind,
-    on_store_failure,
+    Call, ClientKey, FailureDecision, FailureMode, LocalStore, RateOutcome, RateParams,
+    StorageKind, StoreCircuit, on_store_failure,
 };
 use weir_core::time::Instant;
 
@@ -86,17 +86,8 @@ pub struct StoreHealth {
 /// changes `rate_limit.storage`, `redis` or `database` builds a new limiter.
 pub struct RateLimiter {
     store: StoreKind,
-    local: LocalStore,
-    retry_interval: Duration,
-    up: AtomicBool,
-    /// While down: the earliest `now` (ns) at which the next trial may run.
-    next_trial_ns: AtomicU64,
-    /// A trial call is in flight.
-    trial: AtomicBool,
-    consecutive_failures: AtomicU64,
-    failures_total: AtomicU64,
-    policy_decisions_total: AtomicU64,
-    recoveries_total: AtomicU64,
+    local: Arc<LocalStore>,
+    circuit: Arc<StoreCircuit>,
     last_error: Mutex<Option<StoreError>>,
 }
 
@@ -105,25 +96,44 @@ impl fmt::Debug for RateLimiter {
         f.debug_struct("RateLimiter")
             .field("store", &self.store)
             .field("up", &self.store_up())
-            .field("retry_interval", &self.retry_interval)
+            .field("retry_interval", &self.retry_interval())
             .finish_non_exhaustive()
     }
 }
 
-/// Clears the trial flag however the trial ends (also when its future is dropped).
-struct TrialGuard<'a>(Option<&'a AtomicBool>);
+/// Settles a circuit [`Call`] exactly once: by the call's result, or as abandoned when its
+/// future is dropped first.
+struct CallGuard<'a> {
+    limiter: &'a RateLimiter,
+    call: Option<Call>,
+}
 
-impl Drop for TrialGuard<'_> {
+impl CallGuard<'_> {
+    fn settle<T>(mut self, result: Result<T, StoreError>, now: Instant) -> Result<T, StoreError> {
+        if let Some(call) = self.call.take() {
+            match &result {
+                Ok(_) => self.limiter.circuit.on_success(call),
+                Err(e) => {
+                    self.limiter.circuit.on_failure(call, now);
+                    self.limiter.note_error(e.clone());
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
-        if let Some(flag) = self.0 {
-            flag.store(false, Ordering::Release);
+        if let Some(call) = self.call.take() {
+            self.limiter.circuit.abandon(call);
         }
     }
 }
 
 impl RateLimiter {
     /// The default spacing of recovery trials.
-    pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(200);
+    pub const DEFAULT_RETRY_INTERVAL: Duration = weir_core::rate::circuit::DEFAULT_RETRY_INTERVAL;
 
     /// A limiter over `store`, with a local store sized by `rate.local_store()` (the primary
     /// store for `storage: local`, the fallback for `local-fallback`). `hash_seed` seeds the
@@ -138,15 +148,8 @@ impl RateLimiter {
             .map_err(|e| StoreError::Config(e.to_string()))?;
         Ok(RateLimiter {
             store,
-            local,
-            retry_interval: Self::DEFAULT_RETRY_INTERVAL,
-            up: AtomicBool::new(true),
-            next_trial_ns: AtomicU64::new(0),
-            trial: AtomicBool::new(false),
-            consecutive_failures: AtomicU64::new(0),
-            failures_total: AtomicU64::new(0),
-            policy_decisions_total: AtomicU64::new(0),
-            recoveries_total: AtomicU64::new(0),
+            local: Arc::new(local),
+            circuit: Arc::new(StoreCircuit::new(Self::DEFAULT_RETRY_INTERVAL)),
             last_error: Mutex::new(None),
         })
     }
@@ -166,17 +169,24 @@ impl RateLimiter {
         )
     }
 
-    /// Space recovery trials by `interval` instead of the default 200 ms.
+    /// Space recovery trials by `interval` instead of the default 200 ms (a fresh circuit: call
+    /// it before the limiter is used).
     #[must_use]
     pub fn with_retry_interval(mut self, interval: Duration) -> RateLimiter {
-        self.retry_interval = interval;
+        self.circuit = Arc::new(StoreCircuit::new(interval));
         self
     }
 
     /// Spacing of recovery trials while the store is down.
     #[must_use]
     pub fn retry_interval(&self) -> Duration {
-        self.retry_interval
+        self.circuit.retry_interval()
+    }
+
+    /// The store's circuit (C-RATE-5), shared with the request engine.
+    #[must_use]
+    pub fn circuit(&self) -> &Arc<StoreCircuit> {
+        &self.circuit
     }
 
     /// The configured store.
@@ -193,40 +203,50 @@ impl RateLimiter {
 
     /// The local store (primary for `storage: local`, fallback for `local-fallback`).
     #[must_use]
-    pub fn local(&self) -> &LocalStore {
+    pub fn local(&self) -> &Arc<LocalStore> {
         &self.local
     }
 
     /// Whether the store answered its last call (the local store is always up).
     #[must_use]
     pub fn store_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+        self.circuit.is_up()
     }
 
     /// `/readyz` for the rate limiter: false only while the shared store is down under
     /// `fail-closed` (C-RATE-5, C-OBS-4).
     #[must_use]
     pub fn ready(&self, mode: FailureMode) -> bool {
-        self.store_up() || on_store_failure(mode).ready()
+        self.circuit.ready(mode)
     }
 
     /// Whether responses are being decided by a fallback (`X-RateLimit-Degraded`, the degraded
     /// gauge): the shared store is down and the mode is fail-open or local-fallback.
     #[must_use]
     pub fn degraded(&self, mode: FailureMode) -> bool {
-        !self.store_up() && on_store_failure(mode).degraded()
+        self.circuit.degraded(mode)
+    }
+
+    /// Keep `e` as the store's last error (for `/api/dashboard/status` and the recovery log);
+    /// the adapter calls it for a call its request engine timed out.
+    pub fn note_error(&self, e: StoreError) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
     }
 
     /// A snapshot of the counters and the last error.
     #[must_use]
     pub fn health(&self) -> StoreHealth {
+        let c = self.circuit.counters();
         StoreHealth {
             storage: self.storage(),
             up: self.store_up(),
-            consecutive_failures: self.consecutive_failures.load(Ordering::Relaxed),
-            failures_total: self.failures_total.load(Ordering::Relaxed),
-            policy_decisions_total: self.policy_decisions_total.load(Ordering::Relaxed),
-            recoveries_total: self.recoveries_total.load(Ordering::Relaxed),
+            consecutive_failures: c.consecutive_failures,
+            failures_total: c.failures_total,
+            policy_decisions_total: c.policy_decisions_total,
+            recoveries_total: c.recoveries_total,
             last_error: self
                 .last_error
                 .lock()
@@ -254,24 +274,21 @@ impl RateLimiter {
                 false,
             ));
         }
-        if let Some(_trial) = self.may_call(now) {
+        if let Some(guard) = self.may_call(now) {
             // Boxed: the store clients' futures are kilobytes, and without the box every
             // request's future (local store or none) would carry room for them and copy it.
-            match Box::pin(self.take_shared(key, rate)).await {
-                Ok(take) => {
-                    self.on_success();
-                    return Verdict::Decided(RateOutcome::from_take(
-                        take,
-                        &bucket,
-                        rate.refill_per_second(),
-                        storage,
-                        false,
-                    ));
-                }
-                Err(e) => self.on_failure(now, e),
+            let taken = bounded(rate.operation_timeout(), self.take(key, &bucket, now));
+            if let Ok(take) = guard.settle(Box::pin(taken).await, now) {
+                return Verdict::Decided(RateOutcome::from_take(
+                    take,
+                    &bucket,
+                    rate.refill_per_second(),
+                    storage,
+                    false,
+                ));
             }
         }
-        self.policy_decisions_total.fetch_add(1, Ordering::Relaxed);
+        self.circuit.on_policy_decision();
         match on_store_failure(rate.failure_mode()) {
             FailureDecision::AllowDegraded => Verdict::Decided(RateOutcome::fail_open(
                 &bucket,
@@ -300,7 +317,7 @@ impl RateLimiter {
         if !self.storage().is_shared() {
             return true;
         }
-        let Some(_trial) = self.may_call(now) else {
+        let Some(guard) = self.may_call(now) else {
             return self.store_up();
         };
         let result = match &self.store {
@@ -308,10 +325,7 @@ impl RateLimiter {
             StoreKind::Redis(s) => bounded(rate.operation_timeout(), s.health()).await,
             StoreKind::Postgres(s) => bounded(rate.operation_timeout(), s.health()).await,
         };
-        match result {
-            Ok(()) => self.on_success(),
-            Err(e) => self.on_failure(now, e),
-        }
+        let _ = guard.settle(result, now);
         self.store_up()
     }
 
@@ -324,11 +338,12 @@ impl RateLimiter {
             StoreKind::Redis(s) => bounded(limit, s.health()).await,
             StoreKind::Postgres(s) => bounded(limit, async { s.migrate().await.map(|_| ()) }).await,
         };
-        match &result {
-            Ok(()) => self.on_success(),
-            Err(e) => self.on_failure(now, e.clone()),
-        }
-        result
+        // Not a circuit trial: start-up work runs before any request, outside the spacing.
+        let guard = CallGuard {
+            limiter: self,
+            call: Some(Call { trial: false }),
+        };
+        guard.settle(result, now)
     }
 
     /// Tokens in `key`'s bucket in thousandths (the status endpoint's read; C-MGMT-4), from the
@@ -383,48 +398,34 @@ impl RateLimiter {
         }
     }
 
-    async fn take_shared(&self, key: ClientKey, rate: &RateParams) -> Result<Take, StoreError> {
-        let bucket = rate.bucket();
-        let t = rate.operation_timeout();
-        match &self.store {
-            StoreKind::Local => Ok(self.local.take(key, &bucket, Instant::ZERO)),
-            StoreKind::Redis(s) => bounded(t, s.take(key, &bucket)).await,
-            StoreKind::Postgres(s) => bounded(t, s.take(key, &bucket)).await,
+    /// Take one token for `key` from the configured store, with no timeout of its own (the
+    /// caller bounds it: weir-proxy by its request engine's `poll_timeout`, `check` by the
+    /// operation timeout) and no circuit bookkeeping (the engine settles its own
+    /// [`Call`]). A failure is kept as the last error. The local store takes at `now`.
+    pub async fn take(
+        &self,
+        key: ClientKey,
+        bucket: &BucketParams,
+        now: Instant,
+    ) -> Result<Take, StoreError> {
+        let result = match &self.store {
+            StoreKind::Local => Ok(self.local.take(key, bucket, now)),
+            StoreKind::Redis(s) => s.take(key, bucket).await,
+            StoreKind::Postgres(s) => s.take(key, bucket).await,
+        };
+        if let Err(e) = &result {
+            self.note_error(e.clone());
         }
+        result
     }
 
-    /// Whether a call may go to the store now: always while up; while down, one trial per
-    /// `retry_interval`, one at a time (the guard ends the trial).
-    fn may_call(&self, now: Instant) -> Option<TrialGuard<'_>> {
-        if self.store_up() {
-            return Some(TrialGuard(None));
-        }
-        if now.as_nanos() < self.next_trial_ns.load(Ordering::Acquire) {
-            return None;
-        }
-        if self.trial.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        Some(TrialGuard(Some(&self.trial)))
-    }
-
-    fn on_success(&self) {
-        self.consecutive_failures.store(0, Ordering::Relaxed);
-        if !self.up.swap(true, Ordering::AcqRel) {
-            self.recoveries_total.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn on_failure(&self, now: Instant, e: StoreError) {
-        self.failures_total.fetch_add(1, Ordering::Relaxed);
-        self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
-        let next = (now + self.retry_interval).as_nanos();
-        self.next_trial_ns.store(next, Ordering::Release);
-        self.up.store(false, Ordering::Release);
-        *self
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+    /// Whether a call may go to the store now (the circuit's answer), as a guard that settles
+    /// the call once.
+    fn may_call(&self, now: Instant) -> Option<CallGuard<'_>> {
+        self.circuit.may_call(now).map(|call| CallGuard {
+            limiter: self,
+            call: Some(call),
+        })
     }
 }
 
@@ -535,7 +536,8 @@ mod tests {
         assert_eq!(Verdict::Unavailable.status(), Some(503));
     }
 
-    /// C-RATE-5: while down, one trial per retry interval, one at a time.
+    /// C-RATE-5: while down, one trial per retry interval, one at a time; a trial whose
+    /// future is dropped frees its place (core's `StoreCircuit`, shared with the engine).
     #[test]
     fn c_rate_5_trials_are_spaced() {
         let rate = params(true);
@@ -543,11 +545,10 @@ mod tests {
             .expect("limiter")
             .with_retry_interval(Duration::from_millis(200));
         let t0 = Instant::from_secs(10);
-        assert!(
-            limiter.may_call(t0).is_some(),
-            "up: every call goes to the store"
-        );
-        limiter.on_failure(t0, StoreError::Timeout(Duration::from_millis(50)));
+        let up = limiter
+            .may_call(t0)
+            .expect("up: every call goes to the store");
+        let _ = up.settle::<()>(Err(StoreError::Timeout(Duration::from_millis(50))), t0);
         assert!(!limiter.store_up());
         assert!(limiter.may_call(t0 + Duration::from_millis(199)).is_none());
         let t1 = t0 + Duration::from_millis(200);
@@ -555,13 +556,13 @@ mod tests {
         assert!(trial.is_some());
         assert!(limiter.may_call(t1).is_none(), "one trial at a time");
         drop(trial);
-        assert!(
-            limiter.may_call(t1).is_some(),
-            "the trial ended without a verdict"
-        );
-        limiter.on_success();
+        let trial = limiter
+            .may_call(t1)
+            .expect("the trial ended without a verdict");
+        let _ = trial.settle(Ok(()), t1);
         let h = limiter.health();
         assert!(h.up && h.recoveries_total == 1 && h.consecutive_failures == 0);
+        assert_eq!(h.failures_total, 1);
         assert_eq!(
             h.last_error,
             Some(StoreError::Timeout(Duration::from_millis(50)))
