@@ -107,6 +107,7 @@ macro_rules! __with_cases {
             c_pool_1_duplicate_ids_rejected,
             c_pool_3_unavailable_backends_are_skipped,
             c_pool_4_round_robin_cycles,
+            c_pool_4_round_robin_alternates_across_workers,
             c_pool_4_round_robin_starts_at_random_index,
             c_pool_4_weighted_round_robin_is_smooth,
             c_pool_4_least_request_prefers_idle_backend,
