@@ -257,8 +257,10 @@ fn c_conf_4_cli_refuses_devices_and_fifos_promptly() {
         "{err}"
     );
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let fifo = dir.path().join("weir.yaml");
+    // A directory of this test's own (tempfile is not a dev-dependency of both adapters).
+    let dir = std::env::temp_dir().join(format!("weir-reload-safety-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fifo = dir.join("weir.yaml");
     mkfifo(&fifo);
     let (st, err) = run_bounded(
         {
@@ -281,11 +283,12 @@ fn c_conf_4_cli_refuses_devices_and_fifos_promptly() {
     let (st, err) = run_bounded(
         {
             let mut c = bin().command(&["check-config"]);
-            c.arg(dir.path());
+            c.arg(&dir);
             c
         },
         "check-config <dir>",
     );
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(!st.success(), "check-config accepted a directory");
     assert!(err.contains("a directory"), "{err}");
 }

@@ -48,8 +48,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest secret file read (a token or a password is a few bytes; a PEM bundle a few KiB).
 pub const MAX_SECRET_BYTES: u64 = 64 << 10;
 
-/// Most loads that may be running (stuck) on their own threads at once.
-pub const MAX_PENDING_READS: usize = 8;
+/// Most loads that may be running (stuck) on their own threads at once. A read of a local file
+/// ends in microseconds, so only reads stuck on a hung file system ever fill this; it is large
+/// enough that a burst of SIGHUPs is never refused for it.
+pub const MAX_PENDING_READS: usize = 32;
 
 /// Why a file was not read. Every message names the path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
