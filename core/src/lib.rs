@@ -30,6 +30,7 @@ pub mod config;
 pub mod flow;
 pub mod forward;
 pub mod health;
+pub mod method;
 pub mod mgmt;
 #[cfg(feature = "mutations")]
 pub mod mutations;

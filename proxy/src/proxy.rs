@@ -30,7 +30,9 @@ use http::header::{CONTENT_TYPE, EXPECT, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
-use weir_core::flow::{Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta};
+use weir_core::flow::{
+    Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta, valid_upstream_status,
+};
 use weir_core::forward::{
     forwarded_proto, resolve_client, rewrite_forwarding, strip_hop_by_hop, wants_upgrade,
 };
@@ -179,6 +181,12 @@ impl Handler<'_> {
             && req.headers().contains_key(TRANSFER_ENCODING)
         {
             return client_error(ClientError::Smuggling, &answer, guard);
+        }
+
+        // TRACE → 405 unless `server.allow_trace` (weir_core::method, docs/proxy.md).
+        let allow_trace = shared.runtime.load().config().server.allow_trace;
+        if let Err(refused) = weir_core::method::check(req.method(), allow_trace) {
+            return client_error(refused, &answer, guard);
         }
 
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
@@ -521,6 +529,10 @@ impl Attempts<'_, '_> {
         sent: &Result<Result<(Response<Incoming>, Conn), SendError>, Elapsed>,
     ) -> AttemptOutcome {
         match sent {
+            // A status outside 100..=599: the flow fails the attempt as an invalid response.
+            Ok(Ok((resp, _))) if !valid_upstream_status(resp.status().as_u16()) => {
+                AttemptOutcome::TransportError
+            }
             Ok(Ok((resp, _))) if self.retry.is_retryable_status(resp.status().as_u16()) => {
                 AttemptOutcome::FailureStatus
             }
