@@ -97,6 +97,8 @@ macro_rules! __with_cases {
             c_path_12_parked_connection_serves_next_requests,
             c_path_12_parked_connection_closed_after_idle_timeout,
             c_path_12_te_trailers_forwarded,
+            c_path_12_upstream_status_outside_100_599_is_502,
+            c_path_12_trace_is_refused_with_405,
             c_fwd_1_untrusted_peer_is_the_client,
             c_fwd_1_trusted_chain_walked_from_the_right,
             c_fwd_2_forwarding_headers_rewritten,

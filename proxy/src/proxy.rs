@@ -30,7 +30,9 @@ use http::header::{CONTENT_TYPE, EXPECT, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
-use weir_core::flow::{Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta};
+use weir_core::flow::{
+    Action, AttemptError, BodyEnd, Deliver, Flow, RequestMeta, valid_upstream_status,
+};
 use weir_core::forward::{
     forwarded_proto, resolve_client, rewrite_forwarding, strip_hop_by_hop, wants_upgrade,
 };
@@ -176,6 +178,12 @@ impl Handler<'_> {
         // C-PATH-12: an ambiguous framing or Host → 400 and close, nothing upstream.
         if let Err(e) = self.ctx.framing_verdict() {
             return client_error(ClientError::Framing(e), &answer, guard);
+        }
+
+        // TRACE → 405 unless `server.allow_trace` (weir_core::method, docs/proxy.md).
+        let allow_trace = shared.runtime.load().config().server.allow_trace;
+        if let Err(refused) = weir_core::method::check(req.method(), allow_trace) {
+            return client_error(refused, &answer, guard);
         }
 
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
@@ -518,6 +526,10 @@ impl Attempts<'_, '_> {
         sent: &Result<Result<(Response<Incoming>, Conn), SendError>, Elapsed>,
     ) -> AttemptOutcome {
         match sent {
+            // A status outside 100..=599: the flow fails the attempt as an invalid response.
+            Ok(Ok((resp, _))) if !valid_upstream_status(resp.status().as_u16()) => {
+                AttemptOutcome::TransportError
+            }
             Ok(Ok((resp, _))) if self.retry.is_retryable_status(resp.status().as_u16()) => {
                 AttemptOutcome::FailureStatus
             }
