@@ -11,6 +11,7 @@ mod pool;
 mod protocol;
 mod rate;
 mod retry;
+mod status;
 
 pub use fault::*;
 pub use fwd::*;
@@ -21,6 +22,7 @@ pub use pool::*;
 pub use protocol::*;
 pub use rate::*;
 pub use retry::*;
+pub use status::*;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -52,6 +52,8 @@ pub struct StartOptions {
     pub env: Vec<(String, String)>,
     /// Backends to describe when the case fails.
     pub backends: Vec<Backend>,
+    /// `--workers`, passed only when set.
+    pub workers: Option<usize>,
 }
 
 impl Default for StartOptions {
@@ -61,6 +63,7 @@ impl Default for StartOptions {
             management_bind: None,
             env: Vec::new(),
             backends: Vec::new(),
+            workers: None,
         }
     }
 }
@@ -197,6 +200,9 @@ impl Proxy {
             .arg(&opts.public_bind);
         if let Some(m) = &opts.management_bind {
             cmd.arg("--management-bind").arg(m);
+        }
+        if let Some(n) = opts.workers {
+            cmd.arg("--workers").arg(n.to_string());
         }
         cmd.arg("--ready-file").arg(&ready);
         cmd.env_remove("CONFIG_PATH");

@@ -316,6 +316,7 @@ mod unread {
                 "access_log_include_path",
                 boolean(s.access_log_include_path),
             ),
+            ("allow_trace", boolean(s.allow_trace)),
             ("read_header_timeout", duration(s.read_header_timeout)),
             ("read_timeout", duration(s.read_timeout)),
             ("write_timeout", duration(s.write_timeout)),

@@ -89,15 +89,19 @@ pub enum AttemptError {
     PerTryTimeout,
     /// The client went away; the attempt is cancelled (C-PATH-9).
     ClientGone,
+    /// The backend's response head was unusable: a status outside 100..=599
+    /// ([`valid_upstream_status`]). A failure of the backend like a broken connection.
+    InvalidResponse,
 }
 
 impl AttemptError {
     /// Every kind, for generators and tables.
-    pub const ALL: [AttemptError; 4] = [
+    pub const ALL: [AttemptError; 5] = [
         AttemptError::Connect,
         AttemptError::Transport,
         AttemptError::PerTryTimeout,
         AttemptError::ClientGone,
+        AttemptError::InvalidResponse,
     ];
 
     /// The same fact in the retry policy's terms.
@@ -105,7 +109,10 @@ impl AttemptError {
     pub const fn outcome(self) -> AttemptOutcome {
         match self {
             AttemptError::Connect => AttemptOutcome::Connect,
-            AttemptError::Transport => AttemptOutcome::Transport,
+            // An unusable response is a protocol failure of the backend: retried and counted
+            // against it exactly as a connection that broke before a response (C-RETRY-1,
+            // C-HEALTH-3).
+            AttemptError::Transport | AttemptError::InvalidResponse => AttemptOutcome::Transport,
             AttemptError::PerTryTimeout => AttemptOutcome::PerTryTimeout,
             AttemptError::ClientGone => AttemptOutcome::ClientGone,
         }
@@ -119,8 +126,20 @@ impl AttemptError {
             AttemptError::Transport => "transport",
             AttemptError::PerTryTimeout => "per_try_timeout",
             AttemptError::ClientGone => "client_gone",
+            AttemptError::InvalidResponse => "invalid_response",
         }
     }
+}
+
+/// Whether a backend's response status may be passed on: 100..=599, the five classes RFC 9110
+/// §15 defines. hyper's HTTP/1 client reads any three digits (it keeps 100..=999), so a backend
+/// that answers `HTTP/1.1 999 Odd` or `600` reaches the flow with that status; such a response
+/// means nothing a client or a cache can act on, and nginx answers it with `502` ("upstream sent
+/// invalid status"). [`Flow::handle_response_head`] turns it into
+/// [`AttemptError::InvalidResponse`]: `502` (or a retry) and a passive failure of the backend.
+#[must_use]
+pub const fn valid_upstream_status(status: u16) -> bool {
+    matches!(status, 100..=599)
 }
 
 /// How a delivered response's body (or upgraded connection, C-PATH-8) ended.
@@ -343,8 +362,13 @@ impl Flow {
     /// A response head with `status` arrived for the current attempt. Records passive health by
     /// the status (C-HEALTH-3), then retries on another backend when C-RETRY-1 allows it
     /// ([`Action::Retry`]) or delivers this response as it was ([`Action::Deliver`], C-RETRY-4).
-    /// Ignored ([`Action::Nothing`]) unless awaiting a head.
+    /// A status outside 100..=599 is no response at all: it is handled as
+    /// [`AttemptError::InvalidResponse`] ([`valid_upstream_status`]; the adapter drops the
+    /// response and its connection unread). Ignored ([`Action::Nothing`]) unless awaiting a head.
     pub fn handle_response_head(&mut self, status: u16, now: Instant, rng: &mut dyn Rng) -> Action {
+        if !valid_upstream_status(status) {
+            return self.handle_error(AttemptError::InvalidResponse, now, rng);
+        }
         let now = self.clamp(now);
         if self.phase != Phase::AwaitingHead {
             return Action::Nothing;

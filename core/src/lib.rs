@@ -32,6 +32,7 @@ pub mod flow;
 pub mod forward;
 pub mod framing;
 pub mod health;
+pub mod method;
 pub mod mgmt;
 #[cfg(feature = "mutations")]
 pub mod mutations;

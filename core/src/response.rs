@@ -291,6 +291,8 @@ pub enum ClientError {
     /// The attempt loop ended without a response to pass on (an internal inconsistency, never
     /// expected): `502`.
     Incomplete,
+    /// `TRACE` while `server.allow_trace` is false (`method::check`): `405` with `Allow`.
+    MethodNotAllowed,
 }
 
 impl ClientError {
@@ -303,6 +305,7 @@ impl ClientError {
             | ClientError::UnsupportedTarget
             | ClientError::BodyUnreadable => 400,
             ClientError::BodyTimeout => 408,
+            ClientError::MethodNotAllowed => 405,
             ClientError::TargetTooLong => 414,
             ClientError::NotReady => 503,
             ClientError::UnrequestedUpgrade | ClientError::Incomplete => 502,
@@ -328,6 +331,9 @@ impl ClientError {
                 "backend switched protocols without an upgrade request"
             }
             ClientError::Incomplete => "upstream request could not be completed",
+            ClientError::MethodNotAllowed => {
+                "method TRACE is not allowed (server.allow_trace is false)"
+            }
         }
     }
 }
@@ -398,6 +404,9 @@ impl<'a> SyntheticResponse<'a> {
             crate::flow::AttemptError::Transport | crate::flow::AttemptError::ClientGone => {
                 "upstream connection broke before a response"
             }
+            crate::flow::AttemptError::InvalidResponse => {
+                "upstream sent an invalid response (status outside 100-599)"
+            }
         };
         let r = SyntheticResponse::new(failure.status, message, request_id)
             .with(header::ATTEMPTS, Text::Int(u64::from(failure.attempts)));
@@ -414,6 +423,7 @@ impl<'a> SyntheticResponse<'a> {
         let r = SyntheticResponse::new(error.status(), error.message(), request_id);
         match error {
             ClientError::Framing(_) => r.with(header::CONNECTION, Text::Str("close")),
+            ClientError::MethodNotAllowed => r.with(header::ALLOW, Text::Str(crate::method::ALLOW)),
             _ => r,
         }
     }

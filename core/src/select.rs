@@ -39,9 +39,9 @@ use crate::rng::Rng;
 use crate::sync::Arc;
 use crate::time::Instant;
 
-/// What a request offers the policy: the worker it runs on (policies keep per-worker cursors,
-/// like Envoy's per-worker load balancers, so workers never contend on one counter) and the
-/// request's hash for `consistent_hash`.
+/// What a request offers the policy: the request's hash for `consistent_hash`, and the worker it
+/// runs on (no policy keeps per-worker state since the rotation became one per process,
+/// C-POOL-4; the field goes once the request engine builds every context).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PickContext {
     /// A small integer identifying the caller's worker thread; any value is valid.

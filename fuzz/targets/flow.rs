@@ -118,7 +118,9 @@ pub fn run(data: &[u8]) {
     while !b.0.is_empty() {
         let event = match b.next() % 6 {
             0 => FlowEvent::ResponseHead([200, 500, 502, 503, 504, 404][usize::from(b.next() % 6)]),
-            1 => FlowEvent::Error(AttemptError::ALL[usize::from(b.next() % 4)]),
+            1 => {
+                FlowEvent::Error(AttemptError::ALL[usize::from(b.next()) % AttemptError::ALL.len()])
+            }
             2 => FlowEvent::Timeout,
             3 => FlowEvent::BodyEnd(
                 [BodyEnd::Complete, BodyEnd::Error, BodyEnd::ClientGone][usize::from(b.next() % 3)],

@@ -12,8 +12,8 @@ use futures_util::future::Either;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use weir_core::config::{ConfigErrors, ValidConfig};
 
+use crate::config_file::{self, LoadError};
 use crate::rt::{Rt, Signal, Signals};
-use crate::secrets::EnvSecrets;
 use crate::{Options, ProxyHandle};
 
 /// weir: an HTTP load balancer and reverse proxy.
@@ -142,10 +142,14 @@ fn config_path(given: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("config/weir.yaml"))
 }
 
+/// Read and validate `path` safely (only a regular file, at most 1 MiB, within
+/// `config_file::READ_TIMEOUT`: a FIFO or `/dev/zero` is a prompt error, issue 21).
 fn load(path: &Path) -> Result<ValidConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    weir_core::config::load(&text, &EnvSecrets::new()).map_err(|e| list_errors(path, &e))
+    match config_file::load_blocking(path, config_file::READ_TIMEOUT) {
+        Ok(cfg) => Ok(cfg),
+        Err(LoadError::File(e)) => Err(e.to_string()),
+        Err(LoadError::Invalid(e)) => Err(list_errors(path, &e)),
+    }
 }
 
 /// One line per error, each with the file, the field path and the line (C-CONF-1).

@@ -32,6 +32,7 @@ pub mod admission;
 pub mod body;
 pub mod cli;
 pub mod clock;
+pub mod config_file;
 pub mod demo;
 pub mod effects;
 pub mod health;

@@ -7,6 +7,14 @@
 //! ([`Control::lock`]), so changes are applied one at a time and a change is always built from
 //! the runtime in force when it is published (C-CONF-8).
 //!
+//! The file is read, parsed and validated *before* the lock is taken, on a thread of its own
+//! under `config_file::READ_TIMEOUT`, by `config_file::load_async` (only a regular file, opened
+//! without blocking, at most 1 MiB read): a path that points at a FIFO, a device or a hung file
+//! system is rejected with a named error and never holds the lock that mutations, later reloads
+//! and the shutdown need (issue 21). Each reload takes a ticket before it reads; one that reaches
+//! the lock after a later ticket was applied is dropped (`superseded`), so overlapping reads
+//! still end with the newest file in force.
+//!
 //! [`install`]:
 //! 1. **Warm-up (C-CONF-5).** When `runtime::warmup_required` lists pools (the new backend list
 //!    keeps none of the healthy ones), the health driver is pointed at the union of the
@@ -32,17 +40,17 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use weir_core::config;
 use weir_core::pool::{Availability, Backend, Pool};
 use weir_core::runtime::{ReloadError, Runtime, warmup_required};
 
 use crate::Shared;
+use crate::config_file::{self, LoadError};
 use crate::metrics::ReloadSource;
 use crate::probe::{HealthReloader, ProbeTarget};
-use crate::secrets::EnvSecrets;
 use crate::worker;
 
 /// Process state of the control plane: who serialises changes, how to reach the health
@@ -52,6 +60,10 @@ pub struct Control {
     instance_id: String,
     mutations: async_lock::Mutex<()>,
     health: OnceLock<HealthReloader>,
+    /// The last ticket handed to a file reload (one per SIGHUP).
+    reload_tickets: AtomicU64,
+    /// The newest ticket that reached the lock; an older one is superseded.
+    newest_reload: AtomicU64,
 }
 
 impl Default for Control {
@@ -73,6 +85,8 @@ impl Control {
             instance_id: format!("{host}-{}", std::process::id()),
             mutations: async_lock::Mutex::new(()),
             health: OnceLock::new(),
+            reload_tickets: AtomicU64::new(0),
+            newest_reload: AtomicU64::new(0),
         }
     }
 
@@ -97,8 +111,12 @@ impl Control {
 /// Why a new runtime was not published (the old one keeps serving, C-CONF-4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejected {
-    /// The file could not be read.
+    /// The file could not be read (not a regular file, too large, not UTF-8, timed out; the
+    /// message names the path and why, `config_file::FileError`).
     Read(String),
+    /// A reload that started later had already read the file and was applied first; this older
+    /// read is dropped so the newer file stays in force.
+    Superseded,
     /// The configuration is invalid: every error, one per entry (path, line, message).
     Invalid(Vec<String>),
     /// The runtime could not be built.
@@ -108,11 +126,12 @@ pub enum Rejected {
 }
 
 impl Rejected {
-    /// A short machine-readable reason (`read`, `invalid`, `build`, `warm_up`).
+    /// A short machine-readable reason (`read`, `superseded`, `invalid`, `build`, `warm_up`).
     #[must_use]
     pub fn reason(&self) -> &'static str {
         match self {
             Rejected::Read(_) => "read",
+            Rejected::Superseded => "superseded",
             Rejected::Invalid(_) => "invalid",
             Rejected::Build(_) => "build",
             Rejected::WarmUp(_) => "warm_up",
@@ -124,6 +143,9 @@ impl Rejected {
     pub fn errors(&self) -> Vec<String> {
         match self {
             Rejected::Read(e) | Rejected::Build(e) => vec![e.clone()],
+            Rejected::Superseded => {
+                vec!["a later reload read the file and was applied first".to_owned()]
+            }
             Rejected::Invalid(errors) => errors.clone(),
             Rejected::WarmUp(pools) => pools
                 .iter()
@@ -207,17 +229,30 @@ pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
 }
 
 async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
-    // Locked before reading, so reloads queued behind one another each read the latest file.
+    // Numbered before reading, so that of two reloads whose reads overlap the later one wins.
+    let ticket = shared.control.reload_tickets.fetch_add(1, Ordering::AcqRel) + 1;
+    // Read, parse and validate outside the lock, on a thread of its own under a deadline: a
+    // FIFO, a device or a hung file system never holds up a mutation, another reload or the
+    // shutdown (config_file, issue 21).
+    let valid = match config_file::load_async(shared.rt, path, config_file::READ_TIMEOUT).await {
+        Ok(valid) => valid,
+        Err(LoadError::File(e)) => return Err(Rejected::Read(e.to_string())),
+        Err(LoadError::Invalid(errors)) => {
+            return Err(Rejected::Invalid(
+                errors.errors().iter().map(ToString::to_string).collect(),
+            ));
+        }
+    };
     let _one_at_a_time = shared.control.lock().await;
-    // A file read blocks: off the executor (a slow disk must not stall the control thread).
-    let owned = path.to_owned();
-    let text = crate::rt::unblock(shared.rt, move || std::fs::read_to_string(owned))
-        .await
-        .unwrap_or_else(|| Err(std::io::Error::other("the read panicked")))
-        .map_err(|e| Rejected::Read(format!("cannot read {}: {e}", path.display())))?;
-    let valid = config::load(&text, &EnvSecrets::new()).map_err(|errors| {
-        Rejected::Invalid(errors.errors().iter().map(ToString::to_string).collect())
-    })?;
+    // A reload that started later already read the file and got the lock first.
+    let newest = shared.control.newest_reload.load(Ordering::Acquire);
+    if newest > ticket {
+        return Err(Rejected::Superseded);
+    }
+    shared
+        .control
+        .newest_reload
+        .store(ticket, Ordering::Release);
     let current = shared.runtime.load_full();
     let now = shared.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;

@@ -42,7 +42,13 @@ impl SecretSource for EnvSecrets {
             .map(|(_, v)| v.clone())
     }
 
+    /// A regular file of at most 64 KiB, read without blocking on a FIFO or reading a device
+    /// (`config_file::read_bounded`).
     fn read_file(&self, path: &str) -> Result<String, String> {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))
+        crate::config_file::read_bounded(
+            std::path::Path::new(path),
+            crate::config_file::MAX_SECRET_BYTES,
+        )
+        .map_err(|e| e.to_string())
     }
 }

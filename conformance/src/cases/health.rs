@@ -103,7 +103,7 @@ pub async fn c_health_1_cycles_never_overlap_and_probes_time_out(bin: Binary) {
     let b = Backend::start("too-slow").await;
     b.set_health_delay(secs(5));
     let cfg = Config::new(&[&a, &b])
-        .set("health_check.interval", "50ms")
+        .set("health_check.interval", "100ms")
         .set("health_check.timeout", "800ms");
     let p = Proxy::start(&bin, &cfg).await;
     a.wait_probes(5, secs(10)).await;
@@ -116,7 +116,7 @@ pub async fn c_health_1_cycles_never_overlap_and_probes_time_out(bin: Binary) {
     for w in probes.windows(2) {
         let gap = w[1].at - w[0].at;
         // A cycle ends when its slowest probe does (too-slow's, cut at 800ms); the next starts
-        // 50ms later.
+        // 100ms later.
         assert!(
             gap >= ms(800),
             "next probe {gap:?} after the previous began: cycles overlap"
@@ -144,7 +144,7 @@ pub async fn c_health_1_max_concurrency_bounds_probes(bin: Binary) {
     let refs: Vec<&Backend> = bs.iter().collect();
     let cfg = Config::new(&refs)
         .set("health_check.max_concurrency", 2)
-        .set("health_check.interval", "50ms");
+        .set("health_check.interval", "100ms");
     let _p = Proxy::start(&bin, &cfg).await;
     for b in &bs {
         b.wait_probes(2, secs(10)).await;
@@ -245,7 +245,7 @@ pub async fn c_health_3_breaker_opens_and_probes_do_not_close_it(bin: Binary) {
         .set("server.retry.max_attempts", 1)
         .set("health_check.failure_threshold", 2)
         .set("health_check.cooldown", "1500ms")
-        .set("health_check.interval", "50ms");
+        .set("health_check.interval", "100ms");
     let p = Proxy::start(&bin, &cfg).await;
     for i in 0..2 {
         let r = get(p.public, "/x").await;
@@ -461,7 +461,7 @@ pub async fn c_health_4_slow_start_ramps_share(bin: Binary) {
     let cfg = Config::new(&[&a, &b])
         .set("health_check.slow_start", "3s")
         .set("health_check.slow_start_minimum_percent", 10)
-        .set("health_check.interval", "50ms");
+        .set("health_check.interval", "100ms");
     let p = Proxy::start(&bin, &cfg).await;
     // ss-2, available at start, is not ramped (c_health_4_no_ramp_at_start); ss-1 failed the
     // first cycle, so its recovery below starts a ramp.

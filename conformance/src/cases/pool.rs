@@ -108,6 +108,36 @@ pub async fn c_pool_4_round_robin_cycles(bin: Binary) {
     }
 }
 
+/// C-POOL-4 (refined: one rotation per process): with two workers and a new connection per
+/// request, consecutive requests alternate between two backends whatever worker each
+/// connection lands on (per-worker cursors gave a, a, b, b); weighted round robin with equal
+/// weights too.
+pub async fn c_pool_4_round_robin_alternates_across_workers(bin: Binary) {
+    let bs = Backend::start_many("alt", 2).await;
+    let refs: Vec<&Backend> = bs.iter().collect();
+    for policy in ["round_robin", "weighted_round_robin"] {
+        let cfg = Config::new(&refs).policy(policy);
+        let opts = StartOptions {
+            env: cfg.env(),
+            backends: cfg.backends_used(),
+            workers: Some(2),
+            ..StartOptions::default()
+        };
+        let p = Proxy::start_with(&bin, &cfg.yaml(), opts)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut seq = Vec::new();
+        for _ in 0..8 {
+            let r = get(p.public, "/alt").await;
+            expect_status(&r, 200, policy);
+            seq.push(r.backend().expect("backend"));
+        }
+        for i in 1..seq.len() {
+            assert_ne!(seq[i], seq[i - 1], "{policy}: no alternation: {seq:?}");
+        }
+    }
+}
+
 /// C-POOL-4: round robin starts at a random index per process.
 pub async fn c_pool_4_round_robin_starts_at_random_index(bin: Binary) {
     let bs = Backend::start_many("start", 4).await;

@@ -87,6 +87,7 @@ const DYNAMIC: &[&str] = &[
     "server.retry",
     "server.access_log_sample_rate",
     "server.access_log_include_path",
+    "server.allow_trace",
     "server.upstream.max_concurrent_requests",
     "rate_limit.enabled",
     "rate_limit.failure_mode",

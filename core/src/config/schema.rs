@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub access_log_sample_rate: f64,
     /// `access_log_include_path` [false]: log the path instead of `[redacted]`.
     pub access_log_include_path: bool,
+    /// `allow_trace` [false]: proxy `TRACE` requests instead of answering `405` (weir).
+    pub allow_trace: bool,
     /// `read_header_timeout` [5s, > 0].
     pub read_header_timeout: Duration,
     /// `read_timeout` [15s, 0 = none].
@@ -74,6 +76,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             access_log_sample_rate: 0.01,
             access_log_include_path: false,
+            allow_trace: false,
             read_header_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(15),
             write_timeout: Duration::ZERO,
@@ -478,6 +481,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         &o.field("access_log_include_path"),
         d.access_log_include_path,
     );
+    let allow_trace = r.bool(&o.field("allow_trace"), d.allow_trace);
     let read_header_timeout = r.duration(&o.field("read_header_timeout"), d.read_header_timeout);
     let read_timeout = r.duration(&o.field("read_timeout"), d.read_timeout);
     let write_timeout = r.duration(&o.field("write_timeout"), d.write_timeout);
@@ -493,6 +497,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         trusted_proxies,
         access_log_sample_rate,
         access_log_include_path,
+        allow_trace,
         read_header_timeout,
         read_timeout,
         write_timeout,

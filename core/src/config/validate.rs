@@ -4,7 +4,8 @@
 //! `pool::carry_over`), whose errors become path-named config errors. A constructor reports
 //! one error at a time, so each is called again with the offending field reset to its default
 //! until it accepts: every bad field of a section is listed, and the range checks stay in one
-//! place (the constructor).
+//! place (the constructor). Before them, [`bounds`] checks the operating bounds of every runtime
+//! value (what a sane deployment may set, narrower than what a machine can work with; issue 21).
 
 use core::time::Duration;
 use std::collections::BTreeMap;
@@ -31,6 +32,8 @@ use crate::route::{RouteError, RouteTable};
 use crate::select::PolicyKind;
 use crate::slow_start::SlowStart;
 use crate::time::Instant;
+
+mod bounds;
 
 /// Largest `server.max_header_bytes` (64 MiB): a typo must not let one request hold that much.
 pub const MAX_HEADER_BYTES_LIMIT: u64 = 64 << 20;
@@ -86,6 +89,8 @@ pub struct ServerSettings {
     pub access_log_sample_rate: f64,
     /// Log paths instead of `[redacted]` (C-OBS-3).
     pub access_log_include_path: bool,
+    /// Proxy `TRACE` instead of answering `405` (`server.allow_trace`).
+    pub allow_trace: bool,
     /// Deadline for a request's headers (C-PATH-12).
     pub read_header_timeout: Duration,
     /// Deadline for a whole request; `None`: none.
@@ -303,12 +308,6 @@ impl Check<'_> {
         let m = m.to_owned();
         self.err(path, m);
     }
-
-    fn positive(&mut self, path: &str, d: Duration) {
-        if d.is_zero() {
-            self.err(path, "must be above 0s");
-        }
-    }
 }
 
 /// Zero means none.
@@ -323,6 +322,8 @@ pub(crate) fn validate(
     secrets: &dyn SecretSource,
 ) -> Option<ValidConfig> {
     let mut c = Check { r };
+    // The operating bounds first: a constructor's error for the same field is then dropped.
+    bounds::check(&cfg, &mut c);
     let server = check_server(&cfg, &mut c);
     let retry = check_retry(&cfg.server.retry, &mut c);
     let o = &cfg.server.overload;
@@ -383,8 +384,6 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
             format!("must be within 0..=1, got {}", s.access_log_sample_rate),
         );
     }
-    c.positive("server.read_header_timeout", s.read_header_timeout);
-    c.positive("server.idle_timeout", s.idle_timeout);
     if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES_LIMIT).contains(&s.max_header_bytes) {
         c.err(
             "server.max_header_bytes",
@@ -395,16 +394,12 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         );
     }
     let u = &s.upstream;
-    c.positive("server.upstream.dial_timeout", u.dial_timeout);
-    c.positive(
-        "server.upstream.tls_handshake_timeout",
-        u.tls_handshake_timeout,
-    );
     Some(ServerSettings {
         port: s.port,
         trusted_proxies,
         access_log_sample_rate: s.access_log_sample_rate,
         access_log_include_path: s.access_log_include_path,
+        allow_trace: s.allow_trace,
         read_header_timeout: s.read_header_timeout,
         read_timeout: none_if_zero(s.read_timeout),
         write_timeout: none_if_zero(s.write_timeout),
@@ -771,12 +766,6 @@ fn check_redis(
     let address = parse_host_port(&r.address, false)
         .map_err(|e| c.err("redis.address", e))
         .ok();
-    if r.pool_size == 0 {
-        c.err("redis.pool_size", "must be at least 1");
-    }
-    c.positive("redis.dial_timeout", r.dial_timeout);
-    c.positive("redis.read_timeout", r.read_timeout);
-    c.positive("redis.write_timeout", r.write_timeout);
     let password = match (&r.password_env, used) {
         (Some(name), true) => secret_at(c, secrets, "redis.password_env", name, true),
         _ => None,
@@ -815,10 +804,6 @@ fn check_database(
             "database.sslmode",
             format!("must be one of {}, got {mode:?}", SSLMODES.join(", ")),
         );
-    }
-    c.positive("database.connect_timeout", d.connect_timeout);
-    if d.max_open_connections == 0 {
-        c.err("database.max_open_connections", "must be at least 1");
     }
     if !used {
         return None;
@@ -871,7 +856,6 @@ fn check_management(
     let address = parse_host_port(&m.address, true)
         .map_err(|e| c.err("management.address", e))
         .ok();
-    c.positive("management.write_timeout", m.write_timeout);
     let auth_token = if !m.enabled {
         None
     } else if m.auth_token_env.is_empty() {

@@ -22,6 +22,12 @@ impl Exchange {
         if let Err(e) = head.framing {
             return self.answer(Answer::Client(ClientError::Framing(e)), now, rng);
         }
+        // Issue 21: TRACE → 405 unless `server.allow_trace`, with the framing checks, before
+        // `/healthz`, the gate and the limiter (docs/proxy.md, "Methods").
+        let allow_trace = self.rt.config().server.allow_trace;
+        if let Err(refused) = crate::method::check(head.method, allow_trace) {
+            return self.answer(Answer::Client(refused), now, rng);
+        }
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
         match head.path {
             "/healthz" => return self.answer(Answer::Live, now, rng),
@@ -240,7 +246,11 @@ impl Exchange {
     }
 
     fn on_head(&mut self, sent: Instant, status: u16, now: Instant, rng: &mut dyn Rng) {
-        let result = if self.rt.retry().is_retryable_status(status) {
+        // A status outside 100..=599 is an invalid response: the flow fails the attempt like a
+        // broken connection, and the metric says so (docs/proxy.md, "Upstream status validity").
+        let result = if !crate::flow::valid_upstream_status(status) {
+            AttemptResult::TransportError
+        } else if self.rt.retry().is_retryable_status(status) {
             AttemptResult::FailureStatus
         } else {
             AttemptResult::Success

@@ -756,6 +756,54 @@ fn access_log_sampling_logs_errors_always_and_successes_at_the_rate() {
     assert!((2_200..2_800).contains(&hits), "{hits}");
 }
 
+/// Issue 21 (docs/proxy.md, "Methods"): TRACE is 405 with `Allow`, right after the framing
+/// checks (even for `/healthz`), past neither the gate nor a backend, unless
+/// `server.allow_trace`.
+#[test]
+fn trace_is_refused_with_405_before_the_gate_unless_allowed() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let trace = Req::get("/healthz").with(Method::TRACE, BodyInfo::Empty);
+    let (x, out) = f.start(&trace, T0);
+    assert_eq!(answer(&out), Answer::Client(ClientError::MethodNotAllowed));
+    let s = x.synthetic(&answer(&out)).expect("synthetic");
+    assert!(s.headers().any(|(n, _)| n == header::ALLOW));
+    assert_eq!(record(&out).status, 405);
+    assert_eq!(f.services.gate().in_flight(), 0);
+    let allowed = TWO.replace("server:\n", "server:\n  allow_trace: true\n");
+    let mut f = Fixture::new(&allowed, StorageKind::Local);
+    let (_x, out) = f.start(&Req::get("/x").with(Method::TRACE, BodyInfo::Empty), T0);
+    assert_eq!(send(&out).attempt, 1);
+}
+
+/// Issue 21 (docs/proxy.md, "Upstream status validity"): a status outside 100..=599 is an
+/// invalid response: counted as a transport error, retried like one, answered 502, never
+/// delivered.
+#[test]
+fn an_upstream_status_outside_100_599_is_a_502_counted_as_transport_error() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x"), T0);
+    let transport = |out: &[Output]| {
+        out.iter().any(|o| {
+            matches!(
+                o,
+                Output::Metric(Metric::Attempt {
+                    result: AttemptResult::TransportError,
+                    ..
+                })
+            )
+        })
+    };
+    let out = f.feed(&mut x, Input::ResponseHead { status: 999 }, at(5));
+    assert!(transport(&out));
+    assert!(send(&out).retry, "retried on the other backend: {out:?}");
+    let out = f.feed(&mut x, Input::ResponseHead { status: 600 }, at(9));
+    assert!(transport(&out));
+    assert!(!out.iter().any(|o| matches!(o, Output::Deliver(_))));
+    assert_eq!(answer(&out).status(), 502);
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
 #[test]
 fn exchange_is_send_and_sync() {
     fn check<T: core::marker::Send + Sync>() {}

@@ -6,6 +6,8 @@ use core::time::Duration;
 
 use proptest::prelude::*;
 
+mod status;
+
 use super::*;
 use crate::bucket::BucketParams;
 use crate::pool::{BackendSpec, PoolParams};
@@ -955,7 +957,10 @@ impl Run<'_> {
                     );
                     prop_assert!(pol.body_replayable(b.meta.body), "C-RETRY-1 body");
                     let retryable = match event {
-                        Some(FlowEvent::ResponseHead(s)) => pol.is_retryable_status(s),
+                        // A status outside 100..=599 is an invalid response: a failure, like a transport error.
+                        Some(FlowEvent::ResponseHead(s)) => {
+                            !valid_upstream_status(s) || pol.is_retryable_status(s)
+                        }
                         Some(FlowEvent::Error(e)) => e != AttemptError::ClientGone,
                         Some(FlowEvent::Timeout) => true,
                         _ => false,
@@ -990,7 +995,10 @@ impl Run<'_> {
         // Passive health: one record per applied outcome, failures as classified (C-RETRY-8).
         if action != Action::Nothing {
             let failed = match event {
-                Some(FlowEvent::ResponseHead(s)) => pol.is_retryable_status(s),
+                // A status outside 100..=599 is an invalid response: a failure, like a transport error.
+                Some(FlowEvent::ResponseHead(s)) => {
+                    !valid_upstream_status(s) || pol.is_retryable_status(s)
+                }
                 Some(FlowEvent::Error(e)) => e != AttemptError::ClientGone,
                 Some(FlowEvent::Timeout) => true,
                 _ => false,

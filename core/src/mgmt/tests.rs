@@ -629,6 +629,36 @@ fn c_conf_8_patch_with_invalid_values_lists_errors_and_changes_nothing() {
     }
     assert_eq!(snapshot(&rt), before);
 
+    // Values outside their operating bounds (issue 21): each named with its range, nothing
+    // changes.
+    let d = patch(
+        &rt,
+        r#"{"health_check": {"interval": "1ns"}, "retry": {"per_try_timeout": "2h"},
+            "rate_limit": {"refill_per_second": 1e12}}"#,
+    );
+    let Decision::Reply(reply @ Reply::Problem { .. }) = &d else {
+        panic!("expected a 400 with errors, got {d:?}");
+    };
+    assert_eq!(reply.status(), 400);
+    let body: serde_json::Value = serde_json::from_str(&reply.body("rid")).expect("json");
+    let errors = body["errors"].as_array().expect("errors").clone();
+    let message = |path: &str| {
+        errors
+            .iter()
+            .find(|e| e["path"] == path)
+            .and_then(|e| e["message"].as_str())
+            .unwrap_or_else(|| panic!("no error at {path}: {errors:?}"))
+            .to_owned()
+    };
+    assert_eq!(
+        message("health_check.interval"),
+        "must be within 100ms..=1h, got 1ns"
+    );
+    assert!(message("server.retry.per_try_timeout").contains("10ms..=1h"));
+    assert!(message("rate_limit.refill_per_second").contains("0.001..=1000000000"));
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert_eq!(snapshot(&rt), before);
+
     // A duration that does not parse is reported at its path before validation.
     let d = patch(
         &rt,

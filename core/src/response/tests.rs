@@ -76,6 +76,10 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
             SyntheticResponse::failure(&failure(AttemptError::PerTryTimeout, 504, false), id),
             504,
         ),
+        (
+            SyntheticResponse::failure(&failure(AttemptError::InvalidResponse, 502, false), id),
+            502,
+        ),
     ];
     for nb in [
         NoBackend::EmptyPool,
@@ -115,6 +119,7 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
         (ClientError::NotReady, 503),
         (ClientError::UnrequestedUpgrade, 502),
         (ClientError::Incomplete, 502),
+        (ClientError::MethodNotAllowed, 405),
     ] {
         all.push((SyntheticResponse::client_error(&e, id), status));
     }

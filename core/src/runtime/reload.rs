@@ -72,6 +72,7 @@ fn keep_restart_only(running: &Config, next: Config) -> Config {
     c.server.trusted_proxies = next.server.trusted_proxies;
     c.server.access_log_sample_rate = next.server.access_log_sample_rate;
     c.server.access_log_include_path = next.server.access_log_include_path;
+    c.server.allow_trace = next.server.allow_trace;
     c.server.retry = next.server.retry;
     c.server.upstream.max_concurrent_requests = next.server.upstream.max_concurrent_requests;
     // rate_limit: the policy, not the store.

@@ -14,11 +14,10 @@
 //! the resulting sequence. The sequence repeats after `sum(weights) / gcd(weights)` picks, in
 //! which backend `i` appears exactly `weight_i / gcd` times; with weights 1..=100 it is at most
 //! `100 × n` entries, stored as `u16` indices (`u32` for pools of more than 65535 backends).
-//! A pick is then one relaxed `fetch_add` on a per-worker cursor and one array read, whatever the
-//! pool's size. Cursors are per worker, as in [`RoundRobin`](super::RoundRobin), and start at
-//! random offsets so that workers (and replicas) do not walk the sequence in lockstep; each
-//! worker's cursor still walks the whole smooth sequence, so each worker's traffic, and hence the
-//! sum, converges to the weights.
+//! A pick is then one relaxed `fetch_add` on the process's one cursor and one array read, whatever
+//! the pool's size. As in [`RoundRobin`](super::RoundRobin), consecutive picks from any worker
+//! walk one smooth sequence (C-POOL-4), and the cursor starts at a random offset so that replicas
+//! do not walk the sequence in lockstep.
 //!
 //! Building the sequence by nginx's rule costs O(n) per step. Backends of equal weight are always
 //! chosen among themselves in index order (they differ only in how often they have been picked),
@@ -38,9 +37,6 @@ use crate::rng::Rng;
 use crate::sync::Padded;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 use crate::time::Instant;
-
-/// Per-worker cursors; a worker index is reduced modulo this.
-const WORKER_CURSORS: usize = 16;
 
 /// Weight-proportional random draws offered after the sequence's own entry.
 pub const FALLBACK_DRAWS: usize = 4;
@@ -72,7 +68,7 @@ impl Sequence {
 #[derive(Debug)]
 pub struct WeightedRoundRobin {
     sequence: Sequence,
-    cursors: Box<[Padded<AtomicUsize>]>,
+    cursor: Padded<AtomicUsize>,
 }
 
 impl WeightedRoundRobin {
@@ -89,10 +85,8 @@ impl WeightedRoundRobin {
             Sequence::U32(seq.into_boxed_slice())
         };
         let len = sequence.len() as u64;
-        let cursors = (0..WORKER_CURSORS)
-            .map(|_| Padded(AtomicUsize::new(rng.below(len) as usize)))
-            .collect();
-        WeightedRoundRobin { sequence, cursors }
+        let cursor = Padded(AtomicUsize::new(rng.below(len) as usize));
+        WeightedRoundRobin { sequence, cursor }
     }
 
     /// The length of one period of the smooth sequence: `sum(weights) / gcd(weights)`.
@@ -170,7 +164,7 @@ impl Policy for WeightedRoundRobin {
     fn visit(
         &self,
         backends: &[Arc<Backend>],
-        ctx: &PickContext,
+        _ctx: &PickContext,
         _params: &PoolParams,
         _now: Instant,
         rng: &mut dyn Rng,
@@ -181,8 +175,7 @@ impl Policy for WeightedRoundRobin {
         if n == 0 || len == 0 {
             return;
         }
-        let cursor = &self.cursors[ctx.worker % WORKER_CURSORS].0;
-        let pos = cursor.fetch_add(1, Ordering::Relaxed) % len;
+        let pos = self.cursor.0.fetch_add(1, Ordering::Relaxed) % len;
         let first = self.sequence.get(pos);
         if visit(first, rng).is_break() {
             return;
@@ -252,7 +245,7 @@ mod loom_tests {
         }
     }
 
-    /// Two threads pick concurrently on one worker's cursor: three picks cover exactly one period
+    /// Two threads pick concurrently on the one cursor: three picks cover exactly one period
     /// of the smooth sequence for weights 2, 1 (C-POOL-4), so no position is lost or repeated.
     #[test]
     fn loom_weighted_concurrent_picks_walk_one_period() {

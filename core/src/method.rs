@@ -1,0 +1,35 @@
+//! Which request methods the data plane proxies (issue 21; docs/proxy.md "Methods").
+//!
+//! Every method is proxied except `TRACE`, which is answered `405` unless
+//! `server.allow_trace: true`. A `TRACE` echoes the request back as the last server received it,
+//! headers included: through a proxy that adds headers (`X-Forwarded-For`, `X-Real-IP`, the
+//! request id) it reveals to a client what the proxy added, and, in a browser, what cookies and
+//! credentials the request carried (cross-site tracing). nginx refuses `TRACE` with `405`
+//! outright; HAProxy and Envoy leave it to configuration. weir follows nginx by default and lets
+//! an operator who needs it (a debugging backend) turn it back on.
+//!
+//! `CONNECT` is not refused here: its authority-form target is refused as an unsupported target
+//! (`400`) by the request-target rules of the upstream URI (C-PATH-5).
+
+use http::Method;
+
+use crate::response::ClientError;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+/// The `Allow` value of the `405` for a refused `TRACE`: the methods the data plane proxies
+/// (RFC 9110 §15.5.6 requires the list; extension methods are proxied too but cannot be listed).
+pub const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// Whether the data plane proxies `method`: `Err` with the refusal to answer otherwise
+/// (`TRACE` while `allow_trace` is false → [`ClientError::MethodNotAllowed`], `405`).
+///
+/// # Errors
+/// The method is refused; the value says how to answer.
+pub fn check(method: &Method, allow_trace: bool) -> Result<(), ClientError> {
+    if *method == Method::TRACE && !allow_trace {
+        return Err(ClientError::MethodNotAllowed);
+    }
+    Ok(())
+}
