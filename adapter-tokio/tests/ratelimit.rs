@@ -1,12 +1,14 @@
-//! The rate-limit seam on tokio (moved out of weir-proxy, which has no runtime of its own).
+//! The rate-limit seam on tokio (moved out of weir-proxy, which has no runtime of its own): the
+//! limiter's status, readiness and operator commands, and `RateLimiter::check` (the request
+//! engine's sequence for callers without an engine) under each failure mode.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use weir_core::Instant;
 use weir_core::rate::{FailureMode, RateConfig, RateParams, StorageKind};
-use weir_storage::{RedisOptions, RedisStore, StoreKind};
-use weir_tokio::ratelimit::{Limiter, RateCheck, RateLimiter};
+use weir_storage::{RedisOptions, RedisStore, StoreKind, Verdict};
+use weir_tokio::ratelimit::{Limiter, RateLimiter};
 
 fn params(cfg: RateConfig) -> RateParams {
     RateParams::new(&cfg).expect("valid rate config")
@@ -23,7 +25,10 @@ async fn disabled_is_off() {
     let p = params(RateConfig::default());
     let l = local(&p);
     let ip: IpAddr = "10.0.0.1".parse().expect("ip");
-    assert_eq!(l.check(&p, ip, || Instant::ZERO).await, RateCheck::Off);
+    assert_eq!(
+        l.inner().check(p.key().key(ip), &p, Instant::ZERO).await,
+        Verdict::Unlimited
+    );
     assert!(l.ready(&p));
     let s = l.status(&p);
     assert!(!s.enabled && s.ready && !s.degraded && s.storage_healthy());
@@ -42,18 +47,20 @@ async fn c_rate_1_local_allows_capacity_then_denies() {
     let ip: IpAddr = "10.0.0.1".parse().expect("ip");
     let now = Instant::from_secs(1);
     let outcomes = [
-        l.check(&p, ip, || now).await,
-        l.check(&p, ip, || now).await,
-        l.check(&p, ip, || now).await,
+        l.inner().check(p.key().key(ip), &p, now).await,
+        l.inner().check(p.key().key(ip), &p, now).await,
+        l.inner().check(p.key().key(ip), &p, now).await,
     ];
-    let RateCheck::Outcome(last) = outcomes[2] else {
+    let Verdict::Decided(last) = outcomes[2] else {
         panic!("an outcome")
     };
     assert_eq!(last.status(), Some(429));
     assert_eq!(last.storage, StorageKind::Local);
-    assert!(matches!(outcomes[0], RateCheck::Outcome(o) if o.remaining == 1 && o.is_allowed()));
+    assert!(matches!(outcomes[0], Verdict::Decided(o) if o.remaining == 1 && o.is_allowed()));
     let other: IpAddr = "10.0.0.2".parse().expect("ip");
-    assert!(matches!(l.check(&p, other, || now).await, RateCheck::Outcome(o) if o.is_allowed()));
+    assert!(
+        matches!(l.inner().check(p.key().key(other), &p, now).await, Verdict::Decided(o) if o.is_allowed())
+    );
     assert_eq!(l.status(&p).local_buckets, 2);
     // C-MGMT-4: the limit command sets the caller's bucket.
     let key = p.key().key(ip);
@@ -86,21 +93,24 @@ async fn c_rate_5_failure_modes_with_redis_down() {
         let l = Limiter::new(Arc::new(
             RateLimiter::new(StoreKind::Redis(store), &p, 1).expect("limiter"),
         ));
-        let got = l.check(&p, ip, || Instant::from_secs(1)).await;
+        let got = l
+            .inner()
+            .check(p.key().key(ip), &p, Instant::from_secs(1))
+            .await;
         let s = l.status(&p);
         assert!(
             !s.storage_healthy() && s.health.failures_total == 1,
             "{s:?}"
         );
         match (mode, got) {
-            (FailureMode::FailOpen, RateCheck::Outcome(o)) => {
+            (FailureMode::FailOpen, Verdict::Decided(o)) => {
                 assert!(o.is_allowed() && o.degraded && o.storage == StorageKind::Redis);
                 assert!(s.ready && s.degraded);
             }
-            (FailureMode::FailClosed, RateCheck::StoreUnavailable) => {
+            (FailureMode::FailClosed, Verdict::Unavailable) => {
                 assert!(!s.ready && !s.degraded && !l.ready(&p));
             }
-            (FailureMode::LocalFallback, RateCheck::Outcome(o)) => {
+            (FailureMode::LocalFallback, Verdict::Decided(o)) => {
                 assert!(o.is_allowed() && o.degraded && o.storage == StorageKind::Local);
                 assert!(s.ready && s.degraded);
             }

@@ -2,12 +2,13 @@
 //! `local` (weir-core's [`LocalStore`]), `redis` or `postgres` (the shared stores of
 //! `weir-storage`, C-RATE-3).
 //!
-//! weir-core decides the client key ([`KeyParams::key`](weir_core::rate::KeyParams::key),
-//! C-RATE-2), the bucket step (GCRA), what a store failure means
-//! ([`on_store_failure`](weir_core::rate::on_store_failure), C-RATE-5) and the headers
-//! ([`RateOutcome::headers`]); `weir-storage`'s [`RateLimiter`] bounds every store call by
-//! `rate_limit.operation_timeout`, applies the failure policy, keeps the store's health and
-//! spaces recovery trials. This module builds that limiter from the configuration, prepares the
+//! On the request path the request engine (`weir_core::exchange`) decides everything: the
+//! client key (C-RATE-2), the bucket step (GCRA), whether the shared store may be called (its
+//! `StoreCircuit`), its timeout and what a failure means (C-RATE-5), and the headers; the handler
+//! only executes the engine's `StoreTake` with [`RateLimiter::take`]. `weir-storage`'s
+//! [`RateLimiter`] owns the stores, the local store and the circuit the engine uses (through
+//! [`Services`](weir_core::exchange::Services)). This module builds that limiter from the
+//! configuration, prepares the
 //! store at start (PostgreSQL migrations, a first Redis connection; a failure is logged, never
 //! fatal: the process starts with the store down), runs the recovery task that calls
 //! [`RateLimiter::probe`] every [`RateLimiter::retry_interval`] (so a replica without traffic,
@@ -20,31 +21,18 @@
 //! that opened it (the control runtime for the start-up and probe calls, a worker's for a
 //! request that found no connection). Calls from any runtime go through channels.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::rt::{self, watch};
 use weir_core::Instant;
 use weir_core::config::ValidConfig;
-use weir_core::rate::{ClientKey, FailureMode, LocalStore, RateOutcome, RateParams, StorageKind};
-use weir_storage::{PostgresOptions, PostgresStore, RedisOptions, RedisStore, StoreKind, Verdict};
+use weir_core::rate::{ClientKey, FailureMode, LocalStore, RateParams, StorageKind};
+use weir_storage::{PostgresOptions, PostgresStore, RedisOptions, RedisStore, StoreKind};
 
 pub use weir_storage::{RateLimiter, StoreError, StoreHealth};
 
 use crate::Shared;
-
-/// The limiter's answer for one request.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RateCheck {
-    /// Rate limiting is off: no decision, no headers.
-    Off,
-    /// Allowed or denied, with the C-RATE-1 headers (`X-RateLimit-Storage` names the store that
-    /// decided; `X-RateLimit-Degraded: true` when a fallback did, C-RATE-5).
-    Outcome(RateOutcome),
-    /// The shared store failed and the policy is `fail-closed`: `503` (C-RATE-5).
-    StoreUnavailable,
-}
 
 /// The rate limiter's state for readiness (C-OBS-4), metrics (C-OBS-1:
 /// `load_balancer_rate_limit_storage_healthy`, `load_balancer_rate_limit_degraded`) and
@@ -139,30 +127,6 @@ impl Limiter {
     #[must_use]
     pub fn storage(&self) -> StorageKind {
         self.inner.storage()
-    }
-
-    /// Take a token for `client` under `params` at `now()` (C-RATE-1, C-RATE-2, C-RATE-5). Waits
-    /// at most `params.operation_timeout()` for a shared store, and not at all while the store
-    /// is known to be down and no recovery trial is due. The clock is read only when rate
-    /// limiting is on (a disabled limiter costs the request path nothing).
-    pub async fn check(
-        &self,
-        params: &RateParams,
-        client: IpAddr,
-        now: impl FnOnce() -> Instant,
-    ) -> RateCheck {
-        if !params.enabled() {
-            return RateCheck::Off;
-        }
-        match self
-            .inner
-            .check(params.key().key(client), params, now())
-            .await
-        {
-            Verdict::Unlimited => RateCheck::Off,
-            Verdict::Decided(o) => RateCheck::Outcome(o),
-            Verdict::Unavailable => RateCheck::StoreUnavailable,
-        }
     }
 
     /// `/readyz` for the rate limiter under `params` (C-RATE-5, C-OBS-4).
