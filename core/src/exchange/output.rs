@@ -136,7 +136,8 @@ pub struct Delivery {
     pub deliver: Deliver,
     /// A `101` to a request that asked for an upgrade: tunnel both ways (C-PATH-8).
     pub upgrade: bool,
-    /// `server.write_timeout` counted from the request's arrival (also in `poll_timeout`).
+    /// `server.write_timeout` counted from the request's arrival (also in `poll_timeout`);
+    /// `None` for an upgrade, whose tunnel lives as long as its connections (C-PATH-8).
     pub write_deadline: Option<Instant>,
 }
 

@@ -305,7 +305,13 @@ impl Exchange {
                 self.answer(Answer::Client(ClientError::UnrequestedUpgrade), now, rng);
             }
             Action::Deliver(d) => {
-                let deadline = self.since_arrival(self.rt.config().server.write_timeout);
+                // `write_timeout` bounds a response body; a tunnel (C-PATH-8) lives as long as
+                // its two connections, as it always did in weir-proxy.
+                let deadline = if d.status == 101 {
+                    None
+                } else {
+                    self.since_arrival(self.rt.config().server.write_timeout)
+                };
                 self.stage = Stage::Streaming { deadline };
                 self.outbox.push(Output::Deliver(Delivery {
                     deliver: d,

@@ -617,7 +617,8 @@ fn c_path_9_a_client_gone_during_an_attempt_is_cancelled_and_neutral() {
 
 #[test]
 fn c_path_8_a_101_goes_through_only_when_asked_for() {
-    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let with_write_timeout = TWO.replace("server:\n", "server:\n  write_timeout: 1s\n");
+    let mut f = Fixture::new(&with_write_timeout, StorageKind::Local);
     let (mut x, _) = f.start(&Req::get("/ws"), T0);
     let out = f.feed(&mut x, Input::ResponseHead { status: 101 }, at(1));
     assert_eq!(
@@ -640,6 +641,11 @@ fn c_path_8_a_101_goes_through_only_when_asked_for() {
         f.in_flight().iter().sum::<u32>(),
         1,
         "held until the tunnel closes"
+    );
+    assert_eq!(
+        y.poll_timeout(),
+        None,
+        "write_timeout does not bound a tunnel"
     );
     f.feed(&mut y, Input::BodyEnd(BodyEnd::Complete), at(9));
     assert_eq!(f.in_flight(), [0, 0]);
