@@ -153,6 +153,7 @@ macro_rules! __with_cases {
             c_load_1_no_wait_when_queue_timeout_zero,
             c_load_1_queue_is_fifo,
             c_load_1_disconnected_waiter_leaves_queue,
+            c_load_1_departed_holder_hands_its_slot_on,
             c_load_2_bulkhead_isolates_routes,
             c_load_3_protection_events_counted,
             c_rate_1_bucket_headers_and_429,

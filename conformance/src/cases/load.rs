@@ -145,6 +145,34 @@ pub async fn c_load_1_disconnected_waiter_leaves_queue(bin: Binary) {
     );
 }
 
+/// C-LOAD-1, C-PATH-9: a client that leaves while its request holds the gate's only slot (its
+/// attempt still at the backend) hands the slot to the queued request at once: the waiter is
+/// served long before its 10 s queue deadline (issue 13: the handler's drop guard tells the
+/// request engine, which announces the hand-off).
+pub async fn c_load_1_departed_holder_hands_its_slot_on(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    b.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.queue_timeout", "10s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let mut holder = Raw::connect(p.public).await;
+    holder
+        .write(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    b.wait_in_flight(1, secs(5)).await;
+    let next = spawn_send(p.public, Req::get("/next"));
+    tokio::time::sleep(ms(300)).await; // let it join the queue
+    b.set_mode(Mode::Ok); // `/next` is answered at once; `/held` stays held
+    drop(holder);
+    let r = tokio::time::timeout(secs(5), join(next, "next"))
+        .await
+        .expect("the waiter got the departed client's slot long before its 10 s queue deadline");
+    expect_status(&r, 200, "next");
+    b.release_all();
+}
+
 /// C-LOAD-2: a full route bulkhead answers `503` at once and leaves other routes unaffected.
 pub async fn c_load_2_bulkhead_isolates_routes(bin: Binary) {
     let slow = Backend::start("slow-1").await;
