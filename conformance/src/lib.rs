@@ -25,6 +25,7 @@ pub mod backend;
 pub mod cases;
 pub mod client;
 pub mod config;
+pub mod h2raw;
 pub mod harness;
 pub mod util;
 
@@ -95,6 +96,12 @@ macro_rules! __with_cases {
             c_path_12_parked_connection_serves_next_requests,
             c_path_12_parked_connection_closed_after_idle_timeout,
             c_path_12_te_trailers_forwarded,
+            c_path_12_connection_cap_keeps_fds_for_probes_and_management,
+            c_path_12_h2_rapid_reset_gets_goaway,
+            c_path_12_h2_continuation_flood_gets_goaway,
+            c_path_12_h2_settings_flood_bounded,
+            c_path_12_h2_ping_flood_bounded,
+            c_path_12_h2_zero_window_peer_bounded,
             c_fwd_1_untrusted_peer_is_the_client,
             c_fwd_1_trusted_chain_walked_from_the_right,
             c_fwd_2_forwarding_headers_rewritten,
