@@ -13,10 +13,10 @@
 //! - SETTINGS and PING floods: h2 keeps one ACK / PONG pending and stops reading until it is
 //!   written, so a flood costs the frames' parsing and no memory; a peer that does not read its
 //!   ACKs stalls only its own connection, which `idle_timeout` then closes;
-//! - a zero-window peer: what is buffered for it is bounded per stream by
+//! - a slow or zero-window peer: what is buffered for it is bounded per stream by
 //!   [`MAX_SEND_BUF_SIZE`] (hyper: 400 KiB), so one connection holds at most
-//!   `MAX_CONCURRENT_STREAMS × MAX_SEND_BUF_SIZE` (8 MiB) and usually far less (backpressure
-//!   reaches the backend read); `write_timeout`, when set, ends such responses;
+//!   `MAX_CONCURRENT_STREAMS × MAX_SEND_BUF_SIZE` (8 MiB); with no window at all h2 assigns no
+//!   send capacity and nothing is buffered (backpressure reaches the backend read);
 //! - a dead peer: a PING every [`KEEP_ALIVE_INTERVAL`], the connection closed when its PONG
 //!   takes longer than [`KEEP_ALIVE_TIMEOUT`].
 
