@@ -37,8 +37,8 @@ pub use harness::Binary;
 /// The longest one case may take before it fails as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs one case against the binary at `bin` on a fresh multi-threaded tokio runtime, failing
-/// it after [`CASE_TIMEOUT`].
+/// Runs one case against the binary at `bin` (or `$WEIR_CONFORMANCE_BIN`) on a fresh
+/// multi-threaded tokio runtime, failing it after [`CASE_TIMEOUT`].
 pub fn run_case<F, Fut>(name: &str, bin: &str, case: F)
 where
     F: FnOnce(Binary) -> Fut,
@@ -49,7 +49,9 @@ where
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let binary = Binary::new(bin);
+    // `WEIR_CONFORMANCE_BIN` runs the cases against another build of the binary (a release
+    // build, to measure: docs/benchmarks.md "Reliability").
+    let binary = Binary::new(std::env::var("WEIR_CONFORMANCE_BIN").unwrap_or_else(|_| bin.into()));
     rt.block_on(async move {
         if tokio::time::timeout(CASE_TIMEOUT, case(binary))
             .await
