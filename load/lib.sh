@@ -193,7 +193,7 @@ start_proxy() {
       # The same proxy, configuration and flags on its two runtimes (tokio, smol).
       local bin=$WEIR_BIN
       [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
-      write_weir_config "$dir/weir.yaml" "$workers"
+      write_weir_config "$dir/weir.yaml" "$workers" "$maxconn"
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
       # shellcheck disable=SC2086 # $pin is empty or a command prefix
@@ -224,10 +224,12 @@ start_proxy() {
 # have none by default), access log off (successes are sampled at 0; errors would still be
 # logged), limits above anything the benchmark sends.
 write_weir_config() {
-  local workers=${2:-1}
+  local workers=${2:-1} maxconn=${3:-4096}
   cat >"$1" <<EOF
 server:
   port: "$PORT"
+  # The client-connection cap nginx (worker_connections) and HAProxy (maxconn) get.
+  max_connections: $maxconn
   access_log_sample_rate: 0
   idle_timeout: 300s
   upstream:

@@ -62,6 +62,9 @@ pub enum Mode {
         /// pause before each event
         interval: Duration,
     },
+    /// `200` with a body of this many bytes (`x`), sent in 16 KiB chunks as fast as the proxy
+    /// takes them.
+    Large(usize),
     /// Waits until [`Backend::release_all`] before sending `200` headers.
     Hold,
     /// `200` headers and the chunk `first\n` at once, then waits until [`Backend::release_all`]
@@ -816,6 +819,23 @@ async fn handle(
                     if tx.send(Bytes::from(format!("chunk {i}\n"))).await.is_err() {
                         return;
                     }
+                }
+                drop(tx);
+                guard.complete();
+            });
+            Ok(response(200, TestBody::Channel(rx), &id, &extra))
+        }
+        Mode::Large(total) => {
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b'x'; 16 * 1024]);
+                let mut left = total;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if tx.send(chunk.slice(..n)).await.is_err() {
+                        return;
+                    }
+                    left -= n;
                 }
                 drop(tx);
                 guard.complete();

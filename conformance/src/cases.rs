@@ -2,8 +2,10 @@
 //! its own backends and its own proxy, so cases run in parallel. The list of cases (which the
 //! [`crate::suite!`] macro turns into tests) is [`crate::CASES`].
 
+mod conn;
 mod fault;
 mod fwd;
+mod h2;
 mod health;
 mod load;
 mod path;
@@ -13,8 +15,10 @@ mod rate;
 mod retry;
 mod status;
 
+pub use conn::*;
 pub use fault::*;
 pub use fwd::*;
+pub use h2::*;
 pub use health::*;
 pub use load::*;
 pub use path::*;

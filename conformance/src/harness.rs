@@ -54,6 +54,8 @@ pub struct StartOptions {
     pub backends: Vec<Backend>,
     /// `--workers`, passed only when set.
     pub workers: Option<usize>,
+    /// Run the child under `prlimit --nofile=N:N` (a low file-descriptor limit, soft = hard).
+    pub nofile: Option<u64>,
 }
 
 impl Default for StartOptions {
@@ -64,6 +66,7 @@ impl Default for StartOptions {
             env: Vec::new(),
             backends: Vec::new(),
             workers: None,
+            nofile: None,
         }
     }
 }
@@ -181,6 +184,23 @@ impl Proxy {
         }
     }
 
+    /// Like [`Proxy::start`], with the child's file-descriptor limit (soft and hard) at `nofile`.
+    pub async fn start_with_nofile(bin: &Binary, config: &Config, nofile: u64) -> Proxy {
+        let opts = StartOptions {
+            management_bind: config
+                .management_enabled()
+                .then(|| "127.0.0.1:0".to_string()),
+            env: config.env(),
+            backends: config.backends_used(),
+            nofile: Some(nofile),
+            ..StartOptions::default()
+        };
+        match Proxy::start_with(bin, &config.yaml(), opts).await {
+            Ok(p) => p,
+            Err(e) => panic!("{e}\nconfig:\n{}", config.yaml()),
+        }
+    }
+
     /// Starts a proxy on the YAML text `yaml` with `opts`.
     pub async fn start_with(
         bin: &Binary,
@@ -194,7 +214,19 @@ impl Proxy {
         let config_path = dir.path().join("weir.yaml");
         std::fs::write(&config_path, yaml).expect("write config");
         let ready = dir.path().join("ready.json");
-        let mut cmd = bin.command(&["run", "--config"]);
+        let mut cmd = match opts.nofile {
+            // prlimit sets the limit on itself and execs the binary: the pid is the proxy's.
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(bin.path())
+                    .args(["run", "--config"])
+                    .stdin(Stdio::null());
+                c
+            }
+            None => bin.command(&["run", "--config"]),
+        };
         cmd.arg(&config_path)
             .arg("--public-bind")
             .arg(&opts.public_bind);

@@ -25,6 +25,7 @@ pub mod backend;
 pub mod cases;
 pub mod client;
 pub mod config;
+pub mod h2raw;
 pub mod harness;
 pub mod util;
 
@@ -36,8 +37,8 @@ pub use harness::Binary;
 /// The longest one case may take before it fails as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs one case against the binary at `bin` on a fresh multi-threaded tokio runtime, failing
-/// it after [`CASE_TIMEOUT`].
+/// Runs one case against the binary at `bin` (or `$WEIR_CONFORMANCE_BIN`) on a fresh
+/// multi-threaded tokio runtime, failing it after [`CASE_TIMEOUT`].
 pub fn run_case<F, Fut>(name: &str, bin: &str, case: F)
 where
     F: FnOnce(Binary) -> Fut,
@@ -48,7 +49,9 @@ where
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let binary = Binary::new(bin);
+    // `WEIR_CONFORMANCE_BIN` runs the cases against another build of the binary (a release
+    // build, to measure: docs/benchmarks.md "Reliability").
+    let binary = Binary::new(std::env::var("WEIR_CONFORMANCE_BIN").unwrap_or_else(|_| bin.into()));
     rt.block_on(async move {
         if tokio::time::timeout(CASE_TIMEOUT, case(binary))
             .await
@@ -99,6 +102,12 @@ macro_rules! __with_cases {
             c_path_12_te_trailers_forwarded,
             c_path_12_upstream_status_outside_100_599_is_502,
             c_path_12_trace_is_refused_with_405,
+            c_path_12_connection_cap_keeps_fds_for_probes_and_management,
+            c_path_12_h2_rapid_reset_gets_goaway,
+            c_path_12_h2_continuation_flood_gets_goaway,
+            c_path_12_h2_settings_flood_bounded,
+            c_path_12_h2_ping_flood_bounded,
+            c_path_12_h2_zero_window_peer_bounded,
             c_fwd_1_untrusted_peer_is_the_client,
             c_fwd_1_trusted_chain_walked_from_the_right,
             c_fwd_2_forwarding_headers_rewritten,

@@ -324,6 +324,10 @@ mod unread {
             ("shutdown_timeout", duration(s.shutdown_timeout)),
             ("max_header_bytes", int(s.max_header_bytes)),
             (
+                "max_connections",
+                s.max_connections.map(|n| Value::Int(n.into())),
+            ),
+            (
                 "upstream",
                 sub(map(vec![
                     ("dial_timeout", duration(u.dial_timeout)),

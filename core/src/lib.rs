@@ -27,6 +27,7 @@ pub mod bucket;
 pub mod budget;
 pub mod bulkhead;
 pub mod config;
+pub mod conn_limit;
 pub mod exchange;
 pub mod flow;
 pub mod forward;

@@ -36,6 +36,7 @@ pub mod config_file;
 pub mod demo;
 pub mod effects;
 pub mod health;
+pub mod limits;
 pub mod management;
 pub mod memory;
 pub mod metrics;
@@ -85,6 +86,8 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: reload::Control,
+    /// Both listeners' connection caps and counts (issue 21, `limits`).
+    pub connections: limits::Connections,
 }
 
 impl Shared {
@@ -299,6 +302,11 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         None
     };
     let limits = ServerLimits::from_settings(&cfg.server);
+    // Issue 21: the soft fd limit up to the hard one, and the data plane's cap under it.
+    let budget = crate::limits::public_budget(&cfg, workers, crate::limits::raise_nofile());
+    let connections = crate::limits::Connections::new(
+        usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
+    );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
     let response_header_timeout = cfg.server.upstream.response_header_timeout;
     let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
@@ -337,6 +345,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         response_header_timeout,
         metrics,
         control: reload::Control::new(),
+        connections,
     });
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
@@ -384,7 +393,13 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     }
     let mut tasks = vec![rt::spawn_handle(
         rt,
-        server::accept_loop(rt, public, handles, shutdown_rx.clone()),
+        server::accept_loop(
+            rt,
+            public,
+            handles,
+            Arc::clone(&shared.connections.public),
+            shutdown_rx.clone(),
+        ),
     )];
     tasks.push(rt::spawn_handle(
         rt,

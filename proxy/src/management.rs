@@ -93,15 +93,11 @@ pub async fn serve(
     builder
         .timer(rt)
         .header_read_timeout(shared.limits.read_header_timeout);
-    while !shutdown.get() {
-        let accepted = match crate::server::next_or_shutdown(&mut shutdown, listener.accept()).await
-        {
-            crate::server::Wake::Shutdown => return,
-            crate::server::Wake::Next(a) => a,
-        };
-        let Ok((stream, peer)) = accepted else {
-            continue;
-        };
+    // Its own cap (`limits::MANAGEMENT_MAX_CONNECTIONS`): a flood on the data plane never takes
+    // management's descriptors, nor the other way round.
+    let limit = Arc::clone(&shared.connections.management);
+    let mut acceptor = server::accept::Acceptor::new(rt, &*listener, limit);
+    while let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await {
         let Ok(stream) = rt.register(stream) else {
             continue;
         };
@@ -115,6 +111,7 @@ pub async fn serve(
         );
         rt.spawn(async move {
             let _ = conn.await;
+            drop(permit);
         });
     }
 }

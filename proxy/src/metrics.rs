@@ -445,7 +445,7 @@ struct HistogramSnapshot {
     buckets: Vec<(f64, u64)>,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 #[derive(Debug)]
 enum Samples {
@@ -455,7 +455,7 @@ enum Samples {
 }
 
 #[derive(Debug)]
-struct FamilySnapshot {
+pub(crate) struct FamilySnapshot {
     /// The name without the type's suffixes (`_total`) and without the unit.
     name: &'static str,
     help: &'static str,
@@ -470,11 +470,15 @@ pub struct Snapshot {
     families: Vec<FamilySnapshot>,
 }
 
-fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
+pub(crate) fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
     pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
 }
 
-fn counter(name: &'static str, help: &'static str, samples: Vec<(Labels, u64)>) -> FamilySnapshot {
+pub(crate) fn counter(
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Labels, u64)>,
+) -> FamilySnapshot {
     FamilySnapshot {
         name,
         help,
@@ -483,7 +487,11 @@ fn counter(name: &'static str, help: &'static str, samples: Vec<(Labels, u64)>) 
     }
 }
 
-fn gauge(name: &'static str, help: &'static str, samples: Vec<(Labels, f64)>) -> FamilySnapshot {
+pub(crate) fn gauge(
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Labels, f64)>,
+) -> FamilySnapshot {
     FamilySnapshot {
         name,
         help,
@@ -688,6 +696,7 @@ impl Snapshot {
             "New runtimes asked for (SIGHUP reloads, management changes), by source and result.",
             reloads,
         ));
+        families.extend(crate::limits::families(&shared.connections));
         Snapshot { families }
     }
 

@@ -57,7 +57,11 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use weir_core::framing::{FramingError, RequestFraming, Verdict};
 
 use crate::Shared;
+use crate::limits::{ConnLimit, ConnPermit};
 use crate::rt::{self, Listener, Rt, TcpConn, watch};
+
+pub(crate) mod accept;
+pub mod h2;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
 /// waits until every clone is dropped (C-PATH-10).
@@ -142,6 +146,8 @@ pub struct ConnCtx {
     _alive: Alive,
     /// Open connections of this worker (for the acceptor's choice).
     open: Arc<AtomicUsize>,
+    /// The connection's place under `server.max_connections` (`None`: in-process).
+    _permit: Option<ConnPermit>,
 }
 
 impl Drop for ConnCtx {
@@ -420,10 +426,10 @@ impl Builders {
             .keep_alive(true)
             .max_header_size(limits.max_header_bytes)
             .max_buf_size(limits.max_header_bytes.saturating_add(4096).max(8192));
-        let mut h2 = http2::Builder::new(rt);
-        h2.timer(rt)
-            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-        Builders { h1, h2 }
+        Builders {
+            h1,
+            h2: h2::builder(rt, limits),
+        }
     }
 }
 
@@ -431,10 +437,10 @@ impl Builders {
 async fn serve(
     builders: Arc<Builders>,
     stream: Box<dyn TcpConn>,
-    ctx_parts: (Arc<Shared>, SocketAddr, Alive, Arc<AtomicUsize>),
+    ctx_parts: (Arc<Shared>, SocketAddr, Alive, Arc<AtomicUsize>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (shared, peer, alive, open) = ctx_parts;
+    let (shared, peer, alive, open, permit) = ctx_parts;
     let rt = shared.rt;
     let clock = shared.clock;
     let limits = shared.limits.clone();
@@ -468,6 +474,7 @@ async fn serve(
         parked: Parked::default(),
         _alive: alive,
         open,
+        _permit: Some(permit),
     });
     let watchdog = Watchdog {
         ctx: &ctx,
@@ -578,6 +585,7 @@ where
         _alive: alive,
         // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
         open: Arc::new(AtomicUsize::new(1)),
+        _permit: None,
     });
     let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&ctx), req));
     let mut builder = http1::Builder::new();
@@ -720,8 +728,8 @@ async fn drive<C, F>(
     .await;
 }
 
-/// An accepted connection on its way to a worker.
-pub(crate) type Accepted = (std::net::TcpStream, SocketAddr);
+/// An accepted connection on its way to a worker, with its place under the cap.
+pub(crate) type Accepted = (std::net::TcpStream, SocketAddr, ConnPermit);
 
 /// Where the acceptor hands a connection to a worker.
 pub(crate) type ConnSender = async_channel::Sender<Accepted>;
@@ -825,7 +833,9 @@ async fn worker_main(
         let Wake::Next(next) = next_or_shutdown(&mut shutdown, conns.recv()).await else {
             break;
         };
-        let Ok((std_stream, peer)) = next else { break };
+        let Ok((std_stream, peer, permit)) = next else {
+            break;
+        };
         let stream = match rt.register(std_stream) {
             Ok(s) => s,
             Err(e) => {
@@ -840,6 +850,7 @@ async fn worker_main(
             peer,
             alive_tx.clone(),
             Arc::clone(&open),
+            permit,
         );
         rt.spawn(serve(
             Arc::clone(&builders),
@@ -850,7 +861,7 @@ async fn worker_main(
     }
     // Connections handed over but not yet taken are closed (they were never served).
     conns.close();
-    while let Ok((s, _)) = conns.try_recv() {
+    while let Ok((s, _, _)) = conns.try_recv() {
         open.fetch_sub(1, Ordering::Relaxed);
         drop(s);
     }
@@ -869,27 +880,19 @@ async fn worker_main(
 }
 
 /// Accept connections on `listener` and hand each to the least busy worker, until `shutdown`.
-/// Returning drops the listener: new connections are refused from then on (C-PATH-10).
+/// At most `limit` connections are held: at the cap the acceptor stops (the listen backlog holds
+/// new connections) until one closes (`limits` module doc). Returning drops the listener: new
+/// connections are refused from then on (C-PATH-10).
 pub(crate) async fn accept_loop(
     rt: Rt,
     listener: Box<dyn Listener>,
     workers: Vec<(ConnSender, Arc<AtomicUsize>)>,
+    limit: Arc<ConnLimit>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut next = 0usize;
-    while !shutdown.get() {
-        let Wake::Next(accepted) = next_or_shutdown(&mut shutdown, listener.accept()).await else {
-            return;
-        };
-        let (std_stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // EMFILE and friends: back off a little instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                rt::sleep(rt, Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+    let mut acceptor = accept::Acceptor::new(rt, &*listener, limit);
+    while let Some((std_stream, peer, permit)) = acceptor.next(&mut shutdown).await {
         // Least open connections; ties go round-robin.
         let n = workers.len();
         let mut best = next % n;
@@ -904,7 +907,11 @@ pub(crate) async fn accept_loop(
         }
         next = next.wrapping_add(1);
         workers[best].1.fetch_add(1, Ordering::Relaxed);
-        if workers[best].0.try_send((std_stream, peer)).is_err() {
+        if workers[best]
+            .0
+            .try_send((std_stream, peer, permit))
+            .is_err()
+        {
             workers[best].1.fetch_sub(1, Ordering::Relaxed);
         }
     }

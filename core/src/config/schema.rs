@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// `max_header_bytes` [1048576, 1024..=67108864].
     pub max_header_bytes: u64,
+    /// `max_connections` [derived from the fd limit; 1..=16777216]: client connections held at
+    /// most (weir, issue 21).
+    pub max_connections: Option<u32>,
     /// `upstream`.
     pub upstream: UpstreamConfig,
     /// `retry` (the core settings type; defaults are the contract's).
@@ -83,6 +86,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
             max_header_bytes: 1 << 20,
+            max_connections: None,
             upstream: UpstreamConfig::default(),
             retry: RetryParams::default(),
             overload: OverloadConfig::default(),
@@ -488,6 +492,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
     let idle_timeout = r.duration(&o.field("idle_timeout"), d.idle_timeout);
     let shutdown_timeout = r.duration(&o.field("shutdown_timeout"), d.shutdown_timeout);
     let max_header_bytes = r.u64(&o.field("max_header_bytes"), d.max_header_bytes, 0);
+    let max_connections = r.opt_u32(&o.field("max_connections"));
     let upstream = read_upstream(r, &o.field("upstream"));
     let retry = read_retry(r, &o.field("retry"));
     let overload = read_overload(r, &o.field("overload"));
@@ -504,6 +509,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         idle_timeout,
         shutdown_timeout,
         max_header_bytes,
+        max_connections,
         upstream,
         retry,
         overload,

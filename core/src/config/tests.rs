@@ -762,3 +762,22 @@ fn c_conf_0_null_is_absent() {
         "{e}"
     );
 }
+
+/// issue 21: `server.max_connections` is optional (derived from the fd limit), 1..=2^24, and a
+/// change needs a restart (C-CONF-7).
+#[test]
+fn server_max_connections_range_and_restart() {
+    assert_eq!(ok(MIN).server.max_connections, None);
+    let set = ok(&format!("server:\n  max_connections: 200\n{MIN}"));
+    assert_eq!(set.server.max_connections, Some(200));
+    for bad in ["0", "16777217"] {
+        let e = errs(&format!("server:\n  max_connections: {bad}\n{MIN}"));
+        let msg = err_at(&e, "server.max_connections").to_string();
+        assert!(msg.contains("1..=16777216"), "{msg}");
+    }
+    let d = diff(&ok(MIN), &set);
+    assert_eq!(
+        d.restart_paths().collect::<Vec<_>>(),
+        ["server.max_connections"]
+    );
+}

@@ -39,6 +39,8 @@ mod bounds;
 pub const MAX_HEADER_BYTES_LIMIT: u64 = 64 << 20;
 /// Smallest `server.max_header_bytes` (the contract's floor).
 pub const MIN_HEADER_BYTES: u64 = 1024;
+/// Largest `server.max_connections`.
+pub const MAX_CONNECTIONS_LIMIT: u32 = 1 << 24;
 /// Name of the default pool in `routes[].pool`.
 pub const DEFAULT_POOL: &str = "default";
 
@@ -103,6 +105,9 @@ pub struct ServerSettings {
     pub shutdown_timeout: Duration,
     /// Header bytes beyond which a request gets `431` (C-PATH-12).
     pub max_header_bytes: u64,
+    /// Client connections held at most; `None`: derived from the fd limit
+    /// ([`crate::conn_limit::budget`]).
+    pub max_connections: Option<u32>,
     /// Upstream connections.
     pub upstream: UpstreamSettings,
 }
@@ -393,6 +398,17 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
             ),
         );
     }
+    if let Some(n) = s.max_connections
+        && !(1..=MAX_CONNECTIONS_LIMIT).contains(&n)
+    {
+        c.err(
+            "server.max_connections",
+            format!(
+                "must be within 1..={MAX_CONNECTIONS_LIMIT}, got {n} (leave it out for the \
+                 default derived from the file-descriptor limit)"
+            ),
+        );
+    }
     let u = &s.upstream;
     Some(ServerSettings {
         port: s.port,
@@ -406,6 +422,7 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         idle_timeout: s.idle_timeout,
         shutdown_timeout: s.shutdown_timeout,
         max_header_bytes: s.max_header_bytes,
+        max_connections: s.max_connections,
         upstream: UpstreamSettings {
             dial_timeout: u.dial_timeout,
             tls_handshake_timeout: u.tls_handshake_timeout,
