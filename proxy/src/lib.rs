@@ -19,7 +19,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rt::watch;
@@ -80,8 +79,6 @@ pub struct Shared {
     pub clock: Clock,
     /// Client-side limits (restart-only).
     pub limits: ServerLimits,
-    /// `server.upstream.response_header_timeout` (`None`: only `per_try_timeout` applies).
-    pub response_header_timeout: Option<Duration>,
     /// Prometheus metrics (C-OBS-1, C-OBS-2).
     pub metrics: Arc<metrics::Metrics>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
@@ -308,7 +305,6 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
-    let response_header_timeout = cfg.server.upstream.response_header_timeout;
     let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
     let limiter = match opts.rate_limiter.clone() {
         Some(l) => Limiter::new(l),
@@ -342,7 +338,6 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
         clock,
         limits,
-        response_header_timeout,
         metrics,
         control: reload::Control::new(),
         connections,

@@ -501,8 +501,9 @@ fn tunnel(
 
 #[cold]
 fn unreachable_exchange() -> ! {
-    // The exchange leaves `Io` only in `deliver`, which ends the request's IO.
-    std::process::abort()
+    // The exchange leaves `Io` only in `deliver`, which ends the request's IO. Were it reached,
+    // the panic ends this connection's task only (hyper isolates it; panic = "unwind").
+    unreachable!("the exchange was used after it moved into the response")
 }
 
 /// What the codec knows of the request body's length.
