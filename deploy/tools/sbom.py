@@ -9,9 +9,16 @@ import subprocess
 import sys
 
 
+def host():
+    out = subprocess.check_output(["rustc", "-vV"], text=True)
+    return next(l.split(": ", 1)[1] for l in out.splitlines() if l.startswith("host: "))
+
+
 def tree():
+    """weir-tokio's normal and build dependencies on this host's platform (what the binary built
+    here contains, as the SBOM describes it)."""
     meta = json.loads(subprocess.check_output(
-        ["cargo", "metadata", "--format-version", "1", "--offline",
+        ["cargo", "metadata", "--format-version", "1", "--offline", "--filter-platform", host(),
          "--manifest-path", "adapter-tokio/Cargo.toml"]))
     nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
     pkgs = {p["id"]: p for p in meta["packages"]}
