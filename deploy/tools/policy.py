@@ -2,10 +2,12 @@
 (issue 16). Exit 1 naming every violation.
 
   policy.py kube RENDERED.yaml...     the output of `kubectl kustomize`
-  policy.py compose FILE.yaml...      compose files (each on its own)
+  policy.py compose FILE.yaml...      compose files, each on its own, then the configs and
+                                      secrets they name across all of them
   policy.py self-test RENDERED.yaml   each rule must reject a manifest broken on purpose
 """
 import copy
+import os
 import re
 import sys
 
@@ -224,6 +226,30 @@ def compose_problems(name, doc):
     return out
 
 
+def compose_refs_problems(paths):
+    """Across the compose files (the base and its overlays): every config or secret a service
+    names is defined, and every file a config names exists (secret files are created by the
+    operator, deploy/README.md)."""
+    defined = {"configs": set(), "secrets": set()}
+    out = []
+    docs = [(p, load_all(p)[0]) for p in paths]
+    for path, doc in docs:
+        for kind in defined:
+            for name, spec in (doc.get(kind) or {}).items():
+                defined[kind].add(name)
+                f = (spec or {}).get("file")
+                if kind == "configs" and f and not os.path.isfile(os.path.join(os.path.dirname(path), f)):
+                    out.append(f"{path}: config {name}: no file {f}")
+    for path, doc in docs:
+        for svc, s in (doc.get("services") or {}).items():
+            for kind in defined:
+                for ref in s.get(kind, []):
+                    name = ref["source"] if isinstance(ref, dict) else ref
+                    if name not in defined[kind]:
+                        out.append(f"{path}: service {svc}: {kind[:-1]} {name} is not defined")
+    return out
+
+
 def load_all(path):
     with open(path) as f:
         return [d for d in yaml.safe_load_all(f) if d]
@@ -276,14 +302,16 @@ def main(argv):
     if len(argv) < 2 or argv[0] not in ("kube", "compose", "self-test"):
         print(__doc__, file=sys.stderr)
         return 2
+    mode, paths = argv[0], argv[1:]
     problems = []
-    for path in argv[1:]:
-        if argv[0] == "compose":
+    if mode == "compose":
+        for path in paths:
             problems += compose_problems(path, load_all(path)[0])
-        elif argv[0] == "kube":
-            problems += [f"{path}: {p}" for p in kube_problems(load_all(path))]
-        else:
-            problems += [f"{path}: {p}" for p in self_test(load_all(path))]
+        problems += compose_refs_problems(paths)
+    else:
+        check = kube_problems if mode == "kube" else self_test
+        for path in paths:
+            problems += [f"{path}: {p}" for p in check(load_all(path))]
     for p in problems:
         print(p, file=sys.stderr)
     return 1 if problems else 0
