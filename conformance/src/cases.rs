@@ -13,6 +13,7 @@ mod pool;
 mod protocol;
 mod rate;
 mod retry;
+mod shutdown;
 mod status;
 
 pub use conn::*;
@@ -26,6 +27,7 @@ pub use pool::*;
 pub use protocol::*;
 pub use rate::*;
 pub use retry::*;
+pub use shutdown::*;
 pub use status::*;
 
 use std::net::SocketAddr;

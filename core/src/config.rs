@@ -321,6 +321,7 @@ mod unread {
             ("read_timeout", duration(s.read_timeout)),
             ("write_timeout", duration(s.write_timeout)),
             ("idle_timeout", duration(s.idle_timeout)),
+            ("shutdown_delay", duration(s.shutdown_delay)),
             ("shutdown_timeout", duration(s.shutdown_timeout)),
             ("max_header_bytes", int(s.max_header_bytes)),
             (

@@ -248,10 +248,32 @@ async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
             let _ = crate::reload::reload_file(&shared, &path).await;
         });
     }
-    tracing::info!("shutting down");
+    withdraw(rt, &handle, &mut *signals).await;
     handle.stop().await;
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// The first phase of SIGTERM (C-PATH-10): `/readyz` turns `503` at once, the listeners keep
+/// accepting for `server.shutdown_delay` (cut short by a second SIGTERM or SIGINT, for an
+/// operator at a terminal); then the caller closes them.
+async fn withdraw(rt: Rt, handle: &ProxyHandle, signals: &mut dyn Signals) {
+    handle.withdraw();
+    let delay = handle.shutdown_delay();
+    if delay.is_zero() {
+        tracing::info!("shutting down");
+        return;
+    }
+    tracing::info!(
+        delay = ?delay,
+        "shutting down: not ready; the listeners keep accepting for server.shutdown_delay"
+    );
+    let wait = std::pin::pin!(crate::rt::sleep(rt, delay));
+    let again = std::pin::pin!(terminated(signals));
+    if let Either::Right(_) = futures_util::future::select(wait, again).await {
+        tracing::info!("second signal: server.shutdown_delay cut short");
+    }
+    tracing::info!("closing the listeners");
 }
 
 /// `MIGRATE_ONLY=true` (C-RATE-7): apply the PostgreSQL migrations of the configured

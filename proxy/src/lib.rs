@@ -166,6 +166,7 @@ pub struct ProxyHandle {
     workers: Vec<std::thread::JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     health: Option<HealthDriver>,
+    shutdown_delay: Duration,
 }
 
 impl ProxyHandle {
@@ -191,6 +192,22 @@ impl ProxyHandle {
     #[must_use]
     pub fn health(&self) -> Option<&HealthDriver> {
         self.health.as_ref()
+    }
+
+    /// The first phase of a graceful shutdown (C-PATH-10): readiness turns false at once
+    /// (`/readyz` answers `503` on both listeners) while the listeners keep accepting and
+    /// serving as before. The caller waits [`shutdown_delay`](Self::shutdown_delay), so that an
+    /// orchestrator removes the endpoint before connections are refused, then calls
+    /// [`shutdown`](Self::shutdown).
+    pub fn withdraw(&self) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// `server.shutdown_delay`: how long the listeners keep accepting after
+    /// [`withdraw`](Self::withdraw) (C-PATH-10).
+    #[must_use]
+    pub fn shutdown_delay(&self) -> Duration {
+        self.shutdown_delay
     }
 
     /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
@@ -281,6 +298,7 @@ pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
 /// listeners are open (C-HEALTH-1).
 pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
     check_runtime_support(rt, &cfg).map_err(StartError::RateStore)?;
+    let shutdown_delay = cfg.server.shutdown_delay;
     let clock = Clock::new(rt);
     let workers = opts
         .workers
@@ -421,5 +439,6 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         workers: threads,
         tasks,
         health: Some(health),
+        shutdown_delay,
     })
 }

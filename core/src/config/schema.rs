@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// `idle_timeout` [60s, > 0].
     pub idle_timeout: Duration,
+    /// `shutdown_delay` [0s]: after SIGTERM, keep accepting this long with `/readyz` at `503`.
+    pub shutdown_delay: Duration,
     /// `shutdown_timeout` [10s, 0 = do not wait].
     pub shutdown_timeout: Duration,
     /// `max_header_bytes` [1048576, 1024..=67108864].
@@ -84,6 +86,7 @@ impl Default for ServerConfig {
             read_timeout: Duration::from_secs(15),
             write_timeout: Duration::ZERO,
             idle_timeout: Duration::from_secs(60),
+            shutdown_delay: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(10),
             max_header_bytes: 1 << 20,
             max_connections: None,
@@ -490,6 +493,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
     let read_timeout = r.duration(&o.field("read_timeout"), d.read_timeout);
     let write_timeout = r.duration(&o.field("write_timeout"), d.write_timeout);
     let idle_timeout = r.duration(&o.field("idle_timeout"), d.idle_timeout);
+    let shutdown_delay = r.duration(&o.field("shutdown_delay"), d.shutdown_delay);
     let shutdown_timeout = r.duration(&o.field("shutdown_timeout"), d.shutdown_timeout);
     let max_header_bytes = r.u64(&o.field("max_header_bytes"), d.max_header_bytes, 0);
     let max_connections = r.opt_u32(&o.field("max_connections"));
@@ -507,6 +511,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         read_timeout,
         write_timeout,
         idle_timeout,
+        shutdown_delay,
         shutdown_timeout,
         max_header_bytes,
         max_connections,

@@ -101,6 +101,9 @@ pub struct ServerSettings {
     pub write_timeout: Option<Duration>,
     /// Idle keep-alive connections are closed after this (C-PATH-12).
     pub idle_timeout: Duration,
+    /// After SIGTERM, how long the listeners keep accepting with `/readyz` at `503`, so an
+    /// orchestrator removes the endpoint before connections are refused (C-PATH-10).
+    pub shutdown_delay: Duration,
     /// Grace period for in-flight requests at shutdown; zero: none (C-PATH-10).
     pub shutdown_timeout: Duration,
     /// Header bytes beyond which a request gets `431` (C-PATH-12).
@@ -420,6 +423,7 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         read_timeout: none_if_zero(s.read_timeout),
         write_timeout: none_if_zero(s.write_timeout),
         idle_timeout: s.idle_timeout,
+        shutdown_delay: s.shutdown_delay,
         shutdown_timeout: s.shutdown_timeout,
         max_header_bytes: s.max_header_bytes,
         max_connections: s.max_connections,

@@ -107,6 +107,12 @@ pub(crate) const SPANS: &[Span] = &[
         false,
     ),
     span(
+        "server.shutdown_delay",
+        (ms(0), "0s"),
+        (secs(5 * MINUTE), "5m"),
+        false,
+    ),
+    span(
         "server.shutdown_timeout",
         (ms(0), "0s"),
         (secs(HOUR), "1h"),
@@ -326,6 +332,7 @@ fn duration(cfg: &Config, path: &str) -> Option<Duration> {
         "server.read_timeout" => s.read_timeout,
         "server.write_timeout" => s.write_timeout,
         "server.idle_timeout" => s.idle_timeout,
+        "server.shutdown_delay" => s.shutdown_delay,
         "server.shutdown_timeout" => s.shutdown_timeout,
         "server.upstream.dial_timeout" => u.dial_timeout,
         "server.upstream.tls_handshake_timeout" => u.tls_handshake_timeout,
