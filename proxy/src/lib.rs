@@ -19,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rt::watch;
@@ -200,7 +201,7 @@ impl ProxyHandle {
     /// orchestrator removes the endpoint before connections are refused, then calls
     /// [`shutdown`](Self::shutdown).
     pub fn withdraw(&self) {
-        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shared.services.begin_shutdown();
     }
 
     /// `server.shutdown_delay`: how long the listeners keep accepting after
