@@ -5,11 +5,11 @@
 //! The engine decided each of them; this module copies values.
 
 use http::Method;
-use weir_core::exchange::{AttemptResult, Exchange, Metric, Output, Record};
+use weir_core::exchange::{Exchange, Metric, Output, Record};
 
 use crate::Shared;
 use crate::access_log::Line;
-use crate::metrics::{AttemptOutcome, Listener};
+use crate::metrics::Listener;
 
 /// What the access-log line says about the request that the engine does not keep.
 #[derive(Debug, Clone, Copy)]
@@ -65,20 +65,9 @@ fn metric(shared: &Shared, x: &Exchange, m: Metric) {
                 .backend(backend)
                 .and_then(|b| shared.metrics.backend(b.id()))
             {
-                b.attempt(outcome(result), duration);
+                b.attempt(result, duration);
             }
         }
-    }
-}
-
-fn outcome(r: AttemptResult) -> AttemptOutcome {
-    match r {
-        AttemptResult::Success => AttemptOutcome::Success,
-        AttemptResult::FailureStatus => AttemptOutcome::FailureStatus,
-        AttemptResult::ConnectError => AttemptOutcome::ConnectError,
-        AttemptResult::TransportError => AttemptOutcome::TransportError,
-        AttemptResult::Timeout => AttemptOutcome::Timeout,
-        AttemptResult::Cancelled => AttemptOutcome::Cancelled,
     }
 }
 

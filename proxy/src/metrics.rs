@@ -83,52 +83,9 @@ impl Listener {
     }
 }
 
-/// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptOutcome {
-    /// A response head whose status is a success for retry and breaker purposes (any status not
-    /// in `retry.statuses`, 500 included, C-RETRY-1).
-    Success,
-    /// A response head whose status is in `retry.statuses` (a passive failure, C-HEALTH-3).
-    FailureStatus,
-    /// The connection could not be established.
-    ConnectError,
-    /// The connection broke before a response head.
-    TransportError,
-    /// No response head within the per-try timeout (C-RETRY-5).
-    Timeout,
-    /// The client went away during the attempt (C-PATH-9; neutral for health).
-    Cancelled,
-}
-
-impl AttemptOutcome {
-    /// Every outcome, in label order.
-    pub const ALL: [AttemptOutcome; 6] = [
-        AttemptOutcome::Success,
-        AttemptOutcome::FailureStatus,
-        AttemptOutcome::ConnectError,
-        AttemptOutcome::TransportError,
-        AttemptOutcome::Timeout,
-        AttemptOutcome::Cancelled,
-    ];
-
-    /// The label value.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AttemptOutcome::Success => "success",
-            AttemptOutcome::FailureStatus => "failure_status",
-            AttemptOutcome::ConnectError => "connect_error",
-            AttemptOutcome::TransportError => "transport_error",
-            AttemptOutcome::Timeout => "timeout",
-            AttemptOutcome::Cancelled => "cancelled",
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-}
+/// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`):
+/// core's classification, as the request engine reports it.
+pub use weir_core::exchange::AttemptResult as AttemptOutcome;
 
 /// Who asked for a new runtime (`source` label of `load_balancer_config_reloads_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +199,7 @@ impl BackendMetrics {
 
     /// Count one attempt and the time until its outcome was known.
     pub fn attempt(&self, outcome: AttemptOutcome, elapsed: Duration) {
-        self.attempts[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        self.attempts[outcome as usize].fetch_add(1, Ordering::Relaxed);
         self.duration.observe(elapsed);
     }
 
@@ -566,7 +523,7 @@ impl Snapshot {
             for o in AttemptOutcome::ALL {
                 attempts.push((
                     labels([("backend", b.id()), ("outcome", o.as_str())]),
-                    b.attempts[o.index()].load(Ordering::Relaxed),
+                    b.attempts[o as usize].load(Ordering::Relaxed),
                 ));
             }
             upstream.push((labels([("backend", b.id())]), b.duration.snapshot()));
