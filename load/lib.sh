@@ -1,6 +1,6 @@
-# Shared by load/bench.sh and load/idle-conns: packages, binaries, backends, and the proxies
-# (weir, weir-smol, nginx, HAProxy) started with the same worker count in front of the same two
-# backends. Sourced, not run. Every process started here is recorded and stopped by stop_all
+# Shared by load/bench.sh, load/idle-conns and load/h2-abuse: packages, binaries, backends, and
+# the proxies (weir, weir-smol, nginx, HAProxy) started with the same worker count in front of the
+# same two backends. Sourced, not run. Every process started here is recorded and stopped by stop_all
 # (the callers trap EXIT); nothing else is ever killed.
 # shellcheck shell=bash
 
@@ -17,6 +17,11 @@ WEIR_LOAD_BIN="${WEIR_LOAD_BIN:-$RELEASE_DIR/weir-load}"
 BACKEND_THREADS="${BACKEND_THREADS:-1}" # tokio worker threads of each of the two backends
 BODY_BYTES="${BODY_BYTES:-64}"          # response body size
 PIN="${PIN:-1}"                         # 1: pin each proxy to CPUs 0..workers-1 (taskset)
+# Set by load/h2-abuse (unset: the HTTP/1 benchmark as it always was):
+#   H2C=1          nginx listens with `http2` (h2c, prior knowledge only); the start probe uses it
+#   IDLE_TIMEOUT   weir's server.idle_timeout and nginx's keepalive_timeout (default 300s)
+#   WRITE_TIMEOUT  weir's server.write_timeout and nginx's send_timeout (default: theirs)
+#   BIG_BYTES      body size of the backends' paths under /big (default: BODY_BYTES)
 
 STARTED_PIDS=()
 WORK="${WORK:-}"
@@ -169,7 +174,7 @@ start_backends() {
   local i
   for i in 0 1; do
     spawn "backend$((i + 1))" "$WEIR_LOAD_BIN" backend --listen "127.0.0.1:${BACKEND_PORTS[$i]}" \
-      --threads "$BACKEND_THREADS" --body-bytes "$BODY_BYTES"
+      --threads "$BACKEND_THREADS" --body-bytes "$BODY_BYTES" ${BIG_BYTES:+--big-bytes "$BIG_BYTES"}
     wait_port "${BACKEND_PORTS[$i]}" || die "backend $((i + 1)) did not start (see $WORK/backend$((i + 1)).log)"
   done
   log "backends on 127.0.0.1:${BACKEND_PORTS[0]} and :${BACKEND_PORTS[1]} ($BACKEND_THREADS thread(s) each, ${BODY_BYTES}-byte body)"
@@ -214,8 +219,9 @@ start_proxy() {
   PROXY_PID=$PID
   wait_port "$PORT" 30 || die "$name did not open 127.0.0.1:$PORT (see $WORK/$name-w$workers.log)"
   # One request through it so that a dead backend path shows now, not in the numbers.
-  local status
-  status=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" 2>/dev/null || true)
+  local status probe=()
+  [[ ${H2C:-0} == 1 ]] && probe=(--http2-prior-knowledge)
+  status=$(curl -s "${probe[@]}" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" 2>/dev/null || true)
   [[ $status == 200 ]] || die "$name answered '$status' on 127.0.0.1:$PORT (see $WORK/$name-w$workers.log)"
   log "$name: $workers worker(s) on 127.0.0.1:$PORT, pid $PROXY_PID${pin:+ ($pin)}"
 }
@@ -231,7 +237,8 @@ server:
   # The client-connection cap nginx (worker_connections) and HAProxy (maxconn) get.
   max_connections: $maxconn
   access_log_sample_rate: 0
-  idle_timeout: 300s
+  idle_timeout: ${IDLE_TIMEOUT:-300s}
+${WRITE_TIMEOUT:+  write_timeout: $WRITE_TIMEOUT}
   upstream:
     max_concurrent_requests: 100000
     # The idle cache nginx gets (keepalive 512 per worker): without it, 256 client connections
@@ -283,7 +290,8 @@ http {
   fastcgi_temp_path $dir/tmp/fastcgi;
   uwsgi_temp_path $dir/tmp/uwsgi;
   scgi_temp_path $dir/tmp/scgi;
-  keepalive_timeout 300s;
+  keepalive_timeout ${IDLE_TIMEOUT:-300s};
+  ${WRITE_TIMEOUT:+send_timeout $WRITE_TIMEOUT;}
   keepalive_requests 1000000000;
   upstream backends {
     server 127.0.0.1:${BACKEND_PORTS[0]};
@@ -293,7 +301,7 @@ http {
     keepalive_timeout 60s;
   }
   server {
-    listen 127.0.0.1:$PORT backlog=4096;
+    listen 127.0.0.1:$PORT backlog=4096$([[ ${H2C:-0} == 1 ]] && echo ' http2');
     location / {
       proxy_pass http://backends;
       proxy_http_version 1.1;

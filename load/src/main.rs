@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use weir_load::{backend, idle, procfs, summary, wrk};
+use weir_load::{backend, h2abuse, idle, procfs, summary, wrk};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +36,9 @@ enum Command {
         /// Response body size in bytes.
         #[arg(long, default_value_t = 64)]
         body_bytes: usize,
+        /// Body size of paths under `/big` (0: the same as every path).
+        #[arg(long, default_value_t = 0)]
+        big_bytes: usize,
     },
     /// Reads `wrk --latency` output on stdin and prints one results line (TSV).
     WrkRow {
@@ -89,6 +92,24 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         settle_secs: u64,
     },
+    /// Runs one HTTP/2 abuse case against an h2c proxy; prints the proxy's CPU time and peak RSS
+    /// during it, how the connection ended and whether another client was served (one RESULT line).
+    H2Abuse {
+        /// Proxy address (HTTP/2 with prior knowledge).
+        #[arg(long)]
+        addr: SocketAddr,
+        /// Proxy pid (its descendants are counted too: nginx workers).
+        #[arg(long)]
+        pid: u32,
+        #[arg(long, value_enum)]
+        case: weir_load::h2abuse::Case,
+        /// Name printed in the result line.
+        #[arg(long, default_value = "proxy")]
+        label: String,
+        /// A path the backend answers with a large body (the zero-window case).
+        #[arg(long, default_value = "/big")]
+        big_path: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -110,12 +131,13 @@ fn run(command: Command) -> Result<(), BoxError> {
             listen,
             threads,
             body_bytes,
+            big_bytes,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .enable_all()
                 .build()?;
-            rt.block_on(backend::run(listen, body_bytes))?;
+            rt.block_on(backend::run(listen, body_bytes, big_bytes))?;
             Ok(())
         }
         Command::WrkRow {
@@ -167,6 +189,23 @@ fn run(command: Command) -> Result<(), BoxError> {
             let text = std::fs::read_to_string(&file)?;
             let rows = summary::parse_rows(&text)?;
             print!("{}", summary::render(&summary::summarize(&rows)));
+            Ok(())
+        }
+        Command::H2Abuse {
+            addr,
+            pid,
+            case,
+            label,
+            big_path,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            let report = rt
+                .block_on(h2abuse::run(case, addr, pid, &big_path))
+                .map_err(|e| -> BoxError { e.to_string().into() })?;
+            println!("{}", report.line(case, &label));
             Ok(())
         }
         Command::IdleConns {

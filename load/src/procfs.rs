@@ -99,17 +99,21 @@ pub fn process_table() -> Vec<(u32, u32)> {
     out
 }
 
+/// `VmRSS` (bytes) of one live process.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .as_deref()
+        .and_then(vm_rss_bytes)
+}
+
 /// Summed `VmRSS` (bytes) of `root` and its descendants, with the pids counted.
 pub fn tree_rss_bytes(root: u32) -> (u64, Vec<u32>) {
     let pids = descendants(&process_table(), root);
     let mut total = 0;
     let mut counted = Vec::new();
     for pid in pids {
-        if let Some(rss) = fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .as_deref()
-            .and_then(vm_rss_bytes)
-        {
+        if let Some(rss) = rss_bytes(pid) {
             total += rss;
             counted.push(pid);
         }
