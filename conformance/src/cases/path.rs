@@ -823,17 +823,22 @@ pub async fn c_path_12_ambiguous_framing_rejected(bin: Binary) {
             .join(" | ");
         let mut c = Raw::connect(p.public).await;
         let _ = c.write(raw).await;
-        let head = c
-            .read_head(secs(5))
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no response: {e}"));
-        assert_eq!(head.status, 400, "{what}: {head:?}");
-        assert!(
-            c.wait_closed(secs(5)).await.is_some(),
-            "{what}: connection left open after 400"
-        );
+        expect_400_and_closed(&mut c, &what).await;
     }
     stays(ms(300), "nothing reaches the backend", || b.count() == 0).await;
+}
+
+/// The connection's next response is a `400`, and the proxy then closes the connection.
+async fn expect_400_and_closed(c: &mut Raw, what: &str) {
+    let head = c
+        .read_head(secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: no response: {e}"));
+    assert_eq!(head.status, 400, "{what}: {head:?}");
+    assert!(
+        c.wait_closed(secs(5)).await.is_some(),
+        "{what}: connection left open after 400"
+    );
 }
 
 /// C-PATH-12: the framing guard follows the client's byte stream, not single reads: a
@@ -853,15 +858,7 @@ pub async fn c_path_12_framing_guard_spans_reads_and_pipelines(bin: Binary) {
     let _ = c
         .write(b"oding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
         .await;
-    let head = c
-        .read_head(secs(5))
-        .await
-        .expect("a response to the split head");
-    assert_eq!(head.status, 400, "name split across segments: {head:?}");
-    assert!(
-        c.wait_closed(secs(5)).await.is_some(),
-        "split head: connection left open after 400"
-    );
+    expect_400_and_closed(&mut c, "name split across segments").await;
 
     let mut c = Raw::connect(p.public).await;
     let _ = c
@@ -910,15 +907,7 @@ pub async fn c_path_12_host_required_once(bin: Binary) {
         let what = String::from_utf8_lossy(raw).replace("\r\n", " | ");
         let mut c = Raw::connect(p.public).await;
         let _ = c.write(raw).await;
-        let head = c
-            .read_head(secs(5))
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no response: {e}"));
-        assert_eq!(head.status, 400, "{what}: {head:?}");
-        assert!(
-            c.wait_closed(secs(5)).await.is_some(),
-            "{what}: connection left open after 400"
-        );
+        expect_400_and_closed(&mut c, &what).await;
     }
     stays(ms(300), "nothing reaches the backend", || b.count() == 0).await;
     let mut c = Raw::connect(p.public).await;
