@@ -58,6 +58,22 @@ pub struct StartOptions {
     pub nofile: Option<u64>,
 }
 
+impl StartOptions {
+    /// What `config` implies: management on `127.0.0.1:0` when it is enabled, its environment
+    /// and its backends.
+    #[must_use]
+    pub fn for_config(config: &Config) -> StartOptions {
+        StartOptions {
+            management_bind: config
+                .management_enabled()
+                .then(|| "127.0.0.1:0".to_string()),
+            env: config.env(),
+            backends: config.backends_used(),
+            ..StartOptions::default()
+        }
+    }
+}
+
 impl Default for StartOptions {
     fn default() -> Self {
         StartOptions {
@@ -170,31 +186,21 @@ impl Proxy {
     /// Starts a proxy on `config` (public and, when enabled, management on `127.0.0.1:0`) and
     /// panics, with its output, if it does not become ready.
     pub async fn start(bin: &Binary, config: &Config) -> Proxy {
-        let opts = StartOptions {
-            management_bind: config
-                .management_enabled()
-                .then(|| "127.0.0.1:0".to_string()),
-            env: config.env(),
-            backends: config.backends_used(),
-            ..StartOptions::default()
-        };
-        match Proxy::start_with(bin, &config.yaml(), opts).await {
-            Ok(p) => p,
-            Err(e) => panic!("{e}\nconfig:\n{}", config.yaml()),
-        }
+        Proxy::start_config(bin, config, StartOptions::for_config(config)).await
     }
 
     /// Like [`Proxy::start`], with the child's file-descriptor limit (soft and hard) at `nofile`.
     pub async fn start_with_nofile(bin: &Binary, config: &Config, nofile: u64) -> Proxy {
         let opts = StartOptions {
-            management_bind: config
-                .management_enabled()
-                .then(|| "127.0.0.1:0".to_string()),
-            env: config.env(),
-            backends: config.backends_used(),
             nofile: Some(nofile),
-            ..StartOptions::default()
+            ..StartOptions::for_config(config)
         };
+        Proxy::start_config(bin, config, opts).await
+    }
+
+    /// Starts a proxy on `config` with `opts` and panics, with its output, if it does not
+    /// become ready.
+    pub async fn start_config(bin: &Binary, config: &Config, opts: StartOptions) -> Proxy {
         match Proxy::start_with(bin, &config.yaml(), opts).await {
             Ok(p) => p,
             Err(e) => panic!("{e}\nconfig:\n{}", config.yaml()),

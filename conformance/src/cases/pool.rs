@@ -118,14 +118,10 @@ pub async fn c_pool_4_round_robin_alternates_across_workers(bin: Binary) {
     for policy in ["round_robin", "weighted_round_robin"] {
         let cfg = Config::new(&refs).policy(policy);
         let opts = StartOptions {
-            env: cfg.env(),
-            backends: cfg.backends_used(),
             workers: Some(2),
-            ..StartOptions::default()
+            ..StartOptions::for_config(&cfg)
         };
-        let p = Proxy::start_with(&bin, &cfg.yaml(), opts)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = Proxy::start_config(&bin, &cfg, opts).await;
         let mut seq = Vec::new();
         for _ in 0..8 {
             let r = get(p.public, "/alt").await;
