@@ -35,6 +35,19 @@ enum Command {
     },
     /// Start demo backends on 127.0.0.1 and the proxy in front of them.
     Demo(DemoArgs),
+    /// Serve the web console for a running weir (the token comes from $BALANCER_ADMIN_TOKEN
+    /// or $BALANCER_ADMIN_TOKEN_FILE and is added server-side; the browser never sees it).
+    Console(ConsoleArgs),
+}
+
+#[derive(Debug, Args)]
+struct ConsoleArgs {
+    /// Where the console listens.
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    listen: SocketAddr,
+    /// The management listener of the weir to manage.
+    #[arg(long, default_value = "http://127.0.0.1:9090")]
+    management: String,
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +77,9 @@ struct DemoArgs {
     /// Management listener.
     #[arg(long, default_value = "127.0.0.1:9090")]
     management_bind: SocketAddr,
+    /// The web console's listener.
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    console_bind: SocketAddr,
     /// Worker threads [default: the number of CPUs].
     #[arg(long, env = "WEIR_WORKERS")]
     workers: Option<usize>,
@@ -78,6 +94,15 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
     };
     match cli.command {
         Command::CheckConfig { file } => check_config(&file),
+        Command::Console(args) => {
+            init_logs("info");
+            block_on(rt, name, async move {
+                match crate::console::run(rt, args.listen, &args.management).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(name, &e),
+                }
+            })
+        }
         Command::Run(args) => {
             init_logs("info");
             block_on(rt, name, run(rt, name, args))
@@ -91,7 +116,7 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
                     workers: args.workers,
                     rate_limiter: None,
                 };
-                match crate::demo::run(rt, opts).await {
+                match crate::demo::run(rt, opts, args.console_bind).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(name, &e),
                 }

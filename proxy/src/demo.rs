@@ -120,8 +120,8 @@ pub fn config_text(backends: &[(&str, SocketAddr)]) -> String {
     text
 }
 
-/// Run the demo until SIGINT/SIGTERM.
-pub async fn run(rt: Rt, opts: Options) -> Result<(), String> {
+/// Run the demo until SIGINT/SIGTERM; the web console listens on `console_bind`.
+pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), String> {
     let err = |e: std::io::Error| format!("cannot start a demo backend: {e}");
     let backends = [
         backend(rt, "demo-1", None).await.map_err(err)?,
@@ -153,6 +153,18 @@ pub async fn run(rt: Rt, opts: Options) -> Result<(), String> {
             "  management    http://{m}  (Authorization: Bearer $BALANCER_ADMIN_TOKEN, or the generated token {token} when it is not set)"
         );
     }
+    // The live console (issue 15), with the demo's own token added server-side.
+    let console = match handle.management_addr() {
+        Some(addr) => {
+            let token = crate::console::token_from(&secrets, crate::console::TOKEN_ENV)?;
+            let upstream = crate::console::Upstream { addr, token };
+            let (at, task) = crate::console::serve(rt, console_bind, upstream)
+                .map_err(|e| format!("cannot listen on {console_bind} for the console: {e}"))?;
+            let _ = writeln!(out, "  console       http://{at}  (open it in a browser)");
+            Some(task)
+        }
+        None => None,
+    };
     let _ = writeln!(out, "\nA few requests through the proxy:");
     show_requests(rt, public, 9, &mut out).await;
     let _ = writeln!(
@@ -165,6 +177,7 @@ pub async fn run(rt: Rt, opts: Options) -> Result<(), String> {
          Ctrl-C stops everything."
     );
     wait_for_signal(rt).await;
+    drop(console);
     handle.stop().await;
     drop(backends);
     Ok(())
@@ -237,7 +250,8 @@ impl Client {
     }
 }
 
-async fn wait_for_signal(rt: Rt) {
+/// The next SIGINT or SIGTERM (SIGHUP ignored).
+pub async fn wait_for_signal(rt: Rt) {
     match rt.signals() {
         Ok(mut signals) => {
             while let Some(s) = signals.next().await {

@@ -33,6 +33,7 @@ pub mod body;
 pub mod cli;
 pub mod clock;
 pub mod config_file;
+pub mod console;
 pub mod demo;
 pub mod effects;
 pub mod health;

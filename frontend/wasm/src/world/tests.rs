@@ -1,0 +1,99 @@
+use super::*;
+
+fn at(ms: u64) -> Instant {
+    Instant::ZERO + Duration::from_millis(ms)
+}
+
+fn backend<'a>(doc: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    doc["backends"]
+        .as_array()
+        .and_then(|a| a.iter().find(|b| b["id"] == id))
+        .expect("backend in the status")
+}
+
+fn status(w: &World) -> serde_json::Value {
+    serde_json::from_str(&w.status()).expect("json")
+}
+
+#[test]
+fn the_first_three_backends_serve_after_the_first_probe_cycle() {
+    let mut w = World::new(1).expect("valid");
+    w.advance(at(2000));
+    let doc = status(&w);
+    assert_eq!(backend(&doc, "backend-1")["healthy"], true);
+    assert_eq!(backend(&doc, "backend-4")["enabled"], false);
+    let id = w.start_request(false);
+    w.advance(at(3000));
+    let done = w.take_finished();
+    let r = done.iter().find(|f| f.id == id).expect("finished");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.backend
+            .as_deref()
+            .is_some_and(|b| ["backend-1", "backend-2", "backend-3"].contains(&b))
+    );
+}
+
+#[test]
+fn a_backend_answering_503_gets_its_circuit_opened_and_requests_retry_elsewhere() {
+    let mut w = World::new(2).expect("valid");
+    w.advance(at(2000));
+    w.set_backend(0, "503", 5.0);
+    let mut t = 2000;
+    for _ in 0..60 {
+        w.start_request(false);
+        t += 50;
+        w.advance(at(t));
+    }
+    let doc = status(&w);
+    assert_eq!(backend(&doc, "backend-1")["circuit_state"], "open", "{doc}");
+    let done = w.take_finished();
+    assert!(
+        done.iter()
+            .any(|f| f.attempts.len() >= 2 && f.status == 200),
+        "a retry moved on"
+    );
+}
+
+#[test]
+fn management_calls_go_through_core_and_change_the_instance() {
+    let mut w = World::new(3).expect("valid");
+    w.advance(at(1500));
+    let (s, body) = w.management("POST", "/api/dashboard/backends", "{\"count\": 5}");
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(backend(&status(&w), "backend-5")["enabled"], true);
+    let (s, _) = w.management("POST", "/api/dashboard/backends/backend-2/drain", "{}");
+    assert_eq!(s, 202);
+    assert_eq!(backend(&status(&w), "backend-2")["draining"], true);
+    let (s, body) = w.management(
+        "PATCH",
+        "/api/dashboard/config",
+        "{\"retry\": {\"max_attempts\": 0}}",
+    );
+    assert_eq!(s, 400, "{body}");
+    let (s, _) = w.management(
+        "PATCH",
+        "/api/dashboard/config",
+        "{\"rate_limit\": {\"capacity\": 12}}",
+    );
+    assert_eq!(s, 200);
+    assert_eq!(status(&w)["rate_limit"]["capacity"], 12);
+    let (s, _) = w.management("POST", "/api/dashboard/limit", "{\"capacity\": 0}");
+    assert_eq!(s, 200);
+    assert_eq!(status(&w)["bucket"]["tokens"], 0);
+}
+
+#[test]
+fn the_same_seed_replays_the_same_run() {
+    let run = |seed| {
+        let mut w = World::new(seed).expect("valid");
+        w.set_steady(40.0);
+        w.set_backend(1, "reset", 10.0);
+        w.advance(at(5000));
+        w.take_finished()
+            .into_iter()
+            .map(|f| (f.status, f.backend, f.attempts.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(9), run(9));
+}

@@ -1,0 +1,57 @@
+use super::*;
+use weir_core::config::MapSecrets;
+
+#[test]
+fn token_from_env_wins_over_the_file() {
+    let s = MapSecrets::new()
+        .with_env(TOKEN_ENV, "from-env")
+        .with_env("BALANCER_ADMIN_TOKEN_FILE", "/nope");
+    assert_eq!(
+        token_from(&s, TOKEN_ENV).expect("ok").as_deref(),
+        Some("from-env")
+    );
+    assert_eq!(token_from(&MapSecrets::new(), TOKEN_ENV).expect("ok"), None);
+    let missing = MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN_FILE", "/nope");
+    let err = token_from(&missing, TOKEN_ENV).expect_err("unreadable file");
+    assert!(err.contains("BALANCER_ADMIN_TOKEN_FILE"), "{err}");
+}
+
+#[test]
+fn the_upstream_debug_never_shows_the_token() {
+    let u = Upstream {
+        addr: "127.0.0.1:9090".parse().expect("addr"),
+        token: Some("s3cret-token".to_owned()),
+    };
+    let shown = format!("{u:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+}
+
+#[test]
+fn content_types_of_the_bundle() {
+    assert_eq!(content_type("/index.html"), "text/html; charset=utf-8");
+    assert_eq!(
+        content_type("/assets/index-abc.js"),
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(content_type("/assets/x.wasm"), "application/wasm");
+    assert_eq!(content_type("/x"), "application/octet-stream");
+}
+
+#[test]
+fn files_answer_get_only_and_unknown_paths_404() {
+    let r = file(&Method::POST, "/");
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let r = file(&Method::GET, "/no-such-file.txt");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = file(&Method::GET, "/");
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[test]
+fn secure_headers_carry_the_csp() {
+    let mut h = HeaderMap::new();
+    secure(&mut h);
+    let csp = h["content-security-policy"].to_str().expect("ascii");
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+}
