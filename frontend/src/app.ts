@@ -101,15 +101,23 @@ export class App {
     }
     const banner = document.getElementById("banner");
     if (banner) fill(banner, st.runtime_mutations_enabled ? null : h("p", { class: "readonly", id: "readonly-reason" }, MUTATIONS_OFF));
-    for (const el of this.root.querySelectorAll<HTMLButtonElement | HTMLInputElement | HTMLSelectElement>("[data-mutation]")) {
-      el.disabled = !st.runtime_mutations_enabled;
-      if (!st.runtime_mutations_enabled) el.setAttribute("aria-describedby", "readonly-reason");
-      else el.removeAttribute("aria-describedby");
-    }
     this.renderBackends(st);
     this.renderGauges(st);
     this.renderCharts(st);
     this.renderLog();
+    // C-MGMT-3: with runtime mutations off every control that would change the instance is
+    // disabled and points at the reason; nothing is sent (`mutate` refuses too).
+    if (!st.runtime_mutations_enabled) {
+      for (const el of this.root.querySelectorAll<HTMLButtonElement | HTMLInputElement | HTMLSelectElement>("[data-mutation]")) {
+        el.disabled = true;
+        el.setAttribute("aria-describedby", "readonly-reason");
+      }
+    } else {
+      for (const el of this.root.querySelectorAll<HTMLButtonElement | HTMLInputElement | HTMLSelectElement>("#count, #count-apply, #patch-form [data-mutation]")) {
+        el.disabled = false;
+        el.removeAttribute("aria-describedby");
+      }
+    }
   }
 
   private countForm(): HTMLElement {
@@ -143,6 +151,8 @@ export class App {
       const l = lat.get(b.id);
       const knobs = this.source.knobs?.get(b.id);
       const state = b.draining ? "draining" : b.enabled ? "enabled" : "disabled";
+      // Enabling cancels a drain (C-MGMT-4): a draining backend offers "Enable".
+      const on = b.enabled && !b.draining;
       return h(
         "tr",
         { "data-backend": b.id },
@@ -158,7 +168,7 @@ export class App {
         h(
           "td",
           { class: "actions" },
-          h("button", { type: "button", "data-mutation": true, "data-action": b.enabled ? "disable" : "enable", disabled: !st.runtime_mutations_enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}`, { enabled: !b.enabled }, `${b.enabled ? "disable" : "enable"} ${b.id}`) }, b.enabled ? "Disable" : "Enable", h("span", { class: "sr" }, ` ${b.id}`)),
+          h("button", { type: "button", "data-mutation": true, "data-action": on ? "disable" : "enable", disabled: !st.runtime_mutations_enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}`, { enabled: !on }, `${on ? "disable" : "enable"} ${b.id}`) }, on ? "Disable" : "Enable", h("span", { class: "sr" }, ` ${b.id}`)),
           h("button", { type: "button", "data-mutation": true, "data-action": "drain", disabled: !st.runtime_mutations_enabled || b.draining || !b.enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}/drain`, {}, `drain ${b.id}`) }, "Drain", h("span", { class: "sr" }, ` ${b.id}`)),
         ),
         knobs ? h("td", { class: "knobs" }, this.knobControls(b.id, knobs)) : null,
