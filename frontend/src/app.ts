@@ -217,7 +217,9 @@ export class App {
 
   private renderCharts(st: Status): void {
     const now = Date.now();
-    const t0 = now - this.history.windowMs;
+    // The window grows to the last five minutes: until then the charts span what there is.
+    const first = Math.min(this.history.samples[0]?.t ?? now, this.latency[0]?.[0] ?? now);
+    const t0 = Math.min(now - 30_000, Math.max(now - this.history.windowMs, first));
     const samples = this.history.samples;
     const rps = st.backends.map((b) => ({ name: b.id, points: samples.filter((x) => b.id in x.rps).map((x) => [x.t, x.rps[b.id] ?? 0] as [number, number]) }));
     const errs = [
@@ -268,7 +270,7 @@ export class App {
   }
 
   private renderLog(): void {
-    const rows = this.log.slice(0, 30).map((r) =>
+    const rows = this.log.slice(0, 15).map((r) =>
       h("tr", { "data-status": r.status },
         h("td", {}, new Date(r.at).toLocaleTimeString()),
         h("td", { class: `num ${r.status >= 500 ? "bad" : r.status >= 400 ? "warn" : ""}` }, r.status),

@@ -25,7 +25,7 @@ export function lineChart(series: Series[], t0: number, t1: number, label: strin
     svg.append(s("text", { x: 2, y: yy + 4, class: "axis" }, fmt(max * frac)));
   }
   svg.append(s("text", { x: W - 6, y: H - 4, class: "axis", "text-anchor": "end" }, "now"));
-  svg.append(s("text", { x: pad, y: H - 4, class: "axis" }, `-${Math.round((t1 - t0) / 60000)} min · ${unit}`));
+  svg.append(s("text", { x: pad, y: H - 4, class: "axis" }, `${span(t1 - t0)} · ${unit}`));
   series.forEach((se, i) => {
     if (se.points.length === 0) return;
     const d = se.points.map(([t, v], j) => `${j === 0 ? "M" : "L"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join("");
@@ -42,4 +42,8 @@ function niceCeil(v: number): number {
 
 function fmt(v: number): string {
   return v >= 10 ? String(Math.round(v)) : v.toFixed(1);
+}
+
+function span(ms: number): string {
+  return ms >= 90_000 ? `last ${Math.round(ms / 60_000)} min` : `last ${Math.round(ms / 1000)} s`;
 }

@@ -80,6 +80,38 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+/// The OpenAPI 3.1 document of the management API (committed; served at [`OPENAPI_PATH`] on the
+/// management listener, behind the same bearer token as every endpoint, C-MGMT-1).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Where the management listener serves [`OPENAPI`].
+pub const OPENAPI_PATH: &str = "/api/openapi.json";
+
+/// Whether a management request asks for the OpenAPI document.
+#[must_use]
+pub fn is_openapi(method: &Method, path: &str) -> bool {
+    path == OPENAPI_PATH && (method == Method::GET || method == Method::HEAD)
+}
+
+/// The OpenAPI document as a management answer.
+#[must_use]
+pub fn openapi_response(rid: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    if let Ok(v) = HeaderValue::from_str(rid) {
+        h.insert(weir_core::request_id::X_REQUEST_ID, v);
+    }
+    resp
+}
+
 /// Whether this binary carries a built console bundle.
 #[must_use]
 pub fn bundle_embedded() -> bool {
@@ -206,7 +238,7 @@ type ConsoleResponse = Response<Full<Bytes>>;
 /// One console request: an API call forwarded, or a file of the bundle.
 pub async fn handle(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> ConsoleResponse {
     let path = req.uri().path();
-    let mut resp = if path.starts_with("/api/dashboard/") || path == "/api/openapi.json" {
+    let mut resp = if path.starts_with("/api/dashboard/") || path == OPENAPI_PATH {
         forward(rt, upstream, req).await
     } else {
         file(req.method(), path)

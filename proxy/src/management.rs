@@ -146,6 +146,10 @@ pub async fn handle(
         match mgmt::authorize(&unauthenticated, access.token, access.allow_insecure) {
             // C-MGMT-1: refused before anything else looks at the request; the body is not read.
             Err(e) => reply(&Reply::Refused(e), rid.as_str()),
+            // The management API's own OpenAPI document (issue 15).
+            Ok(()) if crate::console::is_openapi(&parts.method, parts.uri.path()) => {
+                crate::console::openapi_response(rid.as_str())
+            }
             Ok(()) => {
                 let body = if mutation {
                     read_body(shared.rt, body).await

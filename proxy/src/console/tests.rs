@@ -55,3 +55,27 @@ fn secure_headers_carry_the_csp() {
     assert!(csp.starts_with("default-src 'self'"), "{csp}");
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
 }
+
+#[test]
+fn the_openapi_document_is_json_and_names_every_management_endpoint() {
+    let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("valid JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().expect("paths");
+    for p in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/api/dashboard/status",
+        "/api/dashboard/request",
+        "/api/dashboard/backends",
+        "/api/dashboard/backends/{id}",
+        "/api/dashboard/backends/{id}/drain",
+        "/api/dashboard/limit",
+        "/api/dashboard/config",
+        OPENAPI_PATH,
+    ] {
+        assert!(paths.contains_key(p), "{p} is documented");
+    }
+    assert!(is_openapi(&Method::GET, OPENAPI_PATH));
+    assert!(!is_openapi(&Method::POST, OPENAPI_PATH));
+}
