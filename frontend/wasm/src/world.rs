@@ -100,15 +100,17 @@ pub struct World {
 /// The demo's configuration: eight virtual backends, the first three enabled, limits small
 /// enough to watch (a bucket of 30, a retry budget of 5, a gate of 8 with a queue of 8).
 fn config() -> Config {
-    let mut cfg = Config::default();
-    cfg.backends = (1..=MAX_BACKENDS)
-        .map(|i| BackendConfig {
-            id: format!("backend-{i}"),
-            url: format!("http://10.0.0.{i}:80"),
-            weight: 1,
-            disabled: i > 3,
-        })
-        .collect();
+    let mut cfg = Config {
+        backends: (1..=MAX_BACKENDS)
+            .map(|i| BackendConfig {
+                id: format!("backend-{i}"),
+                url: format!("http://10.0.0.{i}:80"),
+                weight: 1,
+                disabled: i > 3,
+            })
+            .collect(),
+        ..Config::default()
+    };
     cfg.rate_limit.enabled = true;
     cfg.rate_limit.capacity = 30;
     cfg.rate_limit.refill_per_second = 10.0;
