@@ -157,6 +157,13 @@ export class App {
         "tr",
         { "data-backend": b.id },
         h("th", { scope: "row" }, h("span", { class: "swatch", "data-color": i % PALETTE.length }), b.id, h("small", {}, b.url)),
+        h(
+          "td",
+          { class: "actions" },
+          h("button", { type: "button", "data-mutation": true, "data-action": on ? "disable" : "enable", disabled: !st.runtime_mutations_enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}`, { enabled: !on }, `${on ? "disable" : "enable"} ${b.id}`) }, on ? "Disable" : "Enable", h("span", { class: "sr" }, ` ${b.id}`)),
+          h("button", { type: "button", "data-mutation": true, "data-action": "drain", disabled: !st.runtime_mutations_enabled || b.draining || !b.enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}/drain`, {}, `drain ${b.id}`) }, "Drain", h("span", { class: "sr" }, ` ${b.id}`)),
+        ),
+        knobs ? h("td", { class: "knobs" }, this.knobControls(b.id, knobs)) : null,
         h("td", {}, h("span", { class: `pill ${b.healthy ? "ok" : "bad"}` }, b.healthy ? "healthy" : "unhealthy")),
         h("td", {}, h("span", { class: `pill circuit-${b.circuit_state}`, "data-circuit": b.circuit_state }, b.circuit_state.replace("_", "-"))),
         h("td", { "data-state": state }, state),
@@ -165,17 +172,9 @@ export class App {
         h("td", { class: "num" }, this.history.latest(b.id, "rps").toFixed(1)),
         h("td", { class: "num" }, this.history.latest(b.id, "eps").toFixed(1)),
         h("td", { class: "num" }, l ? `${l.p50.toFixed(0)} / ${l.p99.toFixed(0)}` : "–"),
-        h(
-          "td",
-          { class: "actions" },
-          h("button", { type: "button", "data-mutation": true, "data-action": on ? "disable" : "enable", disabled: !st.runtime_mutations_enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}`, { enabled: !on }, `${on ? "disable" : "enable"} ${b.id}`) }, on ? "Disable" : "Enable", h("span", { class: "sr" }, ` ${b.id}`)),
-          h("button", { type: "button", "data-mutation": true, "data-action": "drain", disabled: !st.runtime_mutations_enabled || b.draining || !b.enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}/drain`, {}, `drain ${b.id}`) }, "Drain", h("span", { class: "sr" }, ` ${b.id}`)),
-        ),
-        knobs ? h("td", { class: "knobs" }, this.knobControls(b.id, knobs)) : null,
       );
     });
-    const head = ["Backend", "Health", "Circuit", "State", "In flight", "Slow start", "req/s", "err/s", "p50 / p99 ms", "Actions"];
-    if (this.source.knobs) head.push("Virtual backend");
+    const head = ["Backend", "Actions", ...(this.source.knobs ? ["Virtual backend"] : []), "Health", "Circuit", "State", "In flight", "Slow start", "req/s", "err/s", "p50 / p99 ms"];
     fill(
       this.el["backends"] as HTMLElement,
       h("div", { class: "scroll" }, h("table", { id: "backends-table" }, h("thead", {}, h("tr", {}, ...head.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, ...rows))),
