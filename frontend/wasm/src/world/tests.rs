@@ -97,3 +97,48 @@ fn the_same_seed_replays_the_same_run() {
     };
     assert_eq!(run(9), run(9));
 }
+
+#[test]
+fn slow_backends_fill_the_gate_queue_shed_and_drain_the_retry_budget() {
+    let mut w = World::new(4).expect("valid");
+    w.advance(at(2000));
+    for i in 0..3 {
+        w.set_backend(i, "slow", 20.0);
+    }
+    w.set_steady(50.0);
+    let (mut queued, mut budget_empty) = (false, false);
+    for step in 1..=80 {
+        w.advance(at(2000 + step * 100));
+        let doc = status(&w);
+        queued |= doc["protection"]["overload"]["queued"].as_u64() > Some(0);
+        budget_empty |= doc["retry"]["budget"]["tokens"] == 0;
+    }
+    let done = w.take_finished();
+    assert!(queued, "the gate queued requests (C-LOAD-1)");
+    assert!(budget_empty, "the retry budget ran dry (C-RETRY-7)");
+    assert!(
+        done.iter().any(|f| f.status == 503),
+        "the gate shed or the backends timed out"
+    );
+    assert!(
+        done.iter().any(|f| f.status == 429),
+        "the bucket ran empty (C-RATE-1)"
+    );
+}
+
+#[test]
+fn a_backend_that_comes_back_ramps_up_through_slow_start() {
+    let mut w = World::new(5).expect("valid");
+    w.advance(at(20_000));
+    assert_eq!(backend(&status(&w), "backend-1")["slow_start_percent"], 100);
+    w.set_backend(0, "down", 20.0);
+    w.advance(at(25_000));
+    assert_eq!(backend(&status(&w), "backend-1")["healthy"], false);
+    w.set_backend(0, "up", 20.0);
+    w.advance(at(27_000));
+    let ramp = backend(&status(&w), "backend-1")["slow_start_percent"].as_u64();
+    assert!(
+        ramp.is_some_and(|p| p < 100),
+        "ramping: {ramp:?} (C-HEALTH-4)"
+    );
+}
