@@ -12,7 +12,8 @@ const here = dirname(fileURLToPath(import.meta.url));
 const front = join(here, "..");
 const WEIR = process.env.WEIR_BIN ?? join(front, "../target/debug/weir");
 const TOKEN = `e2e-token-${Math.random().toString(36).slice(2)}-never-in-the-browser`;
-const SHOTS = join(front, "screenshots");
+// CI writes them under e2e/out (ignored); `SCREENSHOTS=screenshots` refreshes the committed ones.
+const SHOTS = join(front, process.env.SCREENSHOTS ?? "e2e/out");
 const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 const children = [];
 
@@ -205,7 +206,8 @@ async function demo(ctx) {
   const fcp = await page.evaluate(() => performance.getEntriesByName("first-contentful-paint")[0]?.startTime ?? null);
   const table = await page.evaluate(() => performance.now());
   console.log(`  demo first meaningful paint (backends table drawn): ${table.toFixed(0)} ms after navigation start (first contentful paint ${fcp?.toFixed(0)} ms; wall ${paint} ms)`);
-  writeFileSync(join(here, "..", "screenshots", "paint.txt"), `backends table: ${table.toFixed(0)} ms; first contentful paint: ${fcp?.toFixed(0)} ms\n`);
+  mkdirSync(SHOTS, { recursive: true });
+  writeFileSync(join(SHOTS, "paint.txt"), `backends table: ${table.toFixed(0)} ms; first contentful paint: ${fcp?.toFixed(0)} ms\n`);
   await until("backend-1 healthy", async () => (await row(page, "backend-1").textContent()).includes("healthy") && !(await row(page, "backend-1").textContent()).includes("unhealthy"));
   await row(page, "backend-1").locator('select[data-knob="mode"]').selectOption("503");
   await page.selectOption("#steady-rate", "20");
