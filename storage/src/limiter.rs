@@ -113,6 +113,11 @@ impl CallGuard<'_> {
         if let Some(call) = self.call.take() {
             match &result {
                 Ok(_) => self.limiter.circuit.on_success(call),
+                // One node of several failed: nothing learnt about the store as a whole.
+                Err(e) if e.is_partial() => {
+                    self.limiter.circuit.abandon(call);
+                    self.limiter.note_error(e.clone());
+                }
                 Err(e) => {
                     self.limiter.circuit.on_failure(call, now);
                     self.limiter.note_error(e.clone());
