@@ -256,11 +256,17 @@ impl RedisStore {
         format!("{}{key}", self.prefix)
     }
 
-    async fn raw(&self, cmd: &Cmd) -> RedisResult<Value> {
+    /// One command on the backend. Boxed: the cluster and sentinel clients' futures are deep
+    /// types, and without the box every future that holds a store call (the proxy's request
+    /// and management tasks) makes the compiler prove `Send` through all of them.
+    fn raw<'a>(
+        &'a self,
+        cmd: &'a Cmd,
+    ) -> core::pin::Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>> {
         match &self.backend {
-            Backend::Standalone(c) => c.query(cmd).await,
-            Backend::Cluster(c) => c.query(cmd).await,
-            Backend::Sentinel(s) => s.query(cmd).await,
+            Backend::Standalone(c) => Box::pin(c.query(cmd)),
+            Backend::Cluster(c) => Box::pin(c.query(cmd)),
+            Backend::Sentinel(s) => Box::pin(s.query(cmd)),
         }
     }
 
@@ -423,7 +429,7 @@ impl Store for RedisStore {
     async fn health(&self) -> Result<(), StoreError> {
         let ping = redis::cmd("PING");
         let r = match &self.backend {
-            Backend::Cluster(c) => c.ping_any().await,
+            Backend::Cluster(c) => Box::pin(c.ping_any()).await,
             _ => self.raw(&ping).await,
         };
         match self.checked(r, false)? {
