@@ -32,7 +32,8 @@ use weir_core::rate::{
 use weir_core::time::Instant;
 
 use crate::error::StoreError;
-use crate::store::{Store, StoreKind};
+use crate::kind::StoreKind;
+use crate::store::Store;
 
 /// The answer for one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
