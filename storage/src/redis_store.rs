@@ -170,7 +170,7 @@ impl RedisOptions {
 enum Backend {
     Standalone(standalone::Conns),
     Cluster(cluster::Cluster),
-    Sentinel(sentinel::Sentinel),
+    Sentinel(Box<sentinel::Sentinel>),
 }
 
 /// Whether `e` says the connection (not the command) failed.
@@ -231,7 +231,7 @@ impl RedisStore {
                 Backend::Standalone(standalone::Conns::new(&client, &opts)?)
             }
             RedisMode::Cluster => Backend::Cluster(cluster::Cluster::new(&opts)?),
-            RedisMode::Sentinel => Backend::Sentinel(sentinel::Sentinel::new(&opts)?),
+            RedisMode::Sentinel => Backend::Sentinel(Box::new(sentinel::Sentinel::new(&opts)?)),
         };
         Ok(RedisStore {
             backend,

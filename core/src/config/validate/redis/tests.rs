@@ -19,7 +19,7 @@ fn message_at(e: &ConfigErrors, path: &str) -> String {
 fn c_rate_3_standalone_is_the_default_and_keeps_address() {
     let v = load_redis("  address: cache:6380\n").expect("valid");
     assert_eq!(v.redis.mode, RedisMode::Standalone);
-    assert_eq!(v.redis.addresses, [v.redis.address.clone()]);
+    assert_eq!(v.redis.addresses, std::slice::from_ref(&v.redis.address));
     assert_eq!(v.redis.address.to_string(), "cache:6380");
     assert!(!v.redis.tls && v.redis.sentinel_master.is_none());
 }
