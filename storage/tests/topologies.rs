@@ -369,3 +369,19 @@ async fn c_rate_5_cluster_store_made_before_the_cluster() {
     store.health().await.expect("health");
     eprintln!("connected {:?} after the cluster was made", clock.elapsed());
 }
+
+/// Issue 13: the cases every shared store runs, on the cluster too (set_tokens, peek/reset,
+/// two replicas × 50 concurrent takers, refill on the server clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_cases_on_the_cluster() {
+    let _cluster = tokio::task::block_in_place(|| Cluster::start(7040, 3));
+    let a = RedisStore::new(cluster_opts(7040)).expect("store");
+    common::cases::set_tokens(&a).await;
+    common::cases::peek_and_reset(&a).await;
+    let mut ob = cluster_opts(7042);
+    ob.key_prefix = cluster_opts_prefix(&a);
+    let b = RedisStore::new(ob).expect("store");
+    common::cases::atomic_across_two_replicas(Arc::new(a), Arc::new(b)).await;
+    let c = RedisStore::new(cluster_opts(7041)).expect("store");
+    refill_follows_clock(&c).await;
+}

@@ -3,6 +3,8 @@
 //! and a switchable TCP proxy for outages.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::net::{IpAddr, Ipv4Addr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
