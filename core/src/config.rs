@@ -50,8 +50,8 @@ pub use secret::{MapSecrets, Secret, SecretSource};
 pub use tree::{MAX_CONFIG_BYTES, Pos};
 pub use validate::{
     DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, MAX_HEADER_BYTES_LIMIT,
-    MIN_HEADER_BYTES, ManagementSettings, PoolSpec, RedisSettings, RouteSpec, ServerSettings,
-    UpstreamSettings, ValidConfig,
+    MIN_HEADER_BYTES, ManagementSettings, PoolSpec, RedisMode, RedisSettings, RouteSpec,
+    ServerSettings, UpstreamSettings, ValidConfig,
 };
 
 use read::{Field, Path, Reader};
@@ -416,7 +416,11 @@ mod unread {
 
     fn redis(r: &RedisConfig) -> Node {
         map(vec![
+            ("mode", string(&r.mode)),
             ("address", string(&r.address)),
+            ("addresses", strings(&r.addresses)),
+            ("sentinel_master", opt_string(r.sentinel_master.as_ref())),
+            ("tls", boolean(r.tls)),
             ("password_env", opt_string(r.password_env.as_ref())),
             ("database", int(r.database)),
             ("pool_size", int(r.pool_size)),

@@ -257,7 +257,14 @@ impl<'a> Io<'a> {
         let mut call = Box::pin(limiter.take(key, &bucket, now));
         match self.bounded(call.as_mut()).await {
             Some(answer) => {
-                self.feed(Input::StoreAnswer(answer.map_err(|_| StoreFailure::Error)));
+                let failure = |e: StoreError| {
+                    if e.is_partial() {
+                        StoreFailure::Partial
+                    } else {
+                        StoreFailure::Error
+                    }
+                };
+                self.feed(Input::StoreAnswer(answer.map_err(failure)));
             }
             None => {
                 let limit = self.x().runtime().config().rate.operation_timeout();

@@ -5,6 +5,9 @@
 //! PostgreSQL on 127.0.0.1:5432 (database `test`, user `WEIR_TEST_PG_USER` or `postgres`).
 //! `WEIR_BENCH_SECS` (default 3) sets each run's length, `WEIR_BENCH_TASKS` (default 32) the
 //! concurrent takers of the shared stores. A store that is not reachable is skipped.
+//! `WEIR_BENCH_CLUSTER=host:port` adds a Redis Cluster row (one seed node) and
+//! `WEIR_BENCH_SENTINEL=host:port,host:port,...@master` a Sentinel row (issue 19; docs/storage.md
+//! shows how the figures there were made).
 #![allow(clippy::print_stdout)]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -126,6 +129,32 @@ async fn bench_shared<S: Store + 'static>(
     })
 }
 
+fn host_port(s: &str) -> (String, u16) {
+    let (h, p) = s.rsplit_once(':').expect("host:port");
+    (h.to_owned(), p.parse().expect("a port"))
+}
+
+/// The cluster and sentinel rows the environment asks for.
+fn topologies() -> Vec<(String, RedisOptions)> {
+    let mut out = Vec::new();
+    if let Ok(seed) = std::env::var("WEIR_BENCH_CLUSTER") {
+        out.push((
+            format!("redis cluster (seed {seed})"),
+            RedisOptions::cluster([host_port(&seed)]),
+        ));
+    }
+    if let Ok(spec) = std::env::var("WEIR_BENCH_SENTINEL") {
+        let (nodes, master) = spec.split_once('@').expect("sentinels@master");
+        let sentinels: Vec<(String, u16)> = nodes.split(',').map(host_port).collect();
+        let n = sentinels.len();
+        out.push((
+            format!("redis sentinel ({n} sentinels)"),
+            RedisOptions::sentinel(sentinels, master),
+        ));
+    }
+    out
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing useful either.
     let secs: f64 = std::env::var("WEIR_BENCH_SECS")
@@ -155,6 +184,14 @@ fn main() {
             o.key_prefix = format!("weirbench:{}:", std::process::id());
             let store = Arc::new(RedisStore::new(o).expect("redis store"));
             let name = format!("redis ({conns} conn, {tasks} takers)");
+            if let Some(mut r) = bench_shared(name, store, tasks, secs).await {
+                r.print();
+            }
+        }
+        for (name, mut o) in topologies() {
+            o.key_prefix = format!("weirbench:{}:", std::process::id());
+            let store = Arc::new(RedisStore::new(o).expect("redis store"));
+            let name = format!("{name}, {tasks} takers");
             if let Some(mut r) = bench_shared(name, store, tasks, secs).await {
                 r.print();
             }

@@ -9,6 +9,9 @@ use core::time::Duration;
 pub enum StoreError {
     /// the call did not finish within `rate_limit.operation_timeout` (C-RATE-5)
     Timeout(Duration),
+    /// only the node holding this key failed (one Redis Cluster master of several): the policy
+    /// decides the call, the store stays up (C-RATE-5, issue 19)
+    Partial(String),
     /// no connection could be had, or the connection broke during the call
     Connection(String),
     /// redis refused the write: `maxmemory` reached under `noeviction` (C-RATE-6)
@@ -29,6 +32,7 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Timeout(d) => write!(f, "store call timed out after {d:?}"),
+            StoreError::Partial(s) => write!(f, "store node for this key failed: {s}"),
             StoreError::Connection(s) => write!(f, "store connection failed: {s}"),
             StoreError::OutOfMemory(s) => write!(f, "store out of memory: {s}"),
             StoreError::Server(s) => write!(f, "store error: {s}"),
@@ -48,6 +52,7 @@ impl StoreError {
     pub const fn label(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
+            StoreError::Partial(_) => "partial",
             StoreError::Connection(_) => "connection",
             StoreError::OutOfMemory(_) => "oom",
             StoreError::Server(_) => "server",
@@ -56,6 +61,15 @@ impl StoreError {
             StoreError::Unsupported(_) => "unsupported",
             StoreError::Config(_) => "config",
         }
+    }
+}
+
+impl StoreError {
+    /// Whether only the part of the store holding the key failed ([`StoreError::Partial`]):
+    /// the request is decided by the policy, but the store is not down (C-RATE-5).
+    #[must_use]
+    pub const fn is_partial(&self) -> bool {
+        matches!(self, StoreError::Partial(_))
     }
 }
 

@@ -26,6 +26,7 @@ compile_error!(
 );
 
 pub mod error;
+pub mod kind;
 pub mod limiter;
 #[cfg(not(feature = "postgres"))]
 #[path = "postgres_off.rs"]
@@ -37,6 +38,7 @@ mod rt;
 pub mod store;
 
 pub use error::StoreError;
+pub use kind::StoreKind;
 pub use limiter::{RateLimiter, StoreHealth, Verdict};
 #[cfg(feature = "postgres")]
 pub use postgres_store::{MIGRATIONS, Migration, migrate};
@@ -45,7 +47,7 @@ pub use postgres_store::{
 };
 pub use redis_store::{RedisOptions, RedisStore};
 pub use rt::prefer_smol;
-pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, StoreKind, TTL_MARGIN};
+pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, TTL_MARGIN};
 
 /// Whether this build has the PostgreSQL store (the `postgres` feature; it needs a tokio
 /// runtime: docs/storage.md).

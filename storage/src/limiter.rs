@@ -32,7 +32,8 @@ use weir_core::rate::{
 use weir_core::time::Instant;
 
 use crate::error::StoreError;
-use crate::store::{Store, StoreKind};
+use crate::kind::StoreKind;
+use crate::store::Store;
 
 /// The answer for one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +114,11 @@ impl CallGuard<'_> {
         if let Some(call) = self.call.take() {
             match &result {
                 Ok(_) => self.limiter.circuit.on_success(call),
+                // One node of several failed: nothing learnt about the store as a whole.
+                Err(e) if e.is_partial() => {
+                    self.limiter.circuit.abandon(call);
+                    self.limiter.note_error(e.clone());
+                }
                 Err(e) => {
                     self.limiter.circuit.on_failure(call, now);
                     self.limiter.note_error(e.clone());

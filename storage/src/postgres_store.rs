@@ -341,6 +341,17 @@ impl PostgresStore {
         format!("{}{key}", self.prefix)
     }
 
+    /// Note a database error: `undefined_function` or `undefined_table` means the server was
+    /// replaced by one without the schema (a restored or rebuilt server on the same address),
+    /// so the schema is migrated again by the next call (issue 19, C-RATE-7).
+    fn seen(&self, e: tokio_postgres::Error) -> StoreError {
+        let code = e.as_db_error().map(|d| d.code().code().to_owned());
+        if matches!(code.as_deref(), Some("42883" | "42P01")) {
+            self.schema_ready.store(false, Ordering::Release);
+        }
+        StoreError::from(e)
+    }
+
     /// Fails with [`StoreError::SchemaNotReady`] until the migrations have run, starting one
     /// background migration at a time.
     fn ensure_schema(&self) -> Result<(), StoreError> {
@@ -371,7 +382,10 @@ impl PostgresStore {
         check_params(params)?;
         self.ensure_schema()?;
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(TAKE_SQL).await?;
+        let stmt = client
+            .prepare_cached(TAKE_SQL)
+            .await
+            .map_err(|e| self.seen(e))?;
         let interval = params.interval().as_nanos() as i64;
         let window = params.full_refill().as_nanos() as i64;
         let ttl = i64::try_from(ttl_ms(params)).unwrap_or(i64::MAX);
@@ -415,7 +429,10 @@ impl Store for PostgresStore {
     async fn peek(&self, key: ClientKey, params: &BucketParams) -> Result<u64, StoreError> {
         self.ensure_schema()?;
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(PEEK_SQL).await?;
+        let stmt = client
+            .prepare_cached(PEEK_SQL)
+            .await
+            .map_err(|e| self.seen(e))?;
         let row = client.query_one(&stmt, &[&self.row_key(key)]).await?;
         let now: i64 = row.try_get(0)?;
         let tat: Option<i64> = row.try_get(1)?;
@@ -427,7 +444,10 @@ impl Store for PostgresStore {
     async fn reset(&self, key: ClientKey) -> Result<(), StoreError> {
         self.ensure_schema()?;
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(RESET_SQL).await?;
+        let stmt = client
+            .prepare_cached(RESET_SQL)
+            .await
+            .map_err(|e| self.seen(e))?;
         client.execute(&stmt, &[&self.row_key(key)]).await?;
         Ok(())
     }
@@ -441,7 +461,10 @@ impl Store for PostgresStore {
         check_params(params)?;
         self.ensure_schema()?;
         let client = self.pool.get().await?;
-        let stmt = client.prepare_cached(SET_SQL).await?;
+        let stmt = client
+            .prepare_cached(SET_SQL)
+            .await
+            .map_err(|e| self.seen(e))?;
         let interval = params.interval().as_nanos() as i64;
         let window = params.full_refill().as_nanos() as i64;
         let ttl = i64::try_from(ttl_ms(params)).unwrap_or(i64::MAX);

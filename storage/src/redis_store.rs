@@ -1,7 +1,10 @@
 //! The Redis store: one Lua script, run with EVALSHA (reloaded on NOSCRIPT), steps the bucket on
 //! the Redis server's clock and sets the key TTL (C-RATE-3); a handful of lazily connecting,
 //! self-reconnecting connection managers carry the calls (C-RATE-5); `maxmemory` refusals are
-//! store errors (C-RATE-6).
+//! store errors (C-RATE-6). `redis.mode` picks the topology (issue 19): one server
+//! ([`standalone`]), a Redis Cluster ([`cluster`], the redis crate's cluster client) or a master
+//! found through Sentinel ([`sentinel`], the redis crate's sentinel client). The script touches
+//! one key per call, so it runs on whichever node holds that key's slot.
 //!
 //! Why a script and not `WATCH`/`MULTI` or client-side time: the script runs atomically on the
 //! server, so concurrent replicas need no retry loop, and it reads `TIME` inside, so every
@@ -12,14 +15,10 @@
 use core::fmt;
 use core::time::Duration;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Cmd, RedisError, RedisResult, Script, Value};
 use weir_core::bucket::{BucketParams, Take};
-use weir_core::config::RedisSettings;
+use weir_core::config::{RedisMode, RedisSettings};
 use weir_core::rate::{ClientKey, StorageKind};
 use weir_core::time::Instant;
 
@@ -32,13 +31,26 @@ pub const BUCKET_SCRIPT: &str = include_str!("redis_store/bucket.lua");
 /// The default key prefix.
 pub const DEFAULT_KEY_PREFIX: &str = "weir:rl:";
 
+mod cluster;
+mod sentinel;
+mod standalone;
+
 /// How to reach Redis.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// Host name or address.
+    /// The topology.
+    pub mode: RedisMode,
+    /// Host name or address (standalone).
     pub host: String,
-    /// Port.
+    /// Port (standalone).
     pub port: u16,
+    /// The seed nodes (cluster) or the sentinels (sentinel).
+    pub nodes: Vec<(String, u16)>,
+    /// The master's name the sentinels monitor (sentinel).
+    pub sentinel_master: Option<String>,
+    /// TLS to Redis: this build has no TLS connector for Redis, so `true` is refused by
+    /// [`RedisStore::new`] rather than silently sent in plain text.
+    pub tls: bool,
     /// `AUTH` password, if any.
     pub password: Option<String>,
     /// Database number.
@@ -56,8 +68,12 @@ pub struct RedisOptions {
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
+            .field("mode", &self.mode)
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("nodes", &self.nodes)
+            .field("sentinel_master", &self.sentinel_master)
+            .field("tls", &self.tls)
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("database", &self.database)
             .field("connections", &self.connections)
@@ -74,8 +90,12 @@ impl RedisOptions {
     #[must_use]
     pub fn new(host: impl Into<String>, port: u16) -> RedisOptions {
         RedisOptions {
+            mode: RedisMode::Standalone,
             host: host.into(),
             port,
+            nodes: Vec::new(),
+            sentinel_master: None,
+            tls: false,
             password: None,
             database: 0,
             connections: 4,
@@ -85,13 +105,46 @@ impl RedisOptions {
         }
     }
 
+    /// A Redis Cluster reached through `seeds` (other defaults as [`RedisOptions::new`]).
+    #[must_use]
+    pub fn cluster(seeds: impl IntoIterator<Item = (String, u16)>) -> RedisOptions {
+        let nodes: Vec<(String, u16)> = seeds.into_iter().collect();
+        let (host, port) = nodes.first().cloned().unwrap_or_default();
+        RedisOptions {
+            mode: RedisMode::Cluster,
+            nodes,
+            ..RedisOptions::new(host, port)
+        }
+    }
+
+    /// The master named `master` found through `sentinels`.
+    #[must_use]
+    pub fn sentinel(
+        sentinels: impl IntoIterator<Item = (String, u16)>,
+        master: impl Into<String>,
+    ) -> RedisOptions {
+        RedisOptions {
+            mode: RedisMode::Sentinel,
+            sentinel_master: Some(master.into()),
+            ..RedisOptions::cluster(sentinels)
+        }
+    }
+
     /// From the validated `redis` settings: `pool_size` connections, `dial_timeout`, and the
     /// larger of `read_timeout` and `write_timeout` as the answer deadline.
     #[must_use]
     pub fn from_settings(s: &RedisSettings) -> RedisOptions {
         RedisOptions {
+            mode: s.mode,
             host: s.address.host.clone(),
             port: s.address.port,
+            nodes: s
+                .addresses
+                .iter()
+                .map(|a| (a.host.clone(), a.port))
+                .collect(),
+            sentinel_master: s.sentinel_master.clone(),
+            tls: s.tls,
             password: s.password.as_ref().map(|p| p.expose().to_owned()),
             database: s.database,
             connections: s.pool_size,
@@ -113,21 +166,51 @@ impl RedisOptions {
     }
 }
 
+/// Where the calls go.
+enum Backend {
+    Standalone(standalone::Conns),
+    Cluster(cluster::Cluster),
+    Sentinel(Box<sentinel::Sentinel>),
+}
+
+/// Whether `e` says the connection (not the command) failed.
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+}
+
+/// Whether a cluster call's error is the failure of the node(s) holding its key only: the
+/// connection to that node, the cluster saying it cannot serve that slot now, or a redirection
+/// still pending when the client's retries ran out (the slot is moving to a promoted replica).
+fn is_node_failure(e: &RedisError) -> bool {
+    is_connection_error(e)
+        || matches!(
+            e.code(),
+            Some("CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "LOADING" | "MOVED" | "ASK")
+        )
+}
+
 /// The Redis bucket store (C-RATE-3, C-RATE-5, C-RATE-6). Cheap to share by reference; every
 /// method takes `&self`.
 pub struct RedisStore {
-    conns: Box<[ConnectionManager]>,
-    next: AtomicUsize,
-    /// A [`RedisStore::heal`] round is running.
-    healing: Arc<AtomicBool>,
+    backend: Backend,
     script: Script,
     prefix: String,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (mode, connections) = match &self.backend {
+            Backend::Standalone(c) => (RedisMode::Standalone, c.len()),
+            Backend::Cluster(_) => (RedisMode::Cluster, 1),
+            Backend::Sentinel(s) => (RedisMode::Sentinel, s.connections()),
+        };
         f.debug_struct("RedisStore")
-            .field("connections", &self.conns.len())
+            .field("mode", &mode)
+            .field("connections", &connections)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -135,34 +218,36 @@ impl fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// A store that connects on first use and reconnects by itself after a connection breaks
-    /// (the process may start with Redis down, C-RATE-5). Must be called in a tokio runtime.
-    ///
-    /// Each connection manager makes one connection attempt per reconnect (no internal retry
-    /// loop): while Redis is down a call fails fast, and the first call after it is back
-    /// starts a fresh attempt. The [`RateLimiter`](crate::RateLimiter) spaces those calls out.
+    /// (the process may start with Redis down, C-RATE-5). Must be called in a runtime.
     pub fn new(opts: RedisOptions) -> Result<RedisStore, StoreError> {
-        let client = Client::open(opts.connection_info()?)?;
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(0)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100))
-            .set_connection_timeout(Some(opts.dial_timeout))
-            .set_response_timeout(Some(opts.response_timeout));
-        let n = opts.connections.max(1);
-        let mut conns = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            conns.push(ConnectionManager::new_lazy_with_config(
-                client.clone(),
-                config.clone(),
-            )?);
+        if opts.tls {
+            return Err(StoreError::Config(
+                "redis.tls needs TLS, which this build does not include for Redis".into(),
+            ));
         }
+        let backend = match opts.mode {
+            RedisMode::Standalone => {
+                let client = Client::open(opts.connection_info()?)?;
+                Backend::Standalone(standalone::Conns::new(&client, &opts)?)
+            }
+            RedisMode::Cluster => Backend::Cluster(cluster::Cluster::new(&opts)?),
+            RedisMode::Sentinel => Backend::Sentinel(Box::new(sentinel::Sentinel::new(&opts)?)),
+        };
         Ok(RedisStore {
-            conns: conns.into_boxed_slice(),
-            next: AtomicUsize::new(0),
-            healing: Arc::new(AtomicBool::new(false)),
+            backend,
             script: Script::new(BUCKET_SCRIPT),
             prefix: opts.key_prefix,
         })
+    }
+
+    /// The topology this store speaks to.
+    #[must_use]
+    pub fn mode(&self) -> RedisMode {
+        match self.backend {
+            Backend::Standalone(_) => RedisMode::Standalone,
+            Backend::Cluster(_) => RedisMode::Cluster,
+            Backend::Sentinel(_) => RedisMode::Sentinel,
+        }
     }
 
     /// The Redis key of `key`'s bucket: `<prefix><network>/<bits>`.
@@ -171,68 +256,79 @@ impl RedisStore {
         format!("{}{key}", self.prefix)
     }
 
-    fn conn(&self) -> ConnectionManager {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        // Cloning a manager clones an Arc: it shares the one multiplexed connection.
-        self.conns[i].clone()
-    }
-
-    /// Run the script (EVALSHA; on NOSCRIPT the script is loaded and run again).
-    ///
-    /// A connection manager whose last connection attempt failed hands that failure to the
-    /// next call and only then starts a new attempt; when the failure was a refused
-    /// connection the command was never sent, so it is sent once more on the fresh attempt.
-    /// That makes the first call after Redis returns succeed instead of discovering the old
-    /// failure (C-RATE-5 recovery). A command that may have reached the server is never
-    /// repeated: a take is not idempotent.
-    async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        let mut conn = self.conn();
-        let r = match inv.invoke_async(&mut conn).await {
-            Err(e) if e.is_connection_refusal() => inv.invoke_async(&mut conn).await,
-            r => r,
-        };
-        self.checked(r)
-    }
-
-    /// Run a command, with the same one retry on a refused connection as [`Self::invoke`].
-    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, StoreError> {
-        let mut conn = self.conn();
-        let r = match cmd.query_async(&mut conn).await {
-            Err(e) if e.is_connection_refusal() => cmd.query_async(&mut conn).await,
-            r => r,
-        };
-        self.checked(r)
-    }
-
-    /// Map a result; on a connection failure, heal the other connections too.
-    fn checked(&self, r: redis::RedisResult<Value>) -> Result<Value, StoreError> {
-        let e = match r {
-            Ok(v) => return Ok(v),
-            Err(e) => StoreError::from(e),
-        };
-        if matches!(e, StoreError::Connection(_)) {
-            self.heal();
+    /// One command on the backend. Boxed: the cluster and sentinel clients' futures are deep
+    /// types, and without the box every future that holds a store call (the proxy's request
+    /// and management tasks) makes the compiler prove `Send` through all of them.
+    fn raw<'a>(
+        &'a self,
+        cmd: &'a Cmd,
+    ) -> core::pin::Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>> {
+        match &self.backend {
+            Backend::Standalone(c) => Box::pin(c.query(cmd)),
+            Backend::Cluster(c) => Box::pin(c.query(cmd)),
+            Backend::Sentinel(s) => Box::pin(s.query(cmd)),
         }
-        Err(e)
     }
 
-    /// After one connection failed, the others are likely broken too (Redis restarted, or
-    /// `CLIENT KILL`), but an idle RESP2 connection only learns that on its next command, which
-    /// would then fail a request. So send each one a `PING` in the background now: a broken one
-    /// fails it and starts reconnecting at once, and by the next recovery trial every
-    /// connection is fresh (C-RATE-5). One round at a time.
-    fn heal(&self) {
-        if self.healing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let conns: Vec<ConnectionManager> = self.conns.to_vec();
-        let healing = Arc::clone(&self.healing);
-        crate::rt::spawn(async move {
-            for mut c in conns {
-                let _: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut c).await;
+    /// Map an error. In a cluster, a keyed call's node failure is [`StoreError::Partial`]:
+    /// the other masters' keys are unaffected (issue 19).
+    fn checked(&self, r: RedisResult<Value>, keyed: bool) -> Result<Value, StoreError> {
+        r.map_err(|e| {
+            let cluster = matches!(self.backend, Backend::Cluster(_));
+            if cluster && keyed && is_node_failure(&e) {
+                StoreError::Partial(e.to_string())
+            } else {
+                StoreError::from(e)
             }
-            healing.store(false, Ordering::Release);
-        });
+        })
+    }
+
+    /// Run a keyed command.
+    async fn query(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        let r = self.raw(cmd).await;
+        self.checked(r, true)
+    }
+
+    /// Run the bucket script on `key` with `args`: `EVALSHA`, and on `NOSCRIPT` (a restarted
+    /// or newly promoted server) `EVAL` with the script's text, which loads it on that node.
+    /// Not `SCRIPT LOAD`: in a cluster it goes to every master and fails while one is down.
+    async fn eval(&self, key: ClientKey, op: &str, args: &[u64]) -> Result<Value, StoreError> {
+        let key = self.redis_key(key);
+        let mut sha = redis::cmd("EVALSHA");
+        sha.arg(self.script.get_hash())
+            .arg(1)
+            .arg(&key)
+            .arg(op)
+            .arg(args);
+        let r = match self.raw(&sha).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(BUCKET_SCRIPT).arg(1).arg(&key).arg(op).arg(args);
+                self.raw(&eval).await
+            }
+            r => r,
+        };
+        self.checked(r, true)
+    }
+
+    /// The script's `op` on `key` with the bucket's shape (interval, full refill, TTL) and
+    /// `extra` after them.
+    async fn eval_op(
+        &self,
+        key: ClientKey,
+        op: &str,
+        params: &BucketParams,
+        extra: Option<u64>,
+    ) -> Result<Value, StoreError> {
+        let shape = [
+            params.interval().as_nanos() as u64,
+            params.full_refill().as_nanos() as u64,
+            ttl_ms(params),
+        ];
+        match extra {
+            Some(x) => self.eval(key, op, &[shape[0], shape[1], shape[2], x]).await,
+            None => self.eval(key, op, &shape).await,
+        }
     }
 
     /// [`Store::take`], also returning the server's now (nanoseconds since the Unix epoch, as a
@@ -243,12 +339,7 @@ impl RedisStore {
         params: &BucketParams,
     ) -> Result<(Take, Instant), StoreError> {
         check_params(params)?;
-        let mut inv = self.script.key(self.redis_key(key));
-        inv.arg("take")
-            .arg(params.interval().as_nanos() as u64)
-            .arg(params.full_refill().as_nanos() as u64)
-            .arg(ttl_ms(params));
-        let reply = self.invoke(&inv).await?;
+        let reply = self.eval_op(key, "take", params, None).await?;
         let (tag, value, now) = parse_reply(&reply)?;
         let take = match tag {
             1 => Take::Allowed {
@@ -305,9 +396,7 @@ impl Store for RedisStore {
     }
 
     async fn peek(&self, key: ClientKey, params: &BucketParams) -> Result<u64, StoreError> {
-        let mut inv = self.script.key(self.redis_key(key));
-        inv.arg("peek").arg(0u64).arg(0u64).arg(0u64);
-        let reply = self.invoke(&inv).await?;
+        let reply = self.eval(key, "peek", &[0, 0, 0]).await?;
         let (tag, tat, now) = parse_reply(&reply)?;
         if tag != 2 {
             return Err(protocol(&reply));
@@ -328,13 +417,9 @@ impl Store for RedisStore {
         tokens: u64,
     ) -> Result<(), StoreError> {
         check_params(params)?;
-        let mut inv = self.script.key(self.redis_key(key));
-        inv.arg("set")
-            .arg(params.interval().as_nanos() as u64)
-            .arg(params.full_refill().as_nanos() as u64)
-            .arg(ttl_ms(params))
-            .arg(tokens.min(params.capacity()));
-        let reply = self.invoke(&inv).await?;
+        let reply = self
+            .eval_op(key, "set", params, Some(tokens.min(params.capacity())))
+            .await?;
         match parse_reply(&reply)? {
             (3, _, _) => Ok(()),
             _ => Err(protocol(&reply)),
@@ -342,7 +427,12 @@ impl Store for RedisStore {
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        match self.query(&redis::cmd("PING")).await? {
+        let ping = redis::cmd("PING");
+        let r = match &self.backend {
+            Backend::Cluster(c) => Box::pin(c.ping_any()).await,
+            _ => self.raw(&ping).await,
+        };
+        match self.checked(r, false)? {
             Value::SimpleString(s) if s == "PONG" => Ok(()),
             other => Err(protocol(&other)),
         }

@@ -119,33 +119,12 @@ async fn c_rate_3_expiry_peek_reset_sweep() {
     store.health().await.expect("health");
 }
 
-/// C-MGMT-4: `set_tokens` makes the bucket hold exactly n whole tokens on the database clock;
-/// n = capacity removes the row; n above the capacity is clamped.
+/// C-MGMT-4: the shared `set_tokens` case, then PostgreSQL's own: the row's expiry is the
+/// refill plus the margin, and a full bucket is no row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_mgmt_4_set_tokens() {
     let store = ready_store(pg_opts(PG, "test")).await;
-    let params = BucketParams::new(10, 0.01).expect("valid"); // one token per 100 s
-    let k = key(2);
-    store.set_tokens(k, &params, 3).await.expect("set");
-    let milli = store.peek(k, &params).await.expect("peek");
-    assert!((3000..3010).contains(&milli), "peek {milli}");
-    let mut allowed = 0;
-    for _ in 0..5 {
-        if let Take::Allowed { .. } = store.take(k, &params).await.expect("take") {
-            allowed += 1;
-        }
-    }
-    assert_eq!(allowed, 3, "exactly the 3 tokens set");
-    store.set_tokens(k, &params, 0).await.expect("set 0");
-    assert!(matches!(
-        store.take(k, &params).await.expect("take"),
-        Take::Denied { .. }
-    ));
-    store.set_tokens(k, &params, 10).await.expect("set full");
-    assert_eq!(stored_tat(&store, k).await, 0, "a full bucket is no row");
-    store.set_tokens(k, &params, 99).await.expect("set clamped");
-    assert_eq!(store.peek(k, &params).await.expect("peek"), 10_000);
-    store.set_tokens(k, &params, 9).await.expect("set 9");
+    let (k, params) = cases::set_tokens(&store).await;
     let row = pg_client("test")
         .await
         .query_one(
@@ -160,33 +139,18 @@ async fn c_mgmt_4_set_tokens() {
         (1000.0..=1001.0).contains(&ttl),
         "ttl {ttl} s = 1000 s refill + 1 s margin"
     );
+    store.set_tokens(k, &params, 10).await.expect("set full");
+    assert_eq!(stored_tat(&store, k).await, 0, "a full bucket is no row");
 }
 
 /// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
-/// exactly 20 allowed (C-RATE-3).
+/// exactly 20 allowed (C-RATE-3; the shared case).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_atomic_across_two_replicas() {
     let opts = pg_opts(PG, "test");
     let a = Arc::new(ready_store(opts.clone()).await);
     let b = Arc::new(ready_store(opts).await);
-    let params = BucketParams::new(20, 0.001).expect("valid");
-    let k = key(7);
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let s = if i % 2 == 0 {
-            Arc::clone(&a)
-        } else {
-            Arc::clone(&b)
-        };
-        tasks.push(tokio::spawn(async move { s.take(k, &params).await }));
-    }
-    let mut allowed = 0;
-    for t in tasks {
-        if matches!(t.await.expect("task").expect("take"), Take::Allowed { .. }) {
-            allowed += 1;
-        }
-    }
-    assert_eq!(allowed, 20);
+    cases::atomic_across_two_replicas(a, b).await;
 }
 
 /// Acceptance: after a burst, the takes allowed follow capacity + refill × elapsed on the
@@ -344,4 +308,11 @@ async fn c_rate_5_outages_fail_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_5_outages_local_fallback() {
     outage_scenario(FailureMode::LocalFallback).await;
+}
+
+/// C-RATE-3: the shared peek/reset case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_peek_and_reset_shared_case() {
+    let store = ready_store(pg_opts(PG, "test")).await;
+    cases::peek_and_reset(&store).await;
 }

@@ -89,43 +89,17 @@ async fn c_rate_3_ttl_peek_reset() {
     store.health().await.expect("health");
 }
 
-/// C-MGMT-4: `set_tokens` makes the bucket hold exactly n whole tokens on the server's
-/// clock; n = capacity removes the key; n above the capacity is clamped.
+/// C-MGMT-4: the shared `set_tokens` case, then Redis's own: a full bucket is no key, and the
+/// key's TTL is the refill plus the margin.
 #[tokio::test]
 async fn c_mgmt_4_set_tokens() {
     let store = RedisStore::new(redis_opts(REDIS)).expect("store");
-    let params = BucketParams::new(10, 0.01).expect("valid"); // one token per 100 s
-    let k = key(2);
-    store.set_tokens(k, &params, 3).await.expect("set");
-    let milli = store.peek(k, &params).await.expect("peek");
-    assert!((3000..3010).contains(&milli), "peek {milli}");
-    let mut allowed = 0;
-    for _ in 0..5 {
-        if let Take::Allowed { .. } = store.take(k, &params).await.expect("take") {
-            allowed += 1;
-        }
-    }
-    assert_eq!(allowed, 3, "exactly the 3 tokens set");
-    store.set_tokens(k, &params, 0).await.expect("set 0");
-    assert!(matches!(
-        store.take(k, &params).await.expect("take"),
-        Take::Denied { .. }
-    ));
-    store.set_tokens(k, &params, 10).await.expect("set full");
+    let (k, params) = cases::set_tokens(&store).await;
     let mut c = redis::Client::open("redis://127.0.0.1:6379/")
         .expect("client")
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(store.redis_key(k))
-        .query_async(&mut c)
-        .await
-        .expect("EXISTS");
-    assert_eq!(exists, 0, "a full bucket is the absent key");
-    store.set_tokens(k, &params, 99).await.expect("set clamped");
-    assert_eq!(store.peek(k, &params).await.expect("peek"), 10_000);
-    store.set_tokens(k, &params, 9).await.expect("set 9");
     let pttl: i64 = redis::cmd("PTTL")
         .arg(store.redis_key(k))
         .query_async(&mut c)
@@ -135,33 +109,23 @@ async fn c_mgmt_4_set_tokens() {
         (1_000_000..=1_001_000).contains(&pttl),
         "ttl {pttl} ms = 1000 s refill + 1 s margin"
     );
+    store.set_tokens(k, &params, 10).await.expect("set full");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(store.redis_key(k))
+        .query_async(&mut c)
+        .await
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "a full bucket is the absent key");
 }
 
 /// Acceptance: two stores (two replicas) × 50 concurrent takers on one key, capacity 20:
-/// exactly 20 allowed (C-RATE-3).
+/// exactly 20 allowed (C-RATE-3; the shared case).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_atomic_across_two_replicas() {
     let opts = redis_opts(REDIS);
     let a = Arc::new(RedisStore::new(opts.clone()).expect("store a"));
     let b = Arc::new(RedisStore::new(opts).expect("store b"));
-    let params = BucketParams::new(20, 0.001).expect("valid");
-    let k = key(7);
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let s = if i % 2 == 0 {
-            Arc::clone(&a)
-        } else {
-            Arc::clone(&b)
-        };
-        tasks.push(tokio::spawn(async move { s.take(k, &params).await }));
-    }
-    let mut allowed = 0;
-    for t in tasks {
-        if matches!(t.await.expect("task").expect("take"), Take::Allowed { .. }) {
-            allowed += 1;
-        }
-    }
-    assert_eq!(allowed, 20);
+    cases::atomic_across_two_replicas(a, b).await;
 }
 
 /// Acceptance: after a burst, the takes allowed follow capacity + refill × elapsed on the
@@ -348,4 +312,11 @@ async fn c_rate_5_probe_recovers_without_traffic() {
         Answer::Store
     );
     drop(server);
+}
+
+/// C-RATE-3: the shared peek/reset case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_peek_and_reset_shared_case() {
+    let store = RedisStore::new(redis_opts(REDIS)).expect("store");
+    cases::peek_and_reset(&store).await;
 }

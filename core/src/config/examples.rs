@@ -275,3 +275,20 @@ fn c_conf_1_hostile_files_fail_fast() {
     // reported, never asserted (benchmarks measure speed; tests assert behaviour).
     eprintln!("billion laughs: rejected in {took:?}: {e}");
 }
+
+/// issue 19: the cluster and sentinel examples load with their topology.
+#[test]
+fn c_rate_3_redis_topology_examples() {
+    let v = load_example("redis-cluster.yaml");
+    assert_eq!(v.rate.storage(), StorageKind::Redis);
+    assert_eq!(v.redis.mode, config::RedisMode::Cluster);
+    assert_eq!(v.redis.addresses.len(), 3);
+    assert_eq!(v.redis.addresses[2].host, "redis-2.redis.internal");
+    assert!(v.redis.password.is_some());
+    let v = load_example("redis-sentinel.yaml");
+    assert_eq!(v.redis.mode, config::RedisMode::Sentinel);
+    assert_eq!(v.redis.sentinel_master.as_deref(), Some("weir-limits"));
+    assert_eq!(v.redis.addresses[0].port, 26379);
+    assert_eq!(v.redis.database, 1);
+    assert_eq!(v.rate.failure_mode(), FailureMode::FailClosed);
+}

@@ -296,8 +296,16 @@ impl Default for RateLimitConfig {
 /// `redis`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `address` ["redis:6379"]: host:port.
+    /// `mode` [standalone]: standalone, cluster or sentinel.
+    pub mode: String,
+    /// `address` ["redis:6379"]: host:port (standalone).
     pub address: String,
+    /// `addresses` [[]]: host:port of the seed nodes (cluster) or of the sentinels (sentinel).
+    pub addresses: Vec<String>,
+    /// `sentinel_master`: the master's name the sentinels monitor (sentinel, required there).
+    pub sentinel_master: Option<String>,
+    /// `tls` [false]: connect to Redis (and the sentinels) over TLS.
+    pub tls: bool,
     /// `password_env`: name of the secret holding the password (none: no AUTH).
     pub password_env: Option<String>,
     /// `database` [0].
@@ -315,7 +323,11 @@ pub struct RedisConfig {
 impl Default for RedisConfig {
     fn default() -> RedisConfig {
         RedisConfig {
+            mode: "standalone".to_owned(),
             address: "redis:6379".to_owned(),
+            addresses: Vec::new(),
+            sentinel_master: None,
+            tls: false,
             password_env: None,
             database: 0,
             pool_size: 64,
@@ -652,7 +664,11 @@ fn read_redis(r: &mut Reader, f: &Field<'_>) -> RedisConfig {
     let d = RedisConfig::default();
     let mut o = r.obj(f);
     let v = RedisConfig {
+        mode: r.string(&o.field("mode"), &d.mode),
         address: r.string(&o.field("address"), &d.address),
+        addresses: r.strings(&o.field("addresses"), &[]),
+        sentinel_master: r.opt_string(&o.field("sentinel_master")),
+        tls: r.bool(&o.field("tls"), d.tls),
         password_env: r.opt_string(&o.field("password_env")),
         database: r.u32(&o.field("database"), d.database, 0),
         pool_size: r.u32(&o.field("pool_size"), d.pool_size, 0),

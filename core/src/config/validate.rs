@@ -34,6 +34,9 @@ use crate::slow_start::SlowStart;
 use crate::time::Instant;
 
 mod bounds;
+mod redis;
+
+pub use redis::RedisMode;
 
 /// Largest `server.max_header_bytes` (64 MiB): a typo must not let one request hold that much.
 pub const MAX_HEADER_BYTES_LIMIT: u64 = 64 << 20;
@@ -169,8 +172,17 @@ impl core::fmt::Display for HostPort {
 /// `redis` connection settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// Server address.
+    /// The topology (`redis.mode`).
+    pub mode: RedisMode,
+    /// Server address (standalone; the first of `addresses` otherwise).
     pub address: HostPort,
+    /// Every node to start from: `[address]` (standalone), the seed nodes (cluster) or the
+    /// sentinels (sentinel), in the order given.
+    pub addresses: Vec<HostPort>,
+    /// The master's name the sentinels monitor (sentinel mode only).
+    pub sentinel_master: Option<String>,
+    /// Connect over TLS (`redis.tls`).
+    pub tls: bool,
     /// Password (from `password_env`, C-CONF-3), when configured and storage is redis.
     pub password: Option<Secret>,
     /// Database number.
@@ -348,7 +360,7 @@ pub(crate) fn validate(
     let pool_params = check_pool_params(&cfg, &mut c);
     let rate = check_rate(&cfg.rate_limit, &mut c);
     let storage = rate.as_ref().map(|_| cfg.rate_limit.storage.as_str());
-    let redis = check_redis(&cfg, storage == Some("redis"), secrets, &mut c);
+    let redis = redis::check_redis(&cfg, storage == Some("redis"), secrets, &mut c);
     let database = check_database(&cfg, storage == Some("postgres"), secrets, &mut c);
     let management = check_management(&cfg, secrets, &mut c);
     let (pools, routes, route_table) = check_pools_and_routes(&cfg, &mut c);
@@ -775,31 +787,6 @@ fn secret_at(
             None
         }
     }
-}
-
-fn check_redis(
-    cfg: &Config,
-    used: bool,
-    secrets: &dyn SecretSource,
-    c: &mut Check<'_>,
-) -> Option<RedisSettings> {
-    let r = &cfg.redis;
-    let address = parse_host_port(&r.address, false)
-        .map_err(|e| c.err("redis.address", e))
-        .ok();
-    let password = match (&r.password_env, used) {
-        (Some(name), true) => secret_at(c, secrets, "redis.password_env", name, true),
-        _ => None,
-    };
-    Some(RedisSettings {
-        address: address?,
-        password,
-        database: r.database,
-        pool_size: r.pool_size,
-        dial_timeout: r.dial_timeout,
-        read_timeout: r.read_timeout,
-        write_timeout: r.write_timeout,
-    })
 }
 
 const SSLMODES: &[&str] = &[

@@ -48,6 +48,11 @@ pub enum BodyInfo {
 pub enum StoreFailure {
     /// The store answered with an error (connection lost, `maxmemory`, C-RATE-6).
     Error,
+    /// Only the part of the store holding this key failed (one Redis Cluster master of
+    /// several): the failure policy decides this request, but the store stays up, so the
+    /// other keys keep their shared state and `/readyz` stays ready (C-RATE-5, issue 19). A
+    /// whole outage is found by the store's health probe.
+    Partial,
 }
 
 /// How sending an attempt failed before a response head.

@@ -156,6 +156,7 @@ fn input() -> impl Strategy<Value = Input> {
             retry_after: core::time::Duration::from_millis(300)
         }))),
         Just(Input::StoreAnswer(Err(StoreFailure::Error))),
+        Just(Input::StoreAnswer(Err(StoreFailure::Partial))),
         Just(Input::BodyBuffered),
         Just(Input::BodyUnreadable),
         prop::sample::select(vec![200u16, 101, 404, 500, 502, 503, 504])

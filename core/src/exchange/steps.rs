@@ -10,7 +10,7 @@ use crate::time::Instant;
 
 use super::{
     Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, Output, Record, Send,
-    SendBody, SendFailure, Stage, should_log,
+    SendBody, SendFailure, Stage, StoreFailure, should_log,
 };
 use crate::admission::Overloaded;
 use crate::bucket::Take;
@@ -76,6 +76,12 @@ impl Exchange {
                 self.stage = Stage::Done;
                 let storage = self.services.storage;
                 self.rate_decided(self.outcome(take, storage, false), now, rng);
+            }
+            (Stage::Store { call, .. }, Input::StoreAnswer(Err(StoreFailure::Partial))) => {
+                // Nothing learnt about the store as a whole: the circuit keeps its state.
+                self.services.circuit.abandon(call);
+                self.stage = Stage::Done;
+                self.store_failed(now, rng);
             }
             (Stage::Store { call, .. }, Input::StoreAnswer(Err(_))) => {
                 self.services.circuit.on_failure(call, now);

@@ -483,6 +483,35 @@ fn c_rate_5_a_store_timeout_applies_each_failure_policy() {
     }
 }
 
+/// C-RATE-5, issue 19: a failure of the one node holding the key (a cluster master) is decided
+/// by the policy, and the store stays up and ready for every other key.
+#[test]
+fn c_rate_5_a_partial_failure_decides_by_policy_and_keeps_the_store_up() {
+    for mode in ["fail-open", "fail-closed", "local-fallback"] {
+        let mut f = limited(mode, StorageKind::Redis);
+        let (mut x, _) = f.start(&Req::get("/x"), T0);
+        let out = f.feed(
+            &mut x,
+            Input::StoreAnswer(Err(StoreFailure::Partial)),
+            at(1),
+        );
+        if mode == "fail-closed" {
+            assert_eq!(answer(&out), Answer::Reject(Reject::StoreUnavailable));
+        } else {
+            send(&out);
+            assert!(x.rate_outcome().expect("allowed").degraded, "{mode}");
+        }
+        assert!(f.services.circuit().is_up(), "{mode}: still up");
+        assert!(f.services.rate_ready(&f.rt), "{mode}: still ready");
+        assert_eq!(f.services.circuit().counters().policy_decisions_total, 1);
+        let (_, out) = f.start(&Req::get("/x"), at(2));
+        assert!(
+            matches!(out.as_slice(), [Output::StoreTake { .. }]),
+            "{mode}: the next key goes to the store: {out:?}"
+        );
+    }
+}
+
 #[test]
 fn c_rate_5_a_client_gone_during_a_trial_frees_the_trial() {
     let mut f = limited("local-fallback", StorageKind::Redis);

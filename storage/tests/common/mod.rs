@@ -3,6 +3,8 @@
 //! and a switchable TCP proxy for outages.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::net::{IpAddr, Ipv4Addr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,6 +138,8 @@ pub fn free_port() -> u16 {
 pub struct RedisServer {
     pub port: u16,
     extra: Vec<String>,
+    /// A sentinel's configuration file: this server runs in sentinel mode.
+    sentinel: Option<String>,
     child: Option<Child>,
 }
 
@@ -145,10 +149,27 @@ impl RedisServer {
         let mut s = RedisServer {
             port: port.unwrap_or_else(free_port),
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            sentinel: None,
             child: None,
         };
         s.restart();
         s
+    }
+
+    /// A sentinel on `port` with the (writable) configuration file `conf`.
+    pub fn start_sentinel(port: u16, conf: &str) -> RedisServer {
+        let mut s = RedisServer {
+            port,
+            extra: Vec::new(),
+            sentinel: Some(conf.to_owned()),
+            child: None,
+        };
+        s.restart();
+        s
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// A server that is not running yet: [`Self::restart`] starts it on `port`.
@@ -156,22 +177,25 @@ impl RedisServer {
         RedisServer {
             port,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            sentinel: None,
             child: None,
         }
     }
 
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new("redis-server")
+        let mut cmd = Command::new("redis-server");
+        if let Some(conf) = &self.sentinel {
+            cmd.args([conf.as_str(), "--sentinel"]);
+        } else {
+            cmd.args(["--save", "", "--appendonly", "no"]);
+        }
+        let child = cmd
             .args([
                 "--port",
                 &self.port.to_string(),
                 "--bind",
                 "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
                 "--protected-mode",
                 "no",
             ])

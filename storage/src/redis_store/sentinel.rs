@@ -1,0 +1,121 @@
+//! A master found through Redis Sentinel with the redis crate's own sentinel client: the
+//! sentinels are asked for the master of `sentinel_master`, a [`Conns`] set is opened to it,
+//! and the sentinels are asked again when that master stops answering or answers `READONLY`
+//! (a failover demoted it). Asking happens on the next call, one at a time (issue 19).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{Cmd, ConnectionAddr, ErrorKind, RedisError, RedisResult, Value};
+
+use super::standalone::Conns;
+use super::{RedisOptions, is_connection_error};
+use crate::error::StoreError;
+
+/// The sentinels, and the connections to the master they named last.
+pub(super) struct Sentinel {
+    opts: RedisOptions,
+    master: String,
+    current: Mutex<Option<Arc<Conns>>>,
+    /// A caller is asking the sentinels.
+    resolving: AtomicBool,
+}
+
+/// Clears the `resolving` flag however the resolving call ends (its future may be dropped by
+/// the caller's timeout).
+struct Resolving<'a>(&'a AtomicBool);
+
+impl Drop for Resolving<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+fn unavailable(what: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, what))
+}
+
+impl Sentinel {
+    /// Nothing connects here.
+    pub(super) fn new(opts: &RedisOptions) -> Result<Sentinel, StoreError> {
+        let master = opts
+            .sentinel_master
+            .clone()
+            .ok_or_else(|| StoreError::Config("sentinel mode needs sentinel_master".into()))?;
+        if opts.nodes.is_empty() {
+            return Err(StoreError::Config("sentinel mode needs sentinels".into()));
+        }
+        Ok(Sentinel {
+            opts: opts.clone(),
+            master,
+            current: Mutex::new(None),
+            resolving: AtomicBool::new(false),
+        })
+    }
+
+    fn current(&self) -> Option<Arc<Conns>> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Forget `conns` (if they are still the current set): the next call asks the sentinels.
+    fn forget(&self, conns: &Arc<Conns>) {
+        let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conns)) {
+            *cur = None;
+        }
+    }
+
+    /// The connections to the current master, asking the sentinels first when there are none.
+    /// While another call is asking, this one fails at once (the policy decides it).
+    async fn conns(&self) -> RedisResult<Arc<Conns>> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        if self.resolving.swap(true, Ordering::AcqRel) {
+            return Err(unavailable("asking the sentinels for the master"));
+        }
+        let _resolving = Resolving(&self.resolving);
+        let sentinels = self
+            .opts
+            .nodes
+            .iter()
+            .map(|(h, p)| ConnectionAddr::Tcp(h.clone(), *p));
+        let mut b =
+            SentinelClientBuilder::new(sentinels, &self.master, SentinelServerType::Master)?
+                .set_client_to_redis_db(i64::from(self.opts.database));
+        if let Some(p) = &self.opts.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        let mut sentinel = b.build()?;
+        let asked = crate::rt::timeout(self.opts.dial_timeout, sentinel.async_get_client()).await;
+        let client = asked.ok_or_else(|| unavailable("the sentinels did not answer in time"))??;
+        let conns = Arc::new(Conns::new(&client, &self.opts).map_err(|e| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "master", e.to_string()))
+        })?);
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&conns));
+        Ok(conns)
+    }
+
+    /// Run a command on the current master. A connection failure or a `READONLY` answer (the
+    /// server is a replica now) makes the next call ask the sentinels again.
+    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let conns = self.conns().await?;
+        let r = conns.query(cmd).await;
+        if let Err(e) = &r
+            && (is_connection_error(e) || e.code() == Some("READONLY"))
+        {
+            self.forget(&conns);
+        }
+        r
+    }
+
+    /// Connections per master.
+    pub(super) fn connections(&self) -> usize {
+        self.current()
+            .map_or(self.opts.connections as usize, |c| c.len())
+    }
+}
