@@ -192,11 +192,16 @@ fn sample(setup: &Setup, phase: &Phase, w: &Window, at: Duration) -> Sample {
 }
 
 fn progress_line(p: Profile, s: &Sample, total: Duration) -> String {
+    let phase = if s.phase == p.to_string() {
+        String::new()
+    } else {
+        format!(" {}", s.phase)
+    };
     let mut line = format!(
-        "[{:>5.0}s/{:.0}s] {p} {}: {:>8.0} req/s  p50 {:>7}  p99 {:>7}  200 {:>8}  other {:>6}",
+        "[{:>5.0}s/{:.0}s] {p}{}: {:>8.0} req/s  p50 {:>7}  p99 {:>7}  200 {:>8}  other {:>6}",
         s.t,
         total.as_secs_f64(),
-        s.phase,
+        phase,
         s.rps,
         us(s.p50_us),
         us(s.p99_us),
