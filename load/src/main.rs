@@ -294,7 +294,8 @@ fn run(command: Command) -> Result<(), BoxError> {
                 Duration::from_millis(interval_ms.max(1)),
                 Duration::from_secs_f64(seconds.max(0.0)),
                 Duration::from_millis(timeout_ms),
-            ));
+                &mut std::io::stdout().lock(),
+            ))?;
             Ok(())
         }
         Command::PlotSoak { report, out, title } => {

@@ -70,7 +70,8 @@ pub async fn run(
     interval: Duration,
     duration: Duration,
     timeout: Duration,
-) {
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
     let start = Instant::now();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -85,14 +86,17 @@ pub async fn run(
             Ok(Ok(a)) => a,
             _ => parse_head(""),
         };
-        println!(
+        writeln!(
+            out,
             "{sent}\t{}\t{}\t{}\t{:.1}",
             a.status,
             a.storage,
             a.degraded,
             t0.elapsed().as_secs_f64() * 1000.0
-        );
+        )?;
+        out.flush()?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
