@@ -120,6 +120,7 @@ EOF
 start_weir() {
   rm -f "$WORK/ready.json"
   ! port_open "$WEIR_PORT" || die "127.0.0.1:$WEIR_PORT (weir) is already taken by another process"
+  # shellcheck disable=SC2153 # WEIR_BIN is set by lib.sh
   spawn weir "$WEIR_BIN" run --config "$1" --public-bind "127.0.0.1:$WEIR_PORT" \
     --management-bind "127.0.0.1:$MGMT_PORT" --ready-file "$WORK/ready.json" --workers "$WEIR_WORKERS_N"
   WEIR_PID=$PID
@@ -174,7 +175,7 @@ kill_redis() {
 }
 
 # --- our own PostgreSQL cluster (never the shared 5432) ---
-pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
+pg_bin() { printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1; }
 start_pg() {
   local bin
   bin=$(pg_bin)
