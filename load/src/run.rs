@@ -117,10 +117,17 @@ pub fn run(setup: &Setup) -> Result<Report, drive::DriveError> {
     let mut samples = Vec::new();
     let result = (|| {
         for phase in &phases {
-            let mut left = phase.duration;
-            while !left.is_zero() {
+            // Wall-clock bounded: each wrk run also costs its start and its report (about a
+            // second on a loaded machine), so counting windows would overrun the phase.
+            let deadline = Instant::now() + phase.duration;
+            let mut first = true;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !first && left < Duration::from_millis(500) {
+                    break;
+                }
+                first = false;
                 let len = left.min(setup.window);
-                left -= len;
                 let w = drive::run(&shot(setup, phase, len), &script)?;
                 let s = sample(setup, phase, &w, start.elapsed());
                 if setup.progress && total > setup.window {

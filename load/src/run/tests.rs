@@ -56,7 +56,7 @@ fn smoke_against_a_named_backend_passes_and_names_it() {
     };
     let r = run(&setup(&["b1"])).unwrap();
     assert!(r.pass, "{}", summary(&r));
-    assert_eq!(r.samples.len(), 2);
+    assert!(!r.samples.is_empty());
     assert!(r.judged.tally.backends["b1"] > 0);
     assert!(r.rss_kib.is_some());
     // The same answers, but b2 was expected too: the verdict fails.
