@@ -17,7 +17,8 @@
 #   PIN=1              pin each proxy to CPUs 0..workers-1 (0: no pinning)
 #   BACKEND_THREADS=1  threads of each backend;  BODY_BYTES=64 response body
 #   NO_BUILD=1         skip `cargo build --release`;  WEIR_BIN, WEIR_LOAD_BIN: other binaries
-#   OUT=DIR            where results go (default target/bench/<UTC time>)
+#   OUT=DIR            where results go (default target/bench/<UTC time>); bench.svg there is
+#                      the bar plot (req/s; p50 with p99 whiskers), see load/README.md
 #   QUIET_LOAD=1.5 QUIET_WAIT=0  before starting, wait up to QUIET_WAIT seconds for the 1-minute
 #                      load average to fall below QUIET_LOAD (the machine may be shared)
 # Runtime is about |WORKERS| x (|PROXIES| x WARMUP + |CONNECTIONS| x ROUNDS x |PROXIES| x DURATION).
@@ -114,4 +115,7 @@ done
   sed -n 's/^# //p' "$OUT/machine.txt" | sed 's/^/    /'
   "$WEIR_LOAD_BIN" summarize "$RESULTS"
 } | tee "$OUT/summary.md"
-log "results: $RESULTS, table: $OUT/summary.md"
+"$WEIR_LOAD_BIN" plot-bench "$RESULTS" --out "$OUT/bench.svg" \
+  --title "weir, nginx and HAProxy side by side, $(date -u +%Y-%m-%d), $(nproc) CPUs" ||
+  log "the plot failed (the table above stands)"
+log "results: $RESULTS, table: $OUT/summary.md, plot: $OUT/bench.svg"

@@ -7,11 +7,20 @@
 //! proxies forward to, the [`wrk`] output parser, the [`summary`] table (medians of interleaved
 //! rounds, paired ratios, the issue's goals), the [`idle`] connection opener, the [`procfs`]
 //! RSS reader and the [`h2abuse`] driver (HTTP/2 abuse cases against weir and nginx, issue 21).
-//! See docs/benchmarks.md.
+//! The load profiles (issue 17) are [`profile`] (phases and hypotheses), [`drive`] (wrk as the
+//! engine, with a Lua script that counts statuses and backends) and [`run`] (windows, progress,
+//! samples, summary, JSON report); [`plot`] draws the soak and side-by-side plots and [`probe`]
+//! watches which rate-limit store answers during the store drills. See load/README.md and
+//! docs/benchmarks.md.
 
 pub mod backend;
+pub mod drive;
 pub mod h2abuse;
 pub mod idle;
+pub mod plot;
+pub mod probe;
 pub mod procfs;
+pub mod profile;
+pub mod run;
 pub mod summary;
 pub mod wrk;

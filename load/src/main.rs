@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use weir_load::{backend, h2abuse, idle, procfs, summary, wrk};
+use weir_load::{
+    backend, h2abuse, idle, plot, probe, procfs, profile, run as runner, summary, wrk,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +27,38 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Runs a load profile against TARGET_URL with wrk and checks its hypothesis
+    /// (exit 0: pass, 1: fail, 2: could not run). See load/README.md.
+    Run(RunArgs),
+    /// One GET every INTERVAL ms on a new connection; prints `epoch_ms status storage degraded ms`.
+    Probe {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value = "/")]
+        path: String,
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        #[arg(long)]
+        seconds: f64,
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+    },
+    /// Draws the soak plot (SVG) of a `run --json` report.
+    PlotSoak {
+        report: std::path::PathBuf,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[arg(long, default_value = "weir soak")]
+        title: String,
+    },
+    /// Draws the side-by-side bars (SVG) of a load/bench.sh results file.
+    PlotBench {
+        results: std::path::PathBuf,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[arg(long, default_value = "weir, nginx and HAProxy side by side")]
+        title: String,
+    },
     /// Static HTTP/1.1 keep-alive backend: every path answers 200 with a fixed body.
     Backend {
         /// Address to listen on (127.0.0.0/8).
@@ -39,6 +73,12 @@ enum Command {
         /// Body size of paths under `/big` (0: the same as every path).
         #[arg(long, default_value_t = 0)]
         big_bytes: usize,
+        /// Name the backend answers with (`X-Backend: NAME`, body `Hostname: NAME`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Milliseconds each answer is held back.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
     },
     /// Reads `wrk --latency` output on stdin and prints one results line (TSV).
     WrkRow {
@@ -112,8 +152,118 @@ enum Command {
     },
 }
 
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The profile.
+    #[arg(long, env = "PROFILE", value_enum, default_value = "smoke")]
+    profile: profile::Profile,
+    /// Where the load goes (any weir: local, compose, a cluster's ingress).
+    #[arg(long, env = "TARGET_URL", default_value = "http://127.0.0.1:8080/")]
+    target_url: String,
+    /// Minimum req/s of throughput (default 100).
+    #[arg(long, env = "MIN_RPS")]
+    min_rps: Option<f64>,
+    /// Comma-separated backend names: each must answer a success, no other may.
+    #[arg(long, env = "EXPECTED_BACKENDS", value_delimiter = ',')]
+    expected_backends: Vec<String>,
+    /// Length of the profile's main phase, seconds (profile default otherwise).
+    #[arg(long, env = "DURATION")]
+    duration: Option<f64>,
+    /// Connections of the main phase.
+    #[arg(long, env = "CONNECTIONS")]
+    connections: Option<u32>,
+    /// Requests per second over all connections (paced phases; closed loop).
+    #[arg(long, env = "RATE")]
+    rate: Option<f64>,
+    /// Seconds per wrk run: a progress line and an RSS/fd sample after each.
+    #[arg(long, env = "WINDOW", default_value_t = 5.0)]
+    window: f64,
+    /// wrk threads.
+    #[arg(long, env = "WRK_THREADS", default_value_t = 2)]
+    threads: u32,
+    /// Extra request header `Name: value` (repeatable).
+    #[arg(long = "header")]
+    headers: Vec<String>,
+    /// Per-request timeout, milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Response header naming the backend (else a `Hostname: NAME` body line).
+    #[arg(long, env = "BACKEND_HEADER", default_value = "X-Backend")]
+    backend_header: String,
+    /// The proxy's pid (local targets): RSS and open fds sampled after each window.
+    #[arg(long, env = "TARGET_PID")]
+    pid: Option<u32>,
+    /// Writes the report (JSON) here.
+    #[arg(long, env = "JSON_OUT")]
+    json: Option<std::path::PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn run_profile(a: RunArgs) -> ExitCode {
+    let secs = |s: f64| Duration::from_secs_f64(s.max(0.001));
+    let headers = a
+        .headers
+        .iter()
+        .filter_map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect();
+    let setup = runner::Setup {
+        profile: a.profile,
+        url: a.target_url,
+        knobs: profile::Knobs {
+            duration: a.duration.map(secs),
+            connections: a.connections,
+            rate: a.rate,
+        },
+        criteria: profile::Criteria {
+            min_rps: a.min_rps,
+            expected_backends: a
+                .expected_backends
+                .into_iter()
+                .filter(|b| !b.is_empty())
+                .collect(),
+        },
+        window: secs(a.window),
+        threads: a.threads,
+        headers,
+        timeout: Duration::from_millis(a.timeout_ms),
+        backend_header: a.backend_header,
+        pid: a.pid,
+        progress: !a.quiet,
+    };
+    let report = match runner::run(&setup) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("weir-load run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{}", runner::summary(&report));
+    if let Some(path) = a.json {
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|j| std::fs::write(&path, j).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("weir-load run: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if report.pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Run(args) = cli.command {
+        return run_profile(args);
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -127,17 +277,62 @@ type BoxError = Box<dyn std::error::Error>;
 
 fn run(command: Command) -> Result<(), BoxError> {
     match command {
+        Command::Run(_) => unreachable!("handled in main"),
+        Command::Probe {
+            addr,
+            path,
+            interval_ms,
+            seconds,
+            timeout_ms,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(probe::run(
+                addr,
+                &path,
+                Duration::from_millis(interval_ms.max(1)),
+                Duration::from_secs_f64(seconds.max(0.0)),
+                Duration::from_millis(timeout_ms),
+                &mut std::io::stdout().lock(),
+            ))?;
+            Ok(())
+        }
+        Command::PlotSoak { report, out, title } => {
+            #[derive(serde::Deserialize)]
+            struct Only {
+                samples: Vec<runner::Sample>,
+            }
+            let only: Only = serde_json::from_slice(&std::fs::read(&report)?)?;
+            plot::soak(&only.samples, &title, &out)
+        }
+        Command::PlotBench {
+            results,
+            out,
+            title,
+        } => {
+            let rows = summary::parse_rows(&std::fs::read_to_string(&results)?)?;
+            plot::bench(&rows, &title, &out)
+        }
         Command::Backend {
             listen,
             threads,
             body_bytes,
             big_bytes,
+            name,
+            delay_ms,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .enable_all()
                 .build()?;
-            rt.block_on(backend::run(listen, body_bytes, big_bytes))?;
+            let opts = backend::Options {
+                body_bytes,
+                big_bytes,
+                name,
+                delay: Duration::from_millis(delay_ms),
+            };
+            rt.block_on(backend::run(listen, opts))?;
             Ok(())
         }
         Command::WrkRow {
