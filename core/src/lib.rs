@@ -32,6 +32,7 @@ pub mod exchange;
 pub mod flow;
 pub mod forward;
 pub mod framing;
+pub mod h1;
 pub mod health;
 pub mod method;
 pub mod mgmt;

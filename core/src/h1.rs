@@ -1,0 +1,312 @@
+//! weir's own HTTP/1.1 codec, the pure part (issue 14; C-PATH-2, C-PATH-6, C-PATH-12).
+//!
+//! Heads are parsed by `httparse` into a flat list of [`Header`]s borrowed from the read buffer
+//! (no `http::HeaderMap`, no allocation), checked against the framing rules of RFC 9112 (one
+//! set, in [`Facts`], shared with the streaming guard [`crate::framing`]), and rewritten in one
+//! pass into one output buffer ([`write_upstream_request`], [`write_response_head`]). Bodies are
+//! followed by small machines: [`LengthBody`], [`chunked::ChunkedDecoder`], or neither
+//! ([`BodyFraming::Empty`], [`BodyFraming::UntilClose`]).
+//!
+//! Pipelining: a parser reports the bytes its head took ([`RequestHead::head_len`]) and a body
+//! machine the bytes its body took, so whatever follows stays in the caller's buffer for the
+//! next message.
+//!
+//! The rules, each documented in docs/proxy.md ("HTTP/1 parsing rules"):
+//! - request line longer than [`Limits::max_request_line`] → `414`;
+//! - head bytes over [`Limits::max_head_bytes`], or more header lines than the caller's header
+//!   storage holds → `431`;
+//! - anything `httparse` refuses (whitespace before a colon, obs-fold, NUL/CR/LF or other
+//!   control bytes in a value, a bad method token, a version other than HTTP/1.0 or 1.1) → `400`;
+//! - the rules of [`Facts`] (CL+TE, bad or differing CL, TE not ending in one `chunked`, Host
+//!   missing on HTTP/1.1 or repeated) → `400`;
+//! - a response with any of these defects, a status outside 100–599 or a `101` weir did not
+//!   ask for → [`BadResponse`]: `502`, and the upstream connection is not reused.
+
+pub mod chunked;
+mod response;
+mod rules;
+mod write;
+
+pub use httparse::Header;
+pub use response::{BadResponse, ResponseContext, ResponseHead, parse_response};
+pub use rules::{BodyFraming, Facts};
+pub use write::{
+    BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
+    write_response_head, write_upstream_request,
+};
+
+use core::fmt;
+
+use crate::framing::FramingError;
+
+/// An empty header slot, to build the storage a parser fills (`[EMPTY_HEADER; N]`).
+pub const EMPTY_HEADER: Header<'static> = httparse::EMPTY_HEADER;
+
+/// Header lines a head may carry when the caller has no better number (nginx and HAProxy
+/// allow about 100).
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+
+/// Size limits of a head. The header count limit is the length of the storage slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The request line without its CRLF (`414` beyond it).
+    pub max_request_line: usize,
+    /// The whole head, request line and CRLFs included (`431` beyond it).
+    pub max_head_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // nginx's large_client_header_buffers (8k lines) and HAProxy's tune.bufsize (16 KiB).
+        Limits {
+            max_request_line: 8 * 1024,
+            max_head_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// The protocol version of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `HTTP/1.0`.
+    Http10,
+    /// `HTTP/1.1`.
+    Http11,
+}
+
+/// A parser's answer when the head is well-formed so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<T> {
+    /// The whole head.
+    Complete(T),
+    /// More bytes are needed (the buffer holds a well-formed prefix, within the limits).
+    Partial,
+}
+
+/// Why a request head is refused: the client gets [`HeadError::status`] and the connection is
+/// closed; nothing is sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not HTTP/1 syntax (httparse's reason).
+    Malformed(&'static str),
+    /// Syntax fine, framing rules broken.
+    Framing(FramingError),
+    /// The request line is over the limit.
+    RequestLineTooLong,
+    /// The head is over the byte limit.
+    HeadTooLarge,
+    /// More header lines than the limit.
+    TooManyHeaders,
+}
+
+impl HeadError {
+    /// The status weir answers with.
+    #[must_use]
+    pub const fn status(&self) -> u16 {
+        match self {
+            HeadError::Malformed(_) | HeadError::Framing(_) => 400,
+            HeadError::RequestLineTooLong => 414,
+            HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
+        }
+    }
+
+    /// A lower-case description for the error body.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            HeadError::Malformed(m) => m,
+            HeadError::Framing(f) => f.message(),
+            HeadError::RequestLineTooLong => "request line too long",
+            HeadError::HeadTooLarge => "request header section too large",
+            HeadError::TooManyHeaders => "too many request header lines",
+        }
+    }
+}
+
+impl fmt::Display for HeadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// A parsed request head, borrowing the read buffer and the header storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead<'h, 'b> {
+    /// The method token.
+    pub method: &'b str,
+    /// The request target, as sent.
+    pub target: &'b str,
+    /// The version.
+    pub version: Version,
+    /// Header lines in order, names and values as sent (values trimmed).
+    pub headers: &'h [Header<'b>],
+    /// Bytes of the buffer the head took (leading empty lines included).
+    pub head_len: usize,
+    /// How the body is framed.
+    pub body: BodyFraming,
+    /// What the headers said.
+    pub facts: Facts,
+}
+
+impl RequestHead<'_, '_> {
+    /// `HEAD` (its response has no body whatever its headers say).
+    #[must_use]
+    pub fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+
+    /// Whether the client wants the connection kept after this exchange (RFC 9112 §9.3).
+    #[must_use]
+    pub fn keep_alive(&self) -> bool {
+        self.facts.persistent(self.version == Version::Http10)
+    }
+
+    /// An upgrade request (HTTP/1.1 only: RFC 9110 §7.8 ignores `Upgrade` in HTTP/1.0).
+    #[must_use]
+    pub fn upgrade(&self) -> bool {
+        self.version == Version::Http11 && self.facts.upgrade()
+    }
+
+    /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0). weir
+    /// forwards the expectation and relays the upstream's `100`.
+    #[must_use]
+    pub fn expect_continue(&self) -> bool {
+        self.version == Version::Http11 && self.facts.expect_continue
+    }
+
+    /// The `Host` value, if there is one.
+    #[must_use]
+    pub fn host(&self) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("host"))
+            .map(|h| h.value)
+    }
+}
+
+/// Parses a request head at the start of `buf` into `headers` (module doc for the rules).
+pub fn parse_request<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [Header<'b>],
+    limits: &Limits,
+) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
+    if first_line_len(buf) > limits.max_request_line {
+        return Err(HeadError::RequestLineTooLong);
+    }
+    let mut req = httparse::Request::new(headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= limits.max_head_bytes => {
+            return Err(HeadError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(e) => return Err(HeadError::Malformed(malformed(e))),
+    };
+    if head_len > limits.max_head_bytes {
+        return Err(HeadError::HeadTooLarge);
+    }
+    let httparse::Request {
+        method,
+        path,
+        version,
+        headers,
+    } = req;
+    let (Some(method), Some(target), Some(version)) = (method, path, version) else {
+        return Err(HeadError::Malformed("incomplete request line"));
+    };
+    let version = if version == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let headers: &'h [Header<'b>] = headers;
+    let facts = facts_of(headers);
+    let body = facts
+        .request_body(version == Version::Http10)
+        .map_err(HeadError::Framing)?;
+    Ok(Parsed::Complete(RequestHead {
+        method,
+        target,
+        version,
+        headers,
+        head_len,
+        body,
+        facts,
+    }))
+}
+
+/// The facts of a parsed header list.
+pub(crate) fn facts_of(headers: &[Header<'_>]) -> Facts {
+    let mut facts = Facts::new();
+    for h in headers {
+        facts.header(h.name.as_bytes(), h.value, true);
+    }
+    facts
+}
+
+/// A lower-case reason for one of httparse's errors.
+pub(crate) const fn malformed(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid request line",
+        httparse::Error::TooManyHeaders => "too many header lines",
+        httparse::Error::Version => "unsupported http version",
+    }
+}
+
+/// Length of the first non-empty line of `buf` without its line ending, or of all of it when
+/// the line is not complete yet (httparse skips empty lines before a request line).
+fn first_line_len(buf: &[u8]) -> usize {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let line = &buf[start..];
+    match line.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && line[i - 1] == b'\r' => i - 1,
+        Some(i) => i,
+        None => line.len(),
+    }
+}
+
+/// A `Content-Length` body: how many of the bytes on offer belong to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthBody {
+    left: u64,
+}
+
+impl LengthBody {
+    /// A body of `len` bytes.
+    #[must_use]
+    pub const fn new(len: u64) -> LengthBody {
+        LengthBody { left: len }
+    }
+
+    /// Bytes still to come.
+    #[must_use]
+    pub const fn remaining(&self) -> u64 {
+        self.left
+    }
+
+    /// Whether the body is complete.
+    #[must_use]
+    pub const fn is_done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Of `available` bytes, how many are body (the rest is the next message).
+    pub fn take(&mut self, available: usize) -> usize {
+        let n = usize::try_from(self.left).map_or(available, |l| l.min(available));
+        self.left -= n as u64;
+        n
+    }
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
