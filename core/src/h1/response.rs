@@ -141,7 +141,7 @@ pub fn parse_response<'h, 'b>(
     let facts = facts_of(headers);
     let bodiless = ctx.head || status < 200 || status == 204 || status == 304;
     let body = facts
-        .response_body(bodiless)
+        .response_body(bodiless, version == Version::Http10)
         .map_err(BadResponse::Framing)?;
     Ok(Parsed::Complete(ResponseHead {
         status,

@@ -123,6 +123,10 @@ impl Facts {
         if let Some(e) = self.error {
             return Err(e);
         }
+        // RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing.
+        if self.transfer_encoding && http10 {
+            return Err(FramingError::TransferEncoding);
+        }
         if self.hosts > 1 {
             return Err(FramingError::HostRepeated);
         }
@@ -140,13 +144,16 @@ impl Facts {
     }
 
     /// The verdict on a response head (RFC 9112 §6.3): the same strictness as for requests
-    /// (Host is not read); `bodiless` for a response to HEAD and for 1xx, 204 and 304.
-    pub fn response_body(&self, bodiless: bool) -> Result<BodyFraming, FramingError> {
+    /// (Host is not read, Transfer-Encoding refused in HTTP/1.0); `bodiless` for a response to HEAD and for 1xx, 204 and 304.
+    pub fn response_body(&self, bodiless: bool, http10: bool) -> Result<BodyFraming, FramingError> {
         if self.transfer_encoding && self.content_length.is_some() {
             return Err(FramingError::LengthAndTransferEncoding);
         }
         if let Some(e) = self.error {
             return Err(e);
+        }
+        if self.transfer_encoding && http10 {
+            return Err(FramingError::TransferEncoding);
         }
         Ok(if bodiless {
             BodyFraming::Empty
