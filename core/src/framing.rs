@@ -12,7 +12,7 @@
 //! The rules (RFC 9112; each a `400` with `Connection: close`, nothing sent upstream):
 //! - both `Content-Length` and `Transfer-Encoding` (§6.1: "ought to be handled as an error");
 //! - `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` applied twice (§6.1);
-//! - a `Content-Length` that is not one decimal number, or several that differ (§6.3);
+//! - a `Content-Length` that is not one decimal number, or more than one (§6.3);
 //! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2);
 //! - an obsolete line folding (a header line starting with whitespace, §5.2).
 //!

@@ -97,6 +97,8 @@ pub enum HeadError {
     HeadTooLarge,
     /// More header lines than the limit.
     TooManyHeaders,
+    /// A request target in none of the forms of RFC 9112 §3.2 (see [`valid_target`]).
+    Target,
 }
 
 impl HeadError {
@@ -104,7 +106,7 @@ impl HeadError {
     #[must_use]
     pub const fn status(&self) -> u16 {
         match self {
-            HeadError::Malformed(_) | HeadError::Framing(_) => 400,
+            HeadError::Malformed(_) | HeadError::Framing(_) | HeadError::Target => 400,
             HeadError::RequestLineTooLong => 414,
             HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
         }
@@ -119,6 +121,7 @@ impl HeadError {
             HeadError::RequestLineTooLong => "request line too long",
             HeadError::HeadTooLarge => "request header section too large",
             HeadError::TooManyHeaders => "too many request header lines",
+            HeadError::Target => "invalid request target",
         }
     }
 }
@@ -215,6 +218,9 @@ pub fn parse_request<'h, 'b>(
     let (Some(method), Some(target), Some(version)) = (method, path, version) else {
         return Err(HeadError::Malformed("incomplete request line"));
     };
+    if !valid_target(method, target.as_bytes()) {
+        return Err(HeadError::Target);
+    }
     let version = if version == 0 {
         Version::Http10
     } else {
@@ -234,6 +240,46 @@ pub fn parse_request<'h, 'b>(
         body,
         facts,
     }))
+}
+
+/// Whether `target` is a request target of RFC 9112 §3.2 for `method`:
+/// - origin-form (`/path?query`): the bytes `http::Uri` accepts in a path and a query (so the
+///   target means the same to weir and to an `http`-based backend), no fragment (`#`);
+/// - absolute-form (`http://...`, `https://...`, any case), with the same bytes;
+/// - authority-form (`host:port`) for `CONNECT` only; asterisk-form (`*`) for `OPTIONS` only.
+#[must_use]
+pub fn valid_target(method: &str, target: &[u8]) -> bool {
+    let uri_bytes = |t: &[u8]| {
+        let mut query = false;
+        t.iter().all(|&b| match b {
+            b'?' => {
+                query = true;
+                true
+            }
+            0x21 | 0x24..=0x3b | 0x3d | 0x80..=0xff => true,
+            0x3f..=0x7e if query => true,
+            0x40..=0x5f | 0x61..=0x7a | 0x7c | 0x7e | b'"' | b'{' | b'}' => !query || b != b'"',
+            _ => false,
+        })
+    };
+    match target {
+        b"*" => method == "OPTIONS",
+        [b'/', ..] => method != "CONNECT" && uri_bytes(target),
+        _ if method == "CONNECT" => {
+            !target.is_empty()
+                && target
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~:[]%!$&'()*+,;=".contains(&b))
+        }
+        _ => {
+            let scheme = target.iter().position(|&b| b == b':').unwrap_or(0);
+            let (s, rest) = target.split_at(scheme);
+            (s.eq_ignore_ascii_case(b"http") || s.eq_ignore_ascii_case(b"https"))
+                && rest.starts_with(b"://")
+                && rest.len() > 3
+                && uri_bytes(&rest[3..])
+        }
+    }
 }
 
 /// The facts of a parsed header list.

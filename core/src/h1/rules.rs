@@ -91,11 +91,11 @@ impl Facts {
                 }
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
-                let len = if whole { content_length(value) } else { None };
-                match (len, self.content_length) {
-                    (Some(n), Some(before)) if n != before => self.fail(FramingError::ContentLength),
-                    (Some(n), _) => self.content_length = Some(n),
-                    (None, _) => self.fail(FramingError::ContentLength),
+                // One line, one number (issue 14: a repeated Content-Length is refused even
+                // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
+                match (whole.then(|| content_length(value)).flatten(), self.content_length) {
+                    (Some(n), None) => self.content_length = Some(n),
+                    _ => self.fail(FramingError::ContentLength),
                 }
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
@@ -200,21 +200,13 @@ pub(crate) fn tokens(v: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     v.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty())
 }
 
-/// A `Content-Length` value: one decimal number, or a list of equal ones (RFC 9112 §6.3).
+/// A `Content-Length` value: one decimal number of at most 19 digits (no sign, no list).
 pub(crate) fn content_length(v: &[u8]) -> Option<u64> {
-    let mut found = None;
-    for part in v.split(|&b| b == b',') {
-        let part = trim(part);
-        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        let n = part.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-        match found {
-            Some(before) if before != n => return None,
-            _ => found = Some(n),
-        }
+    let v = trim(v);
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
     }
-    found
+    Some(v.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
 /// Whether a `Transfer-Encoding` list ends in `chunked` and names it only there.
