@@ -28,6 +28,7 @@ pub mod budget;
 pub mod bulkhead;
 pub mod config;
 pub mod conn_limit;
+pub mod conn_watch;
 pub mod exchange;
 pub mod flow;
 pub mod forward;
