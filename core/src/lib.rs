@@ -35,6 +35,7 @@ pub mod forward;
 pub mod framing;
 pub mod h1;
 pub mod health;
+pub mod idle_pool;
 pub mod method;
 pub mod mgmt;
 #[cfg(feature = "mutations")]
