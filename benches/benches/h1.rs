@@ -18,7 +18,9 @@ fn request_head(c: &mut Criterion) {
     c.bench_function("h1/request_parse_rewrite", |b| {
         b.iter(|| {
             let mut h = [EMPTY_HEADER; 32];
-            let Ok(Parsed::Complete(r)) = parse_request(black_box(H1_GET), &mut h, &Limits::default()) else {
+            let Ok(Parsed::Complete(r)) =
+                parse_request(black_box(H1_GET), &mut h, &Limits::default())
+            else {
                 unreachable!()
             };
             out.clear();
@@ -53,7 +55,12 @@ fn response_head(c: &mut Criterion) {
                 version: Version::Http11,
                 keep_alive: true,
             };
-            black_box(write_response_head(&r, client, &[("x-balancer-backend", b"b1")], &mut out))
+            black_box(write_response_head(
+                &r,
+                client,
+                &[("x-balancer-backend", b"b1")],
+                &mut out,
+            ))
         });
     });
 }
@@ -61,7 +68,14 @@ fn response_head(c: &mut Criterion) {
 fn head_path(c: &mut Criterion) {
     let (mut up, mut down) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     c.bench_function("h1/keep_alive_get_head_path", |b| {
-        b.iter(|| black_box(h1_head_path(black_box(H1_GET), H1_RESPONSE, &mut up, &mut down)));
+        b.iter(|| {
+            black_box(h1_head_path(
+                black_box(H1_GET),
+                H1_RESPONSE,
+                &mut up,
+                &mut down,
+            ))
+        });
     });
 }
 

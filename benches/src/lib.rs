@@ -71,12 +71,17 @@ Content-Type: text/html\r\nContent-Length: 100\r\nConnection: keep-alive\r\nCach
 ///
 /// # Panics
 /// If either head does not parse (the constants above always do).
-pub fn h1_head_path(request: &[u8], response: &[u8], up: &mut Vec<u8>, down: &mut Vec<u8>) -> usize {
+pub fn h1_head_path(
+    request: &[u8],
+    response: &[u8],
+    up: &mut Vec<u8>,
+    down: &mut Vec<u8>,
+) -> usize {
     use std::net::{IpAddr, Ipv4Addr};
     use weir_core::forward::Proto;
     use weir_core::h1::{
-        ClientSide, EMPTY_HEADER, Limits, Parsed, ResponseContext, UpstreamRequest,
-        parse_request, parse_response, write_response_head, write_upstream_request,
+        ClientSide, EMPTY_HEADER, Limits, Parsed, ResponseContext, UpstreamRequest, parse_request,
+        parse_response, write_response_head, write_upstream_request,
     };
     let limits = Limits::default();
     let mut h = [EMPTY_HEADER; 32];

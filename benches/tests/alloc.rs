@@ -147,10 +147,17 @@ fn h1_keep_alive_get_head_path_allocates_nothing() {
     for _ in 0..3 {
         let (n, allocs, bytes) = counted(|| h1_head_path(H1_GET, H1_RESPONSE, &mut up, &mut down));
         assert_eq!(n, first);
-        assert_eq!((allocs, bytes), (0, 0), "heap allocations on the keep-alive GET head path");
+        assert_eq!(
+            (allocs, bytes),
+            (0, 0),
+            "heap allocations on the keep-alive GET head path"
+        );
     }
     // The first request grew the buffers: that is the only allocation a connection pays.
     let (mut up, mut down) = (Vec::new(), Vec::new());
     let (_, allocs, _) = counted(|| h1_head_path(H1_GET, H1_RESPONSE, &mut up, &mut down));
-    assert!(allocs > 0, "the counter sees a fresh connection's buffers grow");
+    assert!(
+        allocs > 0,
+        "the counter sees a fresh connection's buffers grow"
+    );
 }

@@ -76,9 +76,9 @@ impl ConnWatch {
     #[must_use]
     pub fn poll_action(&self, phase: ConnPhase, now: Instant) -> Option<WatchAction> {
         match phase {
-            ConnPhase::Head { started } => {
-                (now >= started.saturating_add(self.read_header_timeout)).then_some(WatchAction::Close)
-            }
+            ConnPhase::Head { started } => (now
+                >= started.saturating_add(self.read_header_timeout))
+            .then_some(WatchAction::Close),
             ConnPhase::Idle { since } => {
                 if now >= since.saturating_add(self.idle_timeout) {
                     Some(WatchAction::Idle)

@@ -238,7 +238,10 @@ impl RequestFraming {
             return;
         }
         if matches!(line.prefix[0], b' ' | b'\t') {
-            self.head.facts.error.get_or_insert(FramingError::ObsoleteFold);
+            self.head
+                .facts
+                .error
+                .get_or_insert(FramingError::ObsoleteFold);
             return;
         }
         self.header_line(&line);

@@ -21,7 +21,9 @@ use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_core::framing::FramingError;
 use weir_core::h1::chunked::ChunkedDecoder;
-use weir_core::h1::{BodyFraming, EMPTY_HEADER, HeadError, LengthBody, Limits, Parsed, parse_request};
+use weir_core::h1::{
+    BodyFraming, EMPTY_HEADER, HeadError, LengthBody, Limits, Parsed, parse_request,
+};
 
 /// One message as read: method, target, header lines (lower-case names, sorted), body.
 type Message = (String, String, Vec<(String, Vec<u8>)>, Vec<u8>);
@@ -95,10 +97,11 @@ async fn hyper_reads(raw: Vec<u8>) -> Option<Message> {
             Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::new())))
         }
     });
-    let conn = tokio::spawn(http1::Builder::new().half_close(true).serve_connection(
-        hyper_util_io::Io(server),
-        service,
-    ));
+    let conn = tokio::spawn(
+        http1::Builder::new()
+            .half_close(true)
+            .serve_connection(hyper_util_io::Io(server), service),
+    );
     client.write_all(&raw).await.unwrap();
     client.shutdown().await.unwrap();
     let mut sink = Vec::new();
@@ -160,14 +163,14 @@ mod hyper_util_io {
 fn stricter_by_design(e: &HeadError) -> bool {
     matches!(
         e,
-        HeadError::Target |
-        HeadError::Framing(
-            FramingError::LengthAndTransferEncoding
-                | FramingError::HostMissing
-                | FramingError::HostRepeated
-                | FramingError::TransferEncoding
-                | FramingError::ContentLength
-        )
+        HeadError::Target
+            | HeadError::Framing(
+                FramingError::LengthAndTransferEncoding
+                    | FramingError::HostMissing
+                    | FramingError::HostRepeated
+                    | FramingError::TransferEncoding
+                    | FramingError::ContentLength
+            )
     )
 }
 
@@ -228,7 +231,13 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 
 fn request() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![Just("GET"), Just("POST"), Just("PUT"), Just("DELETE"), Just("X-CUSTOM")],
+        prop_oneof![
+            Just("GET"),
+            Just("POST"),
+            Just("PUT"),
+            Just("DELETE"),
+            Just("X-CUSTOM")
+        ],
         prop_oneof![
             "/[a-zA-Z0-9/?=&%._~-]{0,16}",
             "/[!-~]{0,16}",

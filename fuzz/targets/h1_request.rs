@@ -17,7 +17,9 @@ pub fn run(data: &[u8]) {
     };
     let mut h = [EMPTY_HEADER; 16];
     let whole = parse_request(data, &mut h, &limits);
-    let cut = data.first().map_or(0, |&b| usize::from(b) % (data.len() + 1));
+    let cut = data
+        .first()
+        .map_or(0, |&b| usize::from(b) % (data.len() + 1));
     let mut h2 = [EMPTY_HEADER; 16];
     match (&whole, parse_request(&data[..cut], &mut h2, &limits)) {
         (_, Ok(Parsed::Partial)) => {}

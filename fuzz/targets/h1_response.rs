@@ -16,7 +16,11 @@ pub fn run(data: &[u8]) {
         upgrade: flags & 2 != 0,
     };
     let client = ClientSide {
-        version: if flags & 4 != 0 { Version::Http10 } else { Version::Http11 },
+        version: if flags & 4 != 0 {
+            Version::Http10
+        } else {
+            Version::Http11
+        },
         keep_alive: flags & 8 != 0,
     };
     let limits = Limits {

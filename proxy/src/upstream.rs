@@ -497,7 +497,10 @@ impl Upstream {
             .handshake(io)
             .await
             .map_err(|e| SendError::Connect(io::Error::other(e)))?;
-        self.with_pool(|pool| pool.idle.handle_opened(target.url(), self.core_now(rt.now())));
+        self.with_pool(|pool| {
+            pool.idle
+                .handle_opened(target.url(), self.core_now(rt.now()))
+        });
         Ok(Conn {
             tx,
             driver: Some(Box::pin(conn.with_upgrades())),

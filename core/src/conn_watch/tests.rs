@@ -32,7 +32,11 @@ fn c_path_12_idle_connection_parks_then_closes() {
     assert_eq!(w.poll_action(phase, at(100)), None);
     assert_eq!(w.poll_timeout(phase, at(100)), at(101));
     assert_eq!(w.poll_action(phase, at(101)), Some(WatchAction::Park));
-    assert_eq!(w.poll_action(phase, at(160)), Some(WatchAction::Idle), "idle wins over park");
+    assert_eq!(
+        w.poll_action(phase, at(160)),
+        Some(WatchAction::Idle),
+        "idle wins over park"
+    );
     // Without parking: the idle deadline, looked at at least every read_header_timeout.
     let np = ConnWatch::new(RHT, IDLE, None);
     assert_eq!(np.poll_action(phase, at(101)), None);
@@ -46,8 +50,14 @@ fn c_path_12_busy_and_parking() {
     let w = ConnWatch::new(RHT, IDLE, Some(PARK));
     assert_eq!(w.poll_action(ConnPhase::Busy, at(5)), None);
     assert_eq!(w.poll_timeout(ConnPhase::Busy, at(5)), at(6));
-    assert_eq!(ConnWatch::new(RHT, IDLE, None).poll_timeout(ConnPhase::Busy, at(5)), at(15));
-    assert_eq!(w.poll_action(ConnPhase::Parking, at(5)), Some(WatchAction::Close));
+    assert_eq!(
+        ConnWatch::new(RHT, IDLE, None).poll_timeout(ConnPhase::Busy, at(5)),
+        at(15)
+    );
+    assert_eq!(
+        w.poll_action(ConnPhase::Parking, at(5)),
+        Some(WatchAction::Close)
+    );
 }
 
 #[test]

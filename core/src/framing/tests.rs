@@ -138,7 +138,10 @@ fn c_path_12_content_length_rules() {
         vec![Err(FramingError::ContentLength)]
     );
     // Repeats are refused even when equal (issue 14: as nginx and hyper), as a list or as lines.
-    for repeated in ["Content-Length: 2, 2", "Content-Length: 2\r\nContent-Length: 2"] {
+    for repeated in [
+        "Content-Length: 2, 2",
+        "Content-Length: 2\r\nContent-Length: 2",
+    ] {
         assert_eq!(
             same_however_split(&head(repeated)),
             vec![Err(FramingError::ContentLength)],

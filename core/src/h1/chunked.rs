@@ -212,7 +212,10 @@ fn step(state: State, b: u8) -> Option<State> {
         State::DataEnd { .. } => return None,
         State::Trailer { len, cr: false } => match b {
             b'\r' => State::Trailer { len, cr: true },
-            b'\t' | b' '..=0x7e | 0x80..=0xff => State::Trailer { len: len + 1, cr: false },
+            b'\t' | b' '..=0x7e | 0x80..=0xff => State::Trailer {
+                len: len + 1,
+                cr: false,
+            },
             _ => return None,
         },
         State::Trailer { len, cr: true } => match b {

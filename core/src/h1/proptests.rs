@@ -17,7 +17,11 @@ type Framed = (Vec<(String, String, Vec<u8>)>, Option<String>);
 /// parse a head when the buffer holds one, then follow its body.
 fn frame(stream: &[u8], cuts: &[usize]) -> Framed {
     let mut arrived = 0;
-    let mut cuts = cuts.iter().copied().filter(|&c| c <= stream.len()).collect::<Vec<_>>();
+    let mut cuts = cuts
+        .iter()
+        .copied()
+        .filter(|&c| c <= stream.len())
+        .collect::<Vec<_>>();
     cuts.sort_unstable();
     cuts.push(stream.len());
     let mut cuts = cuts.into_iter();

@@ -93,7 +93,10 @@ impl Facts {
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // One line, one number (issue 14: a repeated Content-Length is refused even
                 // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
-                match (whole.then(|| content_length(value)).flatten(), self.content_length) {
+                match (
+                    whole.then(|| content_length(value)).flatten(),
+                    self.content_length,
+                ) {
                     (Some(n), None) => self.content_length = Some(n),
                     _ => self.fail(FramingError::ContentLength),
                 }

@@ -93,7 +93,7 @@ fn c_path_12_framing_defects_are_400() {
 fn c_path_12_syntax_defects_are_400() {
     for raw in [
         &b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n"[..], // obs-fold
-        b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",                         // space before colon
+        b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",                          // space before colon
         b"GET / HTTP/1.1\r\nHost\t: x\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n", // NUL in a value
         b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", // bare CR in a value
@@ -132,9 +132,16 @@ fn c_path_12_request_targets_in_their_forms_only() {
         ("GET", "ftp://h/", false),
         ("GET", "http://", false),
     ] {
-        assert_eq!(valid_target(method, target.as_bytes()), ok, "{method} {target}");
+        assert_eq!(
+            valid_target(method, target.as_bytes()),
+            ok,
+            "{method} {target}"
+        );
     }
-    assert_eq!(req_err(b"GET x HTTP/1.1\r\nHost: a\r\n\r\n"), HeadError::Target);
+    assert_eq!(
+        req_err(b"GET x HTTP/1.1\r\nHost: a\r\n\r\n"),
+        HeadError::Target
+    );
     assert_eq!(HeadError::Target.status(), 400);
 }
 
@@ -151,7 +158,10 @@ fn c_path_12_limits_are_414_and_431() {
     // Still incomplete, but already too long.
     let e = parse_request(&long.as_bytes()[..36], &mut h, &limits).unwrap_err();
     assert_eq!(e, HeadError::RequestLineTooLong);
-    let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-A: {}\r\n\r\n", "b".repeat(120));
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-A: {}\r\n\r\n",
+        "b".repeat(120)
+    );
     let e = parse_request(big.as_bytes(), &mut h, &limits).unwrap_err();
     assert_eq!((e, e.status()), (HeadError::HeadTooLarge, 431));
     let e = parse_request(&big.as_bytes()[..130], &mut h, &limits).unwrap_err();
@@ -168,7 +178,10 @@ fn connection_facts_keep_alive_upgrade_expect() {
         Ok(Parsed::Complete(r)) => (r.keep_alive(), r.upgrade(), r.expect_continue()),
         other => panic!("{other:?}"),
     };
-    assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), (true, false, false));
+    assert_eq!(
+        parse(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        (true, false, false)
+    );
     assert_eq!(
         parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, Close\r\n\r\n"),
         (false, false, false)
@@ -254,7 +267,12 @@ fn c_path_8_upgrade_and_chunked_in_the_upstream_head() {
         b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
         &[],
     );
-    assert!(out.starts_with("GET /api/x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"), "{out}");
+    assert!(
+        out.starts_with(
+            "GET /api/x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"
+        ),
+        "{out}"
+    );
     let out = upstream(
         b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
         &[],
@@ -283,12 +301,32 @@ fn c_path_12_response_framing_by_status_and_method() {
         upgrade: false,
     };
     let cases: [(&[u8], ResponseContext, BodyFraming); 7] = [
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", get, BodyFraming::Length(5)),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", head, BodyFraming::Empty),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            get,
+            BodyFraming::Length(5),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            head,
+            BodyFraming::Empty,
+        ),
         (b"HTTP/1.1 204 No Content\r\n\r\n", get, BodyFraming::Empty),
-        (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", get, BodyFraming::Empty),
-        (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", get, BodyFraming::Empty),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", get, BodyFraming::Chunked),
+        (
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+            get,
+            BodyFraming::Empty,
+        ),
+        (
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+            get,
+            BodyFraming::Empty,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            get,
+            BodyFraming::Chunked,
+        ),
         (b"HTTP/1.0 200 OK\r\n\r\n", get, BodyFraming::UntilClose),
     ];
     for (raw, ctx, want) in cases {
@@ -312,7 +350,10 @@ fn c_path_12_bad_responses() {
     for (raw, want) in [
         (&b"HTTP/1.1 600 Odd\r\n\r\n"[..], BadResponse::Status(600)),
         (b"HTTP/1.1 099 Odd\r\n\r\n", BadResponse::Status(99)),
-        (b"HTTP/1.1 101 Switching\r\nUpgrade: x\r\n\r\n", BadResponse::UnrequestedSwitch),
+        (
+            b"HTTP/1.1 101 Switching\r\nUpgrade: x\r\n\r\n",
+            BadResponse::UnrequestedSwitch,
+        ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             BadResponse::Framing(crate::framing::FramingError::LengthAndTransferEncoding),
@@ -335,7 +376,10 @@ fn c_path_12_bad_responses() {
         b"HTTP/1.1 2000 OK\r\n\r\n",
         b"HTTP/3 200 OK\r\n\r\n",
     ] {
-        assert!(matches!(response(raw, &mut h, get), Err(BadResponse::Malformed(_))), "{raw:?}");
+        assert!(
+            matches!(response(raw, &mut h, get), Err(BadResponse::Malformed(_))),
+            "{raw:?}"
+        );
     }
     assert_eq!(BadResponse::STATUS, 502);
 }
@@ -371,23 +415,61 @@ fn response_head_speaks_weirs_version_and_keeps_alive_only_with_a_length() {
         out,
         "HTTP/1.1 200 OK\r\nServer: s\r\ncontent-length: 2\r\nx-balancer-backend: b1\r\n\r\n"
     );
-    assert_eq!(d, ResponseOut { keep_alive: true, body: BodyOut::Length(2) });
+    assert_eq!(
+        d,
+        ResponseOut {
+            keep_alive: true,
+            body: BodyOut::Length(2)
+        }
+    );
     let (out, d) = client_head(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", c10);
     assert!(out.contains("\r\nconnection: keep-alive\r\n"), "{out}");
     assert!(d.keep_alive);
-    let (out, d) = client_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", c10);
-    assert!(!out.contains("transfer-encoding") && out.contains("connection: close"), "{out}");
-    assert_eq!(d, ResponseOut { keep_alive: false, body: BodyOut::DecodeChunked });
-    let (out, d) = client_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", c11);
+    let (out, d) = client_head(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        c10,
+    );
+    assert!(
+        !out.contains("transfer-encoding") && out.contains("connection: close"),
+        "{out}"
+    );
+    assert_eq!(
+        d,
+        ResponseOut {
+            keep_alive: false,
+            body: BodyOut::DecodeChunked
+        }
+    );
+    let (out, d) = client_head(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        c11,
+    );
     assert!(out.contains("\r\ntransfer-encoding: chunked\r\n"), "{out}");
-    assert_eq!(d, ResponseOut { keep_alive: true, body: BodyOut::PassChunked });
+    assert_eq!(
+        d,
+        ResponseOut {
+            keep_alive: true,
+            body: BodyOut::PassChunked
+        }
+    );
     let (_, d) = client_head(b"HTTP/1.1 200 OK\r\n\r\n", c11);
-    assert_eq!(d, ResponseOut { keep_alive: false, body: BodyOut::UntilClose });
+    assert_eq!(
+        d,
+        ResponseOut {
+            keep_alive: false,
+            body: BodyOut::UntilClose
+        }
+    );
     let (out, d) = client_head(
         b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
         c11,
     );
-    assert!(out.starts_with("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"), "{out}");
+    assert!(
+        out.starts_with(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"
+        ),
+        "{out}"
+    );
     assert_eq!(d.body, BodyOut::Tunnel);
     assert!(relay_interim(Version::Http11) && !relay_interim(Version::Http10));
 }
@@ -414,21 +496,24 @@ fn c_path_12_chunked_decoder() {
     assert_eq!(&body[used..], b"NEXT", "the next message stays");
     for bad in [
         &b"zz\r\n"[..],
-        b"5\nhello\r\n",            // bare LF after the size
-        b"5;a\nhello\r\n",          // bare LF ending an extension
-        b"5\r\nhelloX\r\n",         // data longer than its size
-        b"5\r\nhello\n0\r\n\r\n",   // bare LF after data
-        b"10000000000000000\r\n",   // over 64 bits
-        b"\r\n",                    // no digits
-        b"0\r\nX: 1\n\r\n",         // bare LF in a trailer
-        b"5;a\x01\r\n",             // control byte in an extension
+        b"5\nhello\r\n",          // bare LF after the size
+        b"5;a\nhello\r\n",        // bare LF ending an extension
+        b"5\r\nhelloX\r\n",       // data longer than its size
+        b"5\r\nhello\n0\r\n\r\n", // bare LF after data
+        b"10000000000000000\r\n", // over 64 bits
+        b"\r\n",                  // no digits
+        b"0\r\nX: 1\n\r\n",       // bare LF in a trailer
+        b"5;a\x01\r\n",           // control byte in an extension
     ] {
         assert_eq!(decode_all(bad), Err(ChunkError::Malformed), "{bad:?}");
     }
     let long = format!("1;{}\r\n", "e".repeat(5000));
     assert_eq!(decode_all(long.as_bytes()), Err(ChunkError::LineTooLong));
     let trailers = format!("0\r\nX: {}\r\n\r\n", "t".repeat(20_000));
-    assert_eq!(decode_all(trailers.as_bytes()), Err(ChunkError::TrailersTooLarge));
+    assert_eq!(
+        decode_all(trailers.as_bytes()),
+        Err(ChunkError::TrailersTooLarge)
+    );
 }
 
 #[test]

@@ -28,7 +28,11 @@ pub struct UpstreamRequest<'a> {
 
 /// Writes the upstream request head for `head` into `out` (appended). The upstream always
 /// gets HTTP/1.1; a chunked body is passed through with its framing (the upstream speaks 1.1).
-pub fn write_upstream_request(head: &RequestHead<'_, '_>, req: &UpstreamRequest<'_>, out: &mut Vec<u8>) {
+pub fn write_upstream_request(
+    head: &RequestHead<'_, '_>,
+    req: &UpstreamRequest<'_>,
+    out: &mut Vec<u8>,
+) {
     let upgrading = head.upgrade();
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
@@ -46,7 +50,10 @@ pub fn write_upstream_request(head: &RequestHead<'_, '_>, req: &UpstreamRequest<
         }
         if dropped(name, head.headers, head.facts.connection_names, upgrading)
             || forward::is_replaced_forwarding(name)
-            || req.extra.iter().any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            || req
+                .extra
+                .iter()
+                .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
         {
             continue;
         }
@@ -134,7 +141,13 @@ pub fn write_response_head(
         && !switching
         && !matches!(body, BodyOut::DecodeChunked | BodyOut::UntilClose);
     status_line(out, head.status, head.reason);
-    headers(out, head.headers, head.facts.connection_names, switching, extra);
+    headers(
+        out,
+        head.headers,
+        head.facts.connection_names,
+        switching,
+        extra,
+    );
     // A HEAD or 304 response keeps its Content-Length (it describes the representation);
     // 1xx and 204 never carry one (RFC 9110 §8.6).
     match (head.facts.content_length, body) {
@@ -201,7 +214,9 @@ fn headers(
             continue;
         }
         if dropped(name, all, connection_names, switching)
-            || extra.iter().any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            || extra
+                .iter()
+                .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
         {
             continue;
         }

@@ -36,7 +36,11 @@ fn c_pool_idle_reuse_is_last_in_first_out() {
     assert_eq!(pool.idle_count(), 3);
     assert_eq!(pool.checkout("a", at(2)), Some(3));
     assert_eq!(pool.checkout("a", at(2)), Some(2));
-    assert_eq!(pool.checkout("b", at(2)), None, "no connection to another backend");
+    assert_eq!(
+        pool.checkout("b", at(2)),
+        None,
+        "no connection to another backend"
+    );
     assert_eq!(pool.idle_count(), 1);
 }
 
@@ -144,5 +148,8 @@ fn clear_drops_everything() {
     let c = open(&mut pool, "a", 1, 1, at(0))[0];
     pool.release("a", c, at(0));
     pool.clear();
-    assert_eq!((pool.idle_count(), pool.idle_for("a"), pool.poll_timeout()), (0, 0, None));
+    assert_eq!(
+        (pool.idle_count(), pool.idle_for("a"), pool.poll_timeout()),
+        (0, 0, None)
+    );
 }
