@@ -6,7 +6,10 @@ use super::chunked::{ChunkError, ChunkedDecoder};
 use super::*;
 use crate::forward::Proto;
 
-fn req(raw: &[u8]) -> Result<Parsed<(String, String, Version, BodyFraming, usize)>, HeadError> {
+/// Method, target, version, framing, head length.
+type Head = (String, String, Version, BodyFraming, usize);
+
+fn req(raw: &[u8]) -> Result<Parsed<Head>, HeadError> {
     let mut h = [EMPTY_HEADER; 16];
     parse_request(raw, &mut h, &Limits::default()).map(|p| match p {
         Parsed::Complete(r) => Parsed::Complete((

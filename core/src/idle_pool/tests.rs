@@ -20,10 +20,7 @@ fn at(s: u64) -> Instant {
 /// Lends `n` new connections to `host` (ids from `first`) and returns them.
 fn open(pool: &mut IdlePool<u32>, host: &str, first: u32, n: u32, now: Instant) -> Vec<u32> {
     (first..first + n)
-        .map(|id| {
-            pool.handle_opened(host, now);
-            id
-        })
+        .inspect(|_| pool.handle_opened(host, now))
         .collect()
 }
 
