@@ -193,22 +193,24 @@ pub fn parse_request<'h, 'b>(
     headers: &'h mut [Header<'b>],
     limits: &Limits,
 ) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
-    if first_line_len(buf) > limits.max_request_line {
-        return Err(HeadError::RequestLineTooLong);
-    }
+    // Errors are reported in stream order, so the answer never depends on how the bytes were
+    // split into reads: httparse sees only the bytes up to the point where a limit is crossed,
+    // and a syntax error before that point wins over the limit.
+    let over_line = line_over_at(buf, limits.max_request_line);
+    let view = &buf[..buf.len().min(over_line).min(limits.max_head_bytes)];
     let mut req = httparse::Request::new(headers);
-    let head_len = match req.parse(buf) {
+    let head_len = match req.parse(view) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() >= limits.max_head_bytes => {
+        Ok(httparse::Status::Partial) if view.len() == over_line => {
+            return Err(HeadError::RequestLineTooLong);
+        }
+        Ok(httparse::Status::Partial) if view.len() >= limits.max_head_bytes => {
             return Err(HeadError::HeadTooLarge);
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
         Err(e) => return Err(HeadError::Malformed(malformed(e))),
     };
-    if head_len > limits.max_head_bytes {
-        return Err(HeadError::HeadTooLarge);
-    }
     let httparse::Request {
         method,
         path,
@@ -304,18 +306,29 @@ pub(crate) const fn malformed(e: httparse::Error) -> &'static str {
     }
 }
 
-/// Length of the first non-empty line of `buf` without its line ending, or of all of it when
-/// the line is not complete yet (httparse skips empty lines before a request line).
-fn first_line_len(buf: &[u8]) -> usize {
+/// The length of the shortest prefix of `buf` that shows a request line longer than `max`
+/// (`usize::MAX` when `buf` does not show one). httparse skips empty lines before a request
+/// line; a final CR is not counted until the byte after it shows it is not a line ending.
+fn line_over_at(buf: &[u8], max: usize) -> usize {
     let start = buf
         .iter()
         .position(|&b| b != b'\r' && b != b'\n')
         .unwrap_or(buf.len());
     let line = &buf[start..];
-    match line.iter().position(|&b| b == b'\n') {
-        Some(i) if i > 0 && line[i - 1] == b'\r' => i - 1,
-        Some(i) => i,
-        None => line.len(),
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let content = match line[..end].last() {
+        Some(b'\r') if end < line.len() => end - 1,
+        _ => end,
+    };
+    if content <= max {
+        return usize::MAX;
+    }
+    // The (max + 1)-th byte of the line crosses the limit, unless it is a CR that might still
+    // end the line: then the byte after it does.
+    if line[max] == b'\r' {
+        start + max + 2
+    } else {
+        start + max + 1
     }
 }
 

@@ -104,19 +104,18 @@ pub fn parse_response<'h, 'b>(
     limits: &Limits,
     ctx: ResponseContext,
 ) -> Result<Parsed<ResponseHead<'h, 'b>>, BadResponse> {
+    // As for requests: httparse sees the bytes up to the limit only (stream order).
+    let view = &buf[..buf.len().min(limits.max_head_bytes)];
     let mut res = httparse::Response::new(headers);
-    let head_len = match res.parse(buf) {
+    let head_len = match res.parse(view) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() >= limits.max_head_bytes => {
+        Ok(httparse::Status::Partial) if view.len() >= limits.max_head_bytes => {
             return Err(BadResponse::TooLarge);
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
         Err(httparse::Error::TooManyHeaders) => return Err(BadResponse::TooLarge),
         Err(e) => return Err(BadResponse::Malformed(malformed(e))),
     };
-    if head_len > limits.max_head_bytes {
-        return Err(BadResponse::TooLarge);
-    }
     let httparse::Response {
         version,
         code,

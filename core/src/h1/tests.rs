@@ -526,3 +526,49 @@ fn length_body_takes_only_its_bytes() {
     assert_eq!((b.remaining(), b.take(10), b.is_done()), (2, 2, true));
     assert_eq!(b.take(10), 0);
 }
+
+/// Found by the `h1_request` fuzz target: a syntax error after the request-line limit must not
+/// turn a `414` into a `400` (or back) depending on how much of the line has arrived. Every
+/// prefix is `Partial` or the whole buffer's answer.
+#[test]
+fn c_path_12_limits_and_syntax_errors_in_stream_order() {
+    let limits = Limits {
+        max_request_line: 16,
+        max_head_bytes: 48,
+    };
+    let cases: [&[u8]; 5] = [
+        b"POST /\x12aaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\n\r\n", // error before the limit: 400
+        b"POST /aaaaaaaaaaaaaaaaaaaaaaaaaaa\x12 HTTP/1.1\r\n\r\n", // after it: 414
+        b"GET /aaaaaaaaaaaa\r\n",                               // 16 bytes and CRLF: fine so far
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\nY: 22222222222222222222\x01\r\n\r\n",
+        b"GET /aaaaaaaaaaa\r\r\n",
+    ];
+    for raw in cases {
+        let mut h = [EMPTY_HEADER; 8];
+        let whole = parse_request(raw, &mut h, &limits).map(|p| matches!(p, Parsed::Partial));
+        for cut in 0..raw.len() {
+            let mut h = [EMPTY_HEADER; 8];
+            match parse_request(&raw[..cut], &mut h, &limits) {
+                Ok(Parsed::Partial) => {}
+                other => assert_eq!(
+                    other.map(|p| matches!(p, Parsed::Partial)),
+                    whole,
+                    "{raw:?} cut at {cut}"
+                ),
+            }
+        }
+    }
+    let mut h = [EMPTY_HEADER; 8];
+    assert!(matches!(
+        parse_request(cases[0], &mut h, &limits),
+        Err(HeadError::Malformed(_))
+    ));
+    assert_eq!(
+        parse_request(cases[1], &mut h, &limits),
+        Err(HeadError::RequestLineTooLong)
+    );
+    assert_eq!(
+        parse_request(cases[3], &mut h, &limits),
+        Err(HeadError::HeadTooLarge)
+    );
+}
