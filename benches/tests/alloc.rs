@@ -134,3 +134,30 @@ fn c_rate_4_memory_per_bucket_at_100k_keys() {
     let len = store.len();
     assert!((90_000..=100_000).contains(&len), "{len} buckets held");
 }
+
+/// issue 14: the keep-alive GET head path of weir's HTTP/1 codec (parse the client head, write
+/// the upstream head, parse the response head, write the client head) allocates nothing once
+/// the connection's two output buffers have grown.
+#[test]
+fn h1_keep_alive_get_head_path_allocates_nothing() {
+    use weir_benches::{H1_GET, H1_RESPONSE, h1_head_path};
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let first = h1_head_path(H1_GET, H1_RESPONSE, &mut up, &mut down);
+    assert!(first > 0);
+    for _ in 0..3 {
+        let (n, allocs, bytes) = counted(|| h1_head_path(H1_GET, H1_RESPONSE, &mut up, &mut down));
+        assert_eq!(n, first);
+        assert_eq!(
+            (allocs, bytes),
+            (0, 0),
+            "heap allocations on the keep-alive GET head path"
+        );
+    }
+    // The first request grew the buffers: that is the only allocation a connection pays.
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let (_, allocs, _) = counted(|| h1_head_path(H1_GET, H1_RESPONSE, &mut up, &mut down));
+    assert!(
+        allocs > 0,
+        "the counter sees a fresh connection's buffers grow"
+    );
+}

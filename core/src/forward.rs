@@ -45,7 +45,9 @@ mod hop;
 mod node;
 
 pub use chain::{MAX_ELEMENT_BYTES, MAX_FORWARDED_LINE_BYTES, MAX_HOPS};
-pub use hop::{strip_hop_by_hop, wants_upgrade};
+pub use hop::{
+    connection_may_remove, is_hop_by_hop, strip_hop_by_hop, te_asks_trailers, wants_upgrade,
+};
 
 use chain::{ForwardedRev, Walk, XffRev, forwarded_last_https, last_element, walk};
 
@@ -301,6 +303,15 @@ const REPLACED: [HeaderName; 5] = [
     X_REAL_IP,
 ];
 
+/// Whether `name` (case-insensitive) is one of the forwarding headers [`rewrite_forwarding`]
+/// replaces; the flat-header writer of [`crate::h1`] drops these and appends weir's own.
+#[must_use]
+pub fn is_replaced_forwarding(name: &[u8]) -> bool {
+    REPLACED
+        .iter()
+        .any(|r| r.as_str().len() == name.len() && r.as_str().as_bytes().eq_ignore_ascii_case(name))
+}
+
 /// The inbound Host for [`rewrite_forwarding`]: the `Host` header (its first line).
 #[must_use]
 pub fn inbound_host(headers: &HeaderMap) -> Option<HeaderValue> {
@@ -311,7 +322,17 @@ pub fn inbound_host(headers: &HeaderMap) -> Option<HeaderValue> {
 /// hundreds of instructions for four small numbers, on every request).
 fn ip_header_value(ip: IpAddr) -> HeaderValue {
     let mut buf = [0u8; 64];
-    let len = match ip {
+    let len = ip_text(ip, &mut buf);
+    match HeaderValue::from_bytes(&buf[..len]) {
+        Ok(value) => value,
+        // Unreachable: the text of an IP address is digits, hex, `.` and `:`.
+        Err(_) => HeaderValue::from_static(""),
+    }
+}
+
+/// Writes `ip` as text into `buf` (no allocation); returns its length.
+pub fn ip_text(ip: IpAddr, buf: &mut [u8; 64]) -> usize {
+    match ip {
         IpAddr::V4(v4) => {
             let mut len = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
@@ -339,11 +360,6 @@ fn ip_header_value(ip: IpAddr) -> HeaderValue {
             let _ = write!(cursor, "{ip}");
             cursor.position() as usize
         }
-    };
-    match HeaderValue::from_bytes(&buf[..len]) {
-        Ok(value) => value,
-        // Unreachable: the text of an IP address is digits, hex, `.` and `:`.
-        Err(_) => HeaderValue::from_static(""),
     }
 }
 

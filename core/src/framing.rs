@@ -12,7 +12,7 @@
 //! The rules (RFC 9112; each a `400` with `Connection: close`, nothing sent upstream):
 //! - both `Content-Length` and `Transfer-Encoding` (§6.1: "ought to be handled as an error");
 //! - `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` applied twice (§6.1);
-//! - a `Content-Length` that is not one decimal number, or several that differ (§6.3);
+//! - a `Content-Length` that is not one decimal number, or more than one (§6.3);
 //! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2);
 //! - an obsolete line folding (a header line starting with whitespace, §5.2).
 //!
@@ -26,9 +26,15 @@
 //! line are kept, enough for the names and values the rules read. A `Content-Length` or
 //! `Transfer-Encoding` line longer than that is rejected.
 //!
+//! The rules themselves live in [`crate::h1`] (`Facts`, the chunked decoder), shared with weir's
+//! HTTP/1 head parsers: one set of framing rules.
+//!
 //! Methods: facts in (`handle_bytes`, `handle_upgrade`), actions out (`poll_verdict`).
 
 use core::fmt;
+
+use crate::h1::chunked::ChunkedDecoder;
+use crate::h1::{BodyFraming, Facts};
 
 /// How many bytes of a header line are kept: names and values of the framing headers fit.
 pub const LINE_PREFIX: usize = 96;
@@ -101,27 +107,9 @@ enum State {
     /// A `Content-Length` body: bytes left.
     Body(u64),
     /// A chunked body.
-    Chunk(Chunk),
+    Chunk(ChunkedDecoder),
     /// Not following any more (module doc).
     Opaque,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// The chunk size, hex digits so far (`digits` counts them).
-    Size { size: u64, digits: u8 },
-    /// Whitespace after the size.
-    SizeSpace { size: u64 },
-    /// A chunk extension, to the end of the line.
-    Extension { size: u64 },
-    /// A `\r` ended the size line; `\n` must follow.
-    SizeLf { size: u64 },
-    /// Chunk data: bytes left.
-    Data(u64),
-    /// The `\r\n` after the data (`cr` once the `\r` is seen).
-    DataEnd { cr: bool },
-    /// Trailer lines after the last chunk (`len`: bytes in the current line, `\r` excluded).
-    Trailer { len: u64 },
 }
 
 /// The header line being read.
@@ -148,10 +136,7 @@ struct Head {
     /// The request line is behind us.
     started: bool,
     http10: bool,
-    hosts: u8,
-    content_length: Option<u64>,
-    transfer_encoding: bool,
-    error: Option<FramingError>,
+    facts: Facts,
 }
 
 impl Default for RequestFraming {
@@ -174,10 +159,7 @@ impl RequestFraming {
             head: Head {
                 started: false,
                 http10: false,
-                hosts: 0,
-                content_length: None,
-                transfer_encoding: false,
-                error: None,
+                facts: Facts::new(),
             },
             accepted: 0,
             rejected: None,
@@ -256,7 +238,10 @@ impl RequestFraming {
             return;
         }
         if matches!(line.prefix[0], b' ' | b'\t') {
-            self.head.error.get_or_insert(FramingError::ObsoleteFold);
+            self.head
+                .facts
+                .error
+                .get_or_insert(FramingError::ObsoleteFold);
             return;
         }
         self.header_line(&line);
@@ -267,143 +252,47 @@ impl RequestFraming {
         let Some(colon) = kept.iter().position(|&b| b == b':') else {
             return; // a name longer than the prefix: none of the names the rules read
         };
-        let name = &kept[..colon];
-        let value = trim(&kept[colon + 1..]);
         let whole = line.kept() as u64 == line.len;
-        let head = &mut self.head;
-        if name.eq_ignore_ascii_case(b"host") {
-            head.hosts = head.hosts.saturating_add(1);
-        } else if name.eq_ignore_ascii_case(b"content-length") {
-            let len = if whole { content_length(value) } else { None };
-            match (len, head.content_length) {
-                (None, _) => {
-                    head.error.get_or_insert(FramingError::ContentLength);
-                }
-                (Some(n), Some(before)) if n != before => {
-                    head.error.get_or_insert(FramingError::ContentLength);
-                }
-                (Some(n), _) => head.content_length = Some(n),
-            }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            // Several lines are one list (RFC 9110 §5.3): only the last may say chunked, and
-            // only that one (a second `chunked` line after the first is chunked twice).
-            let ok = whole && !head.transfer_encoding && ends_in_chunked_once(value);
-            if !ok {
-                head.error.get_or_insert(FramingError::TransferEncoding);
-            }
-            head.transfer_encoding = true;
-        }
+        self.head
+            .facts
+            .header(&kept[..colon], &kept[colon + 1..], whole);
     }
 
     fn end_of_head(&mut self) {
         let head = core::mem::take(&mut self.head);
-        let error = if head.transfer_encoding && head.content_length.is_some() {
-            Some(FramingError::LengthAndTransferEncoding)
-        } else if let Some(e) = head.error {
-            Some(e)
-        } else if head.hosts > 1 {
-            Some(FramingError::HostRepeated)
-        } else if head.hosts == 0 && !head.http10 {
-            Some(FramingError::HostMissing)
-        } else {
-            None
-        };
-        if let Some(e) = error {
-            self.rejected = Some(e);
-            self.state = State::Opaque;
-            return;
-        }
-        self.accepted = self.accepted.saturating_add(1);
-        self.state = if head.transfer_encoding {
-            State::Chunk(Chunk::Size { size: 0, digits: 0 })
-        } else {
-            match head.content_length {
-                Some(n) if n > 0 => State::Body(n),
-                _ => State::Head,
+        match head.facts.request_body(head.http10) {
+            Err(e) => {
+                self.rejected = Some(e);
+                self.state = State::Opaque;
             }
-        };
+            Ok(body) => {
+                self.accepted = self.accepted.saturating_add(1);
+                self.state = match body {
+                    BodyFraming::Chunked => State::Chunk(ChunkedDecoder::new()),
+                    BodyFraming::Length(n) => State::Body(n),
+                    BodyFraming::Empty | BodyFraming::UntilClose => State::Head,
+                };
+            }
+        }
     }
 
     /// Chunked body bytes (RFC 9112 §7.1). Returns how many were used.
-    fn chunk_bytes(&mut self, chunk: Chunk, bytes: &[u8]) -> usize {
-        if let Chunk::Data(left) = chunk {
-            let n = skip(left, bytes.len());
-            self.state = State::Chunk(if n as u64 == left {
-                Chunk::DataEnd { cr: false }
-            } else {
-                Chunk::Data(left - n as u64)
-            });
-            return n;
-        }
-        let b = bytes[0];
-        self.state = match step(chunk, b) {
-            Some(Step::Next(c)) => State::Chunk(c),
-            Some(Step::SizeLine(0)) => State::Chunk(Chunk::Trailer { len: 0 }),
-            Some(Step::SizeLine(n)) => State::Chunk(Chunk::Data(n)),
-            Some(Step::Done) => State::Head,
-            None => State::Opaque,
-        };
-        1
-    }
-}
-
-enum Step {
-    Next(Chunk),
-    /// The size line ended: the chunk's size.
-    SizeLine(u64),
-    /// The empty line after the trailers: the message ended.
-    Done,
-}
-
-/// One byte of the chunked coding outside chunk data; `None`: malformed.
-fn step(chunk: Chunk, b: u8) -> Option<Step> {
-    Some(match chunk {
-        Chunk::Size { size, digits } => match b {
-            b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
-                if digits >= 16 {
-                    return None; // more than 64 bits
-                }
-                let d = u64::from((b as char).to_digit(16)?);
-                Step::Next(Chunk::Size {
-                    size: size << 4 | d,
-                    digits: digits + 1,
-                })
+    fn chunk_bytes(&mut self, mut chunk: ChunkedDecoder, bytes: &[u8]) -> usize {
+        match chunk.decode(bytes) {
+            Ok(d) if d.done => {
+                self.state = State::Head;
+                d.consumed
             }
-            _ if digits == 0 => return None,
-            b' ' | b'\t' => Step::Next(Chunk::SizeSpace { size }),
-            b';' => Step::Next(Chunk::Extension { size }),
-            b'\r' => Step::Next(Chunk::SizeLf { size }),
-            b'\n' => Step::SizeLine(size),
-            _ => return None,
-        },
-        Chunk::SizeSpace { size } => match b {
-            b' ' | b'\t' => Step::Next(Chunk::SizeSpace { size }),
-            b';' => Step::Next(Chunk::Extension { size }),
-            b'\r' => Step::Next(Chunk::SizeLf { size }),
-            b'\n' => Step::SizeLine(size),
-            _ => return None,
-        },
-        Chunk::Extension { size } => match b {
-            b'\n' => Step::SizeLine(size),
-            _ => Step::Next(Chunk::Extension { size }),
-        },
-        Chunk::SizeLf { size } => match b {
-            b'\n' => Step::SizeLine(size),
-            _ => return None,
-        },
-        Chunk::DataEnd { cr } => match b {
-            b'\r' if !cr => Step::Next(Chunk::DataEnd { cr: true }),
-            b'\n' => Step::Next(Chunk::Size { size: 0, digits: 0 }),
-            _ => return None,
-        },
-        Chunk::Trailer { len } => match b {
-            b'\n' if len == 0 => Step::Done,
-            b'\n' => Step::Next(Chunk::Trailer { len: 0 }),
-            b'\r' => Step::Next(Chunk::Trailer { len }),
-            _ => Step::Next(Chunk::Trailer { len: len + 1 }),
-        },
-        Chunk::Data(_) => unreachable!("chunk data is skipped by the caller"),
-    })
+            Ok(d) => {
+                self.state = State::Chunk(chunk);
+                d.consumed
+            }
+            Err(_) => {
+                self.state = State::Opaque;
+                bytes.len()
+            }
+        }
+    }
 }
 
 /// How many of `available` bytes a body with `left` bytes to go takes.
@@ -447,44 +336,6 @@ impl Line {
         // The low eight bytes (truncation intended).
         (tail as u64).to_be_bytes()
     }
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |i| i + 1);
-    &v[start..end]
-}
-
-/// A `Content-Length` value: one decimal number, or a list of equal ones (RFC 9112 §6.3).
-fn content_length(v: &[u8]) -> Option<u64> {
-    let mut found = None;
-    for part in v.split(|&b| b == b',') {
-        let part = trim(part);
-        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        let n = part.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-        match found {
-            Some(before) if before != n => return None,
-            _ => found = Some(n),
-        }
-    }
-    found
-}
-
-/// Whether a `Transfer-Encoding` list ends in `chunked` and names it only there.
-fn ends_in_chunked_once(v: &[u8]) -> bool {
-    let mut codings = v.split(|&b| b == b',').map(trim).filter(|c| !c.is_empty());
-    let Some(last) = codings.next_back() else {
-        return false;
-    };
-    last.eq_ignore_ascii_case(b"chunked") && !codings.any(|c| c.eq_ignore_ascii_case(b"chunked"))
 }
 
 #[cfg(test)]

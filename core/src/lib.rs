@@ -28,11 +28,14 @@ pub mod budget;
 pub mod bulkhead;
 pub mod config;
 pub mod conn_limit;
+pub mod conn_watch;
 pub mod exchange;
 pub mod flow;
 pub mod forward;
 pub mod framing;
+pub mod h1;
 pub mod health;
+pub mod idle_pool;
 pub mod method;
 pub mod mgmt;
 #[cfg(feature = "mutations")]

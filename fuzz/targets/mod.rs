@@ -7,6 +7,9 @@ pub mod config_yaml;
 pub mod flow;
 pub mod forwarded_chain;
 pub mod framing;
+pub mod h1_chunked;
+pub mod h1_request;
+pub mod h1_response;
 pub mod mgmt_request;
 pub mod request_id;
 pub mod upstream_uri;
@@ -20,6 +23,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("flow", flow::run),
     ("forwarded_chain", forwarded_chain::run),
     ("framing", framing::run),
+    ("h1_chunked", h1_chunked::run),
+    ("h1_request", h1_request::run),
+    ("h1_response", h1_response::run),
     ("mgmt_request", mgmt_request::run),
     ("request_id", request_id::run),
     ("upstream_uri", upstream_uri::run),

@@ -54,6 +54,7 @@ use std::time::Instant;
 use futures_util::future::Either;
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 
+use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use weir_core::framing::{FramingError, RequestFraming, Verdict};
 
 use crate::Shared;
@@ -613,42 +614,31 @@ enum Check {
 }
 
 impl Watchdog<'_> {
+    /// The connection's phase and core's watchdog decision on it (`weir_core::conn_watch`).
     fn check(&self) -> Check {
         let clock = &self.ctx.shared.clock;
         let now = clock.now();
         let s = &self.ctx.state;
-        let rht = self.limits.read_header_timeout;
-        match s.phase.load(Ordering::Relaxed) {
-            HEAD => {
-                let due =
-                    weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed)) + rht;
-                if now >= due {
-                    Check::Close
-                } else if self.park {
-                    // The head may complete and its response end long before `due`: look again
-                    // within `PARK_AFTER`, so parking is never later than 2 × PARK_AFTER.
-                    Check::Until(clock.deadline(due.min(now + PARK_AFTER)))
-                } else {
-                    Check::Until(clock.deadline(due))
-                }
-            }
-            IDLE => {
-                let due = self.ctx.idle_due(self.limits);
-                let park_due = self.ctx.idle_since() + PARK_AFTER;
-                if now >= due {
-                    Check::Idle
-                } else if self.park && now >= park_due {
-                    Check::Park
-                } else {
-                    let next = if self.park { due.min(park_due) } else { due };
-                    Check::Until(clock.deadline(next.min(now + rht)))
-                }
-            }
-            // hyper did not let go of a parked connection within `read_header_timeout`.
-            PARKING => Check::Close,
-            // Busy: look again within `PARK_AFTER` of the request's end at the latest.
-            _ if self.park => Check::Until(clock.deadline(now + rht.min(PARK_AFTER))),
-            _ => Check::Until(clock.deadline(now + rht)),
+        let phase = match s.phase.load(Ordering::Relaxed) {
+            HEAD => ConnPhase::Head {
+                started: weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed)),
+            },
+            IDLE => ConnPhase::Idle {
+                since: self.ctx.idle_since(),
+            },
+            PARKING => ConnPhase::Parking,
+            _ => ConnPhase::Busy,
+        };
+        let watch = ConnWatch::new(
+            self.limits.read_header_timeout,
+            self.limits.idle_timeout,
+            self.park.then_some(PARK_AFTER),
+        );
+        match watch.poll_action(phase, now) {
+            Some(WatchAction::Close) => Check::Close,
+            Some(WatchAction::Idle) => Check::Idle,
+            Some(WatchAction::Park) => Check::Park,
+            None => Check::Until(clock.deadline(watch.poll_timeout(phase, now))),
         }
     }
 }

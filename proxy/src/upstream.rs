@@ -21,9 +21,11 @@
 //! - a connection returns to the pool only after its response body was read to the end; a
 //!   response dropped earlier (a retried `503`, C-RETRY-6; a client that left, C-PATH-9) takes
 //!   its connection with it, and dropping the connection closes the socket;
-//! - idle connections are reused last-in first-out (the warmest socket), at most
-//!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker, each for at
-//!   most `idle_conn_timeout`; a connection the backend closed is skipped;
+//! - which idle connection is reused, kept or expired is weir-core's `idle_pool::IdlePool`:
+//!   last-in first-out (the warmest socket), each for at most `idle_conn_timeout`, at most
+//!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker *or* the
+//!   backend's recent demand (connections lent at once) when that is larger, so steady load
+//!   never churns connections (issue 14 point 6); a connection the backend closed is skipped;
 //! - a request that fails on a *reused* connection before hyper wrote any of it (the backend
 //!   closed the idle socket at that moment) is sent again on a fresh connection: it never reached
 //!   the backend, so it is not an attempt (hyper-util's `retry_canceled_requests`);
@@ -31,7 +33,7 @@
 //!   `Connect`; every later error before the response head is `Transport` (C-RETRY-1).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -50,6 +52,7 @@ use rustls::pki_types::ServerName;
 
 use crate::rt::{self, Io, Rt};
 use weir_core::config::UpstreamSettings;
+use weir_core::idle_pool::{IdleParams, IdlePool};
 use weir_core::upstream::{BackendBase, BackendUrlError};
 
 /// The error type of bodies that cross the proxy.
@@ -191,6 +194,8 @@ pub struct Upstream {
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
     h1: http1::Builder,
+    /// weir-core's clock starts here for the idle policy.
+    epoch: std::time::Instant,
 }
 
 /// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
@@ -200,23 +205,15 @@ thread_local! {
     static POOLS: RefCell<Vec<(u64, WorkerPool)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The idle connections of one worker.
-#[derive(Default)]
+/// How long a backend's demand peak (connections lent at once) is remembered by the idle
+/// policy: between one and two of these (`weir_core::idle_pool`, "Adaptive caps").
+const DEMAND_WINDOW: Duration = Duration::from_secs(10);
+
+/// The parsed targets and the idle connections of one worker; which connection is kept, reused
+/// or expired is weir-core's `IdlePool` decision.
 struct WorkerPool {
-    hosts: HashMap<Box<str>, HostPool, foldhash::fast::RandomState>,
-    idle_total: usize,
-}
-
-#[derive(Default)]
-struct HostPool {
-    target: Option<Arc<Target>>,
-    /// Oldest at the front, newest at the back (reused first).
-    idle: VecDeque<Idle>,
-}
-
-struct Idle {
-    conn: Conn,
-    since: std::time::Instant,
+    targets: HashMap<Box<str>, Arc<Target>, foldhash::fast::RandomState>,
+    idle: IdlePool<Conn>,
 }
 
 /// hyper's connection future (with upgrades): it performs the connection's IO. It has no task
@@ -231,6 +228,26 @@ pub struct Conn {
     /// `None` once the connection has ended.
     driver: Option<Driver>,
     target: Arc<Target>,
+    /// The `Upstream` (its id) this connection is lent from, while lent: dropping a lent
+    /// connection tells its pool the demand fell.
+    lent: Option<u64>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(id) = self.lent.take() else {
+            return;
+        };
+        // `try_*`: never panic in a drop (thread teardown, or a drop inside a pool call, which
+        // cannot happen for a lent connection but costs nothing to guard).
+        let _ = POOLS.try_with(|pools| {
+            if let Ok(mut pools) = pools.try_borrow_mut()
+                && let Some((_, pool)) = pools.iter_mut().find(|(i, _)| *i == id)
+            {
+                pool.idle.handle_closed(self.target.url());
+            }
+        });
+    }
 }
 
 impl std::fmt::Debug for Conn {
@@ -263,8 +280,8 @@ impl Conn {
 
     /// The connection's future, for a tunnel that must run it to the upgrade (C-PATH-8).
     #[must_use]
-    pub fn into_driver(self) -> Option<Driver> {
-        self.driver
+    pub fn into_driver(mut self) -> Option<Driver> {
+        self.driver.take()
     }
 }
 
@@ -308,6 +325,7 @@ impl Upstream {
             config,
             tls,
             h1,
+            epoch: rt.now(),
         }
     }
 
@@ -323,7 +341,17 @@ impl Upstream {
             let i = match pools.iter().position(|(id, _)| *id == self.id) {
                 Some(i) => i,
                 None => {
-                    pools.push((self.id, WorkerPool::default()));
+                    let params = IdleParams {
+                        per_host: self.config.max_idle_per_host,
+                        total: self.config.max_idle_total,
+                        timeout: self.config.idle_conn_timeout,
+                        window: DEMAND_WINDOW,
+                    };
+                    let pool = WorkerPool {
+                        targets: HashMap::default(),
+                        idle: IdlePool::new(params),
+                    };
+                    pools.push((self.id, pool));
                     pools.len() - 1
                 }
             };
@@ -331,101 +359,68 @@ impl Upstream {
         })
     }
 
+    /// `now` on weir-core's clock (nanoseconds since this `Upstream` was made).
+    fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
+        let nanos = now.saturating_duration_since(self.epoch).as_nanos();
+        weir_core::Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
     /// The parsed target of backend `id` at `url` (cached per worker).
     pub fn target(&self, id: &str, url: &str) -> Result<Arc<Target>, BackendUrlError> {
         self.with_pool(|pool| {
-            if let Some(t) = pool.hosts.get(url).and_then(|h| h.target.as_ref())
+            if let Some(t) = pool.targets.get(url)
                 && t.id() == id
             {
                 return Ok(Arc::clone(t));
             }
             let t = Arc::new(Target::new(id, url)?);
-            pool.hosts.entry(Box::from(url)).or_default().target = Some(Arc::clone(&t));
+            pool.targets.insert(Box::from(url), Arc::clone(&t));
             Ok(t)
         })
     }
 
     /// The most recently idle connection to `target` that has not expired at `now`.
     fn checkout(&self, target: &Target, now: std::time::Instant) -> Option<Conn> {
-        let timeout = self.config.idle_conn_timeout;
-        self.with_pool(|pool| {
-            let host = pool.hosts.get_mut(target.url())?;
-            let mut taken = 0;
-            let mut found = None;
-            // Expired connections are the oldest: drop them from the front.
-            while let Some(front) = host.idle.front() {
-                if timeout.is_some_and(|t| now.saturating_duration_since(front.since) >= t) {
-                    host.idle.pop_front();
-                    taken += 1;
-                } else {
-                    break;
-                }
-            }
-            if let Some(idle) = host.idle.pop_back() {
-                taken += 1;
-                found = Some(idle.conn);
-            }
-            pool.idle_total = pool.idle_total.saturating_sub(taken);
-            found
-        })
+        let now = self.core_now(now);
+        let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
+        conn.lent = Some(self.id);
+        Some(conn)
     }
 
     /// Give a connection back after its response body ended at `now`. Closed connections, and
-    /// any beyond the idle bounds, are dropped (closed).
-    pub fn release(&self, conn: Conn, now: std::time::Instant) {
+    /// any the idle policy does not keep, are dropped (closed).
+    pub fn release(&self, mut conn: Conn, now: std::time::Instant) {
         if conn.driver.is_none() || conn.tx.is_closed() {
-            return;
+            return; // dropped: the pool hears of it
         }
-        let (per_host, total) = (self.config.max_idle_per_host, self.config.max_idle_total);
-        if per_host == 0 || total == 0 {
-            return;
-        }
-        self.with_pool(|pool| {
-            if pool.idle_total >= total {
-                return;
-            }
-            let host = pool.hosts.entry(Box::from(conn.target.url())).or_default();
-            if host.idle.len() >= per_host {
-                return;
-            }
-            host.idle.push_back(Idle { conn, since: now });
-            pool.idle_total += 1;
-        });
+        conn.lent = None;
+        let now = self.core_now(now);
+        let url = Arc::clone(&conn.target);
+        let refused = self.with_pool(|pool| pool.idle.release(url.url(), conn, now));
+        drop(refused);
     }
 
     /// Close idle connections past `idle_conn_timeout` or closed by their backend (the worker's
     /// periodic sweep; checkout does the same lazily). Idle connections have no task: the sweep
     /// drives each once (with a no-op waker) to notice a close.
     pub fn sweep(&self) {
-        let now = self.rt.now();
-        let timeout = self.config.idle_conn_timeout;
+        let now = self.core_now(self.rt.now());
         let mut cx = Context::from_waker(std::task::Waker::noop());
         self.with_pool(|pool| {
-            let mut total = 0;
-            for host in pool.hosts.values_mut() {
-                host.idle.retain_mut(|i| {
-                    i.conn.poll_drive(&mut cx)
-                        && !i.conn.tx.is_closed()
-                        && timeout.is_none_or(|t| now.saturating_duration_since(i.since) < t)
-                });
-                total += host.idle.len();
-            }
-            pool.idle_total = total;
+            pool.idle
+                .sweep(now, |c| c.poll_drive(&mut cx) && !c.tx.is_closed());
         });
     }
 
     /// Drop every idle connection of this worker (shutdown).
     pub fn clear(&self) {
-        self.with_pool(|pool| {
-            pool.hosts.clear();
-            pool.idle_total = 0;
-        });
+        self.with_pool(|pool| pool.idle.clear());
     }
 
     /// Idle connections this worker holds (tests, status).
     #[must_use]
     pub fn idle_count(&self) -> usize {
-        self.with_pool(|pool| pool.idle_total)
+        self.with_pool(|pool| pool.idle.idle_count())
     }
 
     /// Send `req` to `target` on a pooled or new connection, from `now` (idle connections that
@@ -502,10 +497,15 @@ impl Upstream {
             .handshake(io)
             .await
             .map_err(|e| SendError::Connect(io::Error::other(e)))?;
+        self.with_pool(|pool| {
+            pool.idle
+                .handle_opened(target.url(), self.core_now(rt.now()))
+        });
         Ok(Conn {
             tx,
             driver: Some(Box::pin(conn.with_upgrades())),
             target: Arc::clone(target),
+            lent: Some(self.id),
         })
     }
 }

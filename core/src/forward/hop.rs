@@ -35,6 +35,44 @@ fn tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
+/// Whether `name` is hop-by-hop by definition (C-PATH-6), case-insensitive: `Connection`,
+/// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`. The
+/// flat-header writers of [`crate::h1`] drop these (and the names a `Connection` line lists)
+/// and write what survives (`TE: trailers`, `Upgrade` when upgrading) themselves.
+#[must_use]
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 7] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    ];
+    NAMES
+        .iter()
+        .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+}
+
+/// Whether a `TE` value names `trailers`: then the upstream gets exactly `TE: trailers`
+/// (C-PATH-12), as [`strip_hop_by_hop`] does.
+#[must_use]
+pub fn te_asks_trailers(value: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+}
+
+/// Whether a token of a `Connection` line may remove the header it names: never `Host`, `TE`
+/// (its own rule) or, when upgrading, `Upgrade` (module doc).
+#[must_use]
+pub fn connection_may_remove(token: &[u8], upgrading: bool) -> bool {
+    !(token.eq_ignore_ascii_case(b"host")
+        || token.eq_ignore_ascii_case(b"te")
+        || (upgrading && token.eq_ignore_ascii_case(b"upgrade")))
+}
+
 /// `true` when the headers ask for a protocol upgrade: a `Connection` line names `upgrade`
 /// (case-insensitive) and an `Upgrade` header is present. Read it before [`strip_hop_by_hop`].
 #[must_use]

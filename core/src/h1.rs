@@ -1,0 +1,371 @@
+//! weir's own HTTP/1.1 codec, the pure part (issue 14; C-PATH-2, C-PATH-6, C-PATH-12).
+//!
+//! Heads are parsed by `httparse` into a flat list of [`Header`]s borrowed from the read buffer
+//! (no `http::HeaderMap`, no allocation), checked against the framing rules of RFC 9112 (one
+//! set, in [`Facts`], shared with the streaming guard [`crate::framing`]), and rewritten in one
+//! pass into one output buffer ([`write_upstream_request`], [`write_response_head`]). Bodies are
+//! followed by small machines: [`LengthBody`], [`chunked::ChunkedDecoder`], or neither
+//! ([`BodyFraming::Empty`], [`BodyFraming::UntilClose`]).
+//!
+//! Pipelining: a parser reports the bytes its head took ([`RequestHead::head_len`]) and a body
+//! machine the bytes its body took, so whatever follows stays in the caller's buffer for the
+//! next message.
+//!
+//! The rules, each documented in docs/proxy.md ("HTTP/1 parsing rules"):
+//! - request line longer than [`Limits::max_request_line`] → `414`;
+//! - head bytes over [`Limits::max_head_bytes`], or more header lines than the caller's header
+//!   storage holds → `431`;
+//! - anything `httparse` refuses (whitespace before a colon, obs-fold, NUL/CR/LF or other
+//!   control bytes in a value, a bad method token, a version other than HTTP/1.0 or 1.1) → `400`;
+//! - the rules of [`Facts`] (CL+TE, bad or differing CL, TE not ending in one `chunked`, Host
+//!   missing on HTTP/1.1 or repeated) → `400`;
+//! - a response with any of these defects, a status outside 100–599 or a `101` weir did not
+//!   ask for → [`BadResponse`]: `502`, and the upstream connection is not reused.
+
+pub mod chunked;
+mod response;
+mod rules;
+mod write;
+
+pub use httparse::Header;
+pub use response::{BadResponse, ResponseContext, ResponseHead, parse_response};
+pub use rules::{BodyFraming, Facts};
+pub use write::{
+    BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
+    write_response_head, write_upstream_request,
+};
+
+use core::fmt;
+
+use crate::framing::FramingError;
+
+/// An empty header slot, to build the storage a parser fills (`[EMPTY_HEADER; N]`).
+pub const EMPTY_HEADER: Header<'static> = httparse::EMPTY_HEADER;
+
+/// Header lines a head may carry when the caller has no better number (nginx and HAProxy
+/// allow about 100).
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+
+/// Size limits of a head. The header count limit is the length of the storage slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The request line without its CRLF (`414` beyond it).
+    pub max_request_line: usize,
+    /// The whole head, request line and CRLFs included (`431` beyond it).
+    pub max_head_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // nginx's large_client_header_buffers (8k lines) and HAProxy's tune.bufsize (16 KiB).
+        Limits {
+            max_request_line: 8 * 1024,
+            max_head_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// The protocol version of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `HTTP/1.0`.
+    Http10,
+    /// `HTTP/1.1`.
+    Http11,
+}
+
+/// A parser's answer when the head is well-formed so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<T> {
+    /// The whole head.
+    Complete(T),
+    /// More bytes are needed (the buffer holds a well-formed prefix, within the limits).
+    Partial,
+}
+
+/// Why a request head is refused: the client gets [`HeadError::status`] and the connection is
+/// closed; nothing is sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not HTTP/1 syntax (httparse's reason).
+    Malformed(&'static str),
+    /// Syntax fine, framing rules broken.
+    Framing(FramingError),
+    /// The request line is over the limit.
+    RequestLineTooLong,
+    /// The head is over the byte limit.
+    HeadTooLarge,
+    /// More header lines than the limit.
+    TooManyHeaders,
+    /// A request target in none of the forms of RFC 9112 §3.2 (see [`valid_target`]).
+    Target,
+}
+
+impl HeadError {
+    /// The status weir answers with.
+    #[must_use]
+    pub const fn status(&self) -> u16 {
+        match self {
+            HeadError::Malformed(_) | HeadError::Framing(_) | HeadError::Target => 400,
+            HeadError::RequestLineTooLong => 414,
+            HeadError::HeadTooLarge | HeadError::TooManyHeaders => 431,
+        }
+    }
+
+    /// A lower-case description for the error body.
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            HeadError::Malformed(m) => m,
+            HeadError::Framing(f) => f.message(),
+            HeadError::RequestLineTooLong => "request line too long",
+            HeadError::HeadTooLarge => "request header section too large",
+            HeadError::TooManyHeaders => "too many request header lines",
+            HeadError::Target => "invalid request target",
+        }
+    }
+}
+
+impl fmt::Display for HeadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// A parsed request head, borrowing the read buffer and the header storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead<'h, 'b> {
+    /// The method token.
+    pub method: &'b str,
+    /// The request target, as sent.
+    pub target: &'b str,
+    /// The version.
+    pub version: Version,
+    /// Header lines in order, names and values as sent (values trimmed).
+    pub headers: &'h [Header<'b>],
+    /// Bytes of the buffer the head took (leading empty lines included).
+    pub head_len: usize,
+    /// How the body is framed.
+    pub body: BodyFraming,
+    /// What the headers said.
+    pub facts: Facts,
+}
+
+impl RequestHead<'_, '_> {
+    /// `HEAD` (its response has no body whatever its headers say).
+    #[must_use]
+    pub fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+
+    /// Whether the client wants the connection kept after this exchange (RFC 9112 §9.3).
+    #[must_use]
+    pub fn keep_alive(&self) -> bool {
+        self.facts.persistent(self.version == Version::Http10)
+    }
+
+    /// An upgrade request (HTTP/1.1 only: RFC 9110 §7.8 ignores `Upgrade` in HTTP/1.0).
+    #[must_use]
+    pub fn upgrade(&self) -> bool {
+        self.version == Version::Http11 && self.facts.upgrade()
+    }
+
+    /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0). weir
+    /// forwards the expectation and relays the upstream's `100`.
+    #[must_use]
+    pub fn expect_continue(&self) -> bool {
+        self.version == Version::Http11 && self.facts.expect_continue
+    }
+
+    /// The `Host` value, if there is one.
+    #[must_use]
+    pub fn host(&self) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("host"))
+            .map(|h| h.value)
+    }
+}
+
+/// Parses a request head at the start of `buf` into `headers` (module doc for the rules).
+pub fn parse_request<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [Header<'b>],
+    limits: &Limits,
+) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
+    // Errors are reported in stream order, so the answer never depends on how the bytes were
+    // split into reads: httparse sees only the bytes up to the point where a limit is crossed,
+    // and a syntax error before that point wins over the limit.
+    let over_line = line_over_at(buf, limits.max_request_line);
+    let view = &buf[..buf.len().min(over_line).min(limits.max_head_bytes)];
+    let mut req = httparse::Request::new(headers);
+    let head_len = match req.parse(view) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if view.len() == over_line => {
+            return Err(HeadError::RequestLineTooLong);
+        }
+        Ok(httparse::Status::Partial) if view.len() >= limits.max_head_bytes => {
+            return Err(HeadError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(e) => return Err(HeadError::Malformed(malformed(e))),
+    };
+    let httparse::Request {
+        method,
+        path,
+        version,
+        headers,
+    } = req;
+    let (Some(method), Some(target), Some(version)) = (method, path, version) else {
+        return Err(HeadError::Malformed("incomplete request line"));
+    };
+    if !valid_target(method, target.as_bytes()) {
+        return Err(HeadError::Target);
+    }
+    let version = if version == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let headers: &'h [Header<'b>] = headers;
+    let facts = facts_of(headers);
+    let body = facts
+        .request_body(version == Version::Http10)
+        .map_err(HeadError::Framing)?;
+    Ok(Parsed::Complete(RequestHead {
+        method,
+        target,
+        version,
+        headers,
+        head_len,
+        body,
+        facts,
+    }))
+}
+
+/// Whether `target` is a request target of RFC 9112 §3.2 for `method`:
+/// - origin-form (`/path?query`): the bytes `http::Uri` accepts in a path and a query (so the
+///   target means the same to weir and to an `http`-based backend), no fragment (`#`);
+/// - absolute-form (`http://...`, `https://...`, any case), with the same bytes;
+/// - authority-form (`host:port`) for `CONNECT` only; asterisk-form (`*`) for `OPTIONS` only.
+#[must_use]
+pub fn valid_target(method: &str, target: &[u8]) -> bool {
+    let uri_bytes = |t: &[u8]| {
+        let mut query = false;
+        t.iter().all(|&b| match b {
+            b'?' => {
+                query = true;
+                true
+            }
+            0x21 | 0x24..=0x3b | 0x3d | 0x80..=0xff => true,
+            0x3f..=0x7e if query => true,
+            0x40..=0x5f | 0x61..=0x7a | 0x7c | 0x7e | b'"' | b'{' | b'}' => !query || b != b'"',
+            _ => false,
+        })
+    };
+    match target {
+        b"*" => method == "OPTIONS",
+        [b'/', ..] => method != "CONNECT" && uri_bytes(target),
+        _ if method == "CONNECT" => {
+            !target.is_empty()
+                && target
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"-._~:[]%!$&'()*+,;=".contains(&b))
+        }
+        _ => {
+            let scheme = target.iter().position(|&b| b == b':').unwrap_or(0);
+            let (s, rest) = target.split_at(scheme);
+            (s.eq_ignore_ascii_case(b"http") || s.eq_ignore_ascii_case(b"https"))
+                && rest.starts_with(b"://")
+                && rest.len() > 3
+                && uri_bytes(&rest[3..])
+        }
+    }
+}
+
+/// The facts of a parsed header list.
+pub(crate) fn facts_of(headers: &[Header<'_>]) -> Facts {
+    let mut facts = Facts::new();
+    for h in headers {
+        facts.header(h.name.as_bytes(), h.value, true);
+    }
+    facts
+}
+
+/// A lower-case reason for one of httparse's errors.
+pub(crate) const fn malformed(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid request line",
+        httparse::Error::TooManyHeaders => "too many header lines",
+        httparse::Error::Version => "unsupported http version",
+    }
+}
+
+/// The length of the shortest prefix of `buf` that shows a request line longer than `max`
+/// (`usize::MAX` when `buf` does not show one). httparse skips empty lines before a request
+/// line; a final CR is not counted until the byte after it shows it is not a line ending.
+fn line_over_at(buf: &[u8], max: usize) -> usize {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let line = &buf[start..];
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let content = match line[..end].last() {
+        Some(b'\r') if end < line.len() => end - 1,
+        _ => end,
+    };
+    if content <= max {
+        return usize::MAX;
+    }
+    // The (max + 1)-th byte of the line crosses the limit, unless it is a CR that might still
+    // end the line: then the byte after it does.
+    if line[max] == b'\r' {
+        start + max + 2
+    } else {
+        start + max + 1
+    }
+}
+
+/// A `Content-Length` body: how many of the bytes on offer belong to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthBody {
+    left: u64,
+}
+
+impl LengthBody {
+    /// A body of `len` bytes.
+    #[must_use]
+    pub const fn new(len: u64) -> LengthBody {
+        LengthBody { left: len }
+    }
+
+    /// Bytes still to come.
+    #[must_use]
+    pub const fn remaining(&self) -> u64 {
+        self.left
+    }
+
+    /// Whether the body is complete.
+    #[must_use]
+    pub const fn is_done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Of `available` bytes, how many are body (the rest is the next message).
+    pub fn take(&mut self, available: usize) -> usize {
+        let n = usize::try_from(self.left).map_or(available, |l| l.min(available));
+        self.left -= n as u64;
+        n
+    }
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

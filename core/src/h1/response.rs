@@ -1,0 +1,154 @@
+//! The upstream's response head: parsed with the request side's strictness; any defect is a
+//! [`BadResponse`] (C-PATH-12: `502` to the client, and that upstream connection is not reused;
+//! a transport-class failure for retries, C-RETRY-1).
+
+use core::fmt;
+
+use super::{BodyFraming, Facts, Header, Limits, Parsed, Version, facts_of, malformed};
+use crate::framing::FramingError;
+
+/// What the response answers, which decides its framing (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResponseContext {
+    /// The request was `HEAD`: the response has no body whatever its headers say.
+    pub head: bool,
+    /// The request asked for an upgrade: a `101` is allowed.
+    pub upgrade: bool,
+}
+
+/// Why an upstream response head is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadResponse {
+    /// Not HTTP/1 syntax (httparse's reason).
+    Malformed(&'static str),
+    /// A status outside 100–599.
+    Status(u16),
+    /// A `101` to a request that asked for no upgrade.
+    UnrequestedSwitch,
+    /// Framing rules broken.
+    Framing(FramingError),
+    /// The head is over the byte limit, or has more lines than the storage holds.
+    TooLarge,
+}
+
+impl BadResponse {
+    /// The status the client gets: always `502`.
+    pub const STATUS: u16 = 502;
+
+    /// A lower-case description (logs, the error body).
+    #[must_use]
+    pub const fn message(&self) -> &'static str {
+        match self {
+            BadResponse::Malformed(m) => m,
+            BadResponse::Status(_) => "upstream status outside 100-599",
+            BadResponse::UnrequestedSwitch => "upstream switched protocols unasked",
+            BadResponse::Framing(f) => f.message(),
+            BadResponse::TooLarge => "upstream response head too large",
+        }
+    }
+}
+
+impl fmt::Display for BadResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// A parsed response head, borrowing the read buffer and the header storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHead<'h, 'b> {
+    /// 100–599.
+    pub status: u16,
+    /// The reason phrase, as sent.
+    pub reason: &'b str,
+    /// The upstream's version.
+    pub version: Version,
+    /// Header lines in order.
+    pub headers: &'h [Header<'b>],
+    /// Bytes of the buffer the head took.
+    pub head_len: usize,
+    /// How the body is framed.
+    pub body: BodyFraming,
+    /// What the headers said.
+    pub facts: Facts,
+}
+
+impl ResponseHead<'_, '_> {
+    /// An interim response (1xx other than `101`): relayed (to HTTP/1.1 clients) and followed
+    /// by the final one on the same connection.
+    #[must_use]
+    pub const fn is_interim(&self) -> bool {
+        self.status >= 100 && self.status < 200 && self.status != 101
+    }
+
+    /// `101 Switching Protocols`: the connection becomes a tunnel after this head.
+    #[must_use]
+    pub const fn switching(&self) -> bool {
+        self.status == 101
+    }
+
+    /// Whether the upstream connection can carry another request once this body is read: the
+    /// upstream did not ask to close and the body has an end of its own.
+    #[must_use]
+    pub fn reusable(&self) -> bool {
+        !self.switching()
+            && self.body.is_delimited()
+            && self.facts.persistent(self.version == Version::Http10)
+    }
+}
+
+/// Parses a response head at the start of `buf` into `headers`.
+pub fn parse_response<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [Header<'b>],
+    limits: &Limits,
+    ctx: ResponseContext,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, BadResponse> {
+    // As for requests: httparse sees the bytes up to the limit only (stream order).
+    let view = &buf[..buf.len().min(limits.max_head_bytes)];
+    let mut res = httparse::Response::new(headers);
+    let head_len = match res.parse(view) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if view.len() >= limits.max_head_bytes => {
+            return Err(BadResponse::TooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(BadResponse::TooLarge),
+        Err(e) => return Err(BadResponse::Malformed(malformed(e))),
+    };
+    let httparse::Response {
+        version,
+        code,
+        reason,
+        headers,
+    } = res;
+    let (Some(version), Some(status)) = (version, code) else {
+        return Err(BadResponse::Malformed("incomplete status line"));
+    };
+    if !(100..=599).contains(&status) {
+        return Err(BadResponse::Status(status));
+    }
+    if status == 101 && !ctx.upgrade {
+        return Err(BadResponse::UnrequestedSwitch);
+    }
+    let version = if version == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let headers: &'h [Header<'b>] = headers;
+    let facts = facts_of(headers);
+    let bodiless = ctx.head || status < 200 || status == 204 || status == 304;
+    let body = facts
+        .response_body(bodiless, version == Version::Http10)
+        .map_err(BadResponse::Framing)?;
+    Ok(Parsed::Complete(ResponseHead {
+        status,
+        reason: reason.unwrap_or(""),
+        version,
+        headers,
+        head_len,
+        body,
+        facts,
+    }))
+}

@@ -1,0 +1,222 @@
+//! The framing rules of RFC 9112, one set for every reader of an HTTP/1 head (C-PATH-12):
+//! weir's head parsers ([`super::request`], [`super::response`]) and the streaming guard
+//! [`crate::framing::RequestFraming`] both feed header lines to [`Facts::header`] and ask
+//! [`Facts::request_body`] / [`Facts::response_body`] for the verdict, so the two cannot drift.
+
+use crate::framing::FramingError;
+
+/// How a message's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body at all (a request without length, HEAD/1xx/204/304 responses).
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// The chunked transfer coding.
+    Chunked,
+    /// A response without length: the body runs until the upstream closes.
+    UntilClose,
+}
+
+impl BodyFraming {
+    /// Whether the end of the body is known without the connection closing.
+    #[must_use]
+    pub const fn is_delimited(self) -> bool {
+        !matches!(self, BodyFraming::UntilClose)
+    }
+}
+
+/// What the header lines of one head said, as far as framing and connection handling go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// `Host` lines seen (saturating).
+    pub hosts: u8,
+    /// The `Content-Length` value, when every line agreed.
+    pub content_length: Option<u64>,
+    /// A `Transfer-Encoding` line was seen.
+    pub transfer_encoding: bool,
+    /// `Connection: close`.
+    pub close: bool,
+    /// `Connection: keep-alive`.
+    pub keep_alive: bool,
+    /// `Connection: upgrade`.
+    pub upgrade_token: bool,
+    /// An `Upgrade` header.
+    pub upgrade_header: bool,
+    /// A `Connection` line names something other than `close`, `keep-alive`, `upgrade`
+    /// (headers the writers must then look for and drop).
+    pub connection_names: bool,
+    /// `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// The first rule broken, if any.
+    pub error: Option<FramingError>,
+}
+
+impl Facts {
+    /// Nothing seen yet.
+    #[must_use]
+    pub const fn new() -> Facts {
+        Facts {
+            hosts: 0,
+            content_length: None,
+            transfer_encoding: false,
+            close: false,
+            keep_alive: false,
+            upgrade_token: false,
+            upgrade_header: false,
+            connection_names: false,
+            expect_continue: false,
+            error: None,
+        }
+    }
+
+    /// One header line. `whole` is `false` when only a prefix of the line is known (the
+    /// streaming guard keeps a bounded prefix): a framing header must then be refused.
+    pub fn header(&mut self, name: &[u8], value: &[u8], whole: bool) {
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => self.hosts = self.hosts.saturating_add(1),
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
+            }
+            7 if name.eq_ignore_ascii_case(b"upgrade") => self.upgrade_header = true,
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for t in tokens(value) {
+                    self.close |= t.eq_ignore_ascii_case(b"close");
+                    self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+                    let upgrade = t.eq_ignore_ascii_case(b"upgrade");
+                    self.upgrade_token |= upgrade;
+                    self.connection_names |= !upgrade
+                        && !t.eq_ignore_ascii_case(b"close")
+                        && !t.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                // One line, one number (issue 14: a repeated Content-Length is refused even
+                // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
+                match (
+                    whole.then(|| content_length(value)).flatten(),
+                    self.content_length,
+                ) {
+                    (Some(n), None) => self.content_length = Some(n),
+                    _ => self.fail(FramingError::ContentLength),
+                }
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                // Several lines are one list (RFC 9110 §5.3): only the last may say chunked,
+                // and only that one (a second `chunked` line after the first is chunked twice).
+                if !whole || self.transfer_encoding || !ends_in_chunked_once(value) {
+                    self.fail(FramingError::TransferEncoding);
+                }
+                self.transfer_encoding = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn fail(&mut self, e: FramingError) {
+        self.error.get_or_insert(e);
+    }
+
+    /// The verdict on a request head with these facts: how its body is framed, or the rule it
+    /// broke. The order of the checks is the order of the messages a client sees.
+    pub fn request_body(&self, http10: bool) -> Result<BodyFraming, FramingError> {
+        if self.transfer_encoding && self.content_length.is_some() {
+            return Err(FramingError::LengthAndTransferEncoding);
+        }
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        // RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing.
+        if self.transfer_encoding && http10 {
+            return Err(FramingError::TransferEncoding);
+        }
+        if self.hosts > 1 {
+            return Err(FramingError::HostRepeated);
+        }
+        if self.hosts == 0 && !http10 {
+            return Err(FramingError::HostMissing);
+        }
+        Ok(if self.transfer_encoding {
+            BodyFraming::Chunked
+        } else {
+            match self.content_length {
+                Some(n) if n > 0 => BodyFraming::Length(n),
+                _ => BodyFraming::Empty,
+            }
+        })
+    }
+
+    /// The verdict on a response head (RFC 9112 §6.3): the same strictness as for requests
+    /// (Host is not read, Transfer-Encoding refused in HTTP/1.0); `bodiless` for a response to HEAD and for 1xx, 204 and 304.
+    pub fn response_body(&self, bodiless: bool, http10: bool) -> Result<BodyFraming, FramingError> {
+        if self.transfer_encoding && self.content_length.is_some() {
+            return Err(FramingError::LengthAndTransferEncoding);
+        }
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.transfer_encoding && http10 {
+            return Err(FramingError::TransferEncoding);
+        }
+        Ok(if bodiless {
+            BodyFraming::Empty
+        } else if self.transfer_encoding {
+            BodyFraming::Chunked
+        } else {
+            match self.content_length {
+                Some(0) => BodyFraming::Empty,
+                Some(n) => BodyFraming::Length(n),
+                None => BodyFraming::UntilClose,
+            }
+        })
+    }
+
+    /// Whether the connection may carry another message after this one, by its headers and
+    /// version (RFC 9112 §9.3): HTTP/1.1 unless `close`, HTTP/1.0 only with `keep-alive`.
+    #[must_use]
+    pub const fn persistent(&self, http10: bool) -> bool {
+        !self.close && (!http10 || self.keep_alive)
+    }
+
+    /// Whether the head asks for a protocol switch (`Connection: upgrade` and `Upgrade`).
+    #[must_use]
+    pub const fn upgrade(&self) -> bool {
+        self.upgrade_token && self.upgrade_header
+    }
+}
+
+/// `v` without leading and trailing spaces and tabs.
+pub(crate) fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+/// The comma-separated tokens of a header value, trimmed, empty ones skipped.
+pub(crate) fn tokens(v: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    v.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty())
+}
+
+/// A `Content-Length` value: one decimal number of at most 19 digits (no sign, no list).
+pub(crate) fn content_length(v: &[u8]) -> Option<u64> {
+    let v = trim(v);
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Whether a `Transfer-Encoding` list ends in `chunked` and names it only there.
+pub(crate) fn ends_in_chunked_once(v: &[u8]) -> bool {
+    let mut codings = tokens(v);
+    let Some(last) = codings.next_back() else {
+        return false;
+    };
+    last.eq_ignore_ascii_case(b"chunked") && !codings.any(|c| c.eq_ignore_ascii_case(b"chunked"))
+}

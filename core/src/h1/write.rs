@@ -1,0 +1,269 @@
+//! Head writers: one pass over a parsed head into one buffer, so the proxy sends a head with
+//! one write (C-PATH-6, C-FWD-2, C-PATH-12). The framing headers (`Content-Length`,
+//! `Transfer-Encoding`) and `Connection` are always written by weir from the parsed framing,
+//! never copied, so what the next hop reads is what weir followed.
+//!
+//! A `Vec` with enough capacity is never reallocated: reuse one per connection and the write
+//! allocates nothing.
+
+use std::net::IpAddr;
+
+use super::{BodyFraming, Header, RequestHead, ResponseHead, Version};
+use crate::forward::{self, Proto};
+use crate::h1::rules::tokens;
+
+/// What the upstream request carries besides the client's head.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamRequest<'a> {
+    /// The upstream request target (the backend's prefix applied, C-PATH-5).
+    pub target: &'a [u8],
+    /// The client address (C-FWD-1), for `X-Forwarded-For` and `X-Real-IP`.
+    pub client: IpAddr,
+    /// The scheme the client used (C-FWD-2), for `X-Forwarded-Proto`.
+    pub proto: Proto,
+    /// weir's own headers (`X-Request-ID`, `X-Balancer-Backend-Attempt`, a `Host` for an
+    /// HTTP/1.0 client that sent none, ...): each replaces any client line of the same name.
+    pub extra: &'a [(&'a str, &'a [u8])],
+}
+
+/// Writes the upstream request head for `head` into `out` (appended). The upstream always
+/// gets HTTP/1.1; a chunked body is passed through with its framing (the upstream speaks 1.1).
+pub fn write_upstream_request(
+    head: &RequestHead<'_, '_>,
+    req: &UpstreamRequest<'_>,
+    out: &mut Vec<u8>,
+) {
+    let upgrading = head.upgrade();
+    out.extend_from_slice(head.method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.target);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut te_trailers = false;
+    for h in head.headers {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"te") {
+            te_trailers |= forward::te_asks_trailers(h.value);
+        }
+        if upgrading && name.eq_ignore_ascii_case(b"upgrade") {
+            line(out, name, h.value);
+            continue;
+        }
+        if dropped(name, head.headers, head.facts.connection_names, upgrading)
+            || forward::is_replaced_forwarding(name)
+            || req
+                .extra
+                .iter()
+                .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        line(out, name, h.value);
+    }
+    framing(out, head.body);
+    if te_trailers {
+        out.extend_from_slice(b"te: trailers\r\n");
+    }
+    if upgrading {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+    }
+    let mut ip = [0u8; 64];
+    let len = forward::ip_text(req.client.to_canonical(), &mut ip);
+    line(out, b"x-forwarded-for", &ip[..len]);
+    line(out, b"x-real-ip", &ip[..len]);
+    if let Some(host) = head.host() {
+        line(out, b"x-forwarded-host", host);
+    }
+    line(out, b"x-forwarded-proto", req.proto.as_str().as_bytes());
+    for (name, value) in req.extra {
+        line(out, name.as_bytes(), value);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The client side of a response: what it speaks and whether it asked to keep the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSide {
+    /// The client's request version.
+    pub version: Version,
+    /// The client's request allows another one after it ([`RequestHead::keep_alive`]) and
+    /// weir is willing (not draining, not at a request cap).
+    pub keep_alive: bool,
+}
+
+/// How the response body goes to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyOut {
+    /// No body.
+    None,
+    /// `n` bytes, copied as they arrive.
+    Length(u64),
+    /// Chunked to a 1.1 client: the framing is copied unchanged (follow it with the decoder).
+    PassChunked,
+    /// Chunked to a 1.0 client: decoded, the data copied, the end marked by closing.
+    DecodeChunked,
+    /// Until the upstream closes, then close the client too.
+    UntilClose,
+    /// `101`: both directions become a byte tunnel.
+    Tunnel,
+}
+
+/// What [`write_response_head`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseOut {
+    /// The client connection stays open after the body.
+    pub keep_alive: bool,
+    /// How to send the body.
+    pub body: BodyOut,
+}
+
+/// Writes the client's response head for the upstream's `head` into `out` (appended). weir
+/// answers with its own version, HTTP/1.1, whatever the upstream's (RFC 9110 §2.5), and keeps
+/// a connection only when the client can tell where the body ends: an HTTP/1.0 client gets
+/// keep-alive only for a response with a length. `extra` (weir's `X-Balancer-*`,
+/// `X-Request-ID`) replace any upstream line of the same name.
+pub fn write_response_head(
+    head: &ResponseHead<'_, '_>,
+    client: ClientSide,
+    extra: &[(&str, &[u8])],
+    out: &mut Vec<u8>,
+) -> ResponseOut {
+    let http10 = client.version == Version::Http10;
+    let switching = head.switching();
+    let body = match head.body {
+        _ if switching => BodyOut::Tunnel,
+        BodyFraming::Empty => BodyOut::None,
+        BodyFraming::Length(n) => BodyOut::Length(n),
+        BodyFraming::Chunked if http10 => BodyOut::DecodeChunked,
+        BodyFraming::Chunked => BodyOut::PassChunked,
+        BodyFraming::UntilClose => BodyOut::UntilClose,
+    };
+    let keep_alive = client.keep_alive
+        && !switching
+        && !matches!(body, BodyOut::DecodeChunked | BodyOut::UntilClose);
+    status_line(out, head.status, head.reason);
+    headers(
+        out,
+        head.headers,
+        head.facts.connection_names,
+        switching,
+        extra,
+    );
+    // A HEAD or 304 response keeps its Content-Length (it describes the representation);
+    // 1xx and 204 never carry one (RFC 9110 §8.6).
+    match (head.facts.content_length, body) {
+        (_, BodyOut::Tunnel) => {}
+        (Some(n), _) if head.status >= 200 && head.status != 204 => content_length(out, n),
+        _ => {}
+    }
+    if body == BodyOut::PassChunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if switching {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+    } else if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    for (name, value) in extra {
+        line(out, name.as_bytes(), value);
+    }
+    out.extend_from_slice(b"\r\n");
+    ResponseOut { keep_alive, body }
+}
+
+/// Whether an interim response (`100`, `103`, ...) is relayed to the client: only to HTTP/1.1
+/// clients (RFC 9110 §15.2: a server must not send 1xx to an HTTP/1.0 client).
+#[must_use]
+pub const fn relay_interim(client: Version) -> bool {
+    matches!(client, Version::Http11)
+}
+
+/// Writes an interim response head for the client (hop-by-hop headers dropped).
+pub fn write_interim(head: &ResponseHead<'_, '_>, out: &mut Vec<u8>) {
+    status_line(out, head.status, head.reason);
+    headers(out, head.headers, head.facts.connection_names, false, &[]);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    // 100..=599: three digits.
+    out.extend_from_slice(&[
+        b'0' + (status / 100) as u8,
+        b'0' + (status / 10 % 10) as u8,
+        b'0' + (status % 10) as u8,
+        b' ',
+    ]);
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The end-to-end lines of a response, in order.
+fn headers(
+    out: &mut Vec<u8>,
+    all: &[Header<'_>],
+    connection_names: bool,
+    switching: bool,
+    extra: &[(&str, &[u8])],
+) {
+    for h in all {
+        let name = h.name.as_bytes();
+        if switching && name.eq_ignore_ascii_case(b"upgrade") {
+            line(out, name, h.value);
+            continue;
+        }
+        if dropped(name, all, connection_names, switching)
+            || extra
+                .iter()
+                .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        line(out, name, h.value);
+    }
+}
+
+/// Whether a line is not copied: hop-by-hop (C-PATH-6), named by a `Connection` line, or a
+/// `Content-Length` (weir writes its own from the parsed framing).
+fn dropped(name: &[u8], all: &[Header<'_>], connection_names: bool, upgrading: bool) -> bool {
+    if forward::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
+        return true;
+    }
+    connection_names
+        && forward::connection_may_remove(name, upgrading)
+        && all
+            .iter()
+            .filter(|c| c.name.eq_ignore_ascii_case("connection"))
+            .any(|c| tokens(c.value).any(|t| t.eq_ignore_ascii_case(name)))
+}
+
+fn framing(out: &mut Vec<u8>, body: BodyFraming) {
+    match body {
+        BodyFraming::Length(n) => content_length(out, n),
+        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyFraming::Empty | BodyFraming::UntilClose => {}
+    }
+}
+
+fn content_length(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    line(out, b"content-length", &digits[i..]);
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
