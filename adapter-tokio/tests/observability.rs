@@ -142,7 +142,8 @@ async fn c_obs_1_every_family_from_start() {
     // Bounded labels only.
     let allowed = [
         "listener", "code", "backend", "outcome", "pool", "reason", "result", "storage", "le",
-        "source",
+        "source", // issue 20: circuit state, transition direction, build facts
+        "state", "to", "version", "runtime",
     ];
     for s in e.samples.keys() {
         for k in s.labels.keys() {

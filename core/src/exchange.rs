@@ -241,6 +241,10 @@ pub struct Exchange {
     /// Attempts sent and the backend of the latest.
     attempts: u32,
     backend: Option<usize>,
+    /// How the latest attempt ended, and the status of the latest response head (access log,
+    /// circuit transitions; issue 20).
+    last_result: Option<AttemptResult>,
+    upstream_status: Option<u16>,
     outbox: Outbox,
 }
 
@@ -283,6 +287,8 @@ impl Exchange {
             recorded: false,
             attempts: 0,
             backend: None,
+            last_result: None,
+            upstream_status: None,
             outbox: Outbox::new(),
             rt,
             services,
@@ -295,6 +301,13 @@ impl Exchange {
     pub fn handle_input(&mut self, input: Input, now: Instant, rng: &mut dyn Rng) {
         let now = self.clamp(now);
         self.step(input, now, rng);
+        if let Some((backend, transition)) = self.flow.as_mut().and_then(Flow::take_transition) {
+            self.outbox.push(Output::Metric(Metric::Circuit {
+                backend,
+                transition,
+                cause: self.last_result.unwrap_or(AttemptResult::Success),
+            }));
+        }
     }
 
     /// The next action for the adapter, in order; `None` when there is nothing to do.

@@ -312,6 +312,22 @@ impl ClientError {
         }
     }
 
+    /// A stable snake_case name for the access log's `reason` (issue 20).
+    #[must_use]
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            ClientError::Framing(_) => "bad_framing",
+            ClientError::AsteriskWithoutOptions | ClientError::UnsupportedTarget => "bad_target",
+            ClientError::BodyTimeout => "body_timeout",
+            ClientError::BodyUnreadable => "body_unreadable",
+            ClientError::TargetTooLong => "target_too_long",
+            ClientError::NotReady => "not_ready",
+            ClientError::UnrequestedUpgrade => "unrequested_upgrade",
+            ClientError::Incomplete => "incomplete",
+            ClientError::MethodNotAllowed => "method_not_allowed",
+        }
+    }
+
     /// The `message` of the JSON body.
     #[must_use]
     pub const fn message(&self) -> &'static str {

@@ -16,9 +16,18 @@ use crate::config_file::{self, LoadError};
 use crate::rt::{Rt, Signal, Signals};
 use crate::{Options, ProxyHandle};
 
-/// weir: an HTTP load balancer and reverse proxy.
+/// What `weir --help` opens with: what weir is for a user (issue 20), not the crate's description.
+const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads requests over \
+    backends, checks their health, retries safely, sheds load and rate-limits, with a \
+    management API and Prometheus metrics.";
+
+const AFTER_HELP: &str = "Start with `weir demo` (backends and proxy on 127.0.0.1), or \
+    `weir check-config FILE` then `weir run --config FILE`. Docs: README.md, docs/proxy.md, \
+    docs/operations.md.";
+
+/// The command line (`weir --help`).
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about)]
+#[command(name = "weir", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -90,7 +99,7 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
             block_on(rt, name, run(rt, name, args))
         }
         Command::Demo(args) => {
-            init_logs("warn");
+            init_logs("info");
             block_on(rt, name, async move {
                 let opts = Options {
                     public_bind: Some(args.public_bind),
@@ -112,7 +121,7 @@ fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
-        .json()
+        .event_format(crate::log_json::JsonLines)
         .with_env_filter(filter)
         .with_writer(std::io::stdout)
         .init();
@@ -322,7 +331,7 @@ async fn withdraw(rt: Rt, handle: &ProxyHandle, signals: &mut dyn Signals) {
         return;
     }
     tracing::info!(
-        delay = ?delay,
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         "shutting down: not ready; the listeners keep accepting for server.shutdown_delay"
     );
     let wait = std::pin::pin!(crate::rt::sleep(rt, delay));
@@ -344,8 +353,8 @@ async fn migrate_only(name: &str, cfg: &ValidConfig) -> ExitCode {
     match weir_storage::migrate_only(db).await {
         Ok(report) => {
             tracing::info!(
-                applied = ?report.applied,
-                unknown = ?report.unknown,
+                applied = %crate::log_json::list(&report.applied.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                unknown = %crate::log_json::list(&report.unknown.iter().map(ToString::to_string).collect::<Vec<_>>()),
                 database = %db.name,
                 "MIGRATE_ONLY: migrations applied; exiting"
             );

@@ -35,8 +35,10 @@ pub mod clock;
 pub mod config_file;
 pub mod demo;
 pub mod effects;
+pub mod events;
 pub mod health;
 pub mod limits;
+pub mod log_json;
 pub mod management;
 pub mod memory;
 pub mod metrics;
@@ -378,6 +380,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let health = health::spawn(&shared, tls);
     shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
+    events::first_cycle_done(&shared);
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
     for (_, backend) in shared.runtime.load().backends() {
         backend.skip_initial_ramp();

@@ -198,6 +198,15 @@ pub async fn handle(
             attempts: 0,
             client,
             endpoint,
+            version: parts.version,
+            scheme: "http",
+            host: parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok()),
+            route: None,
+            reason: (status >= 400).then(|| crate::events::management_reason(status)),
+            upstream_status: None,
         }
         .emit();
     }

@@ -48,6 +48,8 @@ use weir_core::runtime::Runtime;
 
 use crate::Shared;
 
+mod state;
+
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -178,6 +180,8 @@ pub struct BackendMetrics {
     panic: AtomicU64,
     /// `[success, failure]`.
     checks: [AtomicU64; 2],
+    /// Circuit transitions `[opened, closed]` (issue 20; `metrics/state.rs`).
+    pub(crate) circuit: [AtomicU64; 2],
 }
 
 impl BackendMetrics {
@@ -188,7 +192,13 @@ impl BackendMetrics {
             duration: AtomicHistogram::default(),
             panic: AtomicU64::new(0),
             checks: [AtomicU64::new(0), AtomicU64::new(0)],
+            circuit: [AtomicU64::new(0), AtomicU64::new(0)],
         }
+    }
+
+    /// Count one circuit transition (C-HEALTH-3): opened, or closed.
+    pub fn circuit_transition(&self, opened: bool) {
+        self.circuit[usize::from(!opened)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The backend's id.
@@ -296,6 +306,8 @@ pub struct Metrics {
     backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
+    /// Process-level gauges and counters added for on-call (issue 20; `metrics/state.rs`).
+    pub(crate) ops: state::Ops,
 }
 
 impl Default for Metrics {
@@ -313,6 +325,7 @@ impl Metrics {
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
+            ops: state::Ops::new(),
         }
     }
 
@@ -354,6 +367,19 @@ impl Metrics {
             ReloadSource::Management => 2,
         } + usize::from(!applied);
         self.reloads[i].fetch_add(1, Ordering::Relaxed);
+        if applied {
+            self.ops.reload_succeeded();
+        }
+    }
+
+    /// Whether the latest reload of the file left changes that need a restart unapplied.
+    pub fn set_restart_required(&self, pending: bool) {
+        self.ops.set_restart_required(pending);
+    }
+
+    /// Count the retries of one finished request (`attempts - 1`).
+    pub fn retries(&self, attempts: u32) {
+        self.ops.retries(attempts);
     }
 
     /// Requests of `listener` answered with `status` so far.
@@ -602,7 +628,7 @@ impl Snapshot {
             .collect();
         families.push(counter(
             "load_balancer_protection_events",
-            "Protection events (C-LOAD-3), by reason.",
+            "Requests turned away or retries refused to protect weir or the backends (overload, bulkhead full, backends saturated, retry budget exhausted, rate limited), by reason.",
             reasons,
         ));
         families.push(gauge(
@@ -654,6 +680,7 @@ impl Snapshot {
             reloads,
         ));
         families.extend(crate::limits::families(&shared.connections));
+        families.extend(state::families(shared, &rt, now));
         Snapshot { families }
     }
 
