@@ -143,7 +143,7 @@ async fn c_obs_1_every_family_from_start() {
     let allowed = [
         "listener", "code", "backend", "outcome", "pool", "reason", "result", "storage", "le",
         "source", // issue 20: circuit state, transition direction, build facts
-        "state", "to", "version", "runtime",
+        "state", "to", "version", "runtime", "endpoint",
     ];
     for s in e.samples.keys() {
         for k in s.labels.keys() {

@@ -241,3 +241,113 @@ fn c_rate_7_migrate_only_values() {
         );
     }
 }
+
+/// Issue 20 point 5, C-MGMT-2, C-MGMT-4: a body of the wrong type names the field path and the
+/// expected type; an unknown backend id is named; every refused mutation is counted (a refused
+/// `PATCH` also as a rejected management reload) and access-logged with a `reason`; `/readyz`
+/// says which cause holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_mgmt_4_errors_name_the_field_and_the_id_and_are_counted() {
+    let a = Backend::start("me-a").await;
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("management.runtime_mutations", true);
+    let p = Proxy::start_config(&bin(), &cfg, StartOptions::for_config(&cfg)).await;
+    let m = p.management.expect("management");
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let mutate = |method: &str, path: &str, body: &str| {
+        Req::new(method, path)
+            .header("authorization", &auth)
+            .header("x-balancer-csrf", "1")
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let r = send(
+        m,
+        &mutate(
+            "PATCH",
+            "/api/dashboard/config",
+            r#"{"retry": {"max_attempts": "three"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.summary());
+    let j = r.json();
+    assert_eq!(j["errors"][0]["path"], "retry.max_attempts", "{j}");
+    assert!(
+        j["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("retry.max_attempts") && s.contains("invalid type")),
+        "{j}"
+    );
+    let r = send(
+        m,
+        &mutate(
+            "POST",
+            "/api/dashboard/backends/no-such-backend",
+            r#"{"enabled": false}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.summary());
+    assert!(r.text().contains("no-such-backend"), "{}", r.text());
+    let r = send(
+        m,
+        &mutate(
+            "POST",
+            "/api/dashboard/backends/me-a",
+            r#"{"enabled": "no"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["errors"][0]["path"], "enabled", "{}", r.text());
+    let r = send(
+        m,
+        &mutate(
+            "PATCH",
+            "/api/dashboard/config",
+            r#"{"retry": {"max_attempts": 9}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "an out-of-range value");
+
+    let r = send(m, &Req::get("/metrics").header("authorization", &auth)).await;
+    let text = r.text();
+    for (endpoint, n) in [("patch_config", 2), ("set_enabled", 2)] {
+        let line = format!(
+            "load_balancer_management_rejected_mutations_total{{endpoint=\"{endpoint}\"}} {n}"
+        );
+        assert!(text.contains(&line), "{line} not in\n{text}");
+    }
+    assert!(
+        text.contains(
+            "load_balancer_config_reloads_total{source=\"management\",result=\"rejected\"} 2"
+        ),
+        "{text}"
+    );
+    let logs = p.logs().stdout();
+    let refused: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "weir::access" && v["fields"]["listener"] == "management")
+        .filter(|v| v["fields"]["status"].as_u64().is_some_and(|s| s >= 400))
+        .collect();
+    assert_eq!(refused.len(), 4, "{logs}");
+    assert!(refused.iter().any(|v| v["fields"]["reason"] == "not_found"));
+    assert!(refused.iter().all(|v| v["fields"]["reason"].is_string()));
+
+    // /readyz names its cause: the only backend down.
+    a.down().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send(m, &Req::get("/readyz").header("authorization", &auth)).await;
+        if r.status == 503 {
+            assert!(r.text().contains("no_backend_available"), "{}", r.text());
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -377,6 +377,11 @@ impl Metrics {
         self.ops.set_restart_required(pending);
     }
 
+    /// Count a refused management mutation of endpoint `name` (`mgmt::Endpoint::name`).
+    pub fn rejected_mutation(&self, name: &str) {
+        self.ops.rejected_mutation(name);
+    }
+
     /// Count the retries of one finished request (`attempts - 1`).
     pub fn retries(&self, attempts: u32) {
         self.ops.retries(attempts);

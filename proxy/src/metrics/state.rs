@@ -29,7 +29,20 @@ pub(crate) struct Ops {
     last_reload_ok_ms: AtomicU64,
     restart_required: AtomicBool,
     retries: AtomicU64,
+    /// Refused management mutations, by endpoint (index in [`MUTATING`]).
+    rejected: [AtomicU64; MUTATING.len()],
 }
+
+/// The mutating management endpoints (`mgmt::Endpoint::name`), plus `unknown` for a mutation
+/// of a path that is no endpoint: the `endpoint` label's values.
+const MUTATING: [&str; 6] = [
+    "set_count",
+    "set_enabled",
+    "drain",
+    "limit",
+    "patch_config",
+    "unknown",
+];
 
 impl Ops {
     pub(crate) fn new() -> Ops {
@@ -40,7 +53,16 @@ impl Ops {
             last_reload_ok_ms: AtomicU64::new(now),
             restart_required: AtomicBool::new(false),
             retries: AtomicU64::new(0),
+            rejected: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+
+    pub(crate) fn rejected_mutation(&self, name: &str) {
+        let i = MUTATING
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or(MUTATING.len() - 1);
+        self.rejected[i].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn reload_succeeded(&self) {
@@ -204,6 +226,15 @@ pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<Famil
         "load_balancer_retries",
         "Retries sent: attempts beyond the first of each data-plane request.",
         vec![(Vec::new(), ops.retries.load(Ordering::Relaxed))],
+    ));
+    out.push(counter(
+        "load_balancer_management_rejected_mutations",
+        "Management mutations refused (bad token, CSRF guard, bad body, unknown id, invalid change), by endpoint.",
+        MUTATING
+            .iter()
+            .zip(&ops.rejected)
+            .map(|(n, c)| (labels([("endpoint", n)]), c.load(Ordering::Relaxed)))
+            .collect(),
     ));
     let gate = shared.admission.gate().params();
     out.push(gauge(
