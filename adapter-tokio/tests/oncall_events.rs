@@ -340,3 +340,32 @@ async fn c_health_1_no_healthy_backend_at_start_warns() {
     })
     .await;
 }
+
+/// C-POOL-5, issue 20: with every backend healthy but disabled, the `503` says
+/// `no_enabled_backend`, not `no_healthy_backend`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_pool_5_disabled_backends_are_not_called_unhealthy() {
+    let a = Backend::start("dis-a").await;
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("management.runtime_mutations", true);
+    let p = Proxy::start_config(&bin(), &cfg, StartOptions::for_config(&cfg)).await;
+    let m = p.management.expect("management");
+    let r = send(
+        m,
+        &Req::new("POST", "/api/dashboard/backends/dis-a")
+            .header("authorization", &format!("Bearer {ADMIN_TOKEN}"))
+            .header("x-balancer-csrf", "1")
+            .header("content-type", "application/json")
+            .body(r#"{"enabled": false}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.summary());
+    let r = get(p.public, "/x").await;
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("no_enabled_backend"), "{}", r.text());
+    wait_line(&p, "disabled 503 access line", |v| {
+        access_with_reason(v, "no_enabled_backend")
+    })
+    .await;
+}

@@ -197,6 +197,7 @@ impl Reject {
                 NoBackend::NoHealthy => "no backend available: no_healthy_backend",
                 NoBackend::AllOpen => "no backend available: all_circuits_open",
                 NoBackend::AllSaturated => "no backend available: all_backends_saturated",
+                NoBackend::NoneEnabled => "no backend available: no_enabled_backend",
             },
         }
     }
