@@ -135,6 +135,19 @@ async fn c_health_3_circuit_and_health_events_and_state_metrics() {
         1.0
     );
     assert!(e.value("load_balancer_retries_total", &[]) >= 1.0);
+    // Six requests over keep-alive upstream connections: some opened, some reused.
+    let opened = e.value(
+        "load_balancer_upstream_connections_total",
+        &[("connection", "opened")],
+    );
+    let reused = e.value(
+        "load_balancer_upstream_connections_total",
+        &[("connection", "reused")],
+    );
+    assert!(
+        opened >= 1.0 && reused >= 1.0,
+        "opened {opened}, reused {reused}"
+    );
     let retried = wait_line(&p, "retried access line", |v| {
         v["target"] == "weir::access"
             && v["fields"]["attempts"] == 2

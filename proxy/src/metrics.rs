@@ -50,6 +50,8 @@ use crate::Shared;
 
 mod state;
 
+pub use state::upstream_connection;
+
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -81,6 +81,15 @@ impl Ops {
     }
 }
 
+/// Upstream connections `[opened, reused]` by this process (every worker, every backend).
+static UPSTREAM_CONNECTIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Count an upstream request sent on a new connection (`reused: false`, counted once the
+/// connection is up) or on a pooled idle one (`true`).
+pub fn upstream_connection(reused: bool) {
+    UPSTREAM_CONNECTIONS[usize::from(reused)].fetch_add(1, Ordering::Relaxed);
+}
+
 /// Resident set size and open descriptors of this process, from `/proc/self` (Linux); `None`
 /// elsewhere or when unreadable.
 fn process_usage() -> (Option<f64>, Option<f64>, Option<f64>) {
@@ -234,6 +243,15 @@ pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<Famil
             .iter()
             .zip(&ops.rejected)
             .map(|(n, c)| (labels([("endpoint", n)]), c.load(Ordering::Relaxed)))
+            .collect(),
+    ));
+    out.push(counter(
+        "load_balancer_upstream_connections",
+        "Upstream requests by connection: opened (a new connection was made for it) or reused (an idle pooled one).",
+        ["opened", "reused"]
+            .iter()
+            .zip(&UPSTREAM_CONNECTIONS)
+            .map(|(k, c)| (labels([("connection", k)]), c.load(Ordering::Relaxed)))
             .collect(),
     ));
     let gate = shared.admission.gate().params();
