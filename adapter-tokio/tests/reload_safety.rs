@@ -127,7 +127,7 @@ async fn c_conf_4_fifo_config_path_is_rejected_and_blocks_nothing() {
     let event = reload_error(&p, 0).await;
     let f = &event["fields"];
     assert_eq!(f["reason"], "read", "{event}");
-    let errors = f["errors"].as_str().unwrap_or_default();
+    let errors = f["errors"][0].as_str().unwrap_or_default();
     assert!(
         errors.contains("named pipe") && errors.contains("weir.yaml"),
         "{errors}"
