@@ -141,8 +141,22 @@ async fn c_obs_1_every_family_from_start() {
     assert_eq!(e.value("load_balancer_retry_budget_tokens", &[]), 1000.0);
     // Bounded labels only.
     let allowed = [
-        "listener", "code", "backend", "outcome", "pool", "reason", "result", "storage", "le",
-        "source",
+        "listener",
+        "code",
+        "backend",
+        "outcome",
+        "pool",
+        "reason",
+        "result",
+        "storage",
+        "le",
+        "source", // issue 20: circuit state, transition direction, build facts
+        "state",
+        "to",
+        "version",
+        "runtime",
+        "endpoint",
+        "connection",
     ];
     for s in e.samples.keys() {
         for k in s.labels.keys() {

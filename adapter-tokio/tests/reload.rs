@@ -237,7 +237,19 @@ async fn c_conf_4_invalid_file_keeps_serving() {
     assert_eq!(f["reason"], "invalid", "{event}");
     assert_eq!(f["source"], "signal");
     assert!(f["error_count"].as_u64().is_some_and(|n| n >= 4), "{event}");
-    let errors = f["errors"].as_str().unwrap_or_default();
+    // Issue 20: a JSON array of strings, one per error.
+    let errors: Vec<&str> = f["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("errors is not a JSON array: {event}"))
+        .iter()
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert_eq!(
+        errors.len() as u64,
+        f["error_count"].as_u64().unwrap_or(0),
+        "{event}"
+    );
+    let errors = errors.join("\n");
     for path in [
         "server.retry.max_attempts",
         "health_check.interval",

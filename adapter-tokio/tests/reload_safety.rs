@@ -127,7 +127,7 @@ async fn c_conf_4_fifo_config_path_is_rejected_and_blocks_nothing() {
     let event = reload_error(&p, 0).await;
     let f = &event["fields"];
     assert_eq!(f["reason"], "read", "{event}");
-    let errors = f["errors"].as_str().unwrap_or_default();
+    let errors = f["errors"][0].as_str().unwrap_or_default();
     assert!(
         errors.contains("named pipe") && errors.contains("weir.yaml"),
         "{errors}"
@@ -180,7 +180,7 @@ async fn c_conf_4_dev_zero_and_huge_config_paths_are_rejected_in_bounded_memory(
     std::os::unix::fs::symlink("/dev/zero", &file).expect("symlink");
     p.signal("HUP");
     let event = reload_error(&p, 0).await;
-    let errors = event["fields"]["errors"]
+    let errors = event["fields"]["errors"][0]
         .as_str()
         .unwrap_or_default()
         .to_owned();
@@ -193,7 +193,7 @@ async fn c_conf_4_dev_zero_and_huge_config_paths_are_rejected_in_bounded_memory(
     drop(huge);
     p.signal("HUP");
     let event = reload_error(&p, 1).await;
-    let errors = event["fields"]["errors"]
+    let errors = event["fields"]["errors"][0]
         .as_str()
         .unwrap_or_default()
         .to_owned();

@@ -117,6 +117,12 @@ impl BreakerParams {
             .checked_mul(factor)
             .map_or(self.max_cooldown, |d| d.min(self.max_cooldown))
     }
+
+    /// Consecutive failures that open the circuit.
+    #[must_use]
+    pub const fn failure_threshold(&self) -> u8 {
+        self.failure_threshold
+    }
 }
 
 /// The circuit's state as reported to operators.

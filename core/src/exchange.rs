@@ -142,17 +142,29 @@ impl Services {
     /// under `fail-closed` (C-RATE-5), and some backend available (saturated counts as up).
     #[must_use]
     pub fn ready(&self, rt: &Runtime, now: Instant) -> bool {
-        if self.is_shutting_down() || !self.rate_ready(rt) {
-            return false;
+        self.not_ready_reason(rt, now).is_none()
+    }
+
+    /// Which of the three causes keeps weir from being ready (C-OBS-4, issue 20): `None` when
+    /// ready; else `shutting_down`, `rate_limit_store_down` or `no_backend_available`, checked in
+    /// that order.
+    #[must_use]
+    pub fn not_ready_reason(&self, rt: &Runtime, now: Instant) -> Option<&'static str> {
+        if self.is_shutting_down() {
+            return Some("shutting_down");
         }
-        rt.pools().iter().any(|pool| {
+        if !self.rate_ready(rt) {
+            return Some("rate_limit_store_down");
+        }
+        let any = rt.pools().iter().any(|pool| {
             pool.backends().iter().any(|b| {
                 matches!(
                     b.availability(pool.params(), now),
                     Availability::Available | Availability::Saturated
                 )
             })
-        })
+        });
+        (!any).then_some("no_backend_available")
     }
 
     /// The limiter's part of readiness: false only while rate limiting is on, the shared store
@@ -241,6 +253,10 @@ pub struct Exchange {
     /// Attempts sent and the backend of the latest.
     attempts: u32,
     backend: Option<usize>,
+    /// How the latest attempt ended, and the status of the latest response head (access log,
+    /// circuit transitions; issue 20).
+    last_result: Option<AttemptResult>,
+    upstream_status: Option<u16>,
     outbox: Outbox,
 }
 
@@ -283,6 +299,8 @@ impl Exchange {
             recorded: false,
             attempts: 0,
             backend: None,
+            last_result: None,
+            upstream_status: None,
             outbox: Outbox::new(),
             rt,
             services,
@@ -295,6 +313,13 @@ impl Exchange {
     pub fn handle_input(&mut self, input: Input, now: Instant, rng: &mut dyn Rng) {
         let now = self.clamp(now);
         self.step(input, now, rng);
+        if let Some((backend, transition)) = self.flow.as_mut().and_then(Flow::take_transition) {
+            self.outbox.push(Output::Metric(Metric::Circuit {
+                backend,
+                transition,
+                cause: self.last_result.unwrap_or(AttemptResult::Success),
+            }));
+        }
     }
 
     /// The next action for the adapter, in order; `None` when there is nothing to do.

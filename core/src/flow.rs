@@ -44,6 +44,7 @@
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests;
 
+use crate::breaker::Transition;
 use crate::budget::RetryBudget;
 use crate::bulkhead::{Bulkhead, BulkheadPermit};
 use crate::pool::{Backend, Pool, Slot, Tried};
@@ -311,6 +312,8 @@ pub struct Flow {
     attempts: u32,
     phase: Phase,
     now: Instant,
+    /// The breaker transition the latest recorded outcome caused, until taken (logs, metrics).
+    transition: Option<(usize, Transition)>,
 }
 
 impl Flow {
@@ -342,6 +345,7 @@ impl Flow {
             attempts: 0,
             phase: Phase::Finished,
             now,
+            transition: None,
         };
         if let Some(bulkhead) = &bulkhead {
             match Bulkhead::try_acquire(bulkhead) {
@@ -548,9 +552,18 @@ impl Flow {
     /// Record the current attempt's outcome for passive health (once per slot).
     fn record(&mut self, outcome: AttemptOutcome, now: Instant) {
         let class: AttemptClass = self.policy.classify(outcome);
-        if let Some(current) = &mut self.current {
-            let _ = current.slot.record(class, self.pool.params(), now);
+        if let Some(current) = &mut self.current
+            && let Some(t) = current.slot.record(class, self.pool.params(), now)
+            && let Some(b) = self.backend
+        {
+            self.transition = Some((b, t));
         }
+    }
+
+    /// The circuit transition (C-HEALTH-3) the latest outcome caused, with its backend's
+    /// index, once: for the adapter's log line and transition counter (issue 20).
+    pub fn take_transition(&mut self) -> Option<(usize, Transition)> {
+        self.transition.take()
     }
 
     /// The C-RETRY-1 predicate, then reserve-then-spend (C-RETRY-3). On success the next attempt

@@ -47,6 +47,7 @@ use crate::rng::Rng;
 use crate::runtime::{AdminState, Runtime};
 use crate::time::Instant;
 
+mod body;
 mod patch;
 mod status;
 
@@ -614,9 +615,28 @@ pub fn handle(
     rng: &mut dyn Rng,
 ) -> Decision {
     match parse(req, &Access::of(runtime)) {
+        Err(ManagementError::BadRequest) => match route(req.method, req.path) {
+            Ok(endpoint) if endpoint.is_mutating() => {
+                Decision::Reply(body::problem(&endpoint, req.body))
+            }
+            _ => Decision::Reply(Reply::Refused(ManagementError::BadRequest)),
+        },
         Err(e) => Decision::Reply(Reply::Refused(e)),
         Ok(Parsed::Read(endpoint)) => Decision::Read(endpoint),
         Ok(Parsed::Mutate(command)) => apply(command, runtime, req.client, now, rng),
+    }
+}
+
+/// `404` naming the backend id that is not in the configuration (issue 20).
+fn unknown_backend(id: &str) -> Reply {
+    let shown: String = id.chars().take(128).collect();
+    Reply::Problem {
+        status: 404,
+        message: format!("no backend with id {shown:?}"),
+        errors: vec![FieldError {
+            path: "id".to_owned(),
+            message: format!("no backend with id {shown:?} in any pool"),
+        }],
     }
 }
 
@@ -632,7 +652,7 @@ pub fn apply(
     match command {
         Command::SetCount { count } => Decision::Reply(set_count(runtime, count, now)),
         Command::SetEnabled { id, enabled } => match runtime.find_backend(&id) {
-            None => Decision::Reply(Reply::Refused(ManagementError::NotFound)),
+            None => Decision::Reply(unknown_backend(&id)),
             Some((_, b)) => {
                 b.set_enabled(enabled, now);
                 Decision::Reply(Reply::applied(
@@ -642,7 +662,7 @@ pub fn apply(
             }
         },
         Command::Drain { id } => match runtime.find_backend(&id) {
-            None => Decision::Reply(Reply::Refused(ManagementError::NotFound)),
+            None => Decision::Reply(unknown_backend(&id)),
             Some((_, b)) => {
                 b.start_drain(now);
                 Decision::Reply(Reply::applied(

@@ -197,6 +197,7 @@ impl Reject {
                 NoBackend::NoHealthy => "no backend available: no_healthy_backend",
                 NoBackend::AllOpen => "no backend available: all_circuits_open",
                 NoBackend::AllSaturated => "no backend available: all_backends_saturated",
+                NoBackend::NoneEnabled => "no backend available: no_enabled_backend",
             },
         }
     }
@@ -309,6 +310,22 @@ impl ClientError {
             ClientError::TargetTooLong => 414,
             ClientError::NotReady => 503,
             ClientError::UnrequestedUpgrade | ClientError::Incomplete => 502,
+        }
+    }
+
+    /// A stable snake_case name for the access log's `reason` (issue 20).
+    #[must_use]
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            ClientError::Framing(_) => "bad_framing",
+            ClientError::AsteriskWithoutOptions | ClientError::UnsupportedTarget => "bad_target",
+            ClientError::BodyTimeout => "body_timeout",
+            ClientError::BodyUnreadable => "body_unreadable",
+            ClientError::TargetTooLong => "target_too_long",
+            ClientError::NotReady => "not_ready",
+            ClientError::UnrequestedUpgrade => "unrequested_upgrade",
+            ClientError::Incomplete => "incomplete",
+            ClientError::MethodNotAllowed => "method_not_allowed",
         }
     }
 

@@ -216,6 +216,8 @@ pub enum NoBackend {
     AllOpen,
     /// Every usable backend is at `max_concurrent_requests`.
     AllSaturated,
+    /// Every untried backend is disabled or draining (none unhealthy, none circuit-open).
+    NoneEnabled,
 }
 
 impl NoBackend {
@@ -228,6 +230,7 @@ impl NoBackend {
             NoBackend::NoHealthy => "no_healthy_backend",
             NoBackend::AllOpen => "all_circuits_open",
             NoBackend::AllSaturated => "all_backends_saturated",
+            NoBackend::NoneEnabled => "no_enabled_backend",
         }
     }
 }
@@ -251,6 +254,10 @@ pub enum Selection {
 struct Scan {
     untried: bool,
     saturated: bool,
+    /// Some untried backend fails its health checks / has an open circuit (issue 20: the `503`
+    /// names the cause that holds, not `no_healthy_backend` for drained or ejected backends).
+    unhealthy: bool,
+    circuit_open: bool,
     open: Option<usize>,
     warming: Option<usize>,
 }
@@ -327,6 +334,11 @@ impl Pool {
                 }
             }
             match why {
+                Availability::Unhealthy => scan.unhealthy = true,
+                Availability::CircuitOpen => scan.circuit_open = true,
+                _ => {}
+            }
+            match why {
                 Availability::Saturated => scan.saturated = true,
                 // Panic routing needs a backend whose only problem is its circuit.
                 Availability::CircuitOpen if b.in_flight() < params.max_concurrent_requests => {
@@ -356,8 +368,12 @@ impl Pool {
             NoBackend::AllTried
         } else if scan.saturated {
             NoBackend::AllSaturated
-        } else {
+        } else if scan.unhealthy {
             NoBackend::NoHealthy
+        } else if scan.circuit_open {
+            NoBackend::AllOpen
+        } else {
+            NoBackend::NoneEnabled
         })
     }
 

@@ -1,8 +1,9 @@
 //! JSON access logs through `tracing` (C-OBS-3, C-MGMT-5).
 //!
 //! One event per logged request, target `weir::access`, level `INFO`, message `access`, with
-//! the fields `request_id`, `listener`, `method`, `path`, `status`, `duration_ms`, `backend`,
-//! `attempts`, `client` (and `endpoint` on the management listener). The process's subscriber
+//! the fields `request_id`, `listener`, `method`, `path`, `status`, `reason`, `upstream_status`,
+//! `duration_us`, `duration_ms`, `backend`, `attempts`, `client`, `protocol`, `scheme`, `host`,
+//! `route` (and `endpoint` on the management listener); docs/operations.md lists them. The process's subscriber
 //! (`weir run`: tracing-subscriber's JSON formatter on stdout) writes it as one JSON line.
 //!
 //! What is logged:
@@ -55,6 +56,31 @@ pub struct Line<'a> {
     pub client: IpAddr,
     /// Management only: the endpoint's name (`mgmt::Endpoint::name`, never an id).
     pub endpoint: Option<&'static str>,
+    /// The request's HTTP version (`HTTP/1.1`, `HTTP/2`).
+    pub version: http::Version,
+    /// The scheme the client used (`http`, or `https` said by a trusted proxy).
+    pub scheme: &'static str,
+    /// The `Host` header (or the target's authority), as sent.
+    pub host: Option<&'a str>,
+    /// The prefix of the route that matched; `None`: the default pool.
+    pub route: Option<&'a str>,
+    /// Why weir answered itself (`Record::reason`); `None`: a backend's response.
+    pub reason: Option<&'a str>,
+    /// The latest backend response head's status, if any.
+    pub upstream_status: Option<u16>,
+}
+
+/// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2`, ... without Debug formatting.
+#[must_use]
+pub fn version_str(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "other",
+    }
 }
 
 impl Line<'_> {
@@ -65,6 +91,8 @@ impl Line<'_> {
         } else {
             REDACTED
         };
+        // Whole microseconds; `duration_ms` is the same value with exactly three decimals.
+        let micros = u64::try_from(self.duration.as_micros()).unwrap_or(u64::MAX);
         tracing::info!(
             target: "weir::access",
             request_id = self.request_id,
@@ -72,10 +100,17 @@ impl Line<'_> {
             method = self.method.as_str(),
             path,
             status = self.status,
-            duration_ms = self.duration.as_secs_f64() * 1000.0,
+            reason = self.reason,
+            upstream_status = self.upstream_status,
+            duration_us = micros,
+            duration_ms = micros as f64 / 1000.0,
             backend = self.backend,
             attempts = self.attempts,
             client = %self.client,
+            protocol = version_str(self.version),
+            scheme = self.scheme,
+            host = self.host,
+            route = self.route,
             endpoint = self.endpoint,
             "access"
         );

@@ -16,9 +16,18 @@ use crate::config_file::{self, LoadError};
 use crate::rt::{Rt, Signal, Signals};
 use crate::{Options, ProxyHandle};
 
-/// weir: an HTTP load balancer and reverse proxy.
+/// What `weir --help` opens with: what weir is for a user (issue 20), not the crate's description.
+const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads requests over \
+    backends, checks their health, retries safely, sheds load and rate-limits, with a \
+    management API and Prometheus metrics.";
+
+const AFTER_HELP: &str = "Start with `weir demo` (backends and proxy on 127.0.0.1), or \
+    `weir check-config FILE` then `weir run --config FILE`. Docs: README.md, docs/proxy.md, \
+    docs/operations.md.";
+
+/// The command line (`weir --help`).
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about)]
+#[command(name = "weir", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,10 +37,14 @@ struct Cli {
 enum Command {
     /// Run the proxy.
     Run(RunArgs),
-    /// Validate a configuration file and list every error (exit 0 when valid).
+    /// Validate a configuration file and list every error (exit 0 when valid). A secret not set
+    /// in this environment is a warning (it is an error for `run`), unless --strict-secrets.
     CheckConfig {
         /// The configuration file.
         file: PathBuf,
+        /// Secrets that are not set (NAME or NAME_FILE) are errors, as for `weir run`.
+        #[arg(long)]
+        strict_secrets: bool,
     },
     /// Start demo backends on 127.0.0.1 and the proxy in front of them.
     Demo(DemoArgs),
@@ -93,7 +106,10 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig {
+            file,
+            strict_secrets,
+        } => check_config(&file, strict_secrets),
         Command::Console(args) => {
             init_logs("info");
             block_on(rt, name, async move {
@@ -108,7 +124,7 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
             block_on(rt, name, run(rt, name, args))
         }
         Command::Demo(args) => {
-            init_logs("warn");
+            init_logs("info");
             block_on(rt, name, async move {
                 let opts = Options {
                     public_bind: Some(args.public_bind),
@@ -130,7 +146,7 @@ fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
-        .json()
+        .event_format(crate::log_json::JsonLines)
         .with_env_filter(filter)
         .with_writer(std::io::stdout)
         .init();
@@ -190,12 +206,30 @@ fn list_errors(path: &Path, errors: &ConfigErrors) -> String {
     out
 }
 
-fn check_config(path: &Path) -> ExitCode {
-    match load(path) {
-        Ok(_) => {
+fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
+    let result = if strict_secrets {
+        load(path).map(|_| Vec::new())
+    } else {
+        load_lenient(path)
+    };
+    match result {
+        Ok(missing) => {
+            let mut err = std::io::stderr();
+            for name in &missing {
+                let _ = writeln!(
+                    err,
+                    "{}: warning: secret {name} is not set in this environment (set {name} or \
+                     {name}_FILE); `weir run` needs it; --strict-secrets makes this an error",
+                    path.display()
+                );
+            }
+            let note = match missing.len() {
+                0 => String::new(),
+                n => format!(" ({n} secret(s) not resolved here)"),
+            };
             let _ = writeln!(
                 std::io::stdout(),
-                "{}: configuration is valid",
+                "{}: configuration is valid{note}",
                 path.display()
             );
             ExitCode::SUCCESS
@@ -204,6 +238,34 @@ fn check_config(path: &Path) -> ExitCode {
             let _ = writeln!(std::io::stderr(), "{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// [`load`] with [`LenientSecrets`](crate::secrets::LenientSecrets): the valid configuration's
+/// unresolved secret names, or the errors.
+fn load_lenient(path: &Path) -> Result<Vec<String>, String> {
+    let owned = path.to_owned();
+    let read = config_file::READERS.run_blocking(path, config_file::READ_TIMEOUT, move || {
+        let secrets = crate::secrets::LenientSecrets::new();
+        config_file::load_with(&owned, &secrets).map(|_| secrets.missing())
+    });
+    match read {
+        Ok(Ok(missing)) => Ok(missing),
+        Ok(Err(LoadError::File(e))) | Err(e) => Err(e.to_string()),
+        Ok(Err(LoadError::Invalid(e))) => Err(list_errors(path, &e)),
+    }
+}
+
+/// `MIGRATE_ONLY` (C-RATE-7): unset, empty, `0` or `false` run normally; `1` or `true`
+/// migrate and exit; anything else is an error (issue 20: a typo must not start serving).
+fn migrate_only_requested(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(format!(
+            "MIGRATE_ONLY must be 1 or true (migrate and exit) or 0, false or unset (run), got \
+             {other:?}"
+        )),
     }
 }
 
@@ -230,7 +292,11 @@ async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
     if let Err(e) = crate::check_runtime_support(rt, &cfg) {
         return fail(name, &e);
     }
-    if weir_storage::migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
+    let migrate = match migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
+        Ok(m) => m,
+        Err(e) => return fail(name, &e),
+    };
+    if migrate {
         // A migration may queue behind another process's on the advisory lock: a signal ends
         // the wait (the server releases what this session held).
         let migrate = std::pin::pin!(migrate_only(name, &cfg));
@@ -290,7 +356,7 @@ async fn withdraw(rt: Rt, handle: &ProxyHandle, signals: &mut dyn Signals) {
         return;
     }
     tracing::info!(
-        delay = ?delay,
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         "shutting down: not ready; the listeners keep accepting for server.shutdown_delay"
     );
     let wait = std::pin::pin!(crate::rt::sleep(rt, delay));
@@ -312,8 +378,8 @@ async fn migrate_only(name: &str, cfg: &ValidConfig) -> ExitCode {
     match weir_storage::migrate_only(db).await {
         Ok(report) => {
             tracing::info!(
-                applied = ?report.applied,
-                unknown = ?report.unknown,
+                applied = %crate::log_json::list(&report.applied.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                unknown = %crate::log_json::list(&report.unknown.iter().map(ToString::to_string).collect::<Vec<_>>()),
                 database = %db.name,
                 "MIGRATE_ONLY: migrations applied; exiting"
             );

@@ -200,8 +200,20 @@ impl fmt::Display for LoadError {
 /// # Errors
 /// The file cannot be read, or the configuration in it is invalid.
 pub fn load(path: &Path) -> Result<ValidConfig, LoadError> {
+    load_with(path, &EnvSecrets::new())
+}
+
+/// [`load`] with the secrets of `secrets` (`weir check-config` passes
+/// [`LenientSecrets`](crate::secrets::LenientSecrets)).
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with(
+    path: &Path,
+    secrets: &dyn weir_core::config::SecretSource,
+) -> Result<ValidConfig, LoadError> {
     let text = read_bounded(path, MAX_CONFIG_BYTES as u64).map_err(LoadError::File)?;
-    weir_core::config::load(&text, &EnvSecrets::new()).map_err(LoadError::Invalid)
+    weir_core::config::load(&text, secrets).map_err(LoadError::Invalid)
 }
 
 /// Work run on detached threads under a deadline, at most [`MAX_PENDING_READS`] at once

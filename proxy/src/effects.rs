@@ -18,6 +18,10 @@ pub struct Request<'a> {
     pub method: &'a Method,
     /// The URI's path (logged only when `server.access_log_include_path`).
     pub path: &'a str,
+    /// The HTTP version.
+    pub version: http::Version,
+    /// The `Host` header, or the target's authority.
+    pub host: Option<&'a str>,
 }
 
 /// Perform `out` if it is a side effect; give it back otherwise.
@@ -47,13 +51,25 @@ pub fn drain(shared: &Shared, x: &mut Exchange, request: Option<Request<'_>>) {
 
 fn metric(shared: &Shared, x: &Exchange, m: Metric) {
     match m {
-        Metric::Protection(reason) => shared.metrics.protection(reason),
+        Metric::Protection(reason) => {
+            shared.metrics.protection(reason);
+            crate::events::protection(reason);
+        }
         Metric::PanicSelection { backend } => {
             if let Some(b) = x
                 .backend(backend)
                 .and_then(|b| shared.metrics.backend(b.id()))
             {
                 b.panic_selection();
+            }
+        }
+        Metric::Circuit {
+            backend,
+            transition,
+            cause,
+        } => {
+            if let Some(b) = x.backend(backend) {
+                crate::events::circuit(shared, x, b.id(), transition, cause);
             }
         }
         Metric::Attempt {
@@ -75,6 +91,7 @@ fn record(shared: &Shared, x: &Exchange, r: &Record, request: Option<Request<'_>
     shared
         .metrics
         .request(Listener::Public, r.status, r.duration);
+    shared.metrics.retries(r.attempts);
     let Some(request) = request.filter(|_| r.log) else {
         return;
     };
@@ -90,6 +107,15 @@ fn record(shared: &Shared, x: &Exchange, r: &Record, request: Option<Request<'_>
         attempts: r.attempts,
         client: r.client,
         endpoint: None,
+        version: request.version,
+        scheme: x.proto().as_str(),
+        host: request.host,
+        route: x
+            .route()
+            .and_then(|i| x.runtime().config().routes.get(i))
+            .map(|r| r.prefix.as_str()),
+        reason: r.reason,
+        upstream_status: r.upstream_status,
     }
     .emit();
 }

@@ -40,8 +40,8 @@ pub fn on_change(
 ) -> impl FnMut(usize, bool, weir_core::Instant) + Send {
     move |index, healthy, now| {
         if let Some(b) = backends.get(index) {
+            // Logged once, by the driver (`events::health_changed`).
             b.set_healthy(healthy, now);
-            tracing::info!(backend = b.id(), healthy, "backend health changed");
         }
     }
 }

@@ -36,8 +36,10 @@ pub mod config_file;
 pub mod console;
 pub mod demo;
 pub mod effects;
+pub mod events;
 pub mod health;
 pub mod limits;
+pub mod log_json;
 pub mod management;
 pub mod memory;
 pub mod metrics;
@@ -155,6 +157,12 @@ pub enum StartError {
     /// The health checks stopped before their first cycle ended.
     #[error("the health checks stopped before the first cycle ended")]
     Health,
+    /// `management.allow_insecure` with a management bind that is not loopback (issue 20).
+    #[error(
+        "management.allow_insecure is true but the management listener would bind {0}: without a \
+         token only a loopback address is allowed"
+    )]
+    InsecureManagement(SocketAddr),
 }
 
 /// A running proxy. [`ProxyHandle::shutdown`] starts a graceful shutdown (C-PATH-10);
@@ -340,6 +348,12 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         Arc::clone(limiter.inner().local()),
         Arc::clone(limiter.inner().circuit()),
     ));
+    if let Some(addr) = management_bind
+        && cfg.management.allow_insecure
+        && !addr.ip().is_loopback()
+    {
+        return Err(StartError::InsecureManagement(addr));
+    }
     if cfg.management.enabled && cfg.management.allow_insecure {
         tracing::warn!(
             "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
@@ -367,6 +381,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let health = health::spawn(&shared, tls);
     shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
+    events::first_cycle_done(&shared);
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
     for (_, backend) in shared.runtime.load().backends() {
         backend.skip_initial_ramp();
@@ -428,7 +443,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     }
     tracing::info!(
         public = %public_addr,
-        management = ?management_addr,
+        management = management_addr.map(|a| a.to_string()),
         workers,
         runtime = rt.name(),
         "weir is listening"

@@ -181,6 +181,15 @@ pub async fn handle(
     };
 
     let status = response.status().as_u16();
+    if mutation && status >= 400 {
+        // Issue 20: every refused mutation is counted (and logged below: mutations always are).
+        shared
+            .metrics
+            .rejected_mutation(endpoint.unwrap_or("unknown"));
+        if endpoint == Some("patch_config") && status == 400 {
+            shared.metrics.reload(ReloadSource::Management, false);
+        }
+    }
     let elapsed = shared.rt.now().saturating_duration_since(started);
     shared
         .metrics
@@ -202,6 +211,15 @@ pub async fn handle(
             attempts: 0,
             client,
             endpoint,
+            version: parts.version,
+            scheme: "http",
+            host: parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok()),
+            route: None,
+            reason: (status >= 400).then(|| crate::events::management_reason(status)),
+            upstream_status: None,
         }
         .emit();
     }
@@ -241,9 +259,10 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
         },
         Decision::Publish { runtime, reply: r } => {
             let result = reload::install(shared, rt, *runtime).await;
-            shared
-                .metrics
-                .reload(ReloadSource::Management, result.is_ok());
+            // A rejection is counted with every other refused PATCH in `handle`.
+            if result.is_ok() {
+                shared.metrics.reload(ReloadSource::Management, true);
+            }
             match result {
                 Ok(()) => {
                     tracing::info!(
@@ -271,6 +290,25 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
     }
 }
 
+/// Which cause holds, in words and by name (issue 20).
+fn not_ready_message(shared: &Shared) -> String {
+    let reason = shared
+        .services
+        .not_ready_reason(&shared.runtime.load(), shared.clock.now());
+    let words = match reason {
+        Some("shutting_down") => "shutting down",
+        Some("rate_limit_store_down") => {
+            "the shared rate-limit store is down and rate_limit.failure_mode is fail-closed"
+        }
+        Some(_) => {
+            "no backend can take requests (each is unhealthy, disabled, draining or circuit-open)"
+        }
+        // Became ready between the two reads.
+        None => "not ready a moment ago; retry",
+    };
+    format!("not ready ({}): {words}", reason.unwrap_or("transient"))
+}
+
 /// The read endpoints (C-MGMT-4, C-OBS-1, C-OBS-4).
 async fn read(
     shared: &Arc<Shared>,
@@ -289,12 +327,7 @@ async fn read(
             Bytes::from_static(b"{\"status\":\"ready\"}"),
             req.rid,
         ),
-        Endpoint::Readyz => problem(
-            503,
-            "not ready: no backend available, the fail-closed rate-limit store is down, or shutting down",
-            Vec::new(),
-            req.rid,
-        ),
+        Endpoint::Readyz => problem(503, &not_ready_message(shared), Vec::new(), req.rid),
         Endpoint::Metrics => {
             let body = metrics::render(shared);
             let mut resp = Response::new(Full::new(Bytes::from(body)));

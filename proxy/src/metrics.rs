@@ -30,23 +30,30 @@
 //! storage kind, reload source. Never a path or a client address.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use foldhash::fast::FixedState;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 use weir_core::pool::Availability;
 use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
 use weir_core::runtime::Runtime;
 
 use crate::Shared;
+
+mod encode;
+mod histogram;
+mod state;
+
+pub use histogram::AtomicHistogram;
+
+pub(crate) use encode::{FamilySnapshot, Labels, counter, gauge, labels};
+use encode::{flag, seconds_histogram};
+
+pub use state::upstream_connection;
 
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -107,50 +114,6 @@ impl ReloadSource {
     }
 }
 
-/// A histogram over [`DURATION_BOUNDS`] made of atomics: an observation is two `Relaxed` adds.
-/// The count is the sum of the buckets when read, so a snapshot's count and buckets agree.
-#[derive(Debug)]
-pub struct AtomicHistogram {
-    /// Per bucket (not cumulative); the last one is `+Inf`.
-    buckets: [AtomicU64; DURATION_BOUNDS.len() + 1],
-    sum_nanos: AtomicU64,
-}
-
-impl Default for AtomicHistogram {
-    fn default() -> Self {
-        AtomicHistogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-}
-
-impl AtomicHistogram {
-    /// Record one duration.
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        // Prometheus buckets are `le`: a value equal to a bound belongs to that bound's bucket.
-        let i = DURATION_BOUNDS.partition_point(|&b| b < secs);
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> HistogramSnapshot {
-        let buckets: Vec<(f64, u64)> = DURATION_BOUNDS
-            .iter()
-            .copied()
-            .chain(std::iter::once(f64::INFINITY))
-            .zip(self.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
-            .collect();
-        HistogramSnapshot {
-            count: buckets.iter().map(|(_, n)| n).sum(),
-            sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-            buckets,
-        }
-    }
-}
-
 /// Per-listener request metrics.
 #[derive(Debug)]
 struct RequestMetrics {
@@ -178,6 +141,8 @@ pub struct BackendMetrics {
     panic: AtomicU64,
     /// `[success, failure]`.
     checks: [AtomicU64; 2],
+    /// Circuit transitions `[opened, closed]` (issue 20; `metrics/state.rs`).
+    pub(crate) circuit: [AtomicU64; 2],
 }
 
 impl BackendMetrics {
@@ -188,7 +153,13 @@ impl BackendMetrics {
             duration: AtomicHistogram::default(),
             panic: AtomicU64::new(0),
             checks: [AtomicU64::new(0), AtomicU64::new(0)],
+            circuit: [AtomicU64::new(0), AtomicU64::new(0)],
         }
+    }
+
+    /// Count one circuit transition (C-HEALTH-3): opened, or closed.
+    pub fn circuit_transition(&self, opened: bool) {
+        self.circuit[usize::from(!opened)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The backend's id.
@@ -296,6 +267,8 @@ pub struct Metrics {
     backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
+    /// Process-level gauges and counters added for on-call (issue 20; `metrics/state.rs`).
+    pub(crate) ops: state::Ops,
 }
 
 impl Default for Metrics {
@@ -313,6 +286,7 @@ impl Metrics {
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
+            ops: state::Ops::new(),
         }
     }
 
@@ -354,6 +328,24 @@ impl Metrics {
             ReloadSource::Management => 2,
         } + usize::from(!applied);
         self.reloads[i].fetch_add(1, Ordering::Relaxed);
+        if applied {
+            self.ops.reload_succeeded();
+        }
+    }
+
+    /// Whether the latest reload of the file left changes that need a restart unapplied.
+    pub fn set_restart_required(&self, pending: bool) {
+        self.ops.set_restart_required(pending);
+    }
+
+    /// Count a refused management mutation of endpoint `name` (`mgmt::Endpoint::name`).
+    pub fn rejected_mutation(&self, name: &str) {
+        self.ops.rejected_mutation(name);
+    }
+
+    /// Count the retries of one finished request (`attempts - 1`).
+    pub fn retries(&self, attempts: u32) {
+        self.ops.retries(attempts);
     }
 
     /// Requests of `listener` answered with `status` so far.
@@ -394,84 +386,11 @@ impl RateGauges {
     }
 }
 
-/// A histogram read: per-bucket counts (not cumulative), their sum, and the sum of values.
-#[derive(Debug, Clone)]
-struct HistogramSnapshot {
-    count: u64,
-    sum: f64,
-    buckets: Vec<(f64, u64)>,
-}
-
-pub(crate) type Labels = Vec<(&'static str, String)>;
-
-#[derive(Debug)]
-enum Samples {
-    Counter(Vec<(Labels, u64)>),
-    Gauge(Vec<(Labels, f64)>),
-    Histogram(Vec<(Labels, HistogramSnapshot)>),
-}
-
-#[derive(Debug)]
-pub(crate) struct FamilySnapshot {
-    /// The name without the type's suffixes (`_total`) and without the unit.
-    name: &'static str,
-    help: &'static str,
-    unit: Option<Unit>,
-    samples: Samples,
-}
-
 /// Everything a scrape exposes, read at one moment (C-OBS-2). Owned: encoding it holds no
 /// lock of the request path.
 #[derive(Debug)]
 pub struct Snapshot {
     families: Vec<FamilySnapshot>,
-}
-
-pub(crate) fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
-    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
-}
-
-pub(crate) fn counter(
-    name: &'static str,
-    help: &'static str,
-    samples: Vec<(Labels, u64)>,
-) -> FamilySnapshot {
-    FamilySnapshot {
-        name,
-        help,
-        unit: None,
-        samples: Samples::Counter(samples),
-    }
-}
-
-pub(crate) fn gauge(
-    name: &'static str,
-    help: &'static str,
-    samples: Vec<(Labels, f64)>,
-) -> FamilySnapshot {
-    FamilySnapshot {
-        name,
-        help,
-        unit: None,
-        samples: Samples::Gauge(samples),
-    }
-}
-
-fn seconds_histogram(
-    name: &'static str,
-    help: &'static str,
-    samples: Vec<(Labels, HistogramSnapshot)>,
-) -> FamilySnapshot {
-    FamilySnapshot {
-        name,
-        help,
-        unit: Some(Unit::Seconds),
-        samples: Samples::Histogram(samples),
-    }
-}
-
-fn flag(b: bool) -> f64 {
-    if b { 1.0 } else { 0.0 }
 }
 
 impl Snapshot {
@@ -602,7 +521,7 @@ impl Snapshot {
             .collect();
         families.push(counter(
             "load_balancer_protection_events",
-            "Protection events (C-LOAD-3), by reason.",
+            "Requests turned away or retries refused to protect weir or the backends (overload, bulkhead full, backends saturated, retry budget exhausted, rate limited), by reason.",
             reasons,
         ));
         families.push(gauge(
@@ -654,6 +573,7 @@ impl Snapshot {
             reloads,
         ));
         families.extend(crate::limits::families(&shared.connections));
+        families.extend(state::families(shared, &rt, now));
         Snapshot { families }
     }
 
@@ -672,41 +592,6 @@ impl Snapshot {
     }
 }
 
-impl Collector for Snapshot {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        for f in &self.families {
-            let kind = match f.samples {
-                Samples::Counter(_) => MetricType::Counter,
-                Samples::Gauge(_) => MetricType::Gauge,
-                Samples::Histogram(_) => MetricType::Histogram,
-            };
-            let mut metric = encoder.encode_descriptor(f.name, f.help, f.unit.as_ref(), kind)?;
-            match &f.samples {
-                Samples::Counter(s) => {
-                    for (l, v) in s {
-                        metric
-                            .encode_family(l)?
-                            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
-                    }
-                }
-                Samples::Gauge(s) => {
-                    for (l, v) in s {
-                        metric.encode_family(l)?.encode_gauge(v)?;
-                    }
-                }
-                Samples::Histogram(s) => {
-                    for (l, h) in s {
-                        metric
-                            .encode_family(l)?
-                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The exposition of `shared` now (C-OBS-1, C-OBS-2).
 #[must_use]
 pub fn render(shared: &Shared) -> String {
@@ -714,33 +599,4 @@ pub fn render(shared: &Shared) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_are_le() {
-        let h = AtomicHistogram::default();
-        h.observe(Duration::from_millis(1));
-        h.observe(Duration::from_micros(1001));
-        h.observe(Duration::from_secs(100));
-        let s = h.snapshot();
-        assert_eq!(s.count, 3);
-        assert_eq!(s.buckets[0], (0.001, 1));
-        assert_eq!(s.buckets[1], (0.0025, 1));
-        assert_eq!(s.buckets.last().map(|b| b.1), Some(1));
-        assert!((s.sum - 100.002_001).abs() < 1e-6);
-    }
-
-    #[test]
-    fn backend_handles_survive_a_rebuild_by_id() {
-        let m = Metrics::new();
-        m.set_backends(["a", "b"].into_iter());
-        let a = m.backend("a").expect("a");
-        a.attempt(AttemptOutcome::Success, Duration::from_millis(3));
-        m.set_backends(["a", "c"].into_iter());
-        let again = m.backend("a").expect("a kept");
-        assert!(Arc::ptr_eq(&a, &again));
-        assert!(m.backend("b").is_none());
-        assert!(m.backend("c").is_some());
-    }
-}
+mod tests;

@@ -83,6 +83,9 @@ struct Io<'a> {
     uri: Uri,
     /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
     rid_value: HeaderValue,
+    /// The HTTP version and `Host`, for the access log (issue 20).
+    version: http::Version,
+    host: Option<HeaderValue>,
 }
 
 /// The upstream request being prepared, attempt after attempt.
@@ -93,6 +96,21 @@ struct Outgoing {
     buffered: Option<Bytes>,
     /// Raised when reading the client's streamed body fails (C-PATH-9).
     client_failed: Option<Arc<AtomicBool>>,
+}
+
+/// What the access-log line needs of the request (`effects::Request`).
+fn log_request<'b>(
+    method: &'b Method,
+    uri: &'b Uri,
+    version: http::Version,
+    host: Option<&'b HeaderValue>,
+) -> effects::Request<'b> {
+    effects::Request {
+        method,
+        path: uri.path(),
+        version,
+        host: host.and_then(|h| h.to_str().ok()),
+    }
 }
 
 /// The latest attempt's response head, its connection and its target.
@@ -107,10 +125,7 @@ impl Drop for Io<'_> {
             let now = self.ctx.shared.clock.now();
             worker::with_rng(|rng| x.handle_input(Input::ClientGone, now, rng));
         }
-        let request = effects::Request {
-            method: &self.method,
-            path: self.uri.path(),
-        };
+        let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
         effects::drain(&self.ctx.shared, x, Some(request));
     }
 }
@@ -148,6 +163,11 @@ impl<'a> Io<'a> {
             method: req.method().clone(),
             uri: uri.clone(),
             rid_value,
+            version: req.version(),
+            host: req.headers().get(HOST).cloned().or_else(|| {
+                uri.authority()
+                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            }),
         }
     }
 
@@ -170,10 +190,7 @@ impl<'a> Io<'a> {
     /// The next output that is not a side effect (those are performed on the way).
     fn next(&mut self) -> Option<Output> {
         let shared = &self.ctx.shared;
-        let request = effects::Request {
-            method: &self.method,
-            path: self.uri.path(),
-        };
+        let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
             if let Some(out) = effects::perform(shared, x, out, Some(request)) {

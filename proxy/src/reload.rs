@@ -191,12 +191,15 @@ pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, R
     shared.metrics.reload(ReloadSource::Signal, result.is_ok());
     match &result {
         Ok(a) => {
+            shared
+                .metrics
+                .set_restart_required(!a.restart_required.is_empty());
             tracing::info!(
                 target: "weir::reload",
                 source = "signal",
                 path = %path.display(),
-                applied = ?a.applied,
-                warmed_up = ?a.warmed_up,
+                applied = %crate::log_json::list(&a.applied),
+                warmed_up = %crate::log_json::list(&a.warmed_up),
                 "configuration reloaded"
             );
             if !a.restart_required.is_empty() {
@@ -204,7 +207,7 @@ pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, R
                     target: "weir::reload",
                     source = "signal",
                     path = %path.display(),
-                    restart_required = ?a.restart_required,
+                    restart_required = %crate::log_json::list(&a.restart_required),
                     "configuration changes need a restart and were not applied"
                 );
             }
@@ -223,7 +226,7 @@ pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
         path = path.map(|p| p.display().to_string()),
         reason = e.reason(),
         error_count = errors.len(),
-        errors = ?errors,
+        errors = %crate::log_json::list(&errors),
         "configuration reload rejected; the running configuration stays in force"
     );
 }
@@ -333,10 +336,8 @@ fn point_health_at(shared: &Shared, runtimes: &[&Runtime]) {
     let (targets, backends) = targets(runtimes);
     let on_change = move |index: usize, healthy: bool, now: weir_core::Instant| {
         if let Some(list) = backends.get(index) {
+            // A real flip is logged once, by the driver (`events::health_changed`).
             for b in list {
-                if b.is_healthy() != healthy {
-                    tracing::info!(backend = b.id(), healthy, "backend health changed");
-                }
                 b.set_healthy(healthy, now);
             }
         }
@@ -385,7 +386,7 @@ async fn warm_up(
         .filter_map(|i| next.config().pools.get(*i))
         .map(|p| p.name.clone())
         .collect();
-    tracing::info!(target: "weir::reload", pools = ?names, "warming up pools before publishing");
+    tracing::info!(target: "weir::reload", pools = %crate::log_json::list(&names), "warming up pools before publishing");
     // Count the candidates' probes too (health checks of backends not yet in force).
     shared
         .metrics

@@ -1,6 +1,8 @@
 //! Secrets from the process environment and the file system (C-CONF-3): the adapter's
 //! [`SecretSource`]. weir-core resolves `NAME` / `NAME_FILE` itself and never logs what it gets.
 
+use std::sync::Mutex;
+
 use weir_core::config::SecretSource;
 
 /// Reads environment variables and files, with optional fixed overrides (the demo supplies a
@@ -50,5 +52,55 @@ impl SecretSource for EnvSecrets {
             crate::config_file::MAX_SECRET_BYTES,
         )
         .map_err(|e| e.to_string())
+    }
+}
+
+/// `weir check-config` without `--strict-secrets` (issue 15 point 7): the environment as
+/// [`EnvSecrets`] reads it, except that a secret set neither as `NAME` nor as `NAME_FILE` resolves
+/// to a placeholder and its name is recorded, so a linter without production secrets can check
+/// everything else. `weir run` never uses this.
+#[derive(Debug, Default)]
+pub struct LenientSecrets {
+    env: EnvSecrets,
+    missing: Mutex<Vec<String>>,
+}
+
+impl LenientSecrets {
+    /// The process environment and file system, lenient about missing secrets.
+    #[must_use]
+    pub fn new() -> LenientSecrets {
+        LenientSecrets::default()
+    }
+
+    /// The secrets that were asked for and not set, in the order asked, each once.
+    #[must_use]
+    pub fn missing(&self) -> Vec<String> {
+        self.missing.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+impl SecretSource for LenientSecrets {
+    fn env(&self, name: &str) -> Option<String> {
+        if let Some(v) = self.env.env(name).filter(|v| !v.is_empty()) {
+            return Some(v);
+        }
+        if name.ends_with("_FILE") {
+            return None;
+        }
+        let file = format!("{name}_FILE");
+        if std::env::var_os(&file).is_some_and(|f| !f.is_empty()) {
+            // The file is read, and an unreadable one stays an error.
+            return None;
+        }
+        if let Ok(mut m) = self.missing.lock()
+            && !m.iter().any(|n| n == name)
+        {
+            m.push(name.to_owned());
+        }
+        Some("unresolved-secret-placeholder".to_owned())
+    }
+
+    fn read_file(&self, path: &str) -> Result<String, String> {
+        self.env.read_file(path)
     }
 }

@@ -439,7 +439,10 @@ impl Upstream {
             }
             let fut = conn.tx.try_send_request(req);
             match drive_until(&mut conn, fut).await {
-                Ok(resp) => return Ok((resp, conn)),
+                Ok(resp) => {
+                    crate::metrics::upstream_connection(true);
+                    return Ok((resp, conn));
+                }
                 Err(mut e) => match e.take_message() {
                     // Never written: the idle connection was closed under us. Try another.
                     Some(back) => req = back,
@@ -450,6 +453,7 @@ impl Upstream {
         // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
         // connection never runs; unboxed, every request's future would carry and copy it.
         let mut conn = Box::pin(self.connect(target)).await?;
+        crate::metrics::upstream_connection(false);
         let fut = conn.tx.send_request(req);
         match drive_until(&mut conn, fut).await {
             Ok(resp) => Ok((resp, conn)),

@@ -595,5 +595,6 @@ fn no_backend_label(why: NoBackend) -> &'static str {
         NoBackend::NoHealthy => "no_backend:no_healthy",
         NoBackend::AllOpen => "no_backend:all_open",
         NoBackend::AllSaturated => "no_backend:all_saturated",
+        NoBackend::NoneEnabled => "no_backend:none_enabled",
     }
 }

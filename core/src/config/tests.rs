@@ -333,7 +333,7 @@ fn c_conf_1_required_and_cross_field_rules() {
             .contains("BALANCER_ADMIN_TOKEN")
     );
     let v = ok(&format!(
-        "management:\n  enabled: true\n  allow_insecure: true\n{MIN}"
+        "management:\n  enabled: true\n  address: 127.0.0.1:9090\n  allow_insecure: true\n{MIN}"
     ));
     assert!(v.management.auth_token.is_none());
     let e = errs(&format!(
@@ -780,4 +780,74 @@ fn server_max_connections_range_and_restart() {
         d.restart_paths().collect::<Vec<_>>(),
         ["server.max_connections"]
     );
+}
+
+/// Issue 20: a `*_env` field holding something that is not a variable name (most likely the
+/// secret itself) is an error that never repeats the value, in every such field, used or not.
+#[test]
+fn c_conf_3_env_fields_must_be_variable_names_and_are_never_echoed() {
+    let planted = "s3cret-token";
+    for (yaml, path) in [
+        (
+            format!("management:\n  enabled: true\n  auth_token_env: {planted}\n{MIN}"),
+            "management.auth_token_env",
+        ),
+        (
+            format!("management:\n  enabled: false\n  auth_token_env: {planted}\n{MIN}"),
+            "management.auth_token_env",
+        ),
+        (
+            format!("redis:\n  password_env: {planted}\n{MIN}"),
+            "redis.password_env",
+        ),
+        (
+            format!("database:\n  password_env: {planted}\n{MIN}"),
+            "database.password_env",
+        ),
+    ] {
+        let e = errs(&yaml);
+        let err = err_at(&e, path);
+        assert!(err.message.contains("environment variable"), "{err}");
+        assert!(!e.to_string().contains(planted), "{e}");
+        assert!(!format!("{e:?}").contains(planted), "{e:?}");
+    }
+    for good in ["WEIR_TOKEN", "_X", "A1_B2"] {
+        assert!(validate::is_env_name(good), "{good}");
+    }
+    for bad in ["", "lower", "1ABC", "A-B", "A B", "Ä"] {
+        assert!(!validate::is_env_name(bad), "{bad}");
+    }
+}
+
+/// Issue 20, C-MGMT-1: `allow_insecure` only with a loopback management address.
+#[test]
+fn c_mgmt_1_allow_insecure_needs_a_loopback_address() {
+    for addr in [
+        ":9090",
+        "0.0.0.0:9090",
+        "10.0.0.1:9090",
+        "[::]:9090",
+        "example.com:9090",
+    ] {
+        let e = errs(&format!(
+            "management:\n  enabled: true\n  address: \"{addr}\"\n  allow_insecure: true\n{MIN}"
+        ));
+        assert!(
+            err_at(&e, "management.allow_insecure")
+                .message
+                .contains("loopback"),
+            "{e}"
+        );
+    }
+    for addr in [
+        "127.0.0.1:9090",
+        "127.1.2.3:9090",
+        "[::1]:9090",
+        "localhost:9090",
+    ] {
+        let v = ok(&format!(
+            "management:\n  enabled: true\n  address: \"{addr}\"\n  allow_insecure: true\n{MIN}"
+        ));
+        assert!(v.management.allow_insecure, "{addr}");
+    }
 }

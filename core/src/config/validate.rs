@@ -764,6 +764,43 @@ fn parse_host_port(text: &str, listener: bool) -> Result<HostPort, String> {
     })
 }
 
+/// Whether `name` looks like an environment variable name (`[A-Z_][A-Z0-9_]*`, at most 128
+/// bytes). A `*_env` field names a variable; anything else is most likely the secret itself,
+/// pasted into the wrong field, so the error never repeats it (issue 20).
+pub(crate) fn is_env_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=128).contains(&b.len())
+        && (b[0].is_ascii_uppercase() || b[0] == b'_')
+        && b.iter()
+            .all(|&c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+}
+
+/// The error for a `*_env` field that is not a variable name; `false` if so. The value is not
+/// repeated: it may be the secret.
+fn env_name_ok(c: &mut Check<'_>, path: &str, name: &str) -> bool {
+    if name.is_empty() || is_env_name(name) {
+        return true;
+    }
+    c.err(
+        path,
+        format!(
+            "must name an environment variable ([A-Z_][A-Z0-9_]*, e.g. WEIR_ADMIN_TOKEN), \
+             not hold the secret itself; the value ({} bytes) is not shown",
+            name.len()
+        ),
+    );
+    false
+}
+
+/// Whether `host` (of `management.address`) is a loopback address: `localhost`, `127.0.0.0/8`
+/// or `::1`. An empty host means every interface.
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<core::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Resolve the secret named by the field at `path` (value `name`).
 fn secret_at(
     c: &mut Check<'_>,
@@ -772,6 +809,9 @@ fn secret_at(
     name: &str,
     required: bool,
 ) -> Option<Secret> {
+    if !env_name_ok(c, path, name) {
+        return None;
+    }
     match secret::resolve(secrets, name) {
         Resolved::Found(s) => Some(s),
         Resolved::Missing if required => {
@@ -814,6 +854,9 @@ fn check_database(
         );
     }
     if !used {
+        if let Some(name) = &d.password_env {
+            env_name_ok(c, "database.password_env", name);
+        }
         return None;
     }
     let mut need = |field: &str, v: &Option<String>| -> Option<String> {
@@ -864,7 +907,22 @@ fn check_management(
     let address = parse_host_port(&m.address, true)
         .map_err(|e| c.err("management.address", e))
         .ok();
+    if m.enabled
+        && m.allow_insecure
+        && let Some(a) = &address
+        && !is_loopback_host(&a.host)
+    {
+        c.err(
+            "management.allow_insecure",
+            format!(
+                "true only with a loopback management.address (127.0.0.1, ::1, localhost), \
+                 got {:?}: without a token anyone who can reach it could change the backends",
+                m.address
+            ),
+        );
+    }
     let auth_token = if !m.enabled {
+        env_name_ok(c, "management.auth_token_env", &m.auth_token_env);
         None
     } else if m.auth_token_env.is_empty() {
         if !m.allow_insecure {

@@ -160,6 +160,16 @@ pub enum Metric {
         /// From sending to its end.
         duration: Duration,
     },
+    /// A circuit opened or closed (C-HEALTH-3): the adapter logs it (`WARN` open, `INFO`
+    /// closed) and counts it (issue 20).
+    Circuit {
+        /// Index in the exchange's pool.
+        backend: usize,
+        /// Which way, and the outcome that caused it.
+        transition: crate::breaker::Transition,
+        /// The attempt's result that caused it.
+        cause: AttemptResult,
+    },
 }
 
 /// How an attempt ended, for the attempt metric (classified by the same rules the flow uses).
@@ -222,6 +232,11 @@ pub struct Record {
     pub log: bool,
     /// Whether the line shows the path (`server.access_log_include_path`).
     pub include_path: bool,
+    /// Why weir answered itself (`overload`, `store_unavailable`, `no_healthy_backend`,
+    /// `upstream_timeout`, ...; issue 20); `None` when a backend's response was passed on.
+    pub reason: Option<&'static str>,
+    /// The status of the latest backend response head, if any.
+    pub upstream_status: Option<u16>,
 }
 
 /// Whether a request with `status` is logged: errors and management mutations always,

@@ -261,6 +261,7 @@ impl Exchange {
         } else {
             AttemptResult::Success
         };
+        self.upstream_status = Some(status);
         self.attempt_ended(sent, result, now);
         let Some(flow) = self.flow.as_mut() else {
             return;
@@ -334,6 +335,7 @@ impl Exchange {
     }
 
     fn attempt_ended(&mut self, sent: Instant, result: AttemptResult, now: Instant) {
+        self.last_result = Some(result);
         if let Some(backend) = self.backend {
             self.outbox.push(Output::Metric(Metric::Attempt {
                 backend,
@@ -382,7 +384,34 @@ impl Exchange {
             attempts: self.attempts,
             log,
             include_path: server.access_log_include_path,
+            reason: self.reason(status),
+            upstream_status: self.upstream_status,
         }));
+    }
+
+    /// Why weir answered itself, for the access log (issue 20): `None` for a backend's
+    /// response and for `/healthz` / `/readyz` while ready.
+    fn reason(&self, status: u16) -> Option<&'static str> {
+        if status == 499 {
+            return Some("client_closed");
+        }
+        Some(match self.answer? {
+            Answer::Live | Answer::Ready => return None,
+            Answer::Reject(r) => match r {
+                Reject::Overloaded(_) => "overload",
+                Reject::RateLimited(_) => "rate_limited",
+                Reject::StoreUnavailable => "store_unavailable",
+                Reject::BulkheadFull(_) => "bulkhead_full",
+                Reject::NoBackend(why) => why.as_str(),
+            },
+            Answer::Failure(f) => match f.cause {
+                AttemptError::PerTryTimeout => "upstream_timeout",
+                AttemptError::Connect => "upstream_connect_error",
+                AttemptError::InvalidResponse => "upstream_invalid_response",
+                AttemptError::Transport | AttemptError::ClientGone => "upstream_transport_error",
+            },
+            Answer::Client(e) => e.reason(),
+        })
     }
 
     /// The client went away (C-PATH-9): the attempt is cancelled (neutral for health), a queued

@@ -142,6 +142,18 @@ fn snapshot(rt: &Runtime) -> (Vec<(String, bool, bool, bool)>, crate::config::Co
 fn refused(d: &Decision) -> Option<ManagementError> {
     match d {
         Decision::Reply(Reply::Refused(e)) => Some(*e),
+        // Issue 20: a refused body and an unknown backend id are answered with their details
+        // (`body::problem`, `unknown_backend`); the class is the same.
+        Decision::Reply(Reply::Problem {
+            status: 400,
+            message,
+            ..
+        }) if message.starts_with("request body") => Some(ManagementError::BadRequest),
+        Decision::Reply(Reply::Problem {
+            status: 404,
+            message,
+            ..
+        }) if message.starts_with("no backend with id") => Some(ManagementError::NotFound),
         _ => None,
     }
 }

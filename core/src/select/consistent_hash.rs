@@ -53,9 +53,10 @@
 //!
 //! ## No key
 //!
-//! A request without an affinity key (`hash == None`: no such header, cookie or address) gets a
-//! random hash from the injected rng: it lands on a backend in proportion to table shares, with
-//! the same fallbacks and bound.
+//! The adapter always passes a hash: a request without its header or cookie is hashed by its
+//! client address (`Runtime::pick_context`). A caller that passes none (`hash == None`: the
+//! simulator, tests) gets a random hash from the injected rng: it lands on a backend in
+//! proportion to table shares, with the same fallbacks and bound.
 
 use super::{PickContext, Policy, Visit, fmix64, hash_key};
 use crate::pool::{Availability, Backend, PoolParams};

@@ -133,6 +133,7 @@ impl HealthDriver {
             Box::pin(async move {
                 let outcome = probe_until(clock.rt(), &target, &tls, &params, deadline).await;
                 on_probe(&target, outcome.is_success());
+                target.note_result((!outcome.is_success()).then(|| outcome.to_string()));
                 if !outcome.is_success() {
                     tracing::debug!(
                         backend = target.key(),
@@ -385,12 +386,7 @@ impl Driver {
     /// Logs a flip and hands it to the callback.
     fn flip(&mut self, index: usize, healthy: bool, now: weir_core::Instant) {
         if let Some(t) = self.targets.get(index) {
-            tracing::info!(
-                backend = t.key(),
-                url = t.url(),
-                healthy,
-                "active health check changed a backend's health"
-            );
+            crate::events::health_changed(t.key(), t.url(), healthy, t.last_error().as_deref());
         }
         (self.on_change)(index, healthy, now);
     }

@@ -61,6 +61,9 @@ pub struct ProbeTarget {
     server_name: Option<ServerName<'static>>,
     /// The `GET` target and `Host` header; `None` for `tcp`.
     request: Option<(Uri, Authority)>,
+    /// Why the latest probe failed (`None` after a success): the cause a `backend down` line
+    /// gives (issue 20).
+    last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl ProbeTarget {
@@ -113,7 +116,21 @@ impl ProbeTarget {
             port,
             server_name,
             request,
+            last_error: std::sync::Arc::default(),
         })
+    }
+
+    /// Note a probe's result: `Some(why)` for a failure, `None` for a success.
+    pub fn note_result(&self, error: Option<String>) {
+        if let Ok(mut e) = self.last_error.lock() {
+            *e = error;
+        }
+    }
+
+    /// Why the latest probe failed, if it did.
+    #[must_use]
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
     }
 
     /// The caller's name for the backend.

@@ -149,7 +149,7 @@ impl World<'_> {
             Output::Metric(Metric::Attempt { result, .. }) => {
                 self.requests[req].last_result = Some(result);
             }
-            Output::Metric(Metric::Protection(_)) | Output::AbortBody => {}
+            Output::Metric(Metric::Protection(_) | Metric::Circuit { .. }) | Output::AbortBody => {}
             Output::Answer(answer) => self.answered(req, answer),
             Output::Deliver(d) => {
                 let d = d.deliver;

@@ -5,7 +5,9 @@ use core::fmt;
 use core::str::FromStr;
 
 use super::super::schema::Config;
-use super::{Check, HostPort, RedisSettings, SecretSource, parse_host_port, secret_at};
+use super::{
+    Check, HostPort, RedisSettings, SecretSource, env_name_ok, parse_host_port, secret_at,
+};
 
 /// `redis.mode`: how weir finds the server that holds a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -143,6 +145,10 @@ pub(super) fn check_redis(
     let addresses = check_addresses(&r.addresses, c);
     let password = match (&r.password_env, used) {
         (Some(name), true) => secret_at(c, secrets, "redis.password_env", name, true),
+        (Some(name), false) => {
+            env_name_ok(c, "redis.password_env", name);
+            None
+        }
         _ => None,
     };
     let (mode, address, addresses) = (mode?, address?, addresses?);

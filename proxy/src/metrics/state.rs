@@ -1,0 +1,279 @@
+//! The families an on-call pages on (issue 20), added to every scrape after the C-OBS-1 ones:
+//! build and process facts, per-backend state (healthy, circuit, enabled, draining, slow-start
+//! share), circuit transitions, retries, gate capacity, reload success time and the
+//! restart-required flag. Every label set is bounded by the configuration: one series per
+//! backend (times three circuit states), one per gate, none per request (docs/operations.md,
+//! "Metrics").
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use weir_core::Instant;
+use weir_core::breaker::CircuitState;
+use weir_core::runtime::Runtime;
+
+use super::{FamilySnapshot, counter, flag, gauge, labels};
+use crate::Shared;
+
+/// Unix time in milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// State kept for these families outside the request path's tables.
+#[derive(Debug)]
+pub(crate) struct Ops {
+    started_ms: u64,
+    last_reload_ok_ms: AtomicU64,
+    restart_required: AtomicBool,
+    retries: AtomicU64,
+    /// Refused management mutations, by endpoint (index in [`MUTATING`]).
+    rejected: [AtomicU64; MUTATING.len()],
+}
+
+/// The mutating management endpoints (`mgmt::Endpoint::name`), plus `unknown` for a mutation
+/// of a path that is no endpoint: the `endpoint` label's values.
+const MUTATING: [&str; 6] = [
+    "set_count",
+    "set_enabled",
+    "drain",
+    "limit",
+    "patch_config",
+    "unknown",
+];
+
+impl Ops {
+    pub(crate) fn new() -> Ops {
+        let now = unix_ms();
+        Ops {
+            started_ms: now,
+            // As Prometheus does for its own reloads: the start counts as a successful load.
+            last_reload_ok_ms: AtomicU64::new(now),
+            restart_required: AtomicBool::new(false),
+            retries: AtomicU64::new(0),
+            rejected: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn rejected_mutation(&self, name: &str) {
+        let i = MUTATING
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or(MUTATING.len() - 1);
+        self.rejected[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reload_succeeded(&self) {
+        self.last_reload_ok_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_restart_required(&self, pending: bool) {
+        self.restart_required.store(pending, Ordering::Relaxed);
+    }
+
+    pub(crate) fn retries(&self, attempts: u32) {
+        if attempts > 1 {
+            self.retries
+                .fetch_add(u64::from(attempts - 1), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Upstream connections `[opened, reused]` by this process (every worker, every backend).
+static UPSTREAM_CONNECTIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Count an upstream request sent on a new connection (`reused: false`, counted once the
+/// connection is up) or on a pooled idle one (`true`).
+pub fn upstream_connection(reused: bool) {
+    UPSTREAM_CONNECTIONS[usize::from(reused)].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Resident set size and open descriptors of this process, from `/proc/self` (Linux); `None`
+/// elsewhere or when unreadable.
+fn process_usage() -> (Option<f64>, Option<f64>, Option<f64>) {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            let pages: f64 = s.split_whitespace().nth(1)?.parse().ok()?;
+            Some(pages * 4096.0)
+        });
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as f64);
+    let max = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse().ok()
+        });
+    (rss, fds, max)
+}
+
+fn one(v: f64) -> Vec<(super::Labels, f64)> {
+    vec![(Vec::new(), v)]
+}
+
+fn build_and_process(shared: &Shared, out: &mut Vec<FamilySnapshot>) {
+    let ops = &shared.metrics.ops;
+    out.push(gauge(
+        "weir_build_info",
+        "Always 1; the labels say which weir build and runtime is running.",
+        vec![(
+            labels([
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("runtime", shared.rt.name()),
+            ]),
+            1.0,
+        )],
+    ));
+    out.push(gauge(
+        "process_start_time_seconds",
+        "When the process started, in seconds since the Unix epoch.",
+        one(ops.started_ms as f64 / 1000.0),
+    ));
+    let (rss, fds, max) = process_usage();
+    if let Some(v) = rss {
+        out.push(gauge(
+            "process_resident_memory_bytes",
+            "Resident memory of the process, in bytes.",
+            one(v),
+        ));
+    }
+    if let Some(v) = fds {
+        out.push(gauge(
+            "process_open_fds",
+            "File descriptors the process has open.",
+            one(v),
+        ));
+    }
+    if let Some(v) = max {
+        out.push(gauge(
+            "process_max_fds",
+            "The process's soft limit on open file descriptors.",
+            one(v),
+        ));
+    }
+}
+
+fn backends(shared: &Shared, rt: &Runtime, now: Instant, out: &mut Vec<FamilySnapshot>) {
+    let cfg = rt.config();
+    let (mut healthy, mut enabled, mut draining) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut circuit, mut share) = (Vec::new(), Vec::new());
+    for (pool_index, b) in rt.backends() {
+        let pool = cfg.pools.get(pool_index).map_or("", |p| p.name.as_str());
+        let l = || labels([("backend", b.id()), ("pool", pool)]);
+        healthy.push((l(), flag(b.is_healthy())));
+        enabled.push((l(), flag(b.is_enabled())));
+        draining.push((l(), flag(b.is_draining())));
+        let state = b.circuit_state(now);
+        for s in [
+            CircuitState::Closed,
+            CircuitState::Open,
+            CircuitState::HalfOpen,
+        ] {
+            circuit.push((
+                labels([("backend", b.id()), ("pool", pool), ("state", s.as_str())]),
+                flag(state == s),
+            ));
+        }
+        if let Some(p) = rt.pool(pool_index) {
+            let permille = b.slow_start_permille(&p.params().slow_start, now);
+            share.push((l(), f64::from(permille) / 1000.0));
+        }
+    }
+    out.push(gauge(
+        "load_balancer_backend_healthy",
+        "1 when the backend passes its active health checks.",
+        healthy,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_enabled",
+        "1 when the backend is enabled (0: disabled through the management API).",
+        enabled,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_draining",
+        "1 while the backend is draining: it takes no new requests.",
+        draining,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_circuit_state",
+        "1 for the backend's current circuit-breaker state (closed, open or half_open), 0 for the others.",
+        circuit,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_slow_start_ratio",
+        "Share of its full weight the backend gets now: below 1 while the slow-start ramp runs.",
+        share,
+    ));
+    let table = shared.metrics.backends.load();
+    let mut transitions = Vec::new();
+    for b in &table.order {
+        for (i, to) in ["open", "closed"].into_iter().enumerate() {
+            transitions.push((
+                labels([("backend", b.id()), ("to", to)]),
+                b.circuit[i].load(Ordering::Relaxed),
+            ));
+        }
+    }
+    out.push(counter(
+        "load_balancer_circuit_transitions",
+        "Circuit-breaker transitions, by backend and new state (open: ejected; closed: back).",
+        transitions,
+    ));
+}
+
+/// The families of this module, read now.
+pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<FamilySnapshot> {
+    let mut out = Vec::with_capacity(20);
+    build_and_process(shared, &mut out);
+    backends(shared, rt, now, &mut out);
+    let ops = &shared.metrics.ops;
+    out.push(counter(
+        "load_balancer_retries",
+        "Retries sent: attempts beyond the first of each data-plane request.",
+        vec![(Vec::new(), ops.retries.load(Ordering::Relaxed))],
+    ));
+    out.push(counter(
+        "load_balancer_management_rejected_mutations",
+        "Management mutations refused (bad token, CSRF guard, bad body, unknown id, invalid change), by endpoint.",
+        MUTATING
+            .iter()
+            .zip(&ops.rejected)
+            .map(|(n, c)| (labels([("endpoint", n)]), c.load(Ordering::Relaxed)))
+            .collect(),
+    ));
+    out.push(counter(
+        "load_balancer_upstream_connections",
+        "Upstream requests by connection: opened (a new connection was made for it) or reused (an idle pooled one).",
+        ["opened", "reused"]
+            .iter()
+            .zip(&UPSTREAM_CONNECTIONS)
+            .map(|(k, c)| (labels([("connection", k)]), c.load(Ordering::Relaxed)))
+            .collect(),
+    ));
+    let gate = shared.admission.gate().params();
+    out.push(gauge(
+        "load_balancer_overload_capacity_requests",
+        "Requests the global overload gate lets in at once (server.overload.max_concurrent_requests).",
+        one(f64::from(gate.max_concurrent_requests())),
+    ));
+    out.push(gauge(
+        "load_balancer_overload_queue_capacity_requests",
+        "Requests that may wait at the global overload gate (server.overload.max_queue).",
+        one(f64::from(gate.max_queue())),
+    ));
+    out.push(gauge(
+        "load_balancer_config_last_reload_success_timestamp_seconds",
+        "When the configuration in force was last loaded or changed successfully (start included), in seconds since the Unix epoch.",
+        one(ops.last_reload_ok_ms.load(Ordering::Relaxed) as f64 / 1000.0),
+    ));
+    out.push(gauge(
+        "load_balancer_config_restart_required",
+        "1 when the latest reload of the file had changes that need a restart and were not applied.",
+        one(flag(ops.restart_required.load(Ordering::Relaxed))),
+    ));
+    out
+}
