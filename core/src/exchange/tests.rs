@@ -608,7 +608,11 @@ backends:
     assert_eq!(out, [Output::BufferBody { len: 10 }]);
     // The body takes 300 ms to arrive; the first attempt still has its whole 500 ms.
     send(&f.feed(&mut x, Input::BodyBuffered, at(300)));
-    assert_eq!(x.poll_timeout(), Some(at(800)), "per_try_timeout from sending");
+    assert_eq!(
+        x.poll_timeout(),
+        Some(at(800)),
+        "per_try_timeout from sending"
+    );
     assert!(f.feed(&mut x, Input::Timeout, at(500)).is_empty());
     let retry = send(&f.feed(&mut x, Input::Timeout, at(800)));
     assert!(retry.retry);
