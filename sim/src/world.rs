@@ -49,8 +49,6 @@ use crate::trace::{Rec, Trace};
 use health::{PoolSlot, Runner};
 use summary::{Stats, method_str, no_backend_label};
 
-/// Requests are spread over this many simulated workers (per-worker policy cursors).
-const WORKERS: usize = 4;
 /// A run that processes more events than this is stuck in a loop.
 const MAX_EVENTS: u64 = 5_000_000;
 /// A run whose requests are not all done this long after traffic stopped is stuck.

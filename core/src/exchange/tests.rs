@@ -141,7 +141,6 @@ impl Req {
             peer: self.peer,
             framing: self.framing,
             body: self.body,
-            worker: 0,
         }
     }
 }

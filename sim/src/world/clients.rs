@@ -11,7 +11,7 @@ use weir_core::rng::Rng;
 use weir_core::rate::{RateOutcome, StorageKind};
 
 use super::store::StoreView;
-use super::{Arc, Ev, Request, Stage, WORKERS, World, method_str};
+use super::{Arc, Ev, Request, Stage, World, method_str};
 use crate::backend::uniform;
 use crate::model::BucketModel;
 use crate::report::Invariant;
@@ -188,7 +188,6 @@ impl World<'_> {
                 BodyKind::Sized(n) => BodyInfo::Sized(n),
                 BodyKind::Streaming => BodyInfo::Unsized,
             },
-            worker: req % WORKERS,
         };
         let x = Exchange::new(
             Arc::clone(&self.runtime),
