@@ -30,10 +30,7 @@ fn bench_select(c: &mut Criterion) {
                         let mut key = 0u64;
                         b.iter(|| {
                             key = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                            let ctx = PickContext {
-                                worker: 0,
-                                hash: Some(key),
-                            };
+                            let ctx = PickContext { hash: Some(key) };
                             one(&pool, &ctx, &tried, now, &mut rng, reserve)
                         });
                     },
@@ -47,10 +44,7 @@ fn bench_select(c: &mut Criterion) {
                             let mut key = worker as u64;
                             for _ in 0..per {
                                 key = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                                let ctx = PickContext {
-                                    worker,
-                                    hash: Some(key),
-                                };
+                                let ctx = PickContext { hash: Some(key) };
                                 one(&pool, &ctx, &tried, now, &mut rng, reserve);
                             }
                         })

@@ -62,7 +62,6 @@ fn c_pool_4_pick_allocates_nothing_for_any_policy() {
                 let mut picked = 0;
                 for i in 0..10_000u64 {
                     let ctx = PickContext {
-                        worker: (i % 3) as usize,
                         hash: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
                     };
                     if let Selection::Selected { slot, .. } =

@@ -274,7 +274,7 @@ impl Exchange {
         let (request_id, origin) = request_id_in_force(head.headers, rng);
         let resolution = resolve_client(head.peer, head.headers, rt.trusted_proxies());
         let (target, m) = rt.target(head.path);
-        let pick = rt.pick_context(m.pool, head.worker, resolution.client, head.headers);
+        let pick = rt.pick_context(m.pool, resolution.client, head.headers);
         let mut x = Exchange {
             method: head.method.clone(),
             request_id,

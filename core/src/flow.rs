@@ -47,8 +47,8 @@ pub(crate) mod tests;
 use crate::breaker::Transition;
 use crate::budget::RetryBudget;
 use crate::bulkhead::{Bulkhead, BulkheadPermit};
+use crate::outcome::{ProtectionReason, Reject};
 use crate::pool::{Backend, Pool, Slot, Tried};
-use crate::response::{ProtectionReason, Reject};
 use crate::retry::{
     AttemptClass, AttemptOutcome, BodyKind, NoRetryReason, RetryFacts, RetryPolicy, RetryVerdict,
     reserve_then_spend,

@@ -40,6 +40,7 @@ pub mod method;
 pub mod mgmt;
 #[cfg(feature = "mutations")]
 pub mod mutations;
+mod outcome;
 pub mod pool;
 pub mod rate;
 pub mod request_id;

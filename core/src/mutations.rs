@@ -44,9 +44,16 @@ pub static SLOW_START_IGNORED: AtomicBool = AtomicBool::new(false);
 pub static PANIC_ROUTING_DISABLED: AtomicBool = AtomicBool::new(false);
 /// Route bulkheads ignore their limit.
 pub static BULKHEAD_UNLIMITED: AtomicBool = AtomicBool::new(false);
+/// The shared store's circuit lets every request through as a recovery trial while the store
+/// is down (`StoreCircuit::may_call` forgets that a trial is in flight).
+pub static STORE_TRIALS_UNBOUNDED: AtomicBool = AtomicBool::new(false);
+/// A successful recovery trial leaves the shared store's circuit down.
+pub static STORE_NEVER_RECOVERS: AtomicBool = AtomicBool::new(false);
+/// The request engine forgets `write_timeout`: a response body has no deadline.
+pub static WRITE_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 14] = [
+pub static ALL: [(&str, &AtomicBool); 17] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -61,6 +68,9 @@ pub static ALL: [(&str, &AtomicBool); 14] = [
     ("SLOW_START_IGNORED", &SLOW_START_IGNORED),
     ("PANIC_ROUTING_DISABLED", &PANIC_ROUTING_DISABLED),
     ("BULKHEAD_UNLIMITED", &BULKHEAD_UNLIMITED),
+    ("STORE_TRIALS_UNBOUNDED", &STORE_TRIALS_UNBOUNDED),
+    ("STORE_NEVER_RECOVERS", &STORE_NEVER_RECOVERS),
+    ("WRITE_TIMEOUT_IGNORED", &WRITE_TIMEOUT_IGNORED),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

@@ -322,8 +322,8 @@ impl Runtime {
         )
     }
 
-    /// The selection context of a request to pool `pool` (from [`Runtime::target`]):
-    /// `worker` as given, and for a `consistent_hash` pool the hash of its affinity key
+    /// The selection context of a request to pool `pool` (from [`Runtime::target`]): for a
+    /// `consistent_hash` pool the hash of its affinity key
     /// (C-POOL-4) through [`hash_key`]:
     /// - `header:<Name>`: the bytes of the first value of that header;
     /// - `cookie:<name>`: the value of the first cookie of that name in any `Cookie` header
@@ -334,13 +334,7 @@ impl Runtime {
     /// the key still spread across backends and one client stays on one backend. Allocates
     /// nothing.
     #[must_use]
-    pub fn pick_context(
-        &self,
-        pool: usize,
-        worker: usize,
-        client: IpAddr,
-        headers: &HeaderMap,
-    ) -> PickContext {
+    pub fn pick_context(&self, pool: usize, client: IpAddr, headers: &HeaderMap) -> PickContext {
         let key = self
             .config
             .pools
@@ -360,7 +354,7 @@ impl Runtime {
                 None => address_hash(client),
             }
         });
-        PickContext { worker, hash }
+        PickContext { hash }
     }
 
     /// The backend with this id, and the index of its pool (ids are unique across pools,

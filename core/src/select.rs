@@ -44,8 +44,6 @@ use crate::time::Instant;
 /// C-POOL-4; the field goes once the request engine builds every context).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PickContext {
-    /// A small integer identifying the caller's worker thread; any value is valid.
-    pub worker: usize,
     /// The hash of the request's affinity key (header, cookie or client address), if any.
     pub hash: Option<u64>,
 }

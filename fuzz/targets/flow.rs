@@ -75,7 +75,6 @@ pub fn run(data: &[u8]) {
     let body =
         [BodyKind::None, BodyKind::Sized(10), BodyKind::Streaming][usize::from(b.next() % 3)];
     let ctx = PickContext {
-        worker: usize::from(b.next()),
         hash: Some(u64::from(b.next())),
     };
     let mut rng = WyRand::new(u64::from(b.next()));

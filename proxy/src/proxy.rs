@@ -146,7 +146,6 @@ impl<'a> Io<'a> {
             // C-PATH-12: taken exactly once per request, in the order the heads arrived.
             framing: ctx.framing_verdict(),
             body: body_info(req.body()),
-            worker: worker::index(),
         };
         let x = worker::with_rng(|rng| {
             let services = Arc::clone(&shared.services);

@@ -745,7 +745,6 @@ pub(crate) fn spawn_worker(
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
         .spawn(move || {
-            crate::worker::set_index(index);
             let rt = shared.rt;
             let main = worker_main(Arc::clone(&shared), rx, open2, shutdown);
             if let Err(e) = rt.block_on(Box::pin(main)) {

@@ -1,20 +1,18 @@
-//! Per-worker state on the request path: the worker's index (handed to the selection policies
-//! as [`PickContext::worker`](weir_core::select::PickContext), so per-worker cursors never share
-//! a cache line) and its random generator.
+//! Per-worker state on the request path: its random generator. (The selection policies keep one
+//! cursor per process since C-POOL-4's refinement, so no worker index is handed to them.)
 //!
 //! Each worker thread owns one [`WyRand`] seeded from OS entropy (std's `RandomState` keys come
 //! from the OS; DESIGN.md: only adapters turn "no seed" into entropy). A thread-local generator
 //! needs no lock and no atomic: the request path draws request ids, round-robin starts, P2C
 //! choices and slow-start admissions from it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
 use weir_core::WyRand;
 
 thread_local! {
-    static INDEX: Cell<usize> = const { Cell::new(0) };
     static RNG: RefCell<WyRand> = RefCell::new(WyRand::new(entropy_seed()));
 }
 
@@ -26,17 +24,6 @@ pub fn entropy_seed() -> u64 {
     h.write_u64(0x7765_6972);
     std::hash::Hash::hash(&std::thread::current().id(), &mut h);
     h.finish()
-}
-
-/// Marks the current thread as worker `index` (called once when a worker thread starts).
-pub fn set_index(index: usize) {
-    INDEX.with(|i| i.set(index));
-}
-
-/// The current thread's worker index (0 on threads that are not workers).
-#[must_use]
-pub fn index() -> usize {
-    INDEX.with(Cell::get)
 }
 
 /// Runs `f` with this thread's generator. Never call it re-entrantly (it is a `RefCell`).
@@ -57,13 +44,5 @@ mod tests {
         let x = with_rng(|r| r.next_u64());
         let y = with_rng(|r| r.next_u64());
         assert_ne!(x, y);
-    }
-
-    #[test]
-    fn index_is_per_thread() {
-        set_index(3);
-        assert_eq!(index(), 3);
-        let other = std::thread::spawn(index).join().unwrap_or(99);
-        assert_eq!(other, 0);
     }
 }

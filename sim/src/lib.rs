@@ -1,7 +1,8 @@
 //! weir-sim: deterministic chaos simulation of the real weir-core (DESIGN.md, tests layer 3).
 //!
 //! A discrete-event world (`world.rs`) drives the same core machines an adapter drives — the
-//! overload gate, the rate limiter's local store, the route table and bulkheads, the pool
+//! overload gate, the rate limiter's local store (or a virtual shared store behind the
+//! store circuit), the route table and bulkheads, the pool
 //! snapshot and its selection policies, the probe schedule, the breaker (through the flow's
 //! slots), the retry budget and the per-request flow machine, and pool swaps as a reload does —
 //! against simulated clients and backends with a fault library. Virtual time jumps from event to

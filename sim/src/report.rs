@@ -55,11 +55,23 @@ pub enum Invariant {
     /// A reload that replaces every healthy backend never opens a window of "no healthy backend"
     /// (C-CONF-5 warm-up).
     ReloadNoGap,
+    /// The shared store's failure policy: a store answer decides (not degraded), a failed,
+    /// late or skipped call is decided by `failure_mode`; no call outlives `operation_timeout`;
+    /// one recovery trial at a time; the store is used again after it recovers (C-RATE-5).
+    StorePolicy,
+    /// An exchange keeps the runtime snapshot it was created from, whatever a reload publishes
+    /// meanwhile: its attempts, deadlines and pool are that snapshot's (C-CONF-4).
+    OneSnapshot,
+    /// The request's timers: a buffered body read within `read_timeout`, a response body within
+    /// `write_timeout`, response headers within the earlier of `per_try_timeout` and
+    /// `response_header_timeout`, each ending exactly at its deadline (C-PATH-12, C-PATH-7,
+    /// C-RETRY-5).
+    RequestTimers,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 17] = [
+    pub const ALL: [Invariant; 20] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -77,6 +89,9 @@ impl Invariant {
         Invariant::Liveness,
         Invariant::PoolNeverEmptied,
         Invariant::ReloadNoGap,
+        Invariant::StorePolicy,
+        Invariant::OneSnapshot,
+        Invariant::RequestTimers,
     ];
 
     /// A stable snake_case name.
@@ -100,6 +115,9 @@ impl Invariant {
             Invariant::Liveness => "liveness",
             Invariant::PoolNeverEmptied => "pool_never_emptied",
             Invariant::ReloadNoGap => "reload_no_gap",
+            Invariant::StorePolicy => "store_policy",
+            Invariant::OneSnapshot => "one_snapshot",
+            Invariant::RequestTimers => "request_timers",
         }
     }
 
@@ -122,6 +140,9 @@ impl Invariant {
             Invariant::Liveness => "C-HEALTH-2, C-HEALTH-3",
             Invariant::PoolNeverEmptied => "C-POOL-5",
             Invariant::ReloadNoGap => "C-CONF-5",
+            Invariant::StorePolicy => "C-RATE-5",
+            Invariant::OneSnapshot => "C-CONF-4",
+            Invariant::RequestTimers => "C-PATH-12, C-PATH-7, C-RETRY-5",
         }
     }
 
@@ -233,6 +254,16 @@ pub struct Summary {
     pub reloads_published: u64,
     /// Reloads whose warm-up failed.
     pub reloads_rejected: u64,
+    /// Shared-store calls made, and requests the failure policy decided (C-RATE-5).
+    pub store_calls: u64,
+    /// Requests decided by the store's failure policy.
+    pub policy_decisions: u64,
+    /// Configuration reloads published, and requests that saw one while in flight.
+    pub config_reloads: u64,
+    /// Requests in flight while a configuration reload was published.
+    pub reloaded_mid: u64,
+    /// Requests ended by a timer: body read (408), response body (write), response headers.
+    pub timer_expiries: u64,
     /// 99th percentile of the virtual time from arrival to the response head, in microseconds.
     pub p99_us: u64,
     /// Events processed.
@@ -259,7 +290,7 @@ impl fmt::Display for Summary {
             "{} seed={} policy={} requests={} success={}.{}% retries={} budget_refusals={} \
              ejections={} panic={} health_flips={} p99={}.{:03}ms \
              [ok={} 5xx={} failed={} overloaded={} rate_limited={} rejected={} abandoned={} \
-             reloads={}/{}] events={} hash={:016x}",
+             reloads={}/{}] store={}/{} config_reloads={}/{} timers={} events={} hash={:016x}",
             self.scenario,
             self.seed,
             self.policy,
@@ -282,6 +313,11 @@ impl fmt::Display for Summary {
             self.abandoned,
             self.reloads_published,
             self.reloads_rejected,
+            self.store_calls,
+            self.policy_decisions,
+            self.config_reloads,
+            self.reloaded_mid,
+            self.timer_expiries,
             self.events,
             self.trace_hash
         )

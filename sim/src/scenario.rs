@@ -11,12 +11,20 @@ use weir_core::admission::GateParams;
 use weir_core::breaker::BreakerParams;
 use weir_core::health::HealthSpec;
 use weir_core::pool::PoolParams;
+use weir_core::rate::FailureMode;
 use weir_core::retry::RetryParams;
-use weir_core::rng::{Rng, WyRand};
+use weir_core::rng::WyRand;
 use weir_core::select::PolicyKind;
 use weir_core::slow_start::SlowStart;
 
-use crate::backend::{Fault, Latency, Mode, SimBackend, uniform};
+use crate::backend::{Fault, SimBackend};
+
+mod setups;
+use setups::{
+    all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
+    hot_client, overload_spike, reload_mid_request, reload_warmup, retry_storm,
+    slow_start_recovery, small_pool, store_outage,
+};
 
 /// A scenario of the CI sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,11 +55,21 @@ pub enum Scenario {
     SmallPool,
     /// A slow route saturates its bulkhead; the fast route is unaffected (C-LOAD-2).
     BulkheadIsolation,
+    /// The shared rate-limit store fails (errors, hangs, answers late) and recovers, under each
+    /// failure policy in turn (C-RATE-5).
+    StoreOutage,
+    /// Configuration reloads land while requests are in flight: each exchange keeps the one
+    /// snapshot it was created from (C-CONF-4).
+    ReloadMidRequest,
+    /// The request's timers: slow request bodies against `read_timeout`, slow or hanging
+    /// response bodies against `write_timeout`, slow headers against the merged per-try and
+    /// `response_header_timeout` deadline (C-PATH-12, C-RETRY-5, C-PATH-7).
+    ConnectionTimers,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -62,6 +80,9 @@ impl Scenario {
         Scenario::ReloadWarmup,
         Scenario::SmallPool,
         Scenario::BulkheadIsolation,
+        Scenario::StoreOutage,
+        Scenario::ReloadMidRequest,
+        Scenario::ConnectionTimers,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -78,6 +99,9 @@ impl Scenario {
             Scenario::ReloadWarmup => "reload_warmup",
             Scenario::SmallPool => "small_pool",
             Scenario::BulkheadIsolation => "bulkhead_isolation",
+            Scenario::StoreOutage => "store_outage",
+            Scenario::ReloadMidRequest => "reload_mid_request",
+            Scenario::ConnectionTimers => "connection_timers",
         }
     }
 
@@ -101,6 +125,9 @@ impl Scenario {
             Scenario::ReloadWarmup => reload_warmup(rng, policy),
             Scenario::SmallPool => small_pool(rng, policy),
             Scenario::BulkheadIsolation => bulkhead_isolation(rng, policy),
+            Scenario::StoreOutage => store_outage(rng, policy, seed),
+            Scenario::ReloadMidRequest => reload_mid_request(rng, policy),
+            Scenario::ConnectionTimers => connection_timers(rng, policy),
         }
     }
 }
@@ -208,6 +235,76 @@ pub(crate) struct Setup {
     /// Chance (permille) that a client disconnects early, at a random point.
     pub disconnect_permille: u32,
     pub checks: Checks,
+    /// A shared rate-limit store (the world plays it), instead of the local one.
+    pub store: Option<StoreSetup>,
+    /// Configuration reloads (`(at, generation)`): generation `g` runs `generations[g]`.
+    pub config_reloads: Vec<(Instant, usize)>,
+    /// The retry settings of each configuration generation (0: the one at start, `retry`).
+    pub generations: Vec<Generation>,
+    /// The request timers of the configuration and how slowly clients send bodies.
+    pub timers: Option<Timers>,
+}
+
+/// What a configuration generation changes (the budget stays, so its tokens carry over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Generation {
+    pub max_attempts: u32,
+    pub per_try_timeout: Duration,
+}
+
+/// The virtual shared store (C-RATE-3..5).
+#[derive(Debug, Clone)]
+pub(crate) struct StoreSetup {
+    pub failure_mode: FailureMode,
+    pub operation_timeout: Duration,
+    /// An answer while up takes `base + uniform(spread)`, always within `operation_timeout`.
+    pub latency: (Duration, Duration),
+    /// `(from, state)`, sorted; up before the first.
+    pub faults: Vec<(Instant, StoreState)>,
+}
+
+impl StoreSetup {
+    /// When the last outage ends.
+    pub fn recovered_at(&self) -> Instant {
+        self.faults.last().map_or(Instant::ZERO, |(t, _)| *t)
+    }
+}
+
+/// How the virtual store behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreState {
+    /// Answers within `operation_timeout`.
+    Up,
+    /// Answers with an error at once (connection refused, `maxmemory`).
+    Errors,
+    /// Never answers (a partition): each call ends at `operation_timeout`.
+    Hang,
+    /// Answers, but after `operation_timeout` (the token is taken; the answer comes too late).
+    Slow,
+}
+
+impl StoreState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreState::Up => "store_up",
+            StoreState::Errors => "store_errors",
+            StoreState::Hang => "store_hangs",
+            StoreState::Slow => "store_slow",
+        }
+    }
+}
+
+/// The request timers of the `connection_timers` scenario.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timers {
+    /// `server.read_timeout`: the whole request (its body) read within it, from arrival.
+    pub read_timeout: Duration,
+    /// `server.write_timeout`: the whole response written within it, from arrival.
+    pub write_timeout: Duration,
+    /// `server.upstream.response_header_timeout`.
+    pub response_header_timeout: Duration,
+    /// A client sends a buffered body within `uniform(upload)`.
+    pub upload: Duration,
 }
 
 impl Setup {
@@ -237,403 +334,4 @@ impl Setup {
             + self.retry.per_try_timeout * 2
             + Duration::from_secs(2)
     }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn at_ms(n: u64) -> Instant {
-    Instant::from_millis(n)
-}
-
-/// Uniform in `lo..=hi`.
-fn between(rng: &mut WyRand, lo: u64, hi: u64) -> u64 {
-    lo + rng.below(hi - lo + 1)
-}
-
-const PATHS: &[&str] = &["/", "/api/items", "/api/users/7?expand=1", "/static/app.js"];
-
-/// The shared defaults of every scenario: `n` backends in one pool with `policy`, generous
-/// limits, a background stream of 40 clients.
-fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
-    let backends: Vec<SimBackend> = (0..n)
-        .map(|i| {
-            let mut b = SimBackend::new(
-                &format!("b{i}"),
-                Latency::new(ms(between(rng, 3, 25)), ms(between(rng, 5, 40))),
-            );
-            b.weight = between(rng, 1, 5) as u32;
-            b
-        })
-        .collect();
-    let threshold = between(rng, 2, 4) as u32;
-    let cooldown = ms(between(rng, 300, 1500));
-    let max_cooldown = cooldown * between(rng, 2, 6) as u32;
-    let half_open = between(rng, 1, 2) as u32;
-    let breaker =
-        BreakerParams::new(threshold, half_open, cooldown, max_cooldown).unwrap_or_default();
-    let health = HealthSpec {
-        interval: ms(between(rng, 500, 1500)),
-        jitter: ms(between(rng, 0, 300)),
-        timeout: ms(between(rng, 200, 600)),
-        failure_threshold: between(rng, 1, 3) as u32,
-        success_threshold: between(rng, 1, 2) as u32,
-        max_concurrency: between(rng, 1, 8) as u32,
-        expected_statuses: vec![200, 204],
-    };
-    let retry = RetryParams {
-        max_attempts: between(rng, 2, (n as u64).clamp(2, 4)) as u32,
-        per_try_timeout: ms(between(rng, 400, 1200)),
-        body_limit: 64 * 1024,
-        methods: vec!["GET".into(), "HEAD".into(), "OPTIONS".into(), "PUT".into()],
-        statuses: vec![502, 503, 504],
-        budget_capacity: between(rng, 20, 60),
-        budget_refill_per_second: between(rng, 5, 20) as f64,
-    };
-    let gate = GateParams::new(256, Some(64), ms(50)).unwrap_or_default();
-    Setup {
-        backends,
-        pools: vec![PoolSetup {
-            backends: (0..n).collect(),
-            policy,
-        }],
-        routes: vec![RouteSetup {
-            prefix: "/api",
-            pool: 0,
-            limit: None,
-        }],
-        max_concurrent_requests: 64,
-        breaker,
-        breaker_threshold: threshold,
-        slow_start_window: ms(between(rng, 2000, 8000)),
-        slow_start_minimum_percent: between(rng, 5, 50) as u8,
-        health,
-        retry,
-        gate,
-        rate: Some((200, 100.0)),
-        streams: vec![Stream {
-            clients: 0..40,
-            v6: false,
-            rate: vec![(Instant::ZERO, between(rng, 15, 30) as u32)],
-            paths: PATHS,
-        }],
-        faults: Vec::new(),
-        reloads: Vec::new(),
-        drains: Vec::new(),
-        fault_end: Instant::ZERO,
-        patience: Duration::from_secs(20),
-        disconnect_permille: 20,
-        checks: Checks::default(),
-    }
-}
-
-/// A random misbehaviour for a window, ending with a recovery.
-fn misbehave(rng: &mut WyRand, setup: &mut Setup, backend: usize, from: Instant, len: Duration) {
-    let fault = match rng.below(6) {
-        0 => Fault::Mode(Mode::HeadThenHang),
-        1 => Fault::Mode(Mode::SlowHeaders),
-        2 => Fault::Mode(Mode::Burst503(between(rng, 300, 900) as u32)),
-        3 => Fault::Mode(Mode::TrafficFails(between(rng, 300, 1000) as u32)),
-        4 => Fault::ProbesFail(true),
-        _ => Fault::Refuse,
-    };
-    setup.faults.push((from, backend, fault));
-    setup.faults.push((from + len, backend, Fault::Recover));
-}
-
-fn finish(mut setup: Setup) -> Setup {
-    setup.faults.sort_by_key(|(t, b, _)| (*t, *b));
-    setup.fault_end = setup
-        .faults
-        .iter()
-        .map(|(t, _, _)| *t)
-        .chain(setup.reloads.iter().map(|r| r.at))
-        .max()
-        .unwrap_or(Instant::ZERO);
-    setup
-}
-
-fn backend_crash(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 3, 5) as usize;
-    let mut s = base(rng, n, policy);
-    let victim = rng.below(n as u64) as usize;
-    let crash = at_ms(between(rng, 4000, 9000));
-    s.faults.push((crash, victim, Fault::Crash));
-    s.faults
-        .push((crash + ms(between(rng, 3000, 8000)), victim, Fault::Recover));
-    if rng.chance_permille(600) {
-        let other = (victim + 1 + rng.below(n as u64 - 1) as usize) % n;
-        let from = at_ms(between(rng, 3000, 10000));
-        let len = ms(between(rng, 1500, 5000));
-        misbehave(rng, &mut s, other, from, len);
-    }
-    finish(s)
-}
-
-fn flapping_backend(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 3, 5) as usize;
-    let mut s = base(rng, n, policy);
-    let flappers = between(rng, 1, 2) as usize;
-    let first = rng.below(n as u64) as usize;
-    for k in 0..flappers {
-        let b = (first + k) % n;
-        let (off, on) = match rng.below(4) {
-            0 => (Fault::Crash, Fault::Recover),
-            1 => (Fault::Refuse, Fault::Recover),
-            2 => (Fault::ProbesFail(true), Fault::ProbesFail(false)),
-            _ => (Fault::Mode(Mode::TrafficFails(1000)), Fault::Recover),
-        };
-        let mut t = at_ms(between(rng, 3000, 5000));
-        let end = t + ms(between(rng, 8000, 14000));
-        let mut down = true;
-        while t < end {
-            s.faults.push((t, b, if down { off } else { on }));
-            down = !down;
-            t = t + ms(between(rng, 150, 2500));
-        }
-        s.faults.push((t, b, Fault::Recover));
-    }
-    finish(s)
-}
-
-fn slow_start_recovery(rng: &mut WyRand) -> Setup {
-    let mut s = base(rng, 2, PolicyKind::RoundRobin);
-    s.slow_start_window = ms(between(rng, 8000, 14000));
-    s.slow_start_minimum_percent = between(rng, 5, 20) as u8;
-    let cooldown = ms(between(rng, 300, 800));
-    s.breaker =
-        BreakerParams::new(s.breaker_threshold, 1, cooldown, cooldown * 2).unwrap_or_default();
-    s.max_concurrent_requests = 512;
-    s.streams[0].rate = vec![(Instant::ZERO, between(rng, 40, 60) as u32)];
-    let victim = rng.below(2) as usize;
-    // After both initial ramps are over, so only the victim's ramp is measured.
-    let crash = at_ms(between(rng, 1000, 3000)) + s.slow_start_window;
-    s.faults.push((crash, victim, Fault::Crash));
-    s.faults
-        .push((crash + ms(between(rng, 2000, 4000)), victim, Fault::Recover));
-    s.checks.slow_start_watch = Some(victim);
-    let mut s = finish(s);
-    // Keep traffic flowing through the whole ramp after the recovery.
-    s.fault_end = s.fault_end + s.slow_start_window;
-    s
-}
-
-fn retry_storm(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 4, 6) as usize;
-    let mut s = base(rng, n, policy);
-    s.breaker_threshold = between(rng, 4, 8) as u32;
-    let cooldown = ms(between(rng, 300, 1000));
-    s.breaker =
-        BreakerParams::new(s.breaker_threshold, 1, cooldown, cooldown * 4).unwrap_or_default();
-    s.retry.max_attempts = between(rng, 2, (n as u64 - 1).min(5)) as u32;
-    s.retry.budget_capacity = between(rng, 5, 20);
-    s.retry.budget_refill_per_second = between(rng, 1, 5) as f64;
-    s.streams[0].rate = vec![(Instant::ZERO, between(rng, 30, 50) as u32)];
-    let from = at_ms(between(rng, 3000, 5000));
-    let len = ms(between(rng, 6000, 10000));
-    for b in 0..n {
-        let p = between(rng, 500, 900) as u32;
-        s.faults.push((from, b, Fault::Mode(Mode::Burst503(p))));
-        s.faults.push((from + len, b, Fault::Recover));
-    }
-    finish(s)
-}
-
-fn all_down_then_back(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 2, 4) as usize;
-    let mut s = base(rng, n, policy);
-    let down = at_ms(between(rng, 4000, 7000));
-    let up = down + ms(between(rng, 3000, 8000));
-    for b in 0..n {
-        let stop = if rng.chance_permille(500) {
-            Fault::Crash
-        } else {
-            Fault::Refuse
-        };
-        s.faults.push((down + uniform(rng, ms(500)), b, stop));
-        s.faults
-            .push((up + uniform(rng, ms(1500)), b, Fault::Recover));
-    }
-    finish(s)
-}
-
-fn overload_spike(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 3, 4) as usize;
-    let mut s = base(rng, n, policy);
-    for b in &mut s.backends {
-        b.latency = Latency::new(ms(between(rng, 30, 80)), ms(between(rng, 40, 120)));
-    }
-    s.max_concurrent_requests = between(rng, 3, 8) as u32;
-    let max = between(rng, 12, 40) as u32;
-    let queue = between(rng, 2, 16) as u32;
-    let wait = ms(between(rng, 20, 120));
-    s.gate = GateParams::new(max, Some(queue), wait).unwrap_or_default();
-    let baseline = between(rng, 15, 25) as u32;
-    let spike = at_ms(between(rng, 4000, 7000));
-    let spike_len = ms(between(rng, 1500, 3000));
-    s.streams[0].rate = vec![
-        (Instant::ZERO, baseline),
-        (spike, between(rng, 150, 300) as u32),
-        (spike + spike_len, baseline),
-    ];
-    s.disconnect_permille = 40;
-    let mut s = finish(s);
-    s.fault_end = spike + spike_len;
-    s
-}
-
-fn hot_client(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let mut s = base(rng, 3, policy);
-    let capacity = between(rng, 10, 30);
-    let refill = between(rng, 5, 20) as f64;
-    s.rate = Some((capacity, refill));
-    s.streams[0].rate = vec![(Instant::ZERO, between(rng, 10, 20) as u32)];
-    let from = at_ms(between(rng, 2000, 4000));
-    let until = from + ms(between(rng, 6000, 10000));
-    s.streams.push(Stream {
-        clients: 1000..1001,
-        v6: false,
-        rate: vec![
-            (Instant::ZERO, 0),
-            (from, between(rng, 60, 150) as u32),
-            (until, 0),
-        ],
-        paths: PATHS,
-    });
-    s.streams.push(Stream {
-        clients: 2000..2004,
-        v6: true,
-        rate: vec![
-            (Instant::ZERO, 0),
-            (from + ms(500), between(rng, 30, 80) as u32),
-            (until, 0),
-        ],
-        paths: PATHS,
-    });
-    let mut s = finish(s);
-    s.fault_end = until;
-    s
-}
-
-fn reload_warmup(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let mut s = base(rng, 3, policy);
-    // Spare servers: d0..d2 up (the replacement), g0..g1 down (a bad reload), n0 up (added by
-    // a reload that keeps the others).
-    let lat = |rng: &mut WyRand| Latency::new(ms(between(rng, 3, 25)), ms(between(rng, 5, 40)));
-    for id in ["d0", "d1", "d2", "g0", "g1", "n0"] {
-        let mut b = SimBackend::new(id, lat(rng));
-        if id.starts_with('g') {
-            b.mode = Mode::Down;
-        }
-        s.backends.push(b);
-    }
-    // d1 again, moved to another url: the same id with a new url is a new backend (C-CONF-6).
-    let mut moved = SimBackend::new("d1", lat(rng));
-    moved.url = "http://d1-moved.sim:8080".to_owned();
-    s.backends.push(moved);
-    let (d, g, n0, d1_moved) = ([3, 4, 5], [6, 7], 8, 9);
-    let mut t = at_ms(between(rng, 3000, 5000));
-    if rng.chance_permille(400) {
-        s.reloads.push(ReloadSetup {
-            at: t,
-            pool: 0,
-            backends: g.to_vec(),
-            decommission_after: None,
-        });
-        t = t + ms(between(rng, 2000, 4000));
-    }
-    s.reloads.push(ReloadSetup {
-        at: t,
-        pool: 0,
-        backends: d.to_vec(),
-        decommission_after: Some(ms(between(rng, 2000, 5000))),
-    });
-    // The operator drains d0 (C-POOL-7), then a reload drops it, keeps d2 (so it applies at
-    // once), adds n0, and keeps or moves d1.
-    let third = t + ms(between(rng, 6000, 9000));
-    s.drains.push((third - ms(between(rng, 500, 3000)), d[0]));
-    let d1 = if rng.chance_permille(500) {
-        d1_moved
-    } else {
-        d[1]
-    };
-    s.reloads.push(ReloadSetup {
-        at: third,
-        pool: 0,
-        backends: vec![d1, d[2], n0],
-        decommission_after: Some(ms(between(rng, 1000, 3000))),
-    });
-    s.checks.reload_no_gap = true;
-    let mut s = finish(s);
-    s.fault_end = s.fault_end + Duration::from_secs(6);
-    s
-}
-
-fn small_pool(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let n = between(rng, 2, 3) as usize;
-    let mut s = base(rng, n, policy);
-    let from = at_ms(between(rng, 3000, 5000));
-    let len = ms(between(rng, 2000, 5000));
-    for b in 0..n {
-        s.faults
-            .push((from, b, Fault::Mode(Mode::TrafficFails(1000))));
-        s.faults.push((from + len, b, Fault::Recover));
-    }
-    let victim = rng.below(n as u64) as usize;
-    let crash = from + len + ms(between(rng, 500, 3000));
-    s.faults.push((crash, victim, Fault::Crash));
-    s.faults
-        .push((crash + ms(between(rng, 2000, 5000)), victim, Fault::Recover));
-    finish(s)
-}
-
-fn bulkhead_isolation(rng: &mut WyRand, policy: PolicyKind) -> Setup {
-    let mut s = base(rng, 2, policy);
-    for id in ["s0", "s1"] {
-        s.backends.push(SimBackend::new(
-            id,
-            Latency::new(ms(between(rng, 500, 1200)), ms(between(rng, 200, 1000))),
-        ));
-    }
-    s.pools.push(PoolSetup {
-        backends: vec![2, 3],
-        policy,
-    });
-    s.retry.per_try_timeout = Duration::from_secs(5);
-    let limit = between(rng, 3, 10) as u32;
-    s.routes = vec![
-        RouteSetup {
-            prefix: "/slow",
-            pool: 1,
-            limit: Some(limit),
-        },
-        RouteSetup {
-            prefix: "/fast",
-            pool: 0,
-            limit: if rng.chance_permille(500) {
-                Some(200)
-            } else {
-                None
-            },
-        },
-    ];
-    s.streams = vec![
-        Stream {
-            clients: 0..20,
-            v6: false,
-            rate: vec![(Instant::ZERO, between(rng, 10, 25) as u32)],
-            paths: &["/slow/report", "/slow/export?all=1"],
-        },
-        Stream {
-            clients: 100..140,
-            v6: false,
-            rate: vec![(Instant::ZERO, between(rng, 15, 30) as u32)],
-            paths: &["/fast/items", "/fast"],
-        },
-    ];
-    s.checks.isolated_prefix = Some("/fast");
-    let mut s = finish(s);
-    s.fault_end = at_ms(between(rng, 8000, 12000));
-    s
 }

@@ -152,6 +152,23 @@ pub enum Rec {
         /// Which step.
         step: &'static str,
     },
+    /// The shared store changed state (`store_up`, `store_errors`, `store_hangs`, `store_slow`).
+    Store {
+        /// The new state.
+        state: &'static str,
+    },
+    /// A shared-store call was made (`trial`: the recovery trial of a down store).
+    StoreCall {
+        /// Request number.
+        req: u64,
+        /// A recovery trial.
+        trial: bool,
+    },
+    /// A configuration reload was published: generation `generation` is in force.
+    ConfigReload {
+        /// The configuration generation.
+        generation: u32,
+    },
     /// Traffic started (every pool finished a check cycle, C-HEALTH-1) or stopped.
     Traffic {
         /// On or off.

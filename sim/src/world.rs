@@ -22,33 +22,33 @@ mod check;
 mod clients;
 mod config;
 mod health;
+mod snapshot;
+mod store;
+mod summary;
 
 use core::time::Duration;
 use std::collections::{BTreeMap, VecDeque};
 
 use weir_core::Instant;
-use weir_core::admission::Gate;
 use weir_core::breaker::CircuitState;
 use weir_core::bucket::BucketParams;
 use weir_core::exchange::{AttemptResult, Exchange, Input, Services};
 use weir_core::health::{HealthParams, ProbeToken};
 use weir_core::pool::{Backend, PoolParams};
-use weir_core::rate::{ClientKey, LocalStore, LocalStoreParams, StorageKind, StoreCircuit};
+use weir_core::rate::ClientKey;
 use weir_core::retry::RetryPolicy;
 use weir_core::rng::{Rng, WyRand};
 use weir_core::runtime::Runtime;
-use weir_core::select::NoBackend;
 
 use crate::backend::{Fault, Reply, SimBackend};
 use crate::model::BucketModel;
 use crate::report::{Invariant, Summary, Violation};
 use crate::scenario::{Scenario, Setup};
-use crate::trace::{Header, Rec, Trace};
+use crate::trace::{Rec, Trace};
 
 use health::{PoolSlot, Runner};
+use summary::{Stats, method_str, no_backend_label};
 
-/// Requests are spread over this many simulated workers (per-worker policy cursors).
-const WORKERS: usize = 4;
 /// A run that processes more events than this is stuck in a loop.
 const MAX_EVENTS: u64 = 5_000_000;
 /// A run whose requests are not all done this long after traffic stopped is stuck.
@@ -92,6 +92,19 @@ enum Ev {
     Liveness,
     /// No more arrivals.
     StopTraffic,
+    /// The virtual shared store answers a call (or fails it).
+    StoreReply {
+        req: usize,
+        reply: store::StoreReply,
+    },
+    /// The virtual store changes state.
+    StoreFault { state: crate::scenario::StoreState },
+    /// Long enough after the store's last outage: it must be in use again.
+    StoreRecovered,
+    /// A configuration reload publishes generation `generation`.
+    ConfigReload { generation: usize },
+    /// A slow client finished sending its (buffered) body.
+    Uploaded { req: usize },
 }
 
 impl Ev {
@@ -109,6 +122,11 @@ impl Ev {
             Ev::Drain { .. } => 13,
             Ev::Liveness => 11,
             Ev::StopTraffic => 12,
+            Ev::StoreReply { .. } => 14,
+            Ev::StoreFault { .. } => 15,
+            Ev::StoreRecovered => 16,
+            Ev::ConfigReload { .. } => 17,
+            Ev::Uploaded { .. } => 18,
         }
     }
 }
@@ -178,6 +196,47 @@ struct Request {
     last_result: Option<AttemptResult>,
     /// The exchange deadline a timer is armed for.
     timer: Option<Instant>,
+    /// The rate decision under a shared store.
+    store: store::StoreView,
+    /// The snapshot, generation and reload count in force when it was created.
+    made: snapshot::Made,
+}
+
+impl Request {
+    fn new(
+        key: ClientKey,
+        arrival: Instant,
+        method: http::Method,
+        path: &'static str,
+        store: store::StoreView,
+        made: snapshot::Made,
+    ) -> Request {
+        Request {
+            key,
+            arrival,
+            method,
+            path,
+            stage: Stage::Admitted,
+            x: None,
+            snapshot: 0,
+            route: None,
+            current: None,
+            tried: Vec::new(),
+            client_gone: false,
+            holds_gate: false,
+            holds_bulkhead: false,
+            responded: false,
+            abandoned: false,
+            settled: false,
+            rate_checked: false,
+            rate_denied: false,
+            panic_next: false,
+            last_result: None,
+            timer: None,
+            store,
+            made,
+        }
+    }
 }
 
 /// A core `Backend` the world has seen, with the world's own accounting of it.
@@ -202,26 +261,6 @@ struct Tracked {
 struct Snapshot {
     pool: Arc<weir_core::pool::Pool>,
     tracked: Vec<usize>,
-}
-
-/// Counters for the summary.
-#[derive(Debug, Default)]
-struct Stats {
-    requests: u64,
-    succeeded: u64,
-    delivered_5xx: u64,
-    failed: u64,
-    overloaded: u64,
-    rate_limited: u64,
-    rejected: u64,
-    abandoned: u64,
-    retries: u64,
-    budget_refusals: u64,
-    ejections: u64,
-    panic_selections: u64,
-    health_flips: u64,
-    reloads_published: u64,
-    reloads_rejected: u64,
 }
 
 /// The slow-start share measurement of the watched backend (C-HEALTH-4).
@@ -284,6 +323,11 @@ pub(crate) struct World<'w> {
     stats: Stats,
     latencies_us: Vec<u64>,
 
+    /// The virtual shared store, when the scenario has one.
+    store: Option<store::VirtualStore>,
+    /// The configuration generation in force and the reloads published so far.
+    generation: usize,
+
     trace: Trace<'w>,
     violation: Option<Violation>,
 }
@@ -308,41 +352,13 @@ impl<'w> World<'w> {
             policy.budget_params().capacity(),
             policy.budget_params().interval(),
         );
-        let local = LocalStore::new(
-            LocalStoreParams {
-                shards: 4,
-                max_buckets: 4096,
-            },
-            rng_core.next_u64(),
-        )
-        .map_err(|e| e.to_string())?;
-        let services = Arc::new(Services::new(
-            Arc::new(Gate::new(s.gate)),
-            StorageKind::Local,
-            Arc::new(local),
-            Arc::new(StoreCircuit::default()),
-        ));
+        let (services, store) = store::services(&s, &mut rng_core)?;
         let base = Arc::new(config::runtime(&s, rng_core.next_u64())?);
         let bucket = s.rate.is_some().then(|| base.config().rate.bucket());
         let health_params = HealthParams::new(&s.health).map_err(|e| e.to_string())?;
         let pool_params = s.pool_params();
         let backends = s.backends.clone();
-        let header = Header {
-            kind: "header",
-            scenario: scenario.name(),
-            seed,
-            backends: backends.iter().map(|b| b.id.clone()).collect(),
-            pools: s
-                .pools
-                .iter()
-                .map(|p| (p.backends.clone(), p.policy.as_str()))
-                .collect(),
-            routes: s
-                .routes
-                .iter()
-                .map(|r| (r.prefix, r.pool, r.limit))
-                .collect(),
-        };
+        let header = summary::header(scenario, seed, &s);
         let trace = match sink {
             Some(sink) => Trace::writing(sink, &header),
             None => Trace::hashing(),
@@ -392,6 +408,8 @@ impl<'w> World<'w> {
             share: ShareStats::default(),
             stats: Stats::default(),
             latencies_us: Vec::new(),
+            store,
+            generation: 0,
             trace,
             violation: None,
         };
@@ -420,6 +438,7 @@ impl<'w> World<'w> {
             self.handle(ev);
             self.drain_handed();
             self.check_queue_waits();
+            self.check_store();
             self.check_all();
             if let Some(v) = self.violation.take() {
                 return Err(v);
@@ -462,6 +481,10 @@ impl<'w> World<'w> {
         for index in 0..self.s.reloads.len() {
             let at = self.s.reloads[index].at;
             self.schedule(at, Ev::Reload { index });
+        }
+        self.start_store();
+        for (at, generation) in self.s.config_reloads.clone() {
+            self.schedule(at, Ev::ConfigReload { generation });
         }
         self.schedule(self.liveness_at, Ev::Liveness);
         self.schedule(self.traffic_end, Ev::StopTraffic);
@@ -511,6 +534,7 @@ impl<'w> World<'w> {
             Ev::BodyEnd { req, attempt } => {
                 let r = &self.requests[req];
                 if r.stage == Stage::Streaming && r.current.is_some_and(|c| c.n == attempt) {
+                    self.check_still_writing(req);
                     self.end_body(req, weir_core::flow::BodyEnd::Complete);
                 }
             }
@@ -532,42 +556,11 @@ impl<'w> World<'w> {
                 self.traffic_on = false;
                 self.record(Rec::Traffic { on: false });
             }
-        }
-    }
-
-    // ---------------------------------------------------------------- summary
-
-    fn summary(&mut self) -> Summary {
-        let mut l = core::mem::take(&mut self.latencies_us);
-        l.sort_unstable();
-        let p99 = if l.is_empty() {
-            0
-        } else {
-            l[(l.len() * 99).div_ceil(100).saturating_sub(1)]
-        };
-        let st = &self.stats;
-        Summary {
-            scenario: self.scenario.name(),
-            seed: self.seed,
-            policy: self.s.pools[0].policy.as_str(),
-            requests: st.requests,
-            succeeded: st.succeeded,
-            delivered_5xx: st.delivered_5xx,
-            failed: st.failed,
-            overloaded: st.overloaded,
-            rate_limited: st.rate_limited,
-            rejected: st.rejected,
-            abandoned: st.abandoned,
-            retries: st.retries,
-            budget_refusals: st.budget_refusals,
-            ejections: st.ejections,
-            panic_selections: st.panic_selections,
-            health_flips: st.health_flips,
-            reloads_published: st.reloads_published,
-            reloads_rejected: st.reloads_rejected,
-            p99_us: p99,
-            events: self.events,
-            trace_hash: self.trace.hash(),
+            Ev::StoreReply { req, reply } => self.store_reply(req, reply),
+            Ev::StoreFault { state } => self.store_fault(state),
+            Ev::StoreRecovered => self.check_store_recovered(),
+            Ev::ConfigReload { generation } => self.config_reload(generation),
+            Ev::Uploaded { req } => self.uploaded(req),
         }
     }
 }
@@ -575,26 +568,4 @@ impl<'w> World<'w> {
 /// Decorrelate the seeds of different scenarios.
 fn scenario_salt(s: Scenario) -> u64 {
     weir_core::select::hash_key(s.name().as_bytes())
-}
-
-fn method_str(m: &http::Method) -> &'static str {
-    match *m {
-        http::Method::GET => "GET",
-        http::Method::HEAD => "HEAD",
-        http::Method::OPTIONS => "OPTIONS",
-        http::Method::POST => "POST",
-        http::Method::PUT => "PUT",
-        _ => "OTHER",
-    }
-}
-
-fn no_backend_label(why: NoBackend) -> &'static str {
-    match why {
-        NoBackend::EmptyPool => "no_backend:empty_pool",
-        NoBackend::AllTried => "no_backend:all_tried",
-        NoBackend::NoHealthy => "no_backend:no_healthy",
-        NoBackend::AllOpen => "no_backend:all_open",
-        NoBackend::AllSaturated => "no_backend:all_saturated",
-        NoBackend::NoneEnabled => "no_backend:none_enabled",
-    }
 }

@@ -103,3 +103,18 @@ fn small_pool() {
 fn bulkhead_isolation() {
     sweep(Scenario::BulkheadIsolation);
 }
+
+#[test]
+fn store_outage() {
+    sweep(Scenario::StoreOutage);
+}
+
+#[test]
+fn reload_mid_request() {
+    sweep(Scenario::ReloadMidRequest);
+}
+
+#[test]
+fn connection_timers() {
+    sweep(Scenario::ConnectionTimers);
+}

@@ -110,6 +110,24 @@ fn teeth() -> Vec<Tooth> {
             S::BulkheadIsolation,
             I::Bulkhead,
         ),
+        t(
+            "STORE_TRIALS_UNBOUNDED",
+            &mutations::STORE_TRIALS_UNBOUNDED,
+            S::StoreOutage,
+            I::StorePolicy,
+        ),
+        t(
+            "STORE_NEVER_RECOVERS",
+            &mutations::STORE_NEVER_RECOVERS,
+            S::StoreOutage,
+            I::StorePolicy,
+        ),
+        t(
+            "WRITE_TIMEOUT_IGNORED",
+            &mutations::WRITE_TIMEOUT_IGNORED,
+            S::ConnectionTimers,
+            I::RequestTimers,
+        ),
     ]
 }
 

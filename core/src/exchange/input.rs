@@ -28,8 +28,6 @@ pub struct Head<'h> {
     pub framing: Verdict,
     /// What the codec knows of the body's length.
     pub body: BodyInfo,
-    /// The worker this request runs on (per-worker selection cursors).
-    pub worker: usize,
 }
 
 /// The request body as its framing describes it.

@@ -232,7 +232,10 @@ impl Exchange {
     }
 
     /// C-ROUTE-1, C-LOAD-2, C-POOL-5: the flow takes the route's bulkhead permit and selects.
-    /// Its deadlines count from the request's arrival.
+    /// The first attempt's `per_try_timeout` counts from its sending, `now`, like every later
+    /// attempt's and like `response_header_timeout` (C-RETRY-5): time spent in the gate's queue,
+    /// on the store call or reading a buffered body is not taken from it (those waits have
+    /// their own deadlines). Found by the simulator's `request_timers` check.
     fn start_flow(&mut self, now: Instant, rng: &mut dyn Rng) {
         let meta = RequestMeta {
             method: self.method.clone(),
@@ -244,7 +247,7 @@ impl Exchange {
             self.rt.retry(),
             self.rt.budget(),
             meta,
-            self.started,
+            now,
             rng,
         );
         self.flow = Some(flow);
@@ -314,7 +317,7 @@ impl Exchange {
             Action::Deliver(d) => {
                 // `write_timeout` bounds a response body; a tunnel (C-PATH-8) lives as long as
                 // its two connections, as it always did in weir-proxy.
-                let deadline = if d.status == 101 {
+                let deadline = if d.status == 101 || mutated!(WRITE_TIMEOUT_IGNORED) {
                     None
                 } else {
                     self.since_arrival(self.rt.config().server.write_timeout)

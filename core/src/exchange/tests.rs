@@ -141,7 +141,6 @@ impl Req {
             peer: self.peer,
             framing: self.framing,
             body: self.body,
-            worker: 0,
         }
     }
 }
@@ -612,6 +611,40 @@ fn c_retry_5_the_header_deadline_is_the_earlier_of_per_try_and_response_header_t
     assert_eq!(a.status(), 504);
     assert!(matches!(a, Answer::Failure(ff) if ff.attempts == 2));
     assert_eq!(f.in_flight(), [0, 0]);
+}
+
+/// Found by weir-sim's `request_timers` check: the first attempt's `per_try_timeout` once
+/// counted from the request's arrival, so time spent reading a buffered body (or in the gate's
+/// queue, or on the store call) was taken from the first attempt only.
+#[test]
+fn c_retry_5_the_first_per_try_timeout_counts_from_sending_not_from_arrival() {
+    const PER_TRY: &str = "
+server:
+  retry:
+    max_attempts: 2
+    per_try_timeout: 500ms
+    body_limit: 100
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+";
+    let mut f = Fixture::new(PER_TRY, StorageKind::Local);
+    let req = Req::get("/x").with(Method::GET, BodyInfo::Sized(10));
+    let (mut x, out) = f.start(&req, T0);
+    assert_eq!(out, [Output::BufferBody { len: 10 }]);
+    // The body takes 300 ms to arrive; the first attempt still has its whole 500 ms.
+    send(&f.feed(&mut x, Input::BodyBuffered, at(300)));
+    assert_eq!(
+        x.poll_timeout(),
+        Some(at(800)),
+        "per_try_timeout from sending"
+    );
+    assert!(f.feed(&mut x, Input::Timeout, at(500)).is_empty());
+    let retry = send(&f.feed(&mut x, Input::Timeout, at(800)));
+    assert!(retry.retry);
+    assert_eq!(x.poll_timeout(), Some(at(1_300)));
 }
 
 #[test]

@@ -103,7 +103,7 @@ impl StoreCircuit {
         if now.as_nanos() < self.next_trial_ns.load(Ordering::Acquire) {
             return None;
         }
-        if self.trial.swap(true, Ordering::AcqRel) {
+        if self.trial.swap(true, Ordering::AcqRel) && !mutated!(STORE_TRIALS_UNBOUNDED) {
             return None;
         }
         Some(Call { trial: true })
@@ -113,6 +113,9 @@ impl StoreCircuit {
     pub fn on_success(&self, call: Call) {
         self.end(call);
         self.consecutive_failures.store(0, Ordering::Relaxed);
+        if mutated!(STORE_NEVER_RECOVERS) && call.trial {
+            return;
+        }
         if !self.up.swap(true, Ordering::AcqRel) {
             self.recoveries_total.fetch_add(1, Ordering::Relaxed);
         }

@@ -6,9 +6,11 @@ use core::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::admission::Overloaded;
+use crate::bulkhead::BulkheadFull;
 use crate::flow::AttemptError;
 use crate::framing::FramingError;
-use crate::rate::{RateDecision, StorageKind};
+use crate::rate::{RateDecision, RateOutcome, StorageKind};
 use crate::retry::NoRetryReason;
 
 fn strings(r: &SyntheticResponse<'_>) -> Vec<(&'static str, String)> {

@@ -272,22 +272,21 @@ fn c_pool_4_pick_context_hashes_the_configured_key() {
 
     let rt = hashed("header:X-User");
     assert_eq!(
-        rt.pick_context(0, 3, client, &h).hash,
+        rt.pick_context(0, client, &h).hash,
         Some(client_hash),
         "absent: address"
     );
     h.insert("x-user", HeaderValue::from_static(""));
     assert_eq!(
-        rt.pick_context(0, 3, client, &h).hash,
+        rt.pick_context(0, client, &h).hash,
         Some(client_hash),
         "empty: address"
     );
     h.insert("x-user", HeaderValue::from_static("alice"));
-    let ctx = rt.pick_context(0, 3, client, &h);
+    let ctx = rt.pick_context(0, client, &h);
     assert_eq!(
         ctx,
         PickContext {
-            worker: 3,
             hash: Some(hash_key(b"alice"))
         }
     );
@@ -295,26 +294,23 @@ fn c_pool_4_pick_context_hashes_the_configured_key() {
     let rt = hashed("cookie:sid");
     let mut h = HeaderMap::new();
     h.append("cookie", HeaderValue::from_static("other=1; sidx=2"));
-    assert_eq!(rt.pick_context(0, 0, client, &h).hash, Some(client_hash));
+    assert_eq!(rt.pick_context(0, client, &h).hash, Some(client_hash));
     h.append(
         "cookie",
         HeaderValue::from_static("a=b;  sid=\"s-42\" ; sid=late"),
     );
-    assert_eq!(
-        rt.pick_context(0, 0, client, &h).hash,
-        Some(hash_key(b"s-42"))
-    );
+    assert_eq!(rt.pick_context(0, client, &h).hash, Some(hash_key(b"s-42")));
 
     let rt = hashed("client_address");
     let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
     assert_eq!(
-        rt.pick_context(0, 0, v6, &h).hash,
+        rt.pick_context(0, v6, &h).hash,
         Some(hash_key(&Ipv6Addr::LOCALHOST.octets()))
     );
 
     // Other policies get no hash.
     let rt = build(TWO);
-    assert_eq!(rt.pick_context(0, 1, client, &h).hash, None);
+    assert_eq!(rt.pick_context(0, client, &h).hash, None);
 }
 
 #[test]

@@ -277,7 +277,7 @@ proptest! {
         let mut tried = Tried::new();
         for i in tried_ix { tried.insert(i % n); }
         let mut rng = WyRand::new(seed);
-        let ctx = PickContext { worker: seed as usize, hash: Some(seed.rotate_left(7)) };
+        let ctx = PickContext { hash: Some(seed.rotate_left(7)) };
         let available: Vec<usize> = (0..n)
             .filter(|&i| !tried.contains(i) && pool.backends()[i].availability(&params, t) == Availability::Available)
             .collect();
@@ -397,10 +397,7 @@ fn c_pool_4_weighted_5_1_1_is_interleaved_not_a_burst() {
     assert!(max_cyclic_run(&seq, 0) < 5, "never 5 a's in a row: {seq:?}");
     // Through the driver, one worker walks the same sequence from its random offset.
     let mut rng = WyRand::new(3);
-    let ctx = PickContext {
-        worker: 5,
-        hash: None,
-    };
+    let ctx = PickContext { hash: None };
     let picks: Vec<usize> = (0..70)
         .map(|_| pick(&pool, &ctx, Instant::ZERO, &mut rng).unwrap())
         .collect();
@@ -449,11 +446,8 @@ fn c_pool_4_weighted_down_backend_share_is_spread_by_weight() {
     let mut rng = WyRand::new(4);
     let mut counts = [0usize; 4];
     let total = 40_000;
-    for w in 0..total {
-        let ctx = PickContext {
-            worker: w % 3,
-            hash: None,
-        };
+    let ctx = PickContext { hash: None };
+    for _ in 0..total {
         counts[pick(&pool, &ctx, Instant::ZERO, &mut rng).unwrap()] += 1;
     }
     assert_eq!(counts[0], 0);
@@ -552,10 +546,7 @@ fn c_pool_4_pick_first_uses_the_first_available_and_returns_to_it() {
 
 /// The id of the backend a key goes to.
 fn owner_id(pool: &Pool, hash: u64, rng: &mut WyRand) -> Option<String> {
-    let ctx = PickContext {
-        worker: 0,
-        hash: Some(hash),
-    };
+    let ctx = PickContext { hash: Some(hash) };
     pick(pool, &ctx, Instant::ZERO, rng).map(|i| pool.backends()[i].id().to_owned())
 }
 
@@ -699,10 +690,7 @@ fn c_pool_4_consistent_hash_bounded_load_caps_a_hot_key() {
     let hot = hash_key(b"the-hot-key");
     let owner = pick(
         &pool,
-        &PickContext {
-            worker: 0,
-            hash: Some(hot),
-        },
+        &PickContext { hash: Some(hot) },
         Instant::ZERO,
         &mut rng,
     )
@@ -715,10 +703,7 @@ fn c_pool_4_consistent_hash_bounded_load_caps_a_hot_key() {
         } else {
             hot
         };
-        let ctx = PickContext {
-            worker: 0,
-            hash: Some(hash),
-        };
+        let ctx = PickContext { hash: Some(hash) };
         let Selection::Selected { slot, .. } =
             pool.select(&ctx, &Tried::new(), Instant::ZERO, &mut rng)
         else {
@@ -743,10 +728,7 @@ fn c_pool_4_consistent_hash_bounded_load_caps_a_hot_key() {
     assert_eq!(
         pick(
             &pool,
-            &PickContext {
-                worker: 0,
-                hash: Some(hot)
-            },
+            &PickContext { hash: Some(hot) },
             Instant::ZERO,
             &mut rng
         ),
@@ -799,18 +781,17 @@ proptest! {
         }
     }
 
-    /// C-POOL-4: over sum(weights) × k picks from one worker, with every backend available, each
+    /// C-POOL-4: over sum(weights) × k picks, with every backend available, each
     /// backend is chosen exactly weight × k times.
     #[test]
     fn c_pool_4_weighted_shares_converge_exactly_to_weights(
         weights in proptest::collection::vec(1u32..=100, 1..8),
         k in 1usize..4,
-        worker in 0usize..64,
         seed in any::<u64>(),
     ) {
         let pool = healthy_pool_of(&weighted_specs(&weights), PolicyKind::WeightedRoundRobin, seed);
         let mut rng = WyRand::new(seed);
-        let ctx = PickContext { worker, hash: None };
+        let ctx = PickContext { hash: None };
         let sum: usize = weights.iter().map(|&w| w as usize).sum();
         let mut counts = vec![0usize; weights.len()];
         for _ in 0..sum * k {
@@ -840,13 +821,12 @@ proptest! {
 
     /// C-POOL-4, C-POOL-5, C-RETRY-2: every policy offers every backend index if the driver
     /// keeps asking (so a pick succeeds whenever any backend is available), whatever the loads,
-    /// key or worker.
+    /// or key.
     #[test]
     fn c_pool_4_every_policy_offers_every_index(
         kind_ix in 0usize..5,
         loads in proptest::collection::vec(0usize..6, 1..20),
         hash in proptest::option::of(any::<u64>()),
-        worker in any::<usize>(),
         seed in any::<u64>(),
     ) {
         let kind = PolicyKind::ALL[kind_ix % PolicyKind::ALL.len()];
@@ -854,7 +834,7 @@ proptest! {
         let pool = healthy_pool(n, kind, seed);
         let _held: Vec<Vec<Slot>> = loads.iter().enumerate().map(|(i, &l)| hold(&pool, i, l)).collect();
         let mut rng = WyRand::new(seed);
-        let seen = offers(&pool, &PickContext { worker, hash }, Instant::ZERO, &mut rng);
+        let seen = offers(&pool, &PickContext { hash }, Instant::ZERO, &mut rng);
         let mut set: Vec<usize> = seen.clone();
         set.sort_unstable();
         set.dedup();

@@ -72,7 +72,7 @@ pub struct WeightedRoundRobin {
 }
 
 impl WeightedRoundRobin {
-    /// Precompute the smooth sequence for `backends`' weights; `rng` gives each worker cursor
+    /// Precompute the smooth sequence for `backends`' weights; `rng` gives the process's one cursor
     /// its random start. Weights outside 1..=100 (which the pool rejects) are clamped.
     #[must_use]
     pub fn new(backends: &[Arc<Backend>], rng: &mut dyn Rng) -> WeightedRoundRobin {
@@ -235,10 +235,7 @@ mod loom_tests {
     use crate::time::Instant;
 
     fn pick(pool: &Pool, seed: u64) -> usize {
-        let ctx = PickContext {
-            worker: 3,
-            hash: None,
-        };
+        let ctx = PickContext { hash: None };
         match pool.select(&ctx, &Tried::new(), Instant::ZERO, &mut WyRand::new(seed)) {
             Selection::Selected { index, .. } => index,
             Selection::Unavailable(why) => panic!("{why:?}"),

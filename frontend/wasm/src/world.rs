@@ -309,7 +309,6 @@ impl World {
             peer: VISITOR,
             framing: Ok(()),
             body: BodyInfo::Empty,
-            worker: 0,
         };
         let x = Exchange::new(
             Arc::clone(&self.runtime),

@@ -20,6 +20,7 @@ impl World<'_> {
         if r.stage != Stage::Waiting || r.current.is_none_or(|c| c.n != attempt) {
             return; // a closed connection's late answer
         }
+        self.check_head_in_time(req);
         let input = match reply {
             Reply::Refused => Input::SendFailed(SendFailure::Connect),
             Reply::Broken => Input::SendFailed(SendFailure::Transport {
@@ -47,11 +48,15 @@ impl World<'_> {
             arc.breaker().consecutive_failures(),
         );
         self.requests[req].last_result = None;
+        let header_deadline = self.requests[req].made.header_deadline;
         self.input(req, input);
         // No attempt metric: the fact changed nothing (an early timeout).
         let Some(result) = self.requests[req].last_result.take() else {
             return;
         };
+        if result == AttemptResult::Timeout {
+            self.check_header_timeout(req, header_deadline);
+        }
         let backend = cur.sim as u32;
         let class = match (input, result) {
             (Input::ResponseHead { status }, _) => {
@@ -113,13 +118,11 @@ impl World<'_> {
         match output {
             Output::GateWait { ticket } => self.queued(req, ticket),
             Output::GateWake { ticket } => self.hand(ticket),
-            Output::StoreTake { .. } => self.fail(
-                Invariant::RateBucket,
-                format!("request {req}: a shared-store call, but the world's store is local"),
-            ),
-            // The simulated client sends its body at once.
-            Output::BufferBody { .. } => self.handed.push_back((req, Input::BodyBuffered)),
+            Output::StoreTake { .. } => self.store_take(req),
+            // The simulated client sends its body (at once, or slowly with timers).
+            Output::BufferBody { .. } => self.buffer_body(req),
             Output::Send(s) => {
+                self.check_send(req, &s);
                 if s.retry {
                     self.release_current(req);
                     self.stats.retries += 1;
@@ -149,9 +152,11 @@ impl World<'_> {
             Output::Metric(Metric::Attempt { result, .. }) => {
                 self.requests[req].last_result = Some(result);
             }
-            Output::Metric(Metric::Protection(_) | Metric::Circuit { .. }) | Output::AbortBody => {}
+            Output::Metric(Metric::Protection(_) | Metric::Circuit { .. }) => {}
+            Output::AbortBody => self.check_abort(req),
             Output::Answer(answer) => self.answered(req, answer),
             Output::Deliver(d) => {
+                self.check_delivery(req, d.write_deadline);
                 let d = d.deliver;
                 if d.budget_exhausted {
                     self.stats.budget_refusals += 1;
@@ -251,15 +256,22 @@ impl World<'_> {
                         no_backend_label(why)
                     }
                     Reject::Overloaded(_) => "overload",
-                    Reject::RateLimited(_) => {
+                    Reject::RateLimited(outcome) => {
                         self.requests[req].rate_denied = true;
+                        self.requests[req].store.denied = Some(outcome);
                         "rate_limited"
                     }
-                    Reject::StoreUnavailable => "store_unavailable",
+                    Reject::StoreUnavailable => {
+                        self.requests[req].store.refused = true;
+                        "store_unavailable"
+                    }
                 };
                 self.respond(req, reject.status(), what, 0, false);
             }
-            Answer::Client(e) => self.respond(req, e.status(), "client_error", 0, false),
+            Answer::Client(e) => {
+                self.check_client_answer(req, e);
+                self.respond(req, e.status(), "client_error", 0, false);
+            }
             Answer::Live | Answer::Ready => self.respond(req, 200, "health", 0, false),
         }
     }
@@ -286,8 +298,8 @@ impl World<'_> {
         let permit = self.check_attempt(req, &a, tracked);
         self.tracked[tracked].slots += 1;
         self.backends[sim].conns.insert((req, attempt));
-        let plan =
-            self.backends[sim].plan_attempt(self.s.retry.per_try_timeout, &mut self.rng_backends);
+        let (_, per_try) = self.generation_retry(self.requests[req].made.generation);
+        let plan = self.backends[sim].plan_attempt(per_try, &mut self.rng_backends);
         let r = &mut self.requests[req];
         r.tried.push(index);
         r.stage = Stage::Waiting;
@@ -402,6 +414,9 @@ impl World<'_> {
             self.gate_holders = self.gate_holders.saturating_sub(1);
         }
         r.stage = Stage::Done;
+        if r.made.reloads < self.stats.config_reloads {
+            self.stats.reloaded_mid += 1;
+        }
         self.settle(req);
     }
 

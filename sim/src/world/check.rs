@@ -70,7 +70,12 @@ impl World<'_> {
                 self.fail(Invariant::Bulkhead, detail);
             }
         }
-        // Per backend: slots (C-POOL-6), circuit transitions, slow start (C-HEALTH-4).
+        self.check_backends();
+    }
+
+    /// Per backend: slots (C-POOL-6), circuit transitions, slow start (C-HEALTH-4).
+    fn check_backends(&mut self) {
+        let now = self.now;
         let max = self.pool_params.max_concurrent_requests;
         let ss = self.pool_params.slow_start;
         for i in 0..self.tracked.len() {
@@ -129,7 +134,7 @@ impl World<'_> {
     /// slot was granted.
     pub(super) fn check_attempt(&mut self, req: usize, a: &Attempt, tracked: usize) -> Permit {
         let now = self.now;
-        let max_attempts = self.s.retry.max_attempts;
+        let (max_attempts, _) = self.generation_retry(self.requests[req].made.generation);
         if a.attempt > max_attempts {
             self.fail(
                 Invariant::AttemptsExceedMax,

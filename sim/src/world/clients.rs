@@ -8,7 +8,10 @@ use weir_core::exchange::{BodyInfo, Exchange, Head, Input};
 use weir_core::retry::BodyKind;
 use weir_core::rng::Rng;
 
-use super::{Arc, Ev, Request, Stage, WORKERS, World, method_str};
+use weir_core::rate::{RateOutcome, StorageKind};
+
+use super::store::StoreView;
+use super::{Arc, Ev, Request, Stage, World, method_str};
 use crate::backend::uniform;
 use crate::model::BucketModel;
 use crate::report::Invariant;
@@ -85,7 +88,9 @@ impl World<'_> {
         }
     }
 
-    pub(super) fn new_request(&mut self, stream: usize) {
+    /// Draw the next request of `stream`: client number, path, address, method and body, and
+    /// when its client gives up.
+    fn draw(&mut self, stream: usize) -> Drawn {
         let st = &self.s.streams[stream];
         let span = u64::from(st.clients.end - st.clients.start);
         let client = st.clients.start + self.rng_clients.below(span) as u32;
@@ -100,7 +105,6 @@ impl World<'_> {
             let [_, b, c, d] = client.to_be_bytes();
             IpAddr::V4(Ipv4Addr::new(10, b, c, d))
         };
-        let key = self.runtime.config().rate.key().key(ip);
         let (method, body) = match self.rng_clients.below(100) {
             0..=69 => (http::Method::GET, BodyKind::None),
             70..=74 => (http::Method::HEAD, BodyKind::None),
@@ -120,30 +124,40 @@ impl World<'_> {
         } else {
             self.s.patience
         };
-        let req = self.requests.len();
-        self.requests.push(Request {
-            key,
-            arrival: self.now,
-            method: method.clone(),
+        Drawn {
+            client,
             path,
-            stage: Stage::Admitted,
-            x: None,
-            snapshot: 0,
-            route: None,
-            current: None,
-            tried: Vec::new(),
-            client_gone: false,
-            holds_gate: false,
-            holds_bulkhead: false,
-            responded: false,
-            abandoned: false,
-            settled: false,
-            rate_checked: false,
-            rate_denied: false,
-            panic_next: false,
-            last_result: None,
-            timer: None,
-        });
+            ip,
+            method,
+            body,
+            leave_after,
+        }
+    }
+
+    pub(super) fn new_request(&mut self, stream: usize) {
+        let Drawn {
+            client,
+            path,
+            ip,
+            method,
+            body,
+            leave_after,
+        } = self.draw(stream);
+        let key = self.runtime.config().rate.key().key(ip);
+        let req = self.requests.len();
+        let made = self.made_now();
+        let store = StoreView {
+            up_before: self.services.circuit().is_up(),
+            ..StoreView::default()
+        };
+        self.requests.push(Request::new(
+            key,
+            self.now,
+            method.clone(),
+            path,
+            store,
+            made,
+        ));
         self.stats.requests += 1;
         self.live_requests += 1;
         self.record(Rec::Arrive {
@@ -174,7 +188,6 @@ impl World<'_> {
                 BodyKind::Sized(n) => BodyInfo::Sized(n),
                 BodyKind::Streaming => BodyInfo::Unsized,
             },
-            worker: req % WORKERS,
         };
         let x = Exchange::new(
             Arc::clone(&self.runtime),
@@ -197,6 +210,7 @@ impl World<'_> {
         r.snapshot = snapshot;
         r.route = x.route();
         r.x = Some(x);
+        self.check_created(req);
         self.outputs(req, watch);
     }
 
@@ -210,7 +224,10 @@ impl World<'_> {
             None
         };
         let now = self.now;
-        let Some(x) = self.requests[req].x.as_mut() else {
+        let up = self.services.circuit().is_up();
+        let r = &mut self.requests[req];
+        r.store.up_before = up;
+        let Some(x) = r.x.as_mut() else {
             return;
         };
         x.handle_input(input, now, &mut self.rng_core);
@@ -229,11 +246,13 @@ impl World<'_> {
         for o in out {
             self.exec(req, o, watch);
         }
+        self.check_same_snapshot(req);
+        self.track_store_wait(req);
         let Some(x) = self.requests[req].x.as_ref() else {
             return;
         };
         let (holds, done, deadline) = (x.holds_gate(), x.is_done(), x.poll_timeout());
-        let rate = x.rate_outcome().is_some();
+        let rate = x.rate_outcome().map(decision);
         let r = &mut self.requests[req];
         if holds != r.holds_gate {
             r.holds_gate = holds;
@@ -244,9 +263,15 @@ impl World<'_> {
             }
         }
         let r = &self.requests[req];
-        if !r.rate_checked && (rate || r.rate_denied) {
+        if !r.rate_checked && (rate.is_some() || r.rate_denied || r.store.refused) {
+            let denied = r.store.denied.as_ref().map(decision);
             self.requests[req].rate_checked = true;
-            self.check_rate(req, rate);
+            if self.store.is_some() {
+                let outcome = rate.or(denied);
+                self.check_store_decision(req, outcome);
+            } else {
+                self.check_rate(req, rate.is_some());
+            }
         }
         if done {
             self.complete(req);
@@ -279,7 +304,7 @@ impl World<'_> {
 
     /// Check the limiter's decision for the request's client key against the model (C-RATE-1,
     /// C-RATE-2).
-    fn check_rate(&mut self, req: usize, allowed: bool) {
+    pub(super) fn check_rate(&mut self, req: usize, allowed: bool) {
         let Some(bucket) = self.bucket else {
             return;
         };
@@ -335,6 +360,9 @@ impl World<'_> {
         let r = &self.requests[req];
         if r.stage == Stage::Done || r.x.is_none() {
             return;
+        }
+        if self.requests[req].stage == Stage::Streaming {
+            self.check_still_writing(req);
         }
         self.requests[req].client_gone = true;
         self.record(Rec::Disconnect { req: req as u64 });
@@ -402,4 +430,19 @@ impl World<'_> {
             self.runtime = Arc::new(rt);
         }
     }
+}
+
+/// One drawn request.
+struct Drawn {
+    client: u32,
+    path: &'static str,
+    ip: IpAddr,
+    method: http::Method,
+    body: BodyKind,
+    leave_after: Duration,
+}
+
+/// A rate outcome as the store checks compare it: allowed, degraded, which store decided.
+fn decision(o: &RateOutcome) -> (bool, bool, StorageKind) {
+    (o.is_allowed(), o.degraded, o.storage)
 }

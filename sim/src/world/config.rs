@@ -42,11 +42,21 @@ fn pool_name(pool: usize) -> String {
     }
 }
 
-/// The configuration of `s`: its pools, routes and bulkheads, retry policy and budget, rate limit
-/// and upstream slot limit. The gate is the world's own (`Services`), as in the proxy.
-pub(super) fn runtime(s: &Setup, seed: u64) -> Result<Runtime, String> {
+/// The configuration of `s` in generation `generation` (see [`Setup::generations`]): its pools, routes
+/// and bulkheads, retry policy and budget, rate limit and its store, request timers and upstream
+/// slot limit. The gate is the world's own (`Services`), as in the proxy.
+fn config(s: &Setup, generation: usize) -> Config {
     let mut cfg = Config::default();
     cfg.server.retry = s.retry.clone();
+    if let Some(g) = s.generations.get(generation) {
+        cfg.server.retry.max_attempts = g.max_attempts;
+        cfg.server.retry.per_try_timeout = g.per_try_timeout;
+    }
+    if let Some(t) = s.timers {
+        cfg.server.read_timeout = t.read_timeout;
+        cfg.server.write_timeout = t.write_timeout;
+        cfg.server.upstream.response_header_timeout = t.response_header_timeout;
+    }
     cfg.server.upstream.max_concurrent_requests = s.max_concurrent_requests;
     cfg.backends = backends(s, 0);
     cfg.balancing = balancing(s.pools[0].policy);
@@ -71,6 +81,29 @@ pub(super) fn runtime(s: &Setup, seed: u64) -> Result<Runtime, String> {
         cfg.rate_limit.capacity = capacity;
         cfg.rate_limit.refill_per_second = refill;
     }
-    let valid = validate_config(cfg, &MapSecrets::new()).map_err(|e| e.to_string())?;
+    if let Some(store) = &s.store {
+        cfg.rate_limit.storage = "redis".to_owned();
+        cfg.rate_limit.failure_mode = store.failure_mode.as_str().to_owned();
+        cfg.rate_limit.operation_timeout = store.operation_timeout;
+    }
+    cfg
+}
+
+/// The runtime of `s` at start (generation 0).
+pub(super) fn runtime(s: &Setup, seed: u64) -> Result<Runtime, String> {
+    let valid = validate_config(config(s, 0), &MapSecrets::new()).map_err(|e| e.to_string())?;
     Runtime::build(valid, None, Instant::ZERO, &mut WyRand::new(seed)).map_err(|e| e.to_string())
+}
+
+/// The runtime of generation `generation`, built from `previous` as a reload builds it (C-CONF-4).
+pub(super) fn reload(
+    s: &Setup,
+    generation: usize,
+    previous: &Runtime,
+    now: Instant,
+    rng: &mut WyRand,
+) -> Result<Runtime, String> {
+    let valid =
+        validate_config(config(s, generation), &MapSecrets::new()).map_err(|e| e.to_string())?;
+    Runtime::build(valid, Some(previous), now, rng).map_err(|e| e.to_string())
 }

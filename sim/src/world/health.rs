@@ -79,7 +79,7 @@ impl World<'_> {
             .collect()
     }
 
-    fn new_pool(
+    pub(super) fn new_pool(
         &mut self,
         pool: usize,
         sims: &[usize],
@@ -99,7 +99,7 @@ impl World<'_> {
     }
 
     /// Remember a snapshot and track each of its backends (a kept backend is the same `Arc`).
-    fn add_snapshot(&mut self, pool: Arc<Pool>) -> usize {
+    pub(super) fn add_snapshot(&mut self, pool: Arc<Pool>) -> usize {
         let mut tracked = Vec::with_capacity(pool.backends().len());
         for b in pool.backends() {
             let index = match self.tracked.iter().position(|t| Arc::ptr_eq(&t.arc, b)) {

@@ -1,0 +1,455 @@
+//! Validation of the backend side: the retry policy, active health checks, the pool parameters (breaker, slow
+//! start, slot limit), backends, pools, balancing and routes (C-CONF-1, C-POOL-1, C-ROUTE-1).
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+pub(super) fn check_health(h: &HealthCheckConfig, c: &mut Check<'_>) -> Option<HealthCheck> {
+    if !h.path.starts_with('/')
+        || h.path.contains('#')
+        || http::uri::PathAndQuery::from_str(&h.path).is_err()
+    {
+        c.err(
+            "health_check.path",
+            format!(
+                "must be an absolute path such as /health (no fragment), got {:?}",
+                h.path
+            ),
+        );
+    }
+    let written = HealthSpec {
+        interval: h.interval,
+        jitter: h.jitter,
+        timeout: h.timeout,
+        failure_threshold: h.failure_threshold,
+        success_threshold: h.success_threshold,
+        max_concurrency: h.max_concurrency,
+        expected_statuses: h.expected_statuses.clone(),
+    };
+    let defaults = HealthSpec::default();
+    let mut spec = written.clone();
+    for _ in 0..8 {
+        match HealthParams::new(&spec) {
+            Ok(params) => {
+                return (spec == written).then_some(HealthCheck {
+                    mode: h.mode,
+                    path: h.path.clone(),
+                    params,
+                });
+            }
+            Err(e) => {
+                let field = match e {
+                    HealthError::ZeroInterval => "interval",
+                    HealthError::ZeroTimeout => "timeout",
+                    HealthError::ZeroFailureThreshold => "failure_threshold",
+                    HealthError::ZeroSuccessThreshold => "success_threshold",
+                    HealthError::ZeroMaxConcurrency => "max_concurrency",
+                    HealthError::NoExpectedStatuses | HealthError::BadStatus(_) => {
+                        "expected_statuses"
+                    }
+                };
+                c.core_err(&format!("health_check.{field}"), e.to_string());
+                match field {
+                    "interval" => spec.interval = defaults.interval,
+                    "timeout" => spec.timeout = defaults.timeout,
+                    "failure_threshold" => spec.failure_threshold = defaults.failure_threshold,
+                    "success_threshold" => spec.success_threshold = defaults.success_threshold,
+                    "max_concurrency" => spec.max_concurrency = defaults.max_concurrency,
+                    _ => spec
+                        .expected_statuses
+                        .clone_from(&defaults.expected_statuses),
+                }
+            }
+        }
+    }
+    None
+}
+
+pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolParams> {
+    let h = &cfg.health_check;
+    let d = HealthCheckConfig::default();
+    let written = (
+        h.failure_threshold,
+        h.half_open_requests,
+        h.cooldown,
+        h.max_cooldown,
+    );
+    let mut args = written;
+    let mut breaker = None;
+    for _ in 0..4 {
+        match BreakerParams::new(args.0, args.1, args.2, args.3) {
+            Ok(b) => {
+                breaker = (args == written).then_some(b);
+                break;
+            }
+            Err(e) => {
+                let field = match e {
+                    BreakerError::FailureThreshold(_) => {
+                        args.0 = d.failure_threshold;
+                        "failure_threshold"
+                    }
+                    BreakerError::HalfOpenRequests(_) => {
+                        args.1 = d.half_open_requests;
+                        "half_open_requests"
+                    }
+                    BreakerError::Cooldown if args.2.is_zero() => {
+                        args.2 = d.cooldown;
+                        "cooldown"
+                    }
+                    BreakerError::Cooldown => {
+                        args.2 = d.cooldown;
+                        args.3 = d.max_cooldown;
+                        "max_cooldown"
+                    }
+                };
+                c.core_err(&format!("health_check.{field}"), e.to_string());
+            }
+        }
+    }
+    let slow_start = match u8::try_from(h.slow_start_minimum_percent) {
+        Ok(p) => SlowStart::new(h.slow_start, p)
+            .map_err(|e| c.core_err("health_check.slow_start_minimum_percent", e.to_string()))
+            .ok(),
+        Err(_) => {
+            c.err(
+                "health_check.slow_start_minimum_percent",
+                format!(
+                    "must be within 1..=100, got {}",
+                    h.slow_start_minimum_percent
+                ),
+            );
+            None
+        }
+    };
+    // The slot limit on its own (the pool's check), whatever became of the rest.
+    let slots = PoolParams {
+        max_concurrent_requests: cfg.server.upstream.max_concurrent_requests,
+        ..PoolParams::default()
+    };
+    if let Err(e) = pool::carry_over(&[], &[], &slots, Instant::ZERO) {
+        c.core_err("server.upstream.max_concurrent_requests", e.to_string());
+        return None;
+    }
+    Some(PoolParams {
+        max_concurrent_requests: cfg.server.upstream.max_concurrent_requests,
+        breaker: breaker?,
+        slow_start: slow_start?,
+    })
+}
+
+pub(super) fn valid_pool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+pub(super) fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// A backend URL: http or https with a host; no userinfo, query or fragment (C-POOL-1).
+pub(super) fn check_url(url: &str) -> Result<(), String> {
+    let uri = http::Uri::from_str(url).map_err(|_| format!("{url:?} is not a URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("{url:?} must start with http:// or https://")),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("{url:?} has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "{url:?} must not contain user information (user@host)"
+        ));
+    }
+    if authority.host().is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    if uri.query().is_some() || url.contains('?') {
+        return Err(format!("{url:?} must not contain a query"));
+    }
+    if url.contains('#') {
+        return Err(format!("{url:?} must not contain a fragment"));
+    }
+    Ok(())
+}
+
+pub(super) fn check_balancing(
+    b: &BalancingConfig,
+    base: &str,
+    c: &mut Check<'_>,
+) -> Option<(PolicyKind, Option<HashKey>)> {
+    let policy = PolicyKind::from_name(&b.policy);
+    if policy.is_none() {
+        let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+        c.err(
+            &format!("{base}.policy"),
+            format!(
+                "unknown policy {:?}, expected one of {}",
+                b.policy,
+                known.join(", ")
+            ),
+        );
+    }
+    let hashing = b.policy == "consistent_hash";
+    let hash_key = match (&b.hash_key, hashing) {
+        (Some(text), true) => match HashKey::parse(text) {
+            Ok(k) => Some(k),
+            Err(msg) => {
+                c.err(&format!("{base}.hash_key"), msg);
+                return None;
+            }
+        },
+        (None, true) => {
+            c.err(
+                &format!("{base}.hash_key"),
+                "consistent_hash needs a hash_key: header:<Name>, cookie:<name> or client_address",
+            );
+            return None;
+        }
+        (Some(_), false) => {
+            c.err(
+                &format!("{base}.hash_key"),
+                format!("hash_key is used only by consistent_hash, not {}", b.policy),
+            );
+            return None;
+        }
+        (None, false) => None,
+    };
+    Some((policy?, hash_key))
+}
+
+pub(super) fn check_backends(
+    backends: &[BackendConfig],
+    base: &str,
+    params: &PoolParams,
+    seen: &mut BTreeMap<String, String>,
+    c: &mut Check<'_>,
+) -> Vec<BackendSpec> {
+    let mut urls: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut out = Vec::with_capacity(backends.len());
+    for (i, b) in backends.iter().enumerate() {
+        let path = format!("{base}[{i}]");
+        let spec = BackendSpec {
+            id: b.id.clone(),
+            url: b.url.clone(),
+            weight: b.weight,
+            disabled: b.disabled,
+        };
+        // An empty id or url was already reported as missing by the reader.
+        if !b.id.is_empty() {
+            if !valid_id(&b.id) {
+                c.err(
+                    &format!("{path}.id"),
+                    format!(
+                        "{:?}: an id is 1..=128 visible ASCII characters, no spaces",
+                        b.id
+                    ),
+                );
+            } else if let Some(first) = seen.get(&b.id) {
+                c.err(
+                    &format!("{path}.id"),
+                    format!("duplicate backend id {:?} (first at {first})", b.id),
+                );
+            } else {
+                seen.insert(b.id.clone(), format!("{path}.id"));
+            }
+        }
+        if !b.url.is_empty() {
+            if let Err(msg) = check_url(&b.url) {
+                c.err(&format!("{path}.url"), msg);
+            } else if let Some(first) = urls.get(b.url.as_str()) {
+                c.err(
+                    &format!("{path}.url"),
+                    format!("duplicate url {:?} (first at {base}[{first}])", b.url),
+                );
+            } else {
+                urls.insert(&b.url, i);
+            }
+        }
+        // The pool's own checks (weight range), one backend at a time so each is reported.
+        if let Err(PoolError::Weight(_, w)) =
+            pool::carry_over(core::slice::from_ref(&spec), &[], params, Instant::ZERO)
+        {
+            c.core_err(
+                &format!("{path}.weight"),
+                format!("weight must be within 1..=100, got {w}"),
+            );
+        }
+        out.push(spec);
+    }
+    out
+}
+
+pub(super) type Routing = (Vec<PoolSpec>, Vec<RouteSpec>, Option<RouteTable>);
+
+pub(super) fn check_pools_and_routes(cfg: &Config, c: &mut Check<'_>) -> Routing {
+    // Weight and id checks do not depend on the pool parameters; the defaults stand in when the
+    // configured ones are invalid (already reported).
+    let params = PoolParams::default();
+    let mut seen_ids = BTreeMap::new();
+    let mut pools = Vec::with_capacity(cfg.pools.len() + 1);
+
+    let default_backends = check_backends(&cfg.backends, "backends", &params, &mut seen_ids, c);
+    let default_balancing = check_balancing(&cfg.balancing, "balancing", c);
+    if let Some((policy, hash_key)) = default_balancing {
+        pools.push(PoolSpec {
+            name: DEFAULT_POOL.to_owned(),
+            policy,
+            hash_key,
+            backends: default_backends,
+        });
+    }
+    for p in &cfg.pools {
+        let base = format!("pools.{}", p.name);
+        if p.name == DEFAULT_POOL {
+            c.err(
+                &base,
+                "`default` is the top-level pool (backends + balancing); choose another name",
+            );
+        } else if !valid_pool_name(&p.name) {
+            c.err(
+                &base,
+                format!(
+                    "pool name {:?}: 1..=64 characters of A-Z, a-z, 0-9, _ and -",
+                    p.name
+                ),
+            );
+        }
+        let backends = check_backends(
+            &p.backends,
+            &format!("{base}.backends"),
+            &params,
+            &mut seen_ids,
+            c,
+        );
+        if p.backends.is_empty() {
+            c.err(
+                &format!("{base}.backends"),
+                "a pool needs at least one backend",
+            );
+        }
+        if let Some((policy, hash_key)) =
+            check_balancing(&p.balancing, &format!("{base}.balancing"), c)
+        {
+            pools.push(PoolSpec {
+                name: p.name.clone(),
+                policy,
+                hash_key,
+                backends,
+            });
+        }
+    }
+
+    // Routes: each prefix on its own first, then the table (duplicates) without the bad ones.
+    let mut routes = Vec::with_capacity(cfg.routes.len());
+    let mut candidates: Vec<(usize, &str, usize)> = Vec::new();
+    let mut catch_all = false;
+    for (i, route) in cfg.routes.iter().enumerate() {
+        let path = format!("routes[{i}]");
+        let pool = if route.pool == DEFAULT_POOL {
+            Some(0)
+        } else {
+            cfg.pools
+                .iter()
+                .position(|p| p.name == route.pool)
+                .map(|i| i + 1)
+        };
+        if pool.is_none() && !route.pool.is_empty() {
+            let mut names: Vec<&str> = vec![DEFAULT_POOL];
+            names.extend(cfg.pools.iter().map(|p| p.name.as_str()));
+            c.err(
+                &format!("{path}.pool"),
+                format!(
+                    "unknown pool {:?}, expected one of {}",
+                    route.pool,
+                    names.join(", ")
+                ),
+            );
+        }
+        if let Some(n) = route.max_concurrent_requests
+            && let Err(e) = Bulkhead::new(Some(n))
+        {
+            c.err(&format!("{path}.max_concurrent_requests"), e.to_string());
+        }
+        let prefix_ok = !route.prefix.is_empty()
+            && match RouteTable::new([(route.prefix.as_str(), 0)], 0) {
+                Ok(_) => true,
+                Err(e) => {
+                    let msg = e.to_string();
+                    let msg = msg.strip_prefix("route 0: ").unwrap_or(&msg).to_owned();
+                    c.err(&format!("{path}.prefix"), msg);
+                    false
+                }
+            };
+        if prefix_ok && route.prefix == "/" {
+            catch_all = true;
+        }
+        if let (true, Some(pool)) = (prefix_ok, pool) {
+            candidates.push((i, route.prefix.as_str(), pool));
+            routes.push(RouteSpec {
+                prefix: route.prefix.clone(),
+                pool,
+                max_concurrent_requests: route.max_concurrent_requests,
+            });
+        }
+    }
+    let table = loop {
+        match RouteTable::new(candidates.iter().map(|(_, p, pool)| (*p, *pool)), 0) {
+            Ok(t) => break Some(t),
+            Err(RouteError::Duplicate { route, first }) => {
+                let (i, prefix, _) = candidates.remove(route);
+                let (j, _, _) = candidates[first];
+                c.err(
+                    &format!("routes[{i}].prefix"),
+                    format!("duplicate route prefix {prefix:?} (same as routes[{j}]; a trailing / is ignored)"),
+                );
+            }
+            Err(e) => {
+                // Each prefix passed on its own; only duplicates remain possible.
+                c.err("routes", e.to_string());
+                break None;
+            }
+        }
+    };
+
+    if cfg.backends.is_empty() && !catch_all {
+        let msg = if cfg.routes.is_empty() {
+            "no backends: list at least one backend (id and url)"
+        } else {
+            "the default pool serves paths no route matches: list at least one backend, or add a route with prefix /"
+        };
+        c.err("backends", msg);
+    }
+    (pools, routes, table)
+}
+
+pub(super) fn check_retry(p: &RetryParams, c: &mut Check<'_>) -> Option<RetryPolicy> {
+    let defaults = RetryParams::default();
+    let mut params = p.clone();
+    // One round per field at most; each round resets the field the constructor named.
+    for _ in 0..8 {
+        match RetryPolicy::new(params.clone()) {
+            Ok(policy) => return (params == *p).then_some(policy),
+            Err(e) => {
+                let field = e.field();
+                c.core_err(&format!("server.retry.{field}"), e.to_string());
+                match field {
+                    "max_attempts" => params.max_attempts = defaults.max_attempts,
+                    "per_try_timeout" => params.per_try_timeout = defaults.per_try_timeout,
+                    "methods" => params.methods.clone_from(&defaults.methods),
+                    "statuses" => params.statuses.clone_from(&defaults.statuses),
+                    "budget_refill_per_second" => {
+                        params.budget_refill_per_second = defaults.budget_refill_per_second;
+                    }
+                    _ => {
+                        params.budget_capacity = defaults.budget_capacity;
+                        params.budget_refill_per_second = defaults.budget_refill_per_second;
+                    }
+                }
+            }
+        }
+    }
+    None
+}
