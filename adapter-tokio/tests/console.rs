@@ -141,3 +141,52 @@ async fn c_mgmt_1_a_console_without_the_token_gets_401() {
     assert_eq!(st.status, 401, "{}", st.summary());
     assert_eq!(st.header("www-authenticate").as_deref(), Some("Bearer"));
 }
+
+/// C-MGMT-1, C-MGMT-2: a DNS-rebinding page (its own name in `Host`) or another site gets
+/// nothing done with the console's token: the drain is refused and the backend keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_mgmt_2_a_rebound_or_cross_site_page_cannot_use_the_console() {
+    let a = Backend::start("c-r").await;
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("management.runtime_mutations", true);
+    let p = Proxy::start(&bin(), &cfg).await;
+    let c = console(
+        p.management.expect("management listener"),
+        Some(ADMIN_TOKEN),
+    );
+    let drain = "/api/dashboard/backends/c-r/drain";
+    let mutation = |host: &str| {
+        Req::post(drain, "{}")
+            .header("host", host)
+            .header("content-type", "application/json")
+            .header("x-balancer-csrf", "1")
+            .header("sec-fetch-site", "same-origin")
+    };
+    let r = send(c.addr, &mutation("rebind.attacker.example:3000")).await;
+    assert_eq!(r.status, 421, "{}", r.summary());
+    assert!(!r.text().contains(ADMIN_TOKEN));
+    let page = send(
+        c.addr,
+        &Req::get("/").header("host", "rebind.attacker.example"),
+    )
+    .await;
+    assert_eq!(page.status, 421, "{}", page.summary());
+    let st = send(
+        c.addr,
+        &Req::get("/api/dashboard/status").header("sec-fetch-site", "cross-site"),
+    )
+    .await;
+    assert_eq!(st.status, 403, "{}", st.summary());
+    let st = send(c.addr, &Req::get("/api/dashboard/status"))
+        .await
+        .json();
+    assert_eq!(st["backends"][0]["draining"], false, "{st}");
+    // The same mutation addressed to the console by its address is carried out.
+    let r = send(c.addr, &mutation(&c.addr.to_string())).await;
+    assert_eq!(r.status, 202, "{}", r.summary());
+    let st = send(c.addr, &Req::get("/api/dashboard/status"))
+        .await
+        .json();
+    assert_eq!(st["backends"][0]["draining"], true, "{st}");
+}

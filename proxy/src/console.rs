@@ -36,6 +36,9 @@ pub const TOKEN_ENV: &str = "BALANCER_ADMIN_TOKEN";
 /// How long one forwarded management call may take.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a request body may take to arrive (the header read has its own 10 s).
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The policy every answer carries: only this origin's files, no framing, no plugins.
 pub const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
                        form-action 'none'; object-src 'none'";
@@ -182,6 +185,13 @@ pub fn serve(
     let listener = std::net::TcpListener::bind(listen)?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            listen = %addr,
+            "the console listens beyond loopback: anyone who reaches it acts with the admin \
+             token; put an authenticating proxy in front (docs/console.md)"
+        );
+    }
     let listener = rt.listener(listener)?;
     let task = rt::spawn_handle::<()>(rt, async move {
         loop {
@@ -235,15 +245,96 @@ pub async fn run(rt: Rt, listen: SocketAddr, management: &str) -> Result<(), Str
 
 type ConsoleResponse = Response<Full<Bytes>>;
 
-/// One console request: an API call forwarded, or a file of the bundle.
+/// One console request: an API call forwarded, or a file of the bundle; refused first when it
+/// was not addressed to this console or comes from another site ([`refusal`]).
 pub async fn handle(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> ConsoleResponse {
     let path = req.uri().path();
-    let mut resp = if path.starts_with("/api/dashboard/") || path == OPENAPI_PATH {
+    let api = path.starts_with("/api/dashboard/") || path == OPENAPI_PATH;
+    let mut resp = if let Some((status, message)) = refusal(&req, api) {
+        json_error(status, message)
+    } else if api {
         forward(rt, upstream, req).await
     } else {
         file(req.method(), path)
     };
     secure(resp.headers_mut());
+    resp
+}
+
+/// Why the console refuses a request before anything is forwarded, if it does.
+///
+/// The console adds the admin token to what it forwards, so it must only act for its own page:
+/// - **DNS rebinding**: a page on `attacker.example` whose name later resolves to 127.0.0.1 is
+///   same-origin with the console as far as the browser knows, and only the `Host` it sends
+///   gives it away. The console answers only requests addressed to an IP literal or `localhost`
+///   (a rebinding needs a DNS name), else `421`. A proxy in front must pass such a `Host`.
+/// - **Cross-site requests**: API calls whose `Sec-Fetch-Site` is not `same-origin`, or whose
+///   `Origin` is not `http://<Host>`, are refused with `403` before the token is added (a form
+///   post or `<img>` from any site would otherwise act with the admin's credential).
+pub(crate) fn refusal<B>(req: &Request<B>, api: bool) -> Option<(StatusCode, &'static str)> {
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Some((StatusCode::BAD_REQUEST, "more than one Host header"));
+    }
+    let host = host.map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    let names = host
+        .into_iter()
+        .chain(req.uri().authority().map(|a| a.as_str()));
+    for name in names {
+        if !addressed_here(name) {
+            return Some((
+                StatusCode::MISDIRECTED_REQUEST,
+                "the console answers only requests addressed to an IP address or localhost \
+                 (a DNS-rebinding guard); a proxy in front must pass such a Host",
+            ));
+        }
+    }
+    if !api {
+        return None;
+    }
+    let h = req.headers();
+    if h.get("sec-fetch-site").is_some_and(|v| v != "same-origin") {
+        return Some((
+            StatusCode::FORBIDDEN,
+            "cross-site request refused by the console",
+        ));
+    }
+    if let Some(origin) = h.get(http::header::ORIGIN) {
+        let same = host.is_some_and(|h| origin.as_bytes() == format!("http://{h}").as_bytes());
+        if !same {
+            return Some((
+                StatusCode::FORBIDDEN,
+                "request from another origin refused by the console",
+            ));
+        }
+    }
+    None
+}
+
+/// Whether an authority (`host[:port]`) names this machine by address or as `localhost`.
+fn addressed_here(authority: &str) -> bool {
+    let Ok(a) = authority.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    let host = a.host();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok()
+}
+
+fn json_error(status: StatusCode, message: &str) -> ConsoleResponse {
+    let body = serde_json::json!({"code": status.as_u16(), "message": message}).to_string();
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
     resp
 }
 
@@ -337,27 +428,22 @@ fn content_type(name: &str) -> &'static str {
 }
 
 fn bad_gateway(message: String) -> ConsoleResponse {
-    let body = serde_json::json!({"code": 502, "message": message}).to_string();
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    resp
+    json_error(StatusCode::BAD_GATEWAY, &message)
 }
 
 /// Forward one API call to the management listener with the token (module doc).
 async fn forward(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> ConsoleResponse {
     let (parts, body) = req.into_parts();
-    let body = match read_bounded(body, weir_core::mgmt::MAX_BODY_BYTES + 1).await {
-        Ok(b) => b,
-        Err(e) => return bad_gateway(format!("the request body could not be read: {e}")),
+    let read = read_bounded(body, weir_core::mgmt::MAX_BODY_BYTES + 1);
+    let body = match rt::timeout(rt, BODY_TIMEOUT, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return bad_gateway(format!("the request body could not be read: {e}")),
+        Err(_) => {
+            return json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            );
+        }
     };
     let target = parts
         .uri

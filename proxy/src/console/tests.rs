@@ -79,3 +79,96 @@ fn the_openapi_document_is_json_and_names_every_management_endpoint() {
     assert!(is_openapi(&Method::GET, OPENAPI_PATH));
     assert!(!is_openapi(&Method::POST, OPENAPI_PATH));
 }
+
+fn req(host: Option<&str>, extra: &[(&str, &str)]) -> Request<()> {
+    let mut b = Request::builder().uri("/api/dashboard/status");
+    if let Some(h) = host {
+        b = b.header("host", h);
+    }
+    for (n, v) in extra {
+        b = b.header(*n, *v);
+    }
+    b.body(()).expect("a request")
+}
+
+/// C-MGMT-1, C-MGMT-2: the console adds the admin token, so it acts only for requests addressed
+/// to it by address or as localhost (a DNS-rebinding page sends its own name) ...
+#[test]
+fn c_mgmt_1_a_request_for_another_host_name_is_refused() {
+    for ok in [
+        "127.0.0.1:3000",
+        "[::1]:3000",
+        "localhost:3000",
+        "LOCALHOST",
+        "10.1.2.3",
+    ] {
+        assert_eq!(refusal(&req(Some(ok), &[]), true), None, "{ok}");
+    }
+    assert_eq!(
+        refusal(&req(None, &[]), true),
+        None,
+        "HTTP/1.0 without Host"
+    );
+    for bad in [
+        "rebind.attacker.example:3000",
+        "localhost.attacker.example",
+        "x y",
+        "",
+    ] {
+        let got = refusal(&req(Some(bad), &[]), true).map(|(s, _)| s);
+        assert_eq!(got, Some(StatusCode::MISDIRECTED_REQUEST), "{bad:?}");
+        // The bundle's files too: nothing is served to a rebound name.
+        let got = refusal(&req(Some(bad), &[]), false).map(|(s, _)| s);
+        assert_eq!(got, Some(StatusCode::MISDIRECTED_REQUEST), "{bad:?}");
+    }
+    let two = Request::builder()
+        .uri("/")
+        .header("host", "127.0.0.1")
+        .header("host", "evil.example")
+        .body(())
+        .expect("a request");
+    assert_eq!(
+        refusal(&two, false).map(|(s, _)| s),
+        Some(StatusCode::BAD_REQUEST)
+    );
+    let absolute = Request::builder()
+        .uri("http://evil.example/api/dashboard/status")
+        .header("host", "127.0.0.1:3000")
+        .body(())
+        .expect("a request");
+    assert_eq!(
+        refusal(&absolute, true).map(|(s, _)| s),
+        Some(StatusCode::MISDIRECTED_REQUEST)
+    );
+}
+
+/// ... and only API calls from its own page: another site's form post, `<img>` or fetch is
+/// refused before the token is added.
+#[test]
+fn c_mgmt_2_a_cross_site_api_call_is_refused_before_the_token_is_added() {
+    let h = Some("127.0.0.1:3000");
+    assert_eq!(
+        refusal(&req(h, &[("sec-fetch-site", "same-origin")]), true),
+        None
+    );
+    assert_eq!(
+        refusal(&req(h, &[("origin", "http://127.0.0.1:3000")]), true),
+        None
+    );
+    for (n, v) in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-site", "none"),
+        ("origin", "http://evil.example"),
+        ("origin", "null"),
+        ("origin", "http://127.0.0.1:3001"),
+    ] {
+        let got = refusal(&req(h, &[(n, v)]), true).map(|(s, _)| s);
+        assert_eq!(got, Some(StatusCode::FORBIDDEN), "{n}: {v}");
+    }
+    // A link followed from elsewhere still opens the page itself.
+    assert_eq!(
+        refusal(&req(h, &[("sec-fetch-site", "cross-site")]), false),
+        None
+    );
+}
