@@ -99,7 +99,18 @@ pub fn is_openapi(method: &Method, path: &str) -> bool {
 /// The OpenAPI document as a management answer.
 #[must_use]
 pub fn openapi_response(rid: &str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(OPENAPI.as_bytes())));
+    let mut resp = json_response(StatusCode::OK, Bytes::from_static(OPENAPI.as_bytes()));
+    if let Ok(v) = HeaderValue::from_str(rid) {
+        resp.headers_mut()
+            .insert(weir_core::request_id::X_REQUEST_ID, v);
+    }
+    resp
+}
+
+/// A JSON answer that no cache keeps.
+fn json_response(status: StatusCode, body: Bytes) -> ConsoleResponse {
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
         http::header::CONTENT_TYPE,
@@ -109,9 +120,6 @@ pub fn openapi_response(rid: &str) -> Response<Full<Bytes>> {
         http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-store"),
     );
-    if let Ok(v) = HeaderValue::from_str(rid) {
-        h.insert(weir_core::request_id::X_REQUEST_ID, v);
-    }
     resp
 }
 
@@ -324,18 +332,7 @@ fn addressed_here(authority: &str) -> bool {
 
 fn json_error(status: StatusCode, message: &str) -> ConsoleResponse {
     let body = serde_json::json!({"code": status.as_u16(), "message": message}).to_string();
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    resp
+    json_response(status, Bytes::from(body))
 }
 
 fn secure(h: &mut HeaderMap) {
