@@ -29,6 +29,7 @@ pub mod bulkhead;
 pub mod config;
 pub mod conn_limit;
 pub mod conn_watch;
+pub mod console_guard;
 pub mod exchange;
 pub mod flow;
 pub mod forward;

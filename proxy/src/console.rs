@@ -254,12 +254,14 @@ pub async fn run(rt: Rt, listen: SocketAddr, management: &str) -> Result<(), Str
 type ConsoleResponse = Response<Full<Bytes>>;
 
 /// One console request: an API call forwarded, or a file of the bundle; refused first when it
-/// was not addressed to this console or comes from another site ([`refusal`]).
+/// was not addressed to this console or comes from another site
+/// (`weir_core::console_guard::refusal`).
 pub async fn handle(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> ConsoleResponse {
     let path = req.uri().path();
     let api = path.starts_with("/api/dashboard/") || path == OPENAPI_PATH;
-    let mut resp = if let Some((status, message)) = refusal(&req, api) {
-        json_error(status, message)
+    let target = req.uri().authority().map(http::uri::Authority::as_str);
+    let mut resp = if let Some(no) = weir_core::console_guard::refusal(req.headers(), target, api) {
+        json_error(no.status, no.message)
     } else if api {
         forward(rt, upstream, req).await
     } else {
@@ -267,67 +269,6 @@ pub async fn handle(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> Cons
     };
     secure(resp.headers_mut());
     resp
-}
-
-/// Why the console refuses a request before anything is forwarded, if it does.
-///
-/// The console adds the admin token to what it forwards, so it must only act for its own page:
-/// - **DNS rebinding**: a page on `attacker.example` whose name later resolves to 127.0.0.1 is
-///   same-origin with the console as far as the browser knows, and only the `Host` it sends
-///   gives it away. The console answers only requests addressed to an IP literal or `localhost`
-///   (a rebinding needs a DNS name), else `421`. A proxy in front must pass such a `Host`.
-/// - **Cross-site requests**: API calls whose `Sec-Fetch-Site` is not `same-origin`, or whose
-///   `Origin` is not `http://<Host>`, are refused with `403` before the token is added (a form
-///   post or `<img>` from any site would otherwise act with the admin's credential).
-pub(crate) fn refusal<B>(req: &Request<B>, api: bool) -> Option<(StatusCode, &'static str)> {
-    let mut hosts = req.headers().get_all(http::header::HOST).iter();
-    let host = hosts.next();
-    if hosts.next().is_some() {
-        return Some((StatusCode::BAD_REQUEST, "more than one Host header"));
-    }
-    let host = host.map(|h| h.to_str().unwrap_or("\u{fffd}"));
-    let names = host
-        .into_iter()
-        .chain(req.uri().authority().map(|a| a.as_str()));
-    for name in names {
-        if !addressed_here(name) {
-            return Some((
-                StatusCode::MISDIRECTED_REQUEST,
-                "the console answers only requests addressed to an IP address or localhost \
-                 (a DNS-rebinding guard); a proxy in front must pass such a Host",
-            ));
-        }
-    }
-    if !api {
-        return None;
-    }
-    let h = req.headers();
-    if h.get("sec-fetch-site").is_some_and(|v| v != "same-origin") {
-        return Some((
-            StatusCode::FORBIDDEN,
-            "cross-site request refused by the console",
-        ));
-    }
-    if let Some(origin) = h.get(http::header::ORIGIN) {
-        let same = host.is_some_and(|h| origin.as_bytes() == format!("http://{h}").as_bytes());
-        if !same {
-            return Some((
-                StatusCode::FORBIDDEN,
-                "request from another origin refused by the console",
-            ));
-        }
-    }
-    None
-}
-
-/// Whether an authority (`host[:port]`) names this machine by address or as `localhost`.
-fn addressed_here(authority: &str) -> bool {
-    let Ok(a) = authority.parse::<http::uri::Authority>() else {
-        return false;
-    };
-    let host = a.host();
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok()
 }
 
 fn json_error(status: StatusCode, message: &str) -> ConsoleResponse {
