@@ -124,7 +124,9 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
             block_on(rt, name, run(rt, name, args))
         }
         Command::Demo(args) => {
-            init_logs("info");
+            // The demo talks to a person on stdout; its JSON log lines go to stderr so the two
+            // do not interleave (`weir demo 2>/dev/null` shows the walkthrough alone).
+            init_logs_to("info", Writer::Stderr);
             block_on(rt, name, async move {
                 let opts = Options {
                     public_bind: Some(args.public_bind),
@@ -141,15 +143,28 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
     }
 }
 
+/// Where the JSON log lines go.
+enum Writer {
+    Stdout,
+    Stderr,
+}
+
 /// JSON log lines on stdout; `RUST_LOG` overrides the level.
 fn init_logs(default: &str) {
+    init_logs_to(default, Writer::Stdout);
+}
+
+/// JSON log lines on `writer`; `RUST_LOG` overrides the level.
+fn init_logs_to(default: &str, writer: Writer) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .event_format(crate::log_json::JsonLines)
-        .with_env_filter(filter)
-        .with_writer(std::io::stdout)
-        .init();
+        .with_env_filter(filter);
+    match writer {
+        Writer::Stdout => logs.with_writer(std::io::stdout).init(),
+        Writer::Stderr => logs.with_writer(std::io::stderr).init(),
+    }
 }
 
 /// The control executor, on the main thread: signals, the acceptor, health checks,
@@ -258,7 +273,19 @@ fn load_lenient(path: &Path) -> Result<Vec<String>, String> {
 
 /// `MIGRATE_ONLY` (C-RATE-7): unset, empty, `0` or `false` run normally; `1` or `true`
 /// migrate and exit; anything else is an error (issue 20: a typo must not start serving).
-fn migrate_only_requested(value: Option<&str>) -> Result<bool, String> {
+/// A value that is not UTF-8 is an error too, not "unset".
+fn migrate_only_requested(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
+    let value = match value.map(std::ffi::OsStr::to_str) {
+        None => None,
+        Some(Some(v)) => Some(v),
+        Some(None) => {
+            return Err(format!(
+                "MIGRATE_ONLY must be 1 or true (migrate and exit) or 0, false or unset (run), got \
+                 {:?} (not UTF-8)",
+                value.unwrap_or_default()
+            ));
+        }
+    };
     match value.map(str::trim) {
         None | Some("" | "0" | "false") => Ok(false),
         Some("1" | "true") => Ok(true),
@@ -292,7 +319,7 @@ async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
     if let Err(e) = crate::check_runtime_support(rt, &cfg) {
         return fail(name, &e);
     }
-    let migrate = match migrate_only_requested(std::env::var("MIGRATE_ONLY").ok().as_deref()) {
+    let migrate = match migrate_only_requested(std::env::var_os("MIGRATE_ONLY").as_deref()) {
         Ok(m) => m,
         Err(e) => return fail(name, &e),
     };
@@ -404,4 +431,30 @@ fn write_ready_file(file: &Path, handle: &ProxyHandle) -> std::io::Result<()> {
     let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, doc.to_string())?;
     std::fs::rename(&tmp, file)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    use super::migrate_only_requested;
+
+    /// C-RATE-7, issue 20: only 1/true migrate; unset, empty, 0 and false run; a typo or a value
+    /// that is not UTF-8 is an error, never read as "unset" (which would start serving).
+    #[test]
+    fn c_rate_7_migrate_only_values() {
+        let ask = |v: &str| migrate_only_requested(Some(OsStr::new(v)));
+        assert_eq!(migrate_only_requested(None), Ok(false));
+        for v in ["", "0", "false", " false "] {
+            assert_eq!(ask(v), Ok(false), "{v:?}");
+        }
+        for v in ["1", "true", "true\n"] {
+            assert_eq!(ask(v), Ok(true), "{v:?}");
+        }
+        let typo = ask("ture").unwrap_err();
+        assert!(typo.contains("\"ture\""), "{typo}");
+        let bytes = migrate_only_requested(Some(OsStr::from_bytes(b"tr\xffue"))).unwrap_err();
+        assert!(bytes.contains("not UTF-8"), "{bytes}");
+    }
 }

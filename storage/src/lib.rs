@@ -42,9 +42,7 @@ pub use kind::StoreKind;
 pub use limiter::{RateLimiter, StoreHealth, Verdict};
 #[cfg(feature = "postgres")]
 pub use postgres_store::{MIGRATIONS, Migration, migrate};
-pub use postgres_store::{
-    MigrationReport, PostgresOptions, PostgresStore, migrate_only, migrate_only_requested,
-};
+pub use postgres_store::{MigrationReport, PostgresOptions, PostgresStore, migrate_only};
 pub use redis_store::{RedisOptions, RedisStore};
 pub use rt::prefer_smol;
 pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, TTL_MARGIN};

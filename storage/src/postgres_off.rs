@@ -91,13 +91,6 @@ impl Store for PostgresStore {
     }
 }
 
-/// Whether `MIGRATE_ONLY=true` asks the process to migrate and exit without listeners
-/// (C-RATE-7). Any other value, or none, is false.
-#[must_use]
-pub fn migrate_only_requested(value: Option<&str>) -> bool {
-    value == Some("true")
-}
-
 /// `MIGRATE_ONLY=true`: always [`StoreError::Config`] in this build.
 ///
 /// # Errors

@@ -249,13 +249,6 @@ async fn migrate_locked(
     Ok(report)
 }
 
-/// Whether `MIGRATE_ONLY=true` asks the process to migrate and exit without listeners
-/// (C-RATE-7). Any other value, or none, is false.
-#[must_use]
-pub fn migrate_only_requested(value: Option<&str>) -> bool {
-    value == Some("true")
-}
-
 /// The `MIGRATE_ONLY=true` entry: apply the migrations to the configured database and return
 /// (the binary exits afterwards without opening listeners; C-RATE-7).
 pub async fn migrate_only(database: &DatabaseSettings) -> Result<MigrationReport, StoreError> {

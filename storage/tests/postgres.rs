@@ -233,9 +233,6 @@ async fn c_rate_7_six_processes_migrate_one_database() {
 /// a second run applies nothing; TLS sslmodes are refused rather than silently downgraded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_7_migrate_only_entry() {
-    assert!(weir_storage::migrate_only_requested(Some("true")));
-    assert!(!weir_storage::migrate_only_requested(Some("1")));
-    assert!(!weir_storage::migrate_only_requested(None));
     let db = create_database().await;
     let mut settings = DatabaseSettings {
         host: "127.0.0.1".into(),
