@@ -148,10 +148,16 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
         let _ = writeln!(out, "  backend {:<13} http://{}{flaky}", b.id, b.addr);
     }
     if let Some(m) = handle.management_addr() {
-        let _ = writeln!(
-            out,
-            "  management    http://{m}  (Authorization: Bearer $BALANCER_ADMIN_TOKEN, or the generated token {token} when it is not set)"
-        );
+        // The token the management API takes: the operator's own when the variable (or its
+        // `_FILE`) is set, else the one generated above; the generated one is printed only then.
+        let own = std::env::var_os("BALANCER_ADMIN_TOKEN").is_some()
+            || std::env::var_os("BALANCER_ADMIN_TOKEN_FILE").is_some();
+        let auth = if own {
+            "Authorization: Bearer $BALANCER_ADMIN_TOKEN".to_owned()
+        } else {
+            format!("Authorization: Bearer {token}, generated: BALANCER_ADMIN_TOKEN is not set")
+        };
+        let _ = writeln!(out, "  management    http://{m}  ({auth})");
     }
     // The live console (issue 15), with the demo's own token added server-side.
     let console = match handle.management_addr() {
