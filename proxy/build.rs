@@ -36,9 +36,19 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
         return;
     };
     for entry in entries.flatten() {
+        // Symbolic links are not followed (a link loop would never end, and a link out of the
+        // bundle would embed whatever it points at): only real files and directories count.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         let path = entry.path();
-        if path.is_dir() {
+        if kind.is_dir() {
             collect(root, &path, files);
+        } else if !kind.is_file() {
+            println!(
+                "cargo::warning=frontend/dist: {} is not a regular file (a symbolic link?): not embedded",
+                path.display()
+            );
         } else if let Ok(rel) = path.strip_prefix(root) {
             let rel = format!("/{}", rel.to_string_lossy().replace('\\', "/"));
             files.push((rel, path.to_string_lossy().into_owned()));
