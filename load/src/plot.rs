@@ -57,12 +57,15 @@ pub fn soak(samples: &[Sample], title: &str, out: &Path) -> PlotResult {
     let root = SVGBackend::new(out, (900, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let (head, body) = root.split_vertically(40);
-    head.draw(&Text::new(title.to_owned(), (10, 12), ("sans-serif", 18)))?;
     let t_max = samples
         .iter()
         .map(|s| s.t / 60.0)
         .fold(0.0, f64::max)
         .max(0.1);
+    // The title says what was asked; the wall time the samples span is said beside it, since a
+    // loaded machine stretches the windows (the axis runs to the wall time).
+    let title = format!("{title} ({} of wall time)", minutes(t_max));
+    head.draw(&Text::new(title, (10, 12), ("sans-serif", 18)))?;
     for (i, (panel, area)) in panels
         .iter()
         .zip(body.split_evenly((panels.len(), 1)))
@@ -79,6 +82,8 @@ pub fn soak(samples: &[Sample], title: &str, out: &Path) -> PlotResult {
         chart
             .configure_mesh()
             .x_desc("minutes")
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
         let color = COLORS[i % COLORS.len()];
@@ -89,6 +94,27 @@ pub fn soak(samples: &[Sample], title: &str, out: &Path) -> PlotResult {
     }
     root.present()?;
     Ok(())
+}
+
+/// An axis label: whole numbers without a decimal point (`12`, not `12.0`), others with what
+/// they need up to two decimals (`0.25`, `1.5`).
+fn tick(v: f64) -> String {
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `t` minutes as `44 min` (or `1.5 min` under ten).
+fn minutes(t: f64) -> String {
+    if t >= 10.0 {
+        format!("{t:.0} min")
+    } else {
+        format!("{} min", tick((t * 10.0).round() / 10.0))
+    }
 }
 
 /// Medians per (workers, connections) cell and proxy: (req/s, p50 us, p99 us).

@@ -58,3 +58,38 @@ fn plots_are_svg_documents_with_their_panels() {
     assert!(text.contains("nginx") && text.contains("whisker"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn axis_labels_have_no_needless_decimals() {
+    assert_eq!(tick(12.0), "12");
+    assert_eq!(tick(0.0), "0");
+    assert_eq!(tick(1.5), "1.5");
+    assert_eq!(tick(0.25), "0.25");
+    assert_eq!(tick(-0.0001), "0");
+    assert_eq!(minutes(44.2), "44 min");
+    assert_eq!(minutes(2.26), "2.3 min");
+}
+
+#[test]
+fn the_soak_title_says_the_wall_time_the_axis_spans() {
+    let dir = std::env::temp_dir().join(format!("weir-load-title-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("soak.svg");
+    // Asked for 30 minutes; the samples span 44 (a loaded machine stretched the windows).
+    soak(
+        &[sample(60.0, 10_240), sample(2640.0, 10_240)],
+        "weir soak: 1800s",
+        &svg,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("weir soak: 1800s (44 min of wall time)"),
+        "{text:.400}"
+    );
+    assert!(
+        !text.contains(">20.0<"),
+        "an integer axis printed with a decimal"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
