@@ -284,6 +284,22 @@ fn c_path_8_upgrade_and_chunked_in_the_upstream_head() {
     assert!(!out.contains("Transfer-Encoding"), "{out}");
 }
 
+/// C-PATH-12: a POST with an empty body reaches the backend with `Content-Length: 0` (a
+/// backend may refuse a POST without a length, `411`); a GET without one gets none.
+#[test]
+fn c_path_12_upstream_head_keeps_an_explicit_zero_length() {
+    let out = upstream(
+        b"POST /f HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+        &[],
+    );
+    assert!(out.contains("\r\ncontent-length: 0\r\n"), "{out}");
+    let out = upstream(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &[]);
+    assert!(
+        !out.to_ascii_lowercase().contains("content-length"),
+        "{out}"
+    );
+}
+
 fn response<'h, 'b>(
     raw: &'b [u8],
     h: &'h mut [Header<'b>],

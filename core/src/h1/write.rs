@@ -59,7 +59,7 @@ pub fn write_upstream_request(
         }
         line(out, name, h.value);
     }
-    framing(out, head.body);
+    framing(out, head.body, head.facts.content_length);
     if te_trailers {
         out.extend_from_slice(b"te: trailers\r\n");
     }
@@ -238,10 +238,14 @@ fn dropped(name: &[u8], all: &[Header<'_>], connection_names: bool, upgrading: b
             .any(|c| tokens(c.value).any(|t| t.eq_ignore_ascii_case(name)))
 }
 
-fn framing(out: &mut Vec<u8>, body: BodyFraming) {
+/// The request's framing line. An explicit `Content-Length: 0` is kept (the body is empty
+/// either way, but a backend may require a length on a `POST`/`PUT`, and it is what the client
+/// said); a request that named no length gets none.
+fn framing(out: &mut Vec<u8>, body: BodyFraming, declared: Option<u64>) {
     match body {
         BodyFraming::Length(n) => content_length(out, n),
         BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyFraming::Empty if declared == Some(0) => content_length(out, 0),
         BodyFraming::Empty | BodyFraming::UntilClose => {}
     }
 }
