@@ -11,7 +11,8 @@
 //!
 //! The rules (RFC 9112; each a `400` with `Connection: close`, nothing sent upstream):
 //! - both `Content-Length` and `Transfer-Encoding` (§6.1: "ought to be handled as an error");
-//! - `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` applied twice (§6.1);
+//! - `Transfer-Encoding` other than the one coding `chunked` alone: `gzip, chunked` is refused,
+//!   not rewritten (§6.1 lets a server refuse codings it does not understand; nginx 1.23+);
 //! - a `Content-Length` that is not one decimal number, or more than one (§6.3);
 //! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2);
 //! - an obsolete line folding (a header line starting with whitespace, §5.2).
@@ -44,7 +45,8 @@ pub const LINE_PREFIX: usize = 96;
 pub enum FramingError {
     /// Both `Content-Length` and `Transfer-Encoding`.
     LengthAndTransferEncoding,
-    /// `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` twice.
+    /// `Transfer-Encoding` other than one `chunked` coding alone (a list such as
+    /// `gzip, chunked`, `chunked` twice, another line), or any in HTTP/1.0.
     TransferEncoding,
     /// `Content-Length` not a decimal number, or repeated with different values.
     ContentLength,
@@ -67,7 +69,9 @@ impl FramingError {
             FramingError::LengthAndTransferEncoding => {
                 "request has both content-length and transfer-encoding"
             }
-            FramingError::TransferEncoding => "transfer-encoding must end in chunked, applied once",
+            FramingError::TransferEncoding => {
+                "transfer-encoding other than a single chunked is not supported"
+            }
             FramingError::ContentLength => {
                 "content-length is invalid or repeated with another value"
             }

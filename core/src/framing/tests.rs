@@ -166,8 +166,20 @@ fn c_path_12_transfer_encoding_rules() {
             "{bad}"
         );
     }
+    // The streaming guard shares the rule: a list ending in chunked is refused too.
+    for bad in [
+        "Transfer-Encoding: gzip, CHUNKED",
+        "Transfer-Encoding: identity, chunked",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked",
+    ] {
+        assert_eq!(
+            same_however_split(&head(bad)),
+            vec![Err(FramingError::TransferEncoding)],
+            "{bad}"
+        );
+    }
     assert_eq!(
-        verdicts(&head("Transfer-Encoding: gzip, CHUNKED")),
+        verdicts(&head("Transfer-Encoding:  CHUNKED ")),
         vec![Ok(())]
     );
 }

@@ -102,9 +102,11 @@ impl Facts {
                 }
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                // Several lines are one list (RFC 9110 §5.3): only the last may say chunked,
-                // and only that one (a second `chunked` line after the first is chunked twice).
-                if !whole || self.transfer_encoding || !ends_in_chunked_once(value) {
+                // weir understands one coding, `chunked`, alone: a list (`gzip, chunked`) is
+                // refused rather than rewritten to plain `chunked` (RFC 9112 §6.1 lets a
+                // server refuse codings it does not understand; nginx 1.23+ does the same).
+                // Several lines are one list (RFC 9110 §5.3), so a second line is refused too.
+                if !whole || self.transfer_encoding || !only_chunked(value) {
                     self.fail(FramingError::TransferEncoding);
                 }
                 self.transfer_encoding = true;
@@ -212,11 +214,11 @@ pub(crate) fn content_length(v: &[u8]) -> Option<u64> {
     Some(v.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
-/// Whether a `Transfer-Encoding` list ends in `chunked` and names it only there.
-pub(crate) fn ends_in_chunked_once(v: &[u8]) -> bool {
+/// Whether a `Transfer-Encoding` value is exactly one coding, `chunked` (any case).
+pub(crate) fn only_chunked(v: &[u8]) -> bool {
     let mut codings = tokens(v);
-    let Some(last) = codings.next_back() else {
-        return false;
-    };
-    last.eq_ignore_ascii_case(b"chunked") && !codings.any(|c| c.eq_ignore_ascii_case(b"chunked"))
+    codings
+        .next()
+        .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
 }

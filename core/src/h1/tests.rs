@@ -52,7 +52,7 @@ fn c_path_12_plain_heads_parse_with_their_framing() {
         BodyFraming::Length(12)
     );
     assert_eq!(
-        body(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"),
+        body(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  Chunked \r\n\r\n"),
         BodyFraming::Chunked
     );
     // HTTP/1.0 needs no Host; leading empty lines are skipped (RFC 9112 §2.2).
@@ -76,6 +76,10 @@ fn c_path_12_framing_defects_are_400() {
         (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +1\r\n\r\n", F::ContentLength),
         (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", F::ContentLength),
         (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", F::TransferEncoding),
+        // C-PATH-12: one coding, `chunked`, alone; a list is refused, never rewritten.
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", F::TransferEncoding),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity, chunked\r\n\r\n", F::TransferEncoding),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", F::TransferEncoding),
         (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", F::TransferEncoding),
         (
             b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -383,6 +387,10 @@ fn c_path_12_bad_responses() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
         ),
     ] {
