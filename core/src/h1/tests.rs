@@ -288,6 +288,20 @@ fn c_path_8_upgrade_and_chunked_in_the_upstream_head() {
     assert!(!out.contains("Transfer-Encoding"), "{out}");
 }
 
+/// C-FWD-2: the flat writer drops the client's forwarding lines in either spelling too.
+#[test]
+fn c_fwd_2_upstream_head_drops_underscore_spellings() {
+    let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX_Forwarded_For: 6.6.6.6\r\nX-Real_IP: 6.6.6.6\r\n\
+X_Forwarded_Proto: https\r\nX-Forwarded-Port: 443\r\nX-Forwarded-Prefix: /admin\r\n\
+x_forwarded_host: evil\r\nX_Custom: kept\r\n\r\n";
+    let out = upstream(raw, &[]);
+    assert_eq!(
+        out,
+        "GET /api/x HTTP/1.1\r\nHost: h\r\nX_Custom: kept\r\nx-forwarded-for: 10.0.0.7\r\n\
+x-real-ip: 10.0.0.7\r\nx-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
+    );
+}
+
 /// C-PATH-12: a POST with an empty body reaches the backend with `Content-Length: 0` (a
 /// backend may refuse a POST without a length, `411`); a GET without one gets none.
 #[test]
