@@ -48,7 +48,8 @@ mod node;
 
 pub use chain::{MAX_ELEMENT_BYTES, MAX_FORWARDED_LINE_BYTES, MAX_HOPS};
 pub use hop::{
-    connection_may_remove, is_hop_by_hop, strip_hop_by_hop, te_asks_trailers, wants_upgrade,
+    connection_may_remove, is_h2c, is_hop_by_hop, offers_upgrade, strip_hop_by_hop,
+    te_asks_trailers, wants_upgrade,
 };
 
 use chain::{ForwardedRev, Walk, XffRev, forwarded_last_https, last_element, walk};

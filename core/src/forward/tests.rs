@@ -573,6 +573,28 @@ fn c_path_6_strip_table() {
     assert!(h.get(UPGRADE).is_none() && h.get(CONNECTION).is_none());
     assert_eq!(values(&h, "te"), ["trailers"]);
 
+    // C-PATH-8: h2c is never an upgrade; HTTP2-Settings is hop-by-hop even when Connection
+    // does not name it; beside another protocol only h2c leaves the list.
+    let mut h = map(&[
+        ("connection", "Upgrade, HTTP2-Settings"),
+        ("upgrade", "h2c"),
+        ("http2-settings", "AAMAAABkAAQAoAAAAAIAAAAA"),
+        ("x-kept", "1"),
+    ]);
+    assert!(!wants_upgrade(&h));
+    strip_hop_by_hop(&mut h, false);
+    assert_eq!(
+        h.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+        ["x-kept"]
+    );
+    let mut h = map(&[("upgrade", "H2C"), ("http2-settings", "x")]);
+    strip_hop_by_hop(&mut h, false);
+    assert!(h.is_empty(), "{h:?}");
+    let mut h = map(&[("connection", "upgrade"), ("upgrade", "h2c, websocket")]);
+    assert!(wants_upgrade(&h));
+    strip_hop_by_hop(&mut h, true);
+    assert_eq!(values(&h, "upgrade"), ["websocket"]);
+
     // Invalid tokens are skipped; nothing else happens.
     let mut h = map(&[
         ("connection", "bad token, (x), \u{7e}ok"),
@@ -596,6 +618,14 @@ fn c_path_6_strip_table() {
 
 #[test]
 fn c_path_6_wants_upgrade() {
+    assert!(!wants_upgrade(&map(&[
+        ("connection", "upgrade"),
+        ("upgrade", "h2c")
+    ])));
+    assert!(!wants_upgrade(&map(&[
+        ("connection", "upgrade"),
+        ("upgrade", " h2c ,")
+    ])));
     assert!(!wants_upgrade(&map(&[("connection", "upgrade")])));
     assert!(!wants_upgrade(&map(&[("upgrade", "websocket")])));
     assert!(!wants_upgrade(&map(&[

@@ -41,7 +41,7 @@ pub struct Facts {
     pub keep_alive: bool,
     /// `Connection: upgrade`.
     pub upgrade_token: bool,
-    /// An `Upgrade` header.
+    /// An `Upgrade` header offering a protocol other than `h2c`.
     pub upgrade_header: bool,
     /// A `Connection` line names something other than `close`, `keep-alive`, `upgrade`
     /// (headers the writers must then look for and drop).
@@ -78,7 +78,11 @@ impl Facts {
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
             }
-            7 if name.eq_ignore_ascii_case(b"upgrade") => self.upgrade_header = true,
+            // `h2c` is never an upgrade weir makes (`forward::is_h2c`): offered alone, the
+            // request is a plain one and its `Upgrade` is dropped as hop-by-hop.
+            7 if name.eq_ignore_ascii_case(b"upgrade") => {
+                self.upgrade_header |= crate::forward::offers_upgrade(value);
+            }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for t in tokens(value) {
                     self.close |= t.eq_ignore_ascii_case(b"close");

@@ -202,6 +202,17 @@ fn connection_facts_keep_alive_upgrade_expect() {
         parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
         (true, true, false)
     );
+    // C-PATH-8: h2c is not an upgrade weir makes.
+    assert_eq!(
+        parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n"),
+        (true, false, false)
+    );
+    assert_eq!(
+        parse(
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n"
+        ),
+        (true, true, false)
+    );
     // Upgrade and Expect mean nothing in HTTP/1.0.
     assert_eq!(
         parse(b"GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\nExpect: 100-continue\r\n\r\n"),
@@ -300,6 +311,62 @@ x_forwarded_host: evil\r\nX_Custom: kept\r\n\r\n";
         "GET /api/x HTTP/1.1\r\nHost: h\r\nX_Custom: kept\r\nx-forwarded-for: 10.0.0.7\r\n\
 x-real-ip: 10.0.0.7\r\nx-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
     );
+}
+
+/// C-PATH-8: `Upgrade: h2c` is not an upgrade weir makes: alone (with its `HTTP2-Settings`) it
+/// is a plain request without them; beside another protocol only `h2c` leaves the list. A
+/// backend's `101` to `h2c` is a bad response.
+#[test]
+fn c_path_8_h2c_is_never_tunnelled() {
+    let mut h = [EMPTY_HEADER; 8];
+    let raw =
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let Ok(Parsed::Complete(r)) = parse_request(raw, &mut h, &Limits::default()) else {
+        panic!()
+    };
+    assert!(!r.upgrade());
+    assert_eq!(
+        upstream(raw, &[]),
+        "GET /api/x HTTP/1.1\r\nHost: h\r\nx-forwarded-for: 10.0.0.7\r\nx-real-ip: 10.0.0.7\r\n\
+x-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
+    );
+    // HTTP2-Settings goes even when Connection does not name it; H2C in any case.
+    let out = upstream(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: H2C\r\nHTTP2-Settings: x\r\n\r\n",
+        &[],
+    );
+    assert!(!out.to_ascii_lowercase().contains("upgrade"), "{out}");
+    assert!(
+        !out.to_ascii_lowercase().contains("http2-settings"),
+        "{out}"
+    );
+    // Another protocol beside h2c: an upgrade to that one only.
+    let out = upstream(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+        &[],
+    );
+    assert!(
+        out.starts_with(
+            "GET /api/x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"
+        ),
+        "{out}"
+    );
+    let ctx = ResponseContext {
+        head: false,
+        upgrade: true,
+    };
+    let mut h = [EMPTY_HEADER; 8];
+    for raw in [
+        &b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"[..],
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+    ] {
+        assert_eq!(
+            response(raw, &mut h, ctx).unwrap_err(),
+            BadResponse::UnrequestedSwitch,
+            "{raw:?}"
+        );
+    }
 }
 
 /// C-PATH-12: a POST with an empty body reaches the backend with `Content-Length: 0` (a

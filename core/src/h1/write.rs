@@ -45,7 +45,7 @@ pub fn write_upstream_request(
             te_trailers |= forward::te_asks_trailers(h.value);
         }
         if upgrading && name.eq_ignore_ascii_case(b"upgrade") {
-            line(out, name, h.value);
+            upgrade_line(out, name, h.value);
             continue;
         }
         if dropped(name, head.headers, head.facts.connection_names, upgrading)
@@ -184,6 +184,28 @@ pub fn write_interim(head: &ResponseHead<'_, '_>, out: &mut Vec<u8>) {
     status_line(out, head.status, head.reason);
     headers(out, head.headers, head.facts.connection_names, false, &[]);
     out.extend_from_slice(b"\r\n");
+}
+
+/// An upgrade request's `Upgrade` line without its `h2c` offers (`forward::is_h2c`); as sent
+/// when it has none, left out when it has nothing else.
+fn upgrade_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if !value.split(|&b| b == b',').any(forward::is_h2c) {
+        return line(out, name, value);
+    }
+    let mut first = true;
+    for p in tokens(value).filter(|p| !forward::is_h2c(p)) {
+        if first {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            first = false;
+        } else {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(p);
+    }
+    if !first {
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
