@@ -14,7 +14,10 @@
 //! - `Transfer-Encoding` other than the one coding `chunked` alone: `gzip, chunked` is refused,
 //!   not rewritten (§6.1 lets a server refuse codings it does not understand; nginx 1.23+);
 //! - a `Content-Length` that is not one decimal number, or more than one (§6.3);
-//! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2);
+//! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2), or a `Host`
+//!   that is not a valid authority (`h1::valid_host`: RFC 3986 reg-name, IPv4 or IP-literal,
+//!   optional port 0–65535, no userinfo, no path; a line over the kept prefix is checked byte
+//!   by byte);
 //! - an obsolete line folding (a header line starting with whitespace, §5.2).
 //!
 //! After a rejected head the connection is closed by the proxy, so the tracker stops looking
@@ -54,6 +57,9 @@ pub enum FramingError {
     HostMissing,
     /// More than one `Host` line.
     HostRepeated,
+    /// A `Host` that is not a valid authority (`h1::valid_host`: a reg-name, IPv4 or
+    /// IP-literal and an optional port, no userinfo, no path), empty included.
+    HostInvalid,
     /// A header line continued by obsolete line folding.
     ObsoleteFold,
     /// No verdict: the head arrived after the tracker stopped following the connection (after
@@ -77,6 +83,7 @@ impl FramingError {
             }
             FramingError::HostMissing => "http/1.1 request has no host header",
             FramingError::HostRepeated => "request has more than one host header",
+            FramingError::HostInvalid => "request host header is not a valid authority",
             FramingError::ObsoleteFold => "header line folding is not allowed",
             FramingError::Untracked => "request framing could not be followed",
         }

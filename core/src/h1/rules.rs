@@ -74,7 +74,18 @@ impl Facts {
     /// streaming guard keeps a bounded prefix): a framing header must then be refused.
     pub fn header(&mut self, name: &[u8], value: &[u8], whole: bool) {
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => self.hosts = self.hosts.saturating_add(1),
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                self.hosts = self.hosts.saturating_add(1);
+                // A prefix (the streaming guard's, over `LINE_PREFIX`) is checked byte by byte.
+                let ok = if whole {
+                    valid_host(trim(value))
+                } else {
+                    trim(value).iter().all(|&b| authority_byte(b))
+                };
+                if !ok {
+                    self.fail(FramingError::HostInvalid);
+                }
+            }
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
             }
@@ -225,4 +236,100 @@ pub(crate) fn only_chunked(v: &[u8]) -> bool {
         .next()
         .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
         && codings.next().is_none()
+}
+
+/// Whether `v` is a valid `Host` value (RFC 9110 §7.2, RFC 3986 §3.2.2-3): a host, either a
+/// reg-name (unreserved, sub-delims, `%` and two hex digits; this covers IPv4 too) or an
+/// IP-literal (`[` IPv6 address or `v`-IPvFuture `]`), then an optional `:` and port of 1–5
+/// digits no larger than 65535. Not empty, no userinfo (`@`), no path (`/`), no zone id.
+#[must_use]
+pub fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = match v.first() {
+        Some(b'[') => match v.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let (literal, rest) = v.split_at(end + 1);
+                if !ip_literal(&literal[1..end]) {
+                    return false;
+                }
+                match rest {
+                    [] => return true,
+                    [b':', port @ ..] => (literal, Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match v.iter().position(|&b| b == b':') {
+            Some(colon) => (&v[..colon], Some(&v[colon + 1..])),
+            None => (v, None),
+        },
+    };
+    if host.first() != Some(&b'[') && !reg_name(host) {
+        return false;
+    }
+    port.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 5
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+    })
+}
+
+/// A non-empty RFC 3986 reg-name (an IPv4 address is one too).
+fn reg_name(h: &[u8]) -> bool {
+    if h.is_empty() {
+        return false;
+    }
+    let mut i = 0;
+    while i < h.len() {
+        match h[i] {
+            b'%' => {
+                if !(i + 2 < h.len()
+                    && h[i + 1].is_ascii_hexdigit()
+                    && h[i + 2].is_ascii_hexdigit())
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b if unreserved(b) || sub_delim(b) => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Inside `[...]`: an IPv6 address (no zone id) or an IPvFuture (`v1.x`).
+fn ip_literal(l: &[u8]) -> bool {
+    if let [b'v' | b'V', rest @ ..] = l {
+        let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (ver, addr) = (&rest[..dot], &rest[dot + 1..]);
+        return !ver.is_empty()
+            && ver.iter().all(u8::is_ascii_hexdigit)
+            && !addr.is_empty()
+            && addr
+                .iter()
+                .all(|&b| unreserved(b) || sub_delim(b) || b == b':');
+    }
+    core::str::from_utf8(l).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
+}
+
+const fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+const fn sub_delim(b: u8) -> bool {
+    matches!(
+        b,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+    )
+}
+
+/// A byte that may appear somewhere in a valid `Host` value.
+const fn authority_byte(b: u8) -> bool {
+    unreserved(b) || sub_delim(b) || matches!(b, b'%' | b':' | b'[' | b']')
 }

@@ -369,6 +369,114 @@ x-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
     }
 }
 
+/// C-PATH-12: a Host must be a valid authority (RFC 3986 reg-name, IPv4 or IP-literal,
+/// optional port 0-65535, no userinfo, no path), in HTTP/1.0 too when it is there.
+#[test]
+fn c_path_12_host_must_be_a_valid_authority() {
+    use crate::framing::FramingError as F;
+    for good in [
+        "a",
+        "shop.example.com",
+        "shop.example.com:8080",
+        "xn--bcher-kva.example",
+        "under_score.example",
+        "10.0.0.1",
+        "10.0.0.1:0",
+        "localhost:65535",
+        "[::1]",
+        "[2001:db8::1]:443",
+        "[v1.fe80::a+en1]",
+        "%41bc",
+        "a!$&'()*+,;=b",
+    ] {
+        assert!(valid_host(good.as_bytes()), "{good}");
+        let raw = format!("GET / HTTP/1.1\r\nHost:  {good} \r\n\r\n");
+        assert!(
+            matches!(req(raw.as_bytes()), Ok(Parsed::Complete(_))),
+            "{good}"
+        );
+    }
+    for bad in [
+        "",
+        "user@host",
+        "user:pw@host",
+        "host/path",
+        "host?q",
+        "host#f",
+        "host:",
+        "host:65536",
+        "host:123456",
+        "host:8o",
+        "host:80:80",
+        ":80",
+        "[::1",
+        "[::1]x",
+        "[::1]:",
+        "[fe80::1%25eth0]",
+        "[not-an-ip]",
+        "[v1.]",
+        "a b",
+        "a\\b",
+        "%4",
+        "%zz",
+        "h\"",
+        "<h>",
+    ] {
+        assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+        for version in ["1.1", "1.0"] {
+            let raw = format!("GET / HTTP/{version}\r\nHost: {bad}\r\n\r\n");
+            match req(raw.as_bytes()) {
+                Err(e) => assert!(
+                    matches!(
+                        e,
+                        HeadError::Framing(F::HostInvalid) | HeadError::Malformed(_)
+                    ),
+                    "{bad:?}: {e:?}"
+                ),
+                other => panic!("{bad:?} accepted: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        req_err(b"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n").status(),
+        400
+    );
+}
+
+/// RFC 9112 §3.2.2: an absolute-form target's authority wins over Host and replaces it
+/// upstream (X-Forwarded-Host too); one with userinfo or an invalid authority is a 400.
+#[test]
+fn absolute_form_authority_replaces_host() {
+    let out = upstream(
+        b"GET http://real.example:8080/p?q HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n",
+        &[],
+    );
+    assert_eq!(
+        out,
+        "GET /api/x HTTP/1.1\r\nHost: real.example:8080\r\nAccept: */*\r\n\
+x-forwarded-for: 10.0.0.7\r\nx-real-ip: 10.0.0.7\r\nx-forwarded-host: real.example:8080\r\n\
+x-forwarded-proto: https\r\n\r\n"
+    );
+    // HTTP/1.0 without Host: the target's authority is written, an extra Host is not.
+    let out = upstream(
+        b"GET http://real.example/ HTTP/1.0\r\n\r\n",
+        &[("host", b"fallback")],
+    );
+    assert!(
+        out.starts_with("GET /api/x HTTP/1.1\r\nhost: real.example\r\n"),
+        "{out}"
+    );
+    assert!(!out.contains("fallback"), "{out}");
+    for bad in [
+        &b"GET http://user@real.example/ HTTP/1.1\r\nHost: real.example\r\n\r\n"[..],
+        b"GET http://u:p@real.example/ HTTP/1.1\r\nHost: real.example\r\n\r\n",
+        b"GET http://real.example:99999/ HTTP/1.1\r\nHost: real.example\r\n\r\n",
+        b"GET http:///p HTTP/1.1\r\nHost: real.example\r\n\r\n",
+    ] {
+        assert_eq!(req_err(bad), HeadError::Target, "{bad:?}");
+    }
+}
+
 /// C-PATH-12: a POST with an empty body reaches the backend with `Content-Length: 0` (a
 /// backend may refuse a POST without a length, `411`); a GET without one gets none.
 #[test]

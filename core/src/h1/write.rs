@@ -22,7 +22,8 @@ pub struct UpstreamRequest<'a> {
     /// The scheme the client used (C-FWD-2), for `X-Forwarded-Proto`.
     pub proto: Proto,
     /// weir's own headers (`X-Request-ID`, `X-Balancer-Backend-Attempt`, a `Host` for an
-    /// HTTP/1.0 client that sent none, ...): each replaces any client line of the same name.
+    /// HTTP/1.0 client that sent none, ...): each replaces any client line of the same name,
+    /// except a `Host` when the target is absolute-form (its authority is the `Host`).
     pub extra: &'a [(&'a str, &'a [u8])],
 }
 
@@ -39,8 +40,23 @@ pub fn write_upstream_request(
     out.extend_from_slice(req.target);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut te_trailers = false;
+    // RFC 9112 §3.2.2: a proxy forwarding an absolute-form request writes Host from the
+    // target, never the received one; it takes the place of the client's Host line.
+    let authority = head.authority();
+    let from_target = super::absolute_authority(head.target.as_bytes());
+    if let Some(a) = from_target
+        && head.host().is_none()
+    {
+        line(out, b"host", a);
+    }
     for h in head.headers {
         let name = h.name.as_bytes();
+        if let Some(a) = from_target
+            && name.eq_ignore_ascii_case(b"host")
+        {
+            line(out, name, a);
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"te") {
             te_trailers |= forward::te_asks_trailers(h.value);
         }
@@ -70,11 +86,14 @@ pub fn write_upstream_request(
     let len = forward::ip_text(req.client.to_canonical(), &mut ip);
     line(out, b"x-forwarded-for", &ip[..len]);
     line(out, b"x-real-ip", &ip[..len]);
-    if let Some(host) = head.host() {
+    if let Some(host) = authority {
         line(out, b"x-forwarded-host", host);
     }
     line(out, b"x-forwarded-proto", req.proto.as_str().as_bytes());
     for (name, value) in req.extra {
+        if from_target.is_some() && name.eq_ignore_ascii_case("host") {
+            continue; // the target's authority is the Host
+        }
         line(out, name.as_bytes(), value);
     }
     out.extend_from_slice(b"\r\n");
