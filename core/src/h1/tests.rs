@@ -2,7 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::chunked::{ChunkError, ChunkedDecoder};
+use super::chunked::{
+    ChunkError, ChunkedDecoder, MAX_TRAILER_LINE, trailer_forwarded, write_chunk_size,
+};
 use super::*;
 use crate::forward::Proto;
 
@@ -784,4 +786,135 @@ fn c_path_12_limits_and_syntax_errors_in_stream_order() {
         parse_request(cases[3], &mut h, &limits),
         Err(HeadError::HeadTooLarge)
     );
+}
+
+/// Re-frames `stream` fed in `pieces`, keeping what a call leaves unused (a partial trailer
+/// line) in front of the next piece, as a read buffer does.
+fn rechunk_pieces(pieces: &[&[u8]]) -> Result<(Vec<u8>, bool, usize), ChunkError> {
+    let mut d = ChunkedDecoder::new();
+    let (mut out, mut kept, mut used) = (Vec::new(), Vec::new(), 0);
+    for p in pieces {
+        kept.extend_from_slice(p);
+        let r = d.rechunk(&kept, &mut out)?;
+        used += r.consumed;
+        kept.drain(..r.consumed);
+        if r.done {
+            return Ok((out, true, used));
+        }
+    }
+    Ok((out, false, used))
+}
+
+/// C-PATH-12: weir re-emits chunked framing of its own: canonical size lines (lower-case hex,
+/// no leading zeros, no extensions), trailers parsed like header lines and the framing,
+/// routing and hop-by-hop names dropped; however the input is split.
+#[test]
+fn c_path_12_rechunk_writes_canonical_framing_and_filters_trailers() {
+    let stream: &[u8] = b"005;ext=1\r\nhello\r\n0A \t;a=\"b\"\r\n0123456789\r\n000\r\n\
+X-T: 1 \r\nTransfer-Encoding: chunked\r\ncontent-length: 5\r\nHost: evil\r\nConnection: close\r\n\
+X_Forwarded_For: 6.6.6.6\r\nServer-Timing: db;dur=53\r\n\r\nNEXT";
+    let want: &[u8] =
+        b"5\r\nhello\r\na\r\n0123456789\r\n0\r\nX-T: 1\r\nServer-Timing: db;dur=53\r\n\r\n";
+    let whole = rechunk_pieces(&[stream]).unwrap();
+    assert_eq!(
+        (String::from_utf8_lossy(&whole.0), whole.1, whole.2),
+        (String::from_utf8_lossy(want), true, stream.len() - 4)
+    );
+    for cut in 0..=stream.len() {
+        let (a, b) = stream.split_at(cut);
+        assert_eq!(rechunk_pieces(&[a, b]).unwrap(), whole, "cut at {cut}");
+    }
+    let singles: Vec<&[u8]> = stream.chunks(1).collect();
+    assert_eq!(rechunk_pieces(&singles).unwrap(), whole, "byte by byte");
+    // The output is canonical: re-framing it again changes nothing.
+    assert_eq!(
+        rechunk_pieces(&[want]).unwrap(),
+        (want.to_vec(), true, want.len())
+    );
+    // The pieces, in order.
+    let mut d = ChunkedDecoder::new();
+    let mut at = 0;
+    let mut pieces = Vec::new();
+    while let (n, Some(p)) = d.next(&want[at..]).unwrap() {
+        at += n;
+        pieces.push(format!("{p:?}"));
+    }
+    assert_eq!(
+        pieces,
+        [
+            "Chunk(5)",
+            "Data([104, 101, 108, 108, 111])",
+            "ChunkEnd",
+            "Chunk(10)",
+            "Data([48, 49, 50, 51, 52, 53, 54, 55, 56, 57])",
+            "ChunkEnd",
+            "Last",
+            "Trailer { name: [88, 45, 84], value: [49] }",
+            "Trailer { name: [83, 101, 114, 118, 101, 114, 45, 84, 105, 109, 105, 110, 103], value: [100, 98, 59, 100, 117, 114, 61, 53, 51] }",
+            "End",
+        ]
+    );
+}
+
+/// C-PATH-12: trailer lines must be field lines; a long one is refused, not buffered.
+#[test]
+fn c_path_12_rechunk_refuses_malformed_trailers() {
+    for bad in [
+        &b"0\r\nX-A : 1\r\n\r\n"[..],
+        b"0\r\n folded\r\n\r\n",
+        b"0\r\nX-A: 1\r\n\tfolded\r\n\r\n",
+        b"0\r\nno colon\r\n\r\n",
+        b"0\r\n: empty\r\n\r\n",
+        b"0\r\nX(A): 1\r\n\r\n",
+        b"0\r\nX-A: a\x00b\r\n\r\n",
+        b"0\r\nX-A: 1\n\r\n",
+    ] {
+        assert_eq!(
+            rechunk_pieces(&[bad]),
+            Err(ChunkError::Malformed),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let mut long = b"0\r\nX-A: ".to_vec();
+    long.resize(3 + MAX_TRAILER_LINE, b'a');
+    assert_eq!(rechunk_pieces(&[&long]), Err(ChunkError::TrailersTooLarge));
+    long.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(rechunk_pieces(&[&long]), Err(ChunkError::TrailersTooLarge));
+    for (name, kept) in [
+        ("X-Checksum", true),
+        ("grpc-status", true),
+        ("Trailer", false),
+        ("TE", false),
+        ("Upgrade", false),
+        ("Content-Type", false),
+        ("Set-Cookie", false),
+        ("X-Real_IP", false),
+    ] {
+        assert_eq!(trailer_forwarded(name.as_bytes()), kept, "{name}");
+    }
+}
+
+#[test]
+fn chunk_size_lines_are_canonical_and_allocate_nothing() {
+    let mut out = Vec::with_capacity(64);
+    let at = out.as_ptr();
+    for n in [0, 1, 0xf, 0x10, 255, 4096, u64::MAX] {
+        write_chunk_size(&mut out, n);
+    }
+    assert_eq!(
+        out,
+        b"0\r\n1\r\nf\r\n10\r\nff\r\n1000\r\nffffffffffffffff\r\n".to_vec()
+    );
+    assert_eq!(out.as_ptr(), at, "appended in place");
+    // A body re-framed into a buffer with room does not reallocate it.
+    let mut out = Vec::with_capacity(256);
+    let at = out.as_ptr();
+    let mut d = ChunkedDecoder::new();
+    let r = d
+        .rechunk(b"3\r\nabc\r\n03\r\ndef\r\n0\r\nX: y\r\n\r\n", &mut out)
+        .unwrap();
+    assert!(r.done);
+    assert_eq!(out, b"3\r\nabc\r\n3\r\ndef\r\n0\r\nX: y\r\n\r\n".to_vec());
+    assert_eq!(out.as_ptr(), at);
 }

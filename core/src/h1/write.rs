@@ -28,7 +28,8 @@ pub struct UpstreamRequest<'a> {
 }
 
 /// Writes the upstream request head for `head` into `out` (appended). The upstream always
-/// gets HTTP/1.1; a chunked body is passed through with its framing (the upstream speaks 1.1).
+/// gets HTTP/1.1; a chunked body stays chunked (the upstream speaks 1.1), re-framed by
+/// [`super::chunked::ChunkedDecoder::rechunk`].
 pub fn write_upstream_request(
     head: &RequestHead<'_, '_>,
     req: &UpstreamRequest<'_>,
@@ -116,7 +117,8 @@ pub enum BodyOut {
     None,
     /// `n` bytes, copied as they arrive.
     Length(u64),
-    /// Chunked to a 1.1 client: the framing is copied unchanged (follow it with the decoder).
+    /// Chunked to a 1.1 client: chunked again, with weir's own framing
+    /// ([`super::chunked::ChunkedDecoder::rechunk`]: canonical size lines, trailers filtered).
     PassChunked,
     /// Chunked to a 1.0 client: decoded, the data copied, the end marked by closing.
     DecodeChunked,
