@@ -31,6 +31,9 @@ impl BodyFraming {
 pub struct Facts {
     /// `Host` lines seen (saturating).
     pub hosts: u8,
+    /// A `Host` value is not a valid authority ([`valid_host`]); a request rule only, so it
+    /// is kept apart from `error` (a response's `Host` line means nothing to framing).
+    pub host_invalid: bool,
     /// The `Content-Length` value, when every line agreed.
     pub content_length: Option<u64>,
     /// A `Transfer-Encoding` line was seen.
@@ -58,6 +61,7 @@ impl Facts {
     pub const fn new() -> Facts {
         Facts {
             hosts: 0,
+            host_invalid: false,
             content_length: None,
             transfer_encoding: false,
             close: false,
@@ -82,9 +86,7 @@ impl Facts {
                 } else {
                     trim(value).iter().all(|&b| authority_byte(b))
                 };
-                if !ok {
-                    self.fail(FramingError::HostInvalid);
-                }
+                self.host_invalid |= !ok;
             }
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
@@ -152,6 +154,9 @@ impl Facts {
         }
         if self.hosts == 0 && !http10 {
             return Err(FramingError::HostMissing);
+        }
+        if self.host_invalid {
+            return Err(FramingError::HostInvalid);
         }
         Ok(if self.transfer_encoding {
             BodyFraming::Chunked

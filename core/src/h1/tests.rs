@@ -443,6 +443,16 @@ fn c_path_12_host_must_be_a_valid_authority() {
         req_err(b"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n").status(),
         400
     );
+    // A response's Host line means nothing to its framing: not a bad response.
+    let mut h = [EMPTY_HEADER; 4];
+    assert!(
+        response(
+            b"HTTP/1.1 200 OK\r\nHost: a@b\r\nContent-Length: 0\r\n\r\n",
+            &mut h,
+            ResponseContext::default()
+        )
+        .is_ok()
+    );
 }
 
 /// RFC 9112 §3.2.2: an absolute-form target's authority wins over Host and replaces it
