@@ -23,8 +23,10 @@
 //! from a trusted peer, and only the rightmost value — the one the peer itself wrote.
 //!
 //! **Rewrite (C-FWD-2).** Incoming `Forwarded`, `X-Forwarded-For`, `X-Forwarded-Proto`,
-//! `X-Forwarded-Host` and `X-Real-IP` are removed and replaced by weir's own values; `Host` is
-//! kept. The adapter calls, in this order: [`resolve_client`] on the headers as received (a
+//! `X-Forwarded-Host` and `X-Real-IP` are removed and replaced by weir's own values, and the
+//! client's `X-Forwarded-Port`, `-Prefix`, `-Scheme` and `-Ssl` are removed; every one of these
+//! in either spelling (`X_Forwarded_For`: `_` and `-` are the same to CGI-style backends).
+//! `Host` is kept. The adapter calls, in this order: [`resolve_client`] on the headers as received (a
 //! header named in `Connection` is addressed to weir, the next hop, so it is still read), then
 //! [`strip_hop_by_hop`], then [`rewrite_forwarding`] and the request id — so no `Connection`
 //! token a client sends can remove a header weir writes.
@@ -46,7 +48,8 @@ mod node;
 
 pub use chain::{MAX_ELEMENT_BYTES, MAX_FORWARDED_LINE_BYTES, MAX_HOPS};
 pub use hop::{
-    connection_may_remove, is_hop_by_hop, strip_hop_by_hop, te_asks_trailers, wants_upgrade,
+    connection_may_remove, is_h2c, is_hop_by_hop, offers_upgrade, strip_hop_by_hop,
+    te_asks_trailers, wants_upgrade,
 };
 
 use chain::{ForwardedRev, Walk, XffRev, forwarded_last_https, last_element, walk};
@@ -255,8 +258,9 @@ pub fn forwarded_proto(peer_trusted: bool, headers: &HeaderMap) -> Proto {
 }
 
 /// Replaces the forwarding headers of an upstream request (C-FWD-2): removes every incoming
-/// `Forwarded`, `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Real-IP`,
-/// then writes `X-Forwarded-For` and `X-Real-IP` = `client`, `X-Forwarded-Host` =
+/// forwarding line ([`is_replaced_forwarding`]: `Forwarded`, `X-Forwarded-For`, `-Proto`,
+/// `-Host`, `-Port`, `-Prefix`, `-Scheme`, `-Ssl` and `X-Real-IP`, in either spelling, `_` or
+/// `-`), then writes `X-Forwarded-For` and `X-Real-IP` = `client`, `X-Forwarded-Host` =
 /// `inbound_host` (the Host the client sent, or the request target's authority; left out when
 /// there is none) and `X-Forwarded-Proto` = `proto`. `Host` itself is not touched.
 ///
@@ -267,21 +271,14 @@ pub fn rewrite_forwarding(
     inbound_host: Option<HeaderValue>,
     proto: Proto,
 ) {
-    // Remove only the names that are there: one pass comparing names instead of five hashed
-    // lookups, most of them misses (a client rarely sends any of these).
-    let incoming: [bool; 5] = {
-        let mut seen = [false; 5];
-        for name in headers.keys() {
-            if let Some(i) = REPLACED.iter().position(|r| r == name) {
-                seen[i] = true;
-            }
-        }
-        seen
-    };
-    for (name, seen) in REPLACED.into_iter().zip(incoming) {
-        if seen {
-            headers.remove(name);
-        }
+    // Names are compared, not hashed per spelling; a pass finds the next name to remove (a
+    // client rarely sends any, a trusted proxy one or two), so nothing is allocated.
+    while let Some(name) = headers
+        .keys()
+        .find(|n| is_replaced_forwarding(n.as_str().as_bytes()))
+        .cloned()
+    {
+        headers.remove(name);
     }
     // Room for the four written below, so the map grows once at most.
     headers.reserve(4);
@@ -294,22 +291,40 @@ pub fn rewrite_forwarding(
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto.as_str()));
 }
 
-/// The headers [`rewrite_forwarding`] replaces.
-const REPLACED: [HeaderName; 5] = [
-    FORWARDED,
-    X_FORWARDED_FOR,
-    X_FORWARDED_PROTO,
-    X_FORWARDED_HOST,
-    X_REAL_IP,
+/// The forwarding names a client's copy of is never passed on (lower case, `-` spelling).
+/// Besides the four weir writes and `Forwarded`: `X-Forwarded-Port` and `X-Forwarded-Prefix`
+/// (read by frameworks to build absolute URLs), `X-Forwarded-Scheme` and `X-Forwarded-Ssl` (read
+/// before `X-Forwarded-Proto` by Rack and others, so a client could contradict weir's scheme).
+const REPLACED: [&[u8]; 9] = [
+    b"forwarded",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"x-forwarded-port",
+    b"x-forwarded-prefix",
+    b"x-forwarded-scheme",
+    b"x-forwarded-ssl",
+    b"x-real-ip",
 ];
 
-/// Whether `name` (case-insensitive) is one of the forwarding headers [`rewrite_forwarding`]
-/// replaces; the flat-header writer of [`crate::h1`] drops these and appends weir's own.
+/// Whether `name` is one of the forwarding names [`rewrite_forwarding`] removes: compared
+/// case-insensitively with `_` and `-` the same byte, because CGI-style backends (PHP-FPM,
+/// WSGI, Rack) turn both into `HTTP_X_FORWARDED_FOR`, so `X_Forwarded_For` or `X-Real_IP`
+/// would otherwise reach them as the real thing (docs/forwarding.md). The flat-header writer of
+/// [`crate::h1`] drops these too and appends weir's own.
 #[must_use]
 pub fn is_replaced_forwarding(name: &[u8]) -> bool {
-    REPLACED
-        .iter()
-        .any(|r| r.as_str().len() == name.len() && r.as_str().as_bytes().eq_ignore_ascii_case(name))
+    REPLACED.iter().any(|r| {
+        r.len() == name.len()
+            && r.iter().zip(name).all(|(&want, &b)| {
+                let b = if b == b'_' {
+                    b'-'
+                } else {
+                    b.to_ascii_lowercase()
+                };
+                b == want
+            })
+    })
 }
 
 /// The inbound Host for [`rewrite_forwarding`]: the `Host` header (its first line).

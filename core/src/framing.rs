@@ -11,9 +11,13 @@
 //!
 //! The rules (RFC 9112; each a `400` with `Connection: close`, nothing sent upstream):
 //! - both `Content-Length` and `Transfer-Encoding` (§6.1: "ought to be handled as an error");
-//! - `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` applied twice (§6.1);
+//! - `Transfer-Encoding` other than the one coding `chunked` alone: `gzip, chunked` is refused,
+//!   not rewritten (§6.1 lets a server refuse codings it does not understand; nginx 1.23+);
 //! - a `Content-Length` that is not one decimal number, or more than one (§6.3);
-//! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2);
+//! - an HTTP/1.1 request without `Host`, or any request with more than one (§3.2), or a `Host`
+//!   that is not a valid authority (`h1::valid_host`: RFC 3986 reg-name, IPv4 or IP-literal,
+//!   optional port 0–65535, no userinfo, no path; a line over the kept prefix is checked byte
+//!   by byte);
 //! - an obsolete line folding (a header line starting with whitespace, §5.2).
 //!
 //! After a rejected head the connection is closed by the proxy, so the tracker stops looking
@@ -44,7 +48,8 @@ pub const LINE_PREFIX: usize = 96;
 pub enum FramingError {
     /// Both `Content-Length` and `Transfer-Encoding`.
     LengthAndTransferEncoding,
-    /// `Transfer-Encoding` whose final coding is not `chunked`, or `chunked` twice.
+    /// `Transfer-Encoding` other than one `chunked` coding alone (a list such as
+    /// `gzip, chunked`, `chunked` twice, another line), or any in HTTP/1.0.
     TransferEncoding,
     /// `Content-Length` not a decimal number, or repeated with different values.
     ContentLength,
@@ -52,6 +57,9 @@ pub enum FramingError {
     HostMissing,
     /// More than one `Host` line.
     HostRepeated,
+    /// A `Host` that is not a valid authority (`h1::valid_host`: a reg-name, IPv4 or
+    /// IP-literal and an optional port, no userinfo, no path), empty included.
+    HostInvalid,
     /// A header line continued by obsolete line folding.
     ObsoleteFold,
     /// No verdict: the head arrived after the tracker stopped following the connection (after
@@ -67,12 +75,15 @@ impl FramingError {
             FramingError::LengthAndTransferEncoding => {
                 "request has both content-length and transfer-encoding"
             }
-            FramingError::TransferEncoding => "transfer-encoding must end in chunked, applied once",
+            FramingError::TransferEncoding => {
+                "transfer-encoding other than a single chunked is not supported"
+            }
             FramingError::ContentLength => {
                 "content-length is invalid or repeated with another value"
             }
             FramingError::HostMissing => "http/1.1 request has no host header",
             FramingError::HostRepeated => "request has more than one host header",
+            FramingError::HostInvalid => "request host header is not a valid authority",
             FramingError::ObsoleteFold => "header line folding is not allowed",
             FramingError::Untracked => "request framing could not be followed",
         }

@@ -17,8 +17,10 @@
 //!   storage holds → `431`;
 //! - anything `httparse` refuses (whitespace before a colon, obs-fold, NUL/CR/LF or other
 //!   control bytes in a value, a bad method token, a version other than HTTP/1.0 or 1.1) → `400`;
-//! - the rules of [`Facts`] (CL+TE, bad or differing CL, TE not ending in one `chunked`, Host
-//!   missing on HTTP/1.1 or repeated) → `400`;
+//! - the rules of [`Facts`] (CL+TE, bad or differing CL, TE other than one `chunked` alone,
+//!   Host missing on HTTP/1.1, repeated, or not a valid authority: [`valid_host`]) → `400`;
+//! - an absolute-form target whose authority is not valid (userinfo included) → `400`; a valid
+//!   one replaces the client's `Host` upstream (RFC 9112 §3.2.2, [`RequestHead::authority`]);
 //! - a response with any of these defects, a status outside 100–599 or a `101` weir did not
 //!   ask for → [`BadResponse`]: `502`, and the upstream connection is not reused.
 
@@ -29,7 +31,7 @@ mod write;
 
 pub use httparse::Header;
 pub use response::{BadResponse, ResponseContext, ResponseHead, parse_response};
-pub use rules::{BodyFraming, Facts};
+pub use rules::{BodyFraming, Facts, valid_host};
 pub use write::{
     BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
     write_response_head, write_upstream_request,
@@ -177,7 +179,15 @@ impl RequestHead<'_, '_> {
         self.version == Version::Http11 && self.facts.expect_continue
     }
 
-    /// The `Host` value, if there is one.
+    /// The authority the request is for (RFC 9112 §3.2.2): an absolute-form target's, which
+    /// wins over `Host`, else the `Host` value. The upstream head's `Host` and
+    /// `X-Forwarded-Host` are this.
+    #[must_use]
+    pub fn authority(&self) -> Option<&[u8]> {
+        absolute_authority(self.target.as_bytes()).or_else(|| self.host())
+    }
+
+    /// The `Host` value as sent, if there is one.
     #[must_use]
     pub fn host(&self) -> Option<&[u8]> {
         self.headers
@@ -280,8 +290,25 @@ pub fn valid_target(method: &str, target: &[u8]) -> bool {
                 && rest.starts_with(b"://")
                 && rest.len() > 3
                 && uri_bytes(&rest[3..])
+                && absolute_authority(target).is_some_and(valid_host)
         }
     }
+}
+
+/// The authority of an absolute-form target (`http://authority/path?q` → `authority`); `None`
+/// for the other forms. Whether it is a valid one is [`valid_host`]'s to say (userinfo is not).
+#[must_use]
+pub fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
+    let colon = target.iter().position(|&b| b == b':')?;
+    let rest = target[colon..].strip_prefix(b"://")?;
+    if !target[..colon].iter().all(u8::is_ascii_alphabetic) || colon == 0 {
+        return None;
+    }
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// The facts of a parsed header list.

@@ -16,8 +16,10 @@
 //! the current and the previous `window`. Keeping that many idle never holds more sockets than
 //! the load itself recently used at once, so the adaptive part costs no connection that load
 //! did not already open; the total cap grows the same way (the sum of the demands). When load
-//! falls the demand falls with it after two windows, and the extra idle connections expire by
-//! `timeout` like any other. `per_host: 0` or `total: 0` still turns idle keeping off.
+//! falls the demand falls with it after two windows, and the next [`IdlePool::sweep`] closes the
+//! idle connections beyond the cap as it is then, oldest first (whatever `timeout` says: with
+//! `idle_conn_timeout: 0s` no connection expires by age, and the trim is what brings the pool
+//! back to `per_host`). `per_host: 0` or `total: 0` still turns idle keeping off.
 //!
 //! The pool holds the connections themselves (`C`); dropping one is closing it. Time is an
 //! argument (`now`), as everywhere in weir-core.
@@ -198,18 +200,50 @@ impl<C> IdlePool<C> {
     }
 
     /// Drops idle connections expired at `now` or that `alive` says are dead; rolls the demand
-    /// windows (the worker's periodic sweep).
+    /// windows, and closes the idle connections beyond the caps as they are now, oldest first
+    /// (the worker's periodic sweep). The trim is what brings an adaptive cap back once load
+    /// falls, whatever the timeout: with `timeout: None` (`idle_conn_timeout: 0s`) nothing
+    /// expires by age, so without it a burst's connections would stay idle forever.
     pub fn sweep(&mut self, now: Instant, mut alive: impl FnMut(&mut C) -> bool) {
-        let (timeout, window) = (self.params.timeout, self.params.window);
-        let mut total = 0;
+        let IdleParams {
+            per_host,
+            total,
+            timeout,
+            window,
+        } = self.params;
+        let mut held = 0;
+        let mut demand_total = 0;
         for h in self.hosts.values_mut() {
             h.roll(now, window);
             h.idle.retain_mut(|(c, since)| {
                 timeout.is_none_or(|t| now.saturating_since(*since) < t) && alive(c)
             });
-            total += h.idle.len();
+            let cap = if per_host == 0 || total == 0 {
+                0
+            } else {
+                per_host.max(h.demand())
+            };
+            let excess = h.idle.len().saturating_sub(cap);
+            h.idle.drain(..excess);
+            held += h.idle.len();
+            demand_total += h.demand();
         }
-        self.idle_total = total;
+        // The total cap the same way: the oldest idle connection of any backend goes first.
+        let total_cap = total.max(demand_total);
+        while held > total_cap {
+            let oldest = self
+                .hosts
+                .values_mut()
+                .filter_map(|h| {
+                    let since = h.idle.front()?.1;
+                    Some((since, h))
+                })
+                .min_by_key(|(since, _)| *since);
+            let Some((_, h)) = oldest else { break };
+            h.idle.pop_front();
+            held -= 1;
+        }
+        self.idle_total = held;
     }
 
     /// Drops every idle connection (shutdown).

@@ -5,10 +5,10 @@
 //! The property: when weir accepts a message, hyper accepts it too and frames it identically
 //! (method, target, header lines, body bytes). When weir refuses a message hyper accepts, the
 //! refusal must be one of weir's documented stricter rules (docs/proxy.md, "HTTP/1 parsing
-//! rules"): both Content-Length and Transfer-Encoding (hyper drops the length), a missing or
-//! repeated Host, Transfer-Encoding in HTTP/1.0 or not ending in one
-//! `chunked`, a repeated Content-Length, a request target outside RFC 9112 §3.2's forms (`*`
-//! other than for OPTIONS, a fragment). Anything else is a disagreement and fails.
+//! rules"): both Content-Length and Transfer-Encoding (hyper drops the length), a missing,
+//! repeated or invalid Host (hyper reads any value; weir wants an RFC 3986 authority), Transfer-Encoding in HTTP/1.0 or other than one `chunked` alone (hyper
+//! reads `gzip, chunked` as chunked), a repeated Content-Length, a request target outside RFC 9112 §3.2's forms (`*`
+//! other than for OPTIONS, a fragment, an absolute-form authority that is not a valid Host). Anything else is a disagreement and fails.
 #![cfg(not(loom))]
 
 use std::sync::{Arc, Mutex};
@@ -168,6 +168,7 @@ fn stricter_by_design(e: &HeadError) -> bool {
                 FramingError::LengthAndTransferEncoding
                     | FramingError::HostMissing
                     | FramingError::HostRepeated
+                    | FramingError::HostInvalid
                     | FramingError::TransferEncoding
                     | FramingError::ContentLength
             )
@@ -197,6 +198,9 @@ fn header_line() -> impl Strategy<Value = String> {
     prop_oneof![
         Just("Host: a".to_owned()),
         Just("Host: b.example:8080".to_owned()),
+        Just("Host: user@b.example".to_owned()),
+        Just("Host: [::1]:70000".to_owned()),
+        Just("Host:".to_owned()),
         Just("Content-Length: 3".to_owned()),
         Just("Content-Length: 0".to_owned()),
         Just("Content-Length: 3, 3".to_owned()),

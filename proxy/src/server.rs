@@ -1,37 +1,28 @@
 //! Listeners, workers and client connections (C-PATH-1, C-PATH-10, C-PATH-12).
 //!
 //! **Workers.** The data plane runs `workers` threads, each with its own single-threaded executor
-//! of the runtime ([`Runtime::block_on`](crate::rt::Runtime::block_on)), like nginx's worker processes: a connection lives on one worker from accept to close,
-//! and so do the upstream connections its requests use (`upstream.rs` keeps one pool per worker).
-//! Nothing on the request path crosses threads, so a request costs no cross-thread wake-up and
-//! touches no lock shared with other workers. One acceptor task hands each new connection to the
-//! worker with the fewest open connections.
+//! of the runtime ([`Runtime::block_on`](crate::rt::Runtime::block_on)), like nginx's worker
+//! processes: a connection lives on one worker from accept to close, and so do the upstream
+//! connections its requests use (one pool per worker). Nothing on the request path crosses
+//! threads, so a request costs no cross-thread wake-up and touches no lock shared with other
+//! workers. One acceptor task hands each new connection to the worker with the fewest open
+//! connections.
 //!
-//! **Protocol.** HTTP/1.1, and HTTP/2 over cleartext with prior knowledge (h2c): the first bytes
-//! are read (peeked) under a deadline before the connection is given to hyper's HTTP/1 or
-//! HTTP/2 server, so a client that connects and sends nothing is closed after
-//! `read_header_timeout` too (hyper-util's auto builder waits forever in that case, hyper#3962).
+//! **Protocol.** The first bytes are read into the connection's buffer under
+//! `read_header_timeout`: HTTP/2's preface (h2c, prior knowledge) goes to hyper's HTTP/2 server
+//! (`server::h2`, the bytes read handed back through a rewinding IO); anything else is HTTP/1,
+//! served by weir's own codec and IO loop ([`crate::h1`]). The entry ([`serve_io`]) takes any
+//! byte stream (`Box<dyn Io>`: TCP, or TLS over it) and a [`ConnInfo`].
 //!
 //! **Timeouts (C-PATH-12), per connection, Go's `net/http` semantics:**
 //! - `read_header_timeout` runs from the first byte of a request (from accept, for the first
 //!   request) until its head is complete; past it the connection is closed (slowloris);
 //! - `idle_timeout` runs while a keep-alive connection has no request in progress (from the end of
 //!   the last response); past it the connection is closed;
-//! - `max_header_bytes` bounds the request line plus headers: hyper answers `431` and closes.
+//! - `max_header_bytes` bounds the request line plus headers (`431`).
 //!
-//! hyper's own HTTP/1 `header_read_timeout` starts when the connection becomes idle, which would
-//! close idle keep-alive connections after `read_header_timeout` instead of `idle_timeout`; it is
-//! off, and one watchdog per connection enforces both deadlines from the connection's phase
-//! (idle / reading a head / busy), which the IO wrapper and the requests keep up to date. The
-//! watchdog re-arms its timer at most once per `read_header_timeout`, never per request.
-//!
-//! **Request framing (C-PATH-12).** hyper's reading of a head hides what a smuggling guard
-//! needs (a request with both `Content-Length` and `Transfer-Encoding` is read the RFC 9112 §6.3
-//! way, the length dropped), so every byte an HTTP/1 client sends also passes through weir-core's
-//! [`RequestFraming`], whatever the connection's phase: it follows the message boundaries across
-//! reads (a header name split over two segments, requests pipelined behind a body) and queues one
-//! verdict per head, which the handler takes in order ([`ConnCtx::framing_verdict`]) and turns a
-//! rejection into `400` with `Connection: close` before anything else happens.
+//! HTTP/1 keeps these in its own loop (`h1::conn`); an HTTP/2 connection has one watchdog that
+//! enforces them from the connection's phase (idle / busy), which its requests keep up to date.
 //!
 //! **Shutdown (C-PATH-10).** The acceptor stops (the listener closes: new connections are
 //! refused), every connection is told to shut down gracefully (idle HTTP/1 connections close at
@@ -46,20 +37,19 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use futures_util::future::Either;
-use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
+use hyper::rt::{Read, ReadBufCursor, Write};
 
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
-use weir_core::framing::{FramingError, RequestFraming, Verdict};
 
 use crate::Shared;
+use crate::h1::Buf;
 use crate::limits::{ConnLimit, ConnPermit};
-use crate::rt::{self, Listener, Rt, TcpConn, watch};
+use crate::rt::{self, Io, Listener, Rt, watch};
 
 pub(crate) mod accept;
 pub mod h2;
@@ -71,17 +61,9 @@ pub type Alive = async_channel::Sender<()>;
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Connection phases, kept in [`ConnState::phase`].
+/// Connection phases, kept in [`ConnState::phase`] (HTTP/2's watchdog).
 const IDLE: u8 = 0;
-const HEAD: u8 = 1;
 const BUSY: u8 = 2;
-/// Idle long enough to be parked: hyper is being told to let go of the socket (see `serve`).
-const PARKING: u8 = 3;
-
-/// How long an HTTP/1 keep-alive connection stays idle before it is parked: its hyper
-/// connection (read and write buffers, the handler's box; ≈ 25 KiB) is dropped and only the
-/// socket is kept, watched for the next request (docs/proxy.md, "Idle connections").
-const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Client-side limits of `server.*` (restart-only, C-CONF-7).
 #[derive(Debug, Clone)]
@@ -115,13 +97,20 @@ impl ServerLimits {
     }
 }
 
-/// What a connection's watchdog and handler know about it.
+/// What the accept point knows of a connection besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
+    pub peer: SocketAddr,
+    /// The connection came over TLS.
+    pub tls: bool,
+}
+
+/// What an HTTP/2 connection's watchdog and handler know about it.
 #[derive(Debug)]
 pub struct ConnState {
     phase: AtomicU8,
     in_flight: AtomicU32,
-    /// When the current head started arriving (weir-core nanoseconds).
-    head_started: AtomicU64,
     /// When the connection last became idle.
     last_idle: AtomicU64,
 }
@@ -132,17 +121,10 @@ pub struct ConnState {
 pub struct ConnCtx {
     /// Process-wide state.
     pub shared: Arc<Shared>,
-    /// The socket peer.
+    /// The client address.
     pub peer: SocketAddr,
-    /// Phase and timers.
+    /// Phase and timers (HTTP/2).
     pub state: ConnState,
-    /// HTTP/1 (true) or HTTP/2.
-    pub h1: bool,
-    /// The framing verdicts of an HTTP/1 client's heads (`None`: HTTP/2, or weir's own
-    /// in-process requests).
-    framing: Option<std::sync::Mutex<RequestFraming>>,
-    /// The socket, while its hyper connection is being dropped to park it (HTTP/1).
-    parked: Parked,
     /// Dropped with the last reference: tells the worker this connection is done.
     _alive: Alive,
     /// Open connections of this worker (for the acceptor's choice).
@@ -158,69 +140,37 @@ impl Drop for ConnCtx {
 }
 
 impl ConnCtx {
-    /// When the idle connection closes: `idle_timeout` after the end of its last response.
-    fn idle_due(&self, limits: &ServerLimits) -> weir_core::Instant {
-        self.idle_since() + limits.idle_timeout
+    fn new(
+        shared: Arc<Shared>,
+        peer: SocketAddr,
+        alive: Alive,
+        open: Arc<AtomicUsize>,
+        permit: Option<ConnPermit>,
+    ) -> ConnCtx {
+        let now = shared.clock.now().as_nanos();
+        ConnCtx {
+            shared,
+            peer,
+            state: ConnState {
+                phase: AtomicU8::new(IDLE),
+                in_flight: AtomicU32::new(0),
+                last_idle: AtomicU64::new(now),
+            },
+            _alive: alive,
+            open,
+            _permit: permit,
+        }
     }
 
-    /// When the connection last became idle.
+    /// When the idle connection closes: `idle_timeout` after the end of its last response.
     fn idle_since(&self) -> weir_core::Instant {
         weir_core::Instant::from_nanos(self.state.last_idle.load(Ordering::Relaxed))
-    }
-
-    /// The framing verdict on the request being handled (C-PATH-12): taken once per request,
-    /// in the order the heads arrived. A head with no verdict (the tracker stopped following
-    /// the connection) is refused: the guard fails closed.
-    pub fn framing_verdict(&self) -> Verdict {
-        let Some(framing) = &self.framing else {
-            return Ok(());
-        };
-        lock(framing)
-            .poll_verdict()
-            .unwrap_or(Err(FramingError::Untracked))
-    }
-
-    /// The connection switched protocols: what the client sends from now on is not HTTP/1.
-    pub fn framing_upgraded(&self) {
-        if let Some(framing) = &self.framing {
-            lock(framing).handle_upgrade();
-        }
     }
 
     /// A sender that keeps the worker waiting while a tunnel outlives its connection.
     #[must_use]
     pub fn alive(&self) -> Alive {
         self._alive.clone()
-    }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The slot a parked connection's socket passes through while its hyper connection is dropped.
-#[derive(Default)]
-struct Parked(std::sync::Mutex<Option<Box<dyn TcpConn>>>);
-
-impl Parked {
-    fn put(&self, stream: Box<dyn TcpConn>) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stream);
-    }
-
-    fn take(&self) -> Option<Box<dyn TcpConn>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-    }
-}
-
-impl std::fmt::Debug for Parked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Parked")
     }
 }
 
@@ -253,108 +203,40 @@ impl Drop for RequestGuard {
     }
 }
 
-/// The client socket, noting the start of each request head and, in HTTP/1 heads, the framing
-/// header names (see the module doc).
-struct ClientIo {
-    /// `None` only after `Drop` handed it to [`ConnCtx::parked`].
-    stream: Option<Box<dyn TcpConn>>,
-    ctx: Arc<ConnCtx>,
+/// A byte stream whose first bytes were already read: they are read again first (HTTP/2's
+/// preface, read to tell the protocol).
+struct Rewind {
+    first: Buf,
+    io: Box<dyn Io>,
 }
 
-impl ClientIo {
-    fn new(stream: Box<dyn TcpConn>, ctx: &Arc<ConnCtx>) -> ClientIo {
-        ClientIo {
-            stream: Some(stream),
-            ctx: Arc::clone(ctx),
-        }
-    }
-
-    fn parking(&self) -> bool {
-        self.ctx.state.phase.load(Ordering::Relaxed) == PARKING
-    }
-
-    /// The socket (present until drop).
-    fn stream(&mut self) -> Pin<&mut Box<dyn TcpConn>> {
-        match &mut self.stream {
-            Some(s) => Pin::new(s),
-            None => unreachable!("the client socket is only taken when the connection is dropped"),
-        }
-    }
-}
-
-impl Drop for ClientIo {
-    /// A parked connection's socket outlives its hyper connection: hand it back to `serve`.
-    fn drop(&mut self) {
-        if self.parking()
-            && let Some(stream) = self.stream.take()
-        {
-            self.ctx.parked.put(stream);
-        }
-    }
-}
-
-/// How much one HTTP/1 read takes (a stack buffer; see `poll_read`).
-const READ_CHUNK: usize = 8 * 1024;
-
-impl ClientIo {
-    /// Note bytes read from an HTTP/1 client: the start of a head for the watchdog, and every
-    /// byte for the framing verdicts.
-    fn observe(&self, new: &[u8]) {
-        let s = &self.ctx.state;
-        if s.phase.load(Ordering::Relaxed) == IDLE {
-            s.head_started
-                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
-            s.phase.store(HEAD, Ordering::Relaxed);
-        }
-        if let Some(framing) = &self.ctx.framing {
-            lock(framing).handle_bytes(new);
-        }
-    }
-}
-
-impl Read for ClientIo {
-    /// HTTP/2 reads go straight into hyper's buffer. HTTP/1 reads go through a stack buffer
-    /// that is observed and copied on (hyper's `ReadBufCursor` does not show what was written
-    /// into it): every byte of an HTTP/1 client passes the framing tracker, bodies included, so
-    /// that the boundary of the next pipelined head is known. One small copy per read, no
-    /// `unsafe`.
+impl Read for Rewind {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let phase = this.ctx.state.phase.load(Ordering::Relaxed);
-        if this.ctx.framing.is_none() {
-            return this.stream().poll_read(cx, buf);
-        }
-        if phase == PARKING {
-            // hyper is letting go of an idle connection: it reads an end of stream, and
-            // whatever the client sends next stays in the socket for the next connection.
+        if !this.first.is_empty() {
+            let n = this.first.len().min(buf.remaining());
+            buf.put_slice(&this.first.bytes()[..n]);
+            this.first.consume(n);
+            if this.first.is_empty() {
+                this.first.release();
+            }
             return Poll::Ready(Ok(()));
         }
-        let mut tmp = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
-        let room = buf.remaining().min(READ_CHUNK);
-        let mut rb = ReadBuf::uninit(&mut tmp[..room]);
-        let r = this.stream().poll_read(cx, rb.unfilled());
-        if let Poll::Ready(Ok(())) = r {
-            let new = rb.filled();
-            if !new.is_empty() {
-                this.observe(new);
-                buf.put_slice(new);
-            }
-        }
-        r
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
-impl Write for ClientIo {
+impl Write for Rewind {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stream().poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -362,93 +244,72 @@ impl Write for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stream().poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().stream().poll_flush(cx)
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.parking() {
-            // Parking keeps the connection open: no FIN.
-            return Poll::Ready(Ok(()));
-        }
-        this.stream().poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
-/// The protocol a connection speaks, from its first bytes.
-enum Proto {
-    H1,
-    H2,
-}
-
-/// Wait (at most until `deadline`) for enough of the first bytes to tell HTTP/2's preface from
-/// an HTTP/1 request. `None`: closed, failed or too slow.
-async fn sniff(rt: Rt, stream: &dyn TcpConn, deadline: Instant) -> Option<Proto> {
-    let mut buf = [0u8; 24];
+/// Read (at most until `deadline`) enough of the first bytes into `buf` to tell HTTP/2's
+/// preface from an HTTP/1 request: `Some(true)` for HTTP/2; `None`: closed, failed or too slow.
+async fn sniff(rt: Rt, io: &mut Box<dyn Io>, buf: &mut Buf, deadline: Instant) -> Option<bool> {
     loop {
-        let peek = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut buf));
-        let n = match rt::timeout_at(rt, deadline, peek).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
-            Ok(Ok(n)) => n,
-        };
-        if buf[..n] != H2_PREFACE[..n] {
-            return Some(Proto::H1);
+        let n = buf.len().min(H2_PREFACE.len());
+        if buf.bytes()[..n] != H2_PREFACE[..n] {
+            return Some(false);
         }
         if n == H2_PREFACE.len() {
-            return Some(Proto::H2);
+            return Some(true);
         }
-        // A prefix of the preface: wait for more (peek returns at once while data is there).
-        rt::sleep(rt, Duration::from_millis(2)).await;
-        if rt.now() >= deadline {
-            return None;
+        let read = std::future::poll_fn(|cx| buf.poll_fill(io, cx, 16 * 1024));
+        match rt::timeout_at(rt, deadline, read).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
         }
     }
 }
 
-/// The hyper builders of one worker.
+/// The hyper builder of one worker (HTTP/2 only).
 struct Builders {
-    h1: http1::Builder,
     h2: http2::Builder<Rt>,
 }
 
-impl Builders {
-    fn new(rt: Rt, limits: &ServerLimits) -> Builders {
-        let mut h1 = http1::Builder::new();
-        h1.timer(rt)
-            .header_read_timeout(None)
-            .keep_alive(true)
-            .max_header_size(limits.max_header_bytes)
-            .max_buf_size(limits.max_header_bytes.saturating_add(4096).max(8192));
-        Builders {
-            h1,
-            h2: h2::builder(rt, limits),
-        }
-    }
-}
-
-/// Serve one client connection to its end.
+/// Serve one accepted client connection to its end.
 async fn serve(
     builders: Arc<Builders>,
-    stream: Box<dyn TcpConn>,
-    ctx_parts: (Arc<Shared>, SocketAddr, Alive, Arc<AtomicUsize>, ConnPermit),
+    io: Box<dyn Io>,
+    info: ConnInfo,
+    ctx_parts: (Arc<Shared>, Alive, Arc<AtomicUsize>, ConnPermit),
+    shutdown: watch::Receiver<bool>,
+) {
+    let (shared, alive, open, permit) = ctx_parts;
+    let ctx = Arc::new(ConnCtx::new(shared, info.peer, alive, open, Some(permit)));
+    serve_io(&builders, ctx, io, shutdown).await;
+}
+
+/// The accept → serve seam: tell the protocol from the first bytes and serve the connection.
+async fn serve_io(
+    builders: &Builders,
+    ctx: Arc<ConnCtx>,
+    mut io: Box<dyn Io>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (shared, peer, alive, open, permit) = ctx_parts;
-    let rt = shared.rt;
-    let clock = shared.clock;
-    let limits = shared.limits.clone();
-    let accepted = clock.now();
+    let rt = ctx.shared.rt;
+    let limits = ctx.shared.limits.clone();
     let first_deadline = rt.now() + limits.read_header_timeout;
+    let mut buf = Buf::new();
     let proto = match futures_util::future::select(
-        std::pin::pin!(sniff(rt, &*stream, first_deadline)),
+        std::pin::pin!(sniff(rt, &mut io, &mut buf, first_deadline)),
         std::pin::pin!(shutdown.changed()),
     )
     .await
@@ -456,161 +317,65 @@ async fn serve(
         Either::Left((p, _)) => p,
         Either::Right(_) => None,
     };
-    let Some(proto) = proto else {
-        open.fetch_sub(1, Ordering::Relaxed);
-        return;
-    };
-    let h1 = matches!(proto, Proto::H1);
-    let ctx = Arc::new(ConnCtx {
-        shared,
-        peer,
-        state: ConnState {
-            phase: AtomicU8::new(if h1 { HEAD } else { IDLE }),
-            in_flight: AtomicU32::new(0),
-            head_started: AtomicU64::new(accepted.as_nanos()),
-            last_idle: AtomicU64::new(accepted.as_nanos()),
-        },
-        h1,
-        framing: h1.then(|| std::sync::Mutex::new(RequestFraming::new())),
-        parked: Parked::default(),
-        _alive: alive,
-        open,
-        _permit: Some(permit),
-    });
+    match proto {
+        None => {}
+        Some(false) => crate::h1::conn::serve(ctx, io, buf, shutdown).await,
+        Some(true) => serve_h2(builders, ctx, Rewind { first: buf, io }, shutdown).await,
+    }
+    crate::memory::note_freed();
+}
+
+/// Serve an HTTP/2 connection with hyper's server and the handler of `crate::proxy`.
+async fn serve_h2(
+    builders: &Builders,
+    ctx: Arc<ConnCtx>,
+    io: Rewind,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limits = ctx.shared.limits.clone();
     let watchdog = Watchdog {
         ctx: &ctx,
         limits: &limits,
-        park: h1,
     };
-    if shutdown.get() {
-        return;
-    }
-    if !h1 {
-        let svc_ctx = Arc::clone(&ctx);
-        let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
-        // Boxed, like HTTP/1's below: a task's size is that of its largest state, and every
-        // connection's task would otherwise carry room for an HTTP/2 session.
-        let mut conn = Box::pin(
-            builders
-                .h2
-                .serve_connection(ClientIo::new(stream, &ctx), svc),
-        );
-        drive(conn.as_mut(), &watchdog, &mut shutdown, |c| {
-            c.graceful_shutdown()
-        })
-        .await;
-        drop(conn);
-        crate::memory::note_freed();
-        return;
-    }
-    // HTTP/1: one hyper connection per activity period. A connection idle for PARK_AFTER is
-    // parked: hyper lets go of the socket (it reads an end of stream and its shutdown is
-    // skipped, see `ClientIo`), its buffers are freed, and the socket alone waits for the next
-    // request, which a new hyper connection then reads. The boxed hyper connection keeps this
-    // task small while parked.
-    let mut stream = stream;
-    loop {
-        let svc_ctx = Arc::clone(&ctx);
-        let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
-        let mut conn = Box::pin(
-            builders
-                .h1
-                .serve_connection(ClientIo::new(stream, &ctx), svc)
-                .with_upgrades(),
-        );
-        drive(conn.as_mut(), &watchdog, &mut shutdown, |c| {
-            c.graceful_shutdown()
-        })
-        .await;
-        drop(conn);
-        // Parked or closed: hyper's buffers are free now.
-        crate::memory::note_freed();
-        let Some(parked) = ctx.parked.take() else {
-            return;
-        };
-        if shutdown.get() || !wait_parked(&ctx, &*parked, &limits, &mut shutdown).await {
-            return;
-        }
-        // The next request's head starts now (C-PATH-12's read_header_timeout).
-        let s = &ctx.state;
-        s.head_started
-            .store(ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
-        s.phase.store(HEAD, Ordering::Relaxed);
-        stream = parked;
-    }
-}
-
-/// Wait for a parked connection's next request: `true` once bytes are there to read; `false`
-/// when the client closed, the socket failed, `idle_timeout` passed (counted from the end of
-/// the last response, as for any idle connection) or shutdown began.
-async fn wait_parked(
-    ctx: &ConnCtx,
-    stream: &dyn TcpConn,
-    limits: &ServerLimits,
-    shutdown: &mut watch::Receiver<bool>,
-) -> bool {
-    let rt = ctx.shared.rt;
-    let clock = &ctx.shared.clock;
-    let deadline = clock.deadline(ctx.idle_due(limits));
-    let mut byte = [0u8; 1];
-    let peek = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut byte));
-    matches!(
-        next_or_shutdown(shutdown, rt::timeout_at(rt, deadline, peek)).await,
-        Wake::Next(Ok(Ok(n))) if n > 0
-    )
+    let svc_ctx = Arc::clone(&ctx);
+    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
+    // Boxed: a task's size is that of its largest state, and every connection's task would
+    // otherwise carry room for an HTTP/2 session.
+    let mut conn = Box::pin(builders.h2.serve_connection(io, svc));
+    drive(conn.as_mut(), &watchdog, &mut shutdown, |c| {
+        c.graceful_shutdown();
+    })
+    .await;
 }
 
 /// Serve one in-process HTTP/1.1 connection `io` with the data-plane handler, as if it came
 /// from `peer`: the management plane's synthetic request (C-MGMT-4) passes the same gate, client
-/// address resolution, limiter, routing and flow as any request. No watchdog: the caller bounds
-/// the exchange.
+/// address resolution, limiter, routing and flow as any request. The caller bounds the exchange.
 pub(crate) async fn serve_in_process<I>(shared: Arc<Shared>, peer: SocketAddr, io: I)
 where
     I: Read + Write + Unpin + Send + 'static,
 {
-    let rt = shared.rt;
     let (alive, _unused) = async_channel::bounded(1);
-    let now = shared.clock.now().as_nanos();
-    let ctx = Arc::new(ConnCtx {
-        shared,
-        peer,
-        state: ConnState {
-            phase: AtomicU8::new(BUSY),
-            in_flight: AtomicU32::new(0),
-            head_started: AtomicU64::new(now),
-            last_idle: AtomicU64::new(now),
-        },
-        h1: true,
-        framing: None,
-        parked: Parked::default(),
-        _alive: alive,
-        // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
-        open: Arc::new(AtomicUsize::new(1)),
-        _permit: None,
-    });
-    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&ctx), req));
-    let mut builder = http1::Builder::new();
-    builder.timer(rt);
-    let _ = builder.serve_connection(io, svc).await;
+    // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
+    let open = Arc::new(AtomicUsize::new(1));
+    let ctx = Arc::new(ConnCtx::new(shared, peer, alive, open, None));
+    let (_never, shutdown) = watch::channel(false);
+    crate::h1::conn::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
 
 /// The per-connection deadlines (module doc).
 struct Watchdog<'a> {
     ctx: &'a Arc<ConnCtx>,
     limits: &'a ServerLimits,
-    /// Park the connection after `PARK_AFTER` idle (HTTP/1).
-    park: bool,
 }
 
 enum Check {
     /// Sleep until then and look again.
     Until(Instant),
-    /// Close the connection now (head too slow).
+    /// Close the connection now.
     Close,
     /// Idle too long: shut down gracefully.
     Idle,
-    /// Idle for `PARK_AFTER`: park (HTTP/1).
-    Park,
 }
 
 impl Watchdog<'_> {
@@ -618,26 +383,20 @@ impl Watchdog<'_> {
     fn check(&self) -> Check {
         let clock = &self.ctx.shared.clock;
         let now = clock.now();
-        let s = &self.ctx.state;
-        let phase = match s.phase.load(Ordering::Relaxed) {
-            HEAD => ConnPhase::Head {
-                started: weir_core::Instant::from_nanos(s.head_started.load(Ordering::Relaxed)),
-            },
+        let phase = match self.ctx.state.phase.load(Ordering::Relaxed) {
             IDLE => ConnPhase::Idle {
                 since: self.ctx.idle_since(),
             },
-            PARKING => ConnPhase::Parking,
             _ => ConnPhase::Busy,
         };
         let watch = ConnWatch::new(
             self.limits.read_header_timeout,
             self.limits.idle_timeout,
-            self.park.then_some(PARK_AFTER),
+            None,
         );
         match watch.poll_action(phase, now) {
             Some(WatchAction::Close) => Check::Close,
-            Some(WatchAction::Idle) => Check::Idle,
-            Some(WatchAction::Park) => Check::Park,
+            Some(WatchAction::Idle | WatchAction::Park) => Check::Idle,
             None => Check::Until(clock.deadline(watch.poll_timeout(phase, now))),
         }
     }
@@ -691,18 +450,6 @@ async fn drive<C, F>(
             match watchdog.check() {
                 Check::Until(t) => rt.reset(&mut sleep, t),
                 Check::Close => return Poll::Ready(()),
-                Check::Park => {
-                    if draining {
-                        rt.reset(&mut sleep, rt.now() + watchdog.limits.read_header_timeout);
-                        continue;
-                    }
-                    draining = true;
-                    watchdog.ctx.state.phase.store(PARKING, Ordering::Relaxed);
-                    // An idle HTTP/1 connection ends at once (no bytes read since its last
-                    // response, so hyper holds no part of a next request).
-                    graceful(conn.as_mut());
-                    rt.reset(&mut sleep, rt.now() + watchdog.limits.read_header_timeout);
-                }
                 Check::Idle => {
                     if draining {
                         return Poll::Ready(());
@@ -751,6 +498,7 @@ pub(crate) fn spawn_worker(
                 tracing::error!(error = %e, worker = index, "cannot build the worker's executor");
             }
             shared.upstream.clear();
+            crate::h1::client::clear(&shared.upstream);
         })?;
     Ok(WorkerHandle {
         conns: tx,
@@ -791,7 +539,9 @@ async fn worker_main(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let rt = shared.rt;
-    let builders = Arc::new(Builders::new(rt, &shared.limits));
+    let builders = Arc::new(Builders {
+        h2: h2::builder(rt, &shared.limits),
+    });
     let (alive_tx, alive_rx) = async_channel::bounded::<()>(1);
     let sweep_every = shared
         .upstream
@@ -806,6 +556,7 @@ async fn worker_main(
             loop {
                 rt::sleep(rt, sweep_every).await;
                 shared.upstream.sweep();
+                crate::h1::client::sweep(&shared.upstream);
             }
         })
     };
@@ -836,14 +587,15 @@ async fn worker_main(
         let _ = stream.set_nodelay(true);
         let parts = (
             Arc::clone(&shared),
-            peer,
             alive_tx.clone(),
             Arc::clone(&open),
             permit,
         );
+        let info = ConnInfo { peer, tls: false };
         rt.spawn(serve(
             Arc::clone(&builders),
             stream,
+            info,
             parts,
             shutdown.clone(),
         ));
@@ -856,6 +608,7 @@ async fn worker_main(
     }
     drop(alive_tx);
     shared.upstream.clear();
+    crate::h1::client::clear(&shared.upstream);
     let grace = shared.limits.shutdown_timeout;
     // Every sender gone: `recv` errs (closed).
     if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {

@@ -341,12 +341,7 @@ impl Upstream {
             let i = match pools.iter().position(|(id, _)| *id == self.id) {
                 Some(i) => i,
                 None => {
-                    let params = IdleParams {
-                        per_host: self.config.max_idle_per_host,
-                        total: self.config.max_idle_total,
-                        timeout: self.config.idle_conn_timeout,
-                        window: DEMAND_WINDOW,
-                    };
+                    let params = self.idle_params();
                     let pool = WorkerPool {
                         targets: HashMap::default(),
                         idle: IdlePool::new(params),
@@ -360,7 +355,8 @@ impl Upstream {
     }
 
     /// `now` on weir-core's clock (nanoseconds since this `Upstream` was made).
-    fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
+    #[must_use]
+    pub fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
         let nanos = now.saturating_duration_since(self.epoch).as_nanos();
         weir_core::Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
@@ -465,37 +461,7 @@ impl Upstream {
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
     async fn connect(&self, target: &Arc<Target>) -> Result<Conn, SendError> {
         let rt = self.rt;
-        let tcp = rt::timeout(
-            rt,
-            self.config.dial_timeout,
-            rt::dial(rt, &target.host, target.port),
-        )
-        .await
-        .map_err(|_| SendError::Connect(io::Error::new(io::ErrorKind::TimedOut, "dial timeout")))?
-        .map_err(SendError::Connect)?;
-        let io: Box<dyn Io> = match &target.tls {
-            None => tcp,
-            Some(name) => {
-                let Some(config) = &self.tls else {
-                    return Err(SendError::Connect(io::Error::other(
-                        "no TLS configuration for an https backend",
-                    )));
-                };
-                rt::timeout(
-                    rt,
-                    self.config.tls_handshake_timeout,
-                    rt.tls_connect(rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp)),
-                )
-                .await
-                .map_err(|_| {
-                    SendError::Connect(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "tls handshake timeout",
-                    ))
-                })?
-                .map_err(SendError::Connect)?
-            }
-        };
+        let io = self.connect_io(target).await.map_err(SendError::Connect)?;
         let (tx, conn) = self
             .h1
             .handshake(io)
@@ -511,6 +477,60 @@ impl Upstream {
             target: Arc::clone(target),
             lent: Some(self.id),
         })
+    }
+
+    /// A new byte stream to `target`: DNS, TCP within `dial_timeout`, TLS within
+    /// `tls_handshake_timeout` for an `https` backend.
+    ///
+    /// # Errors
+    /// The connection could not be made (all of these are connect errors, C-RETRY-1).
+    pub async fn connect_io(&self, target: &Target) -> io::Result<Box<dyn Io>> {
+        let rt = self.rt;
+        let tcp = rt::timeout(
+            rt,
+            self.config.dial_timeout,
+            rt::dial(rt, &target.host, target.port),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;
+        let Some(name) = &target.tls else {
+            return Ok(tcp);
+        };
+        let Some(config) = &self.tls else {
+            return Err(io::Error::other(
+                "no TLS configuration for an https backend",
+            ));
+        };
+        rt::timeout(
+            rt,
+            self.config.tls_handshake_timeout,
+            rt.tls_connect(rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp)),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "tls handshake timeout"))?
+    }
+
+    /// This upstream's id (which of a thread's pools is its own).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The runtime.
+    #[must_use]
+    pub fn rt(&self) -> Rt {
+        self.rt
+    }
+
+    /// The idle policy's parameters.
+    #[must_use]
+    pub fn idle_params(&self) -> IdleParams {
+        IdleParams {
+            per_host: self.config.max_idle_per_host,
+            total: self.config.max_idle_total,
+            timeout: self.config.idle_conn_timeout,
+            window: DEMAND_WINDOW,
+        }
     }
 }
 

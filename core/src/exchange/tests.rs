@@ -688,6 +688,19 @@ fn c_path_8_a_101_goes_through_only_when_asked_for() {
         Answer::Client(ClientError::UnrequestedUpgrade)
     );
     assert_eq!(f.in_flight(), [0, 0]);
+    // C-PATH-8: an h2c upgrade is a plain request: the backend's 101 to it is not passed on.
+    let h2c = Req::get("/h2c")
+        .header("connection", "Upgrade, HTTP2-Settings")
+        .header("upgrade", "h2c")
+        .header("http2-settings", "AAMAAABkAAQAoAAAAAIAAAAA");
+    let (mut z, _) = f.start(&h2c, at(2));
+    assert!(!z.upgrade_requested());
+    let out = f.feed(&mut z, Input::ResponseHead { status: 101 }, at(2));
+    assert_eq!(
+        answer(&out),
+        Answer::Client(ClientError::UnrequestedUpgrade)
+    );
+    assert_eq!(f.in_flight(), [0, 0]);
     let req = Req::get("/ws")
         .header("connection", "upgrade")
         .header("upgrade", "websocket");

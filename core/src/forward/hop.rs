@@ -11,6 +11,13 @@
 //!   upstream gets exactly `TE: trailers`; otherwise no `TE`. RFC 9110 §10.1.4 makes a sender of
 //!   `TE` also send `Connection: TE`, so removing every named header would drop it always;
 //! - `Upgrade` when upgrading (C-PATH-8): kept, and `Connection: upgrade` is written;
+//! - `Upgrade: h2c` is never an upgrade: weir does not do HTTP/1.1's upgrade to cleartext
+//!   HTTP/2 (RFC 7540 §3.2, dropped by RFC 9113), and tunnelling it would hand the client a
+//!   raw HTTP/2 connection to the backend past weir's per-request rules ("h2c smuggling"). A
+//!   request whose `Upgrade` offers only `h2c` is a plain request (what nginx does): `Upgrade`
+//!   and `HTTP2-Settings` are removed; when it offers another protocol too, only `h2c` is
+//!   taken out of the list. `HTTP2-Settings` is connection-specific (RFC 7540 §3.2.1), so it
+//!   is hop-by-hop here in every case;
 //! - `Host` is never removed: `Connection: host` is a client trying to strip the one header an
 //!   HTTP/1.1 request must carry.
 //!
@@ -25,6 +32,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// `Proxy-Connection`.
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// `HTTP2-Settings` (the h2c upgrade's, connection-specific).
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
 /// The comma-separated tokens of a header line, trimmed, empty ones skipped.
 fn tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
@@ -36,13 +45,15 @@ fn tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Whether `name` is hop-by-hop by definition (C-PATH-6), case-insensitive: `Connection`,
-/// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`. The
+/// `HTTP2-Settings` (module doc), `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+/// `Transfer-Encoding`, `Upgrade`. The
 /// flat-header writers of [`crate::h1`] drop these (and the names a `Connection` line lists)
 /// and write what survives (`TE: trailers`, `Upgrade` when upgrading) themselves.
 #[must_use]
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 7] = [
+    const NAMES: [&[u8]; 8] = [
         b"connection",
+        b"http2-settings",
         b"keep-alive",
         b"proxy-connection",
         b"te",
@@ -73,11 +84,33 @@ pub fn connection_may_remove(token: &[u8], upgrading: bool) -> bool {
         || (upgrading && token.eq_ignore_ascii_case(b"upgrade")))
 }
 
-/// `true` when the headers ask for a protocol upgrade: a `Connection` line names `upgrade`
-/// (case-insensitive) and an `Upgrade` header is present. Read it before [`strip_hop_by_hop`].
+/// Whether a protocol of an `Upgrade` list (`name[/version]`) is `h2c`, which weir never
+/// tunnels (module doc).
+#[must_use]
+pub fn is_h2c(protocol: &[u8]) -> bool {
+    let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+    name.trim_ascii().eq_ignore_ascii_case(b"h2c")
+}
+
+/// Whether an `Upgrade` value offers a protocol weir tunnels: any but `h2c`.
+#[must_use]
+pub fn offers_upgrade(value: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .any(|p| !p.is_empty() && !is_h2c(p))
+}
+
+/// `true` when the headers ask for a protocol upgrade weir tunnels (C-PATH-8): a `Connection`
+/// line names `upgrade` (case-insensitive) and an `Upgrade` line offers a protocol other than
+/// `h2c` ([`offers_upgrade`]). Read it before [`strip_hop_by_hop`]. The engine's
+/// `Exchange::upgrade_requested` is this.
 #[must_use]
 pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(UPGRADE)
+    headers
+        .get_all(UPGRADE)
+        .iter()
+        .any(|v| offers_upgrade(v.as_bytes()))
         && headers
             .get_all(CONNECTION)
             .iter()
@@ -85,10 +118,11 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// Removes hop-by-hop headers, in place, from a request or a response (C-PATH-6):
-/// `Connection` and every header named by any of its lines (case-insensitive), `Keep-Alive`,
-/// `Proxy-Connection`, `Trailer`, `Transfer-Encoding`, `TE` unless one of its values is
-/// `trailers` (then exactly `TE: trailers` remains, C-PATH-12), and `Upgrade` unless
-/// `upgrading` (then `Upgrade` stays and `Connection: upgrade` is written). `Host` is never
+/// `Connection` and every header named by any of its lines (case-insensitive), `HTTP2-Settings`,
+/// `Keep-Alive`, `Proxy-Connection`, `Trailer`, `Transfer-Encoding`, `TE` unless one of its
+/// values is `trailers` (then exactly `TE: trailers` remains, C-PATH-12), and `Upgrade` unless
+/// `upgrading` (then `Upgrade` stays without any `h2c` offer, and `Connection: upgrade` is
+/// written). `Host` is never
 /// removed. Work is linear in the size of the `Connection` and `TE` lines.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
     // One pass over the names finds which hop-by-hop headers are there at all; most requests
@@ -115,6 +149,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
         }
     }
     for (bit, name) in [
+        (HTTP2_SETTINGS_BIT, HTTP2_SETTINGS),
         (KEEP_ALIVE_BIT, KEEP_ALIVE),
         (PROXY_CONNECTION_BIT, PROXY_CONNECTION),
         (TRAILER_BIT, TRAILER),
@@ -136,9 +171,38 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
         }
     }
     if upgrading {
+        drop_h2c_offers(headers);
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     } else if found & UPGRADE_BIT != 0 {
         headers.remove(UPGRADE);
+    }
+}
+
+/// An upgrade's `Upgrade` lines without `h2c` (module doc); untouched when none names it.
+fn drop_h2c_offers(headers: &mut HeaderMap) {
+    let names_h2c = headers
+        .get_all(UPGRADE)
+        .iter()
+        .any(|v| v.as_bytes().split(|&b| b == b',').any(is_h2c));
+    if !names_h2c {
+        return;
+    }
+    let mut kept: Vec<u8> = Vec::new();
+    for line in headers.get_all(UPGRADE) {
+        for p in tokens(line).filter(|p| !is_h2c(p)) {
+            if !kept.is_empty() {
+                kept.extend_from_slice(b", ");
+            }
+            kept.extend_from_slice(p);
+        }
+    }
+    match HeaderValue::from_bytes(&kept) {
+        Ok(v) if !kept.is_empty() => {
+            headers.insert(UPGRADE, v);
+        }
+        _ => {
+            headers.remove(UPGRADE);
+        }
     }
 }
 
@@ -149,6 +213,7 @@ const TRAILER_BIT: u8 = 1 << 3;
 const TRANSFER_ENCODING_BIT: u8 = 1 << 4;
 const TE_BIT: u8 = 1 << 5;
 const UPGRADE_BIT: u8 = 1 << 6;
+const HTTP2_SETTINGS_BIT: u8 = 1 << 7;
 
 /// Which of the fixed hop-by-hop names `headers` holds, as bits; one pass over its distinct
 /// names (a removal through a `Connection` token may leave a bit set for a name that is gone,
@@ -170,6 +235,8 @@ fn present(headers: &HeaderMap) -> u8 {
             KEEP_ALIVE_BIT
         } else if *name == PROXY_CONNECTION {
             PROXY_CONNECTION_BIT
+        } else if *name == HTTP2_SETTINGS {
+            HTTP2_SETTINGS_BIT
         } else {
             0
         };

@@ -474,6 +474,57 @@ fn c_fwd_2_rewrite() {
     );
 }
 
+/// C-FWD-2: the client's copies of every forwarding name go, in either spelling (`_` and `-`
+/// are one byte to CGI-style backends, which read `HTTP_X_FORWARDED_FOR` for both) and any
+/// case; `X-Forwarded-Port`, `-Prefix`, `-Scheme`, `-Ssl` too. Other names with `_` stay.
+#[test]
+fn c_fwd_2_rewrite_strips_every_spelling_of_the_forwarding_names() {
+    let spoofed = [
+        "x_forwarded_for",
+        "X_Forwarded_For",
+        "x-forwarded_for",
+        "X-Real_IP",
+        "x_real_ip",
+        "X_Forwarded_Proto",
+        "x_forwarded_host",
+        "X-Forwarded-Port",
+        "X_Forwarded_Port",
+        "X-Forwarded-Prefix",
+        "x_forwarded_prefix",
+        "X-Forwarded-Scheme",
+        "X-Forwarded-Ssl",
+        "X_FORWARDED_SSL",
+    ];
+    let mut lines: Vec<(&str, &str)> = spoofed.iter().map(|n| (*n, "6.6.6.6")).collect();
+    lines.push(("x_custom_header", "kept"));
+    let mut h = map(&lines);
+    rewrite_forwarding(&mut h, ip("203.0.113.7"), None, Proto::Http);
+    for name in spoofed {
+        assert!(
+            super::is_replaced_forwarding(name.as_bytes()),
+            "{name} is a forwarding name"
+        );
+        let lower = name.to_ascii_lowercase();
+        assert!(
+            h.get(lower.as_str()).is_none_or(|v| v != "6.6.6.6"),
+            "{name} passed through"
+        );
+    }
+    assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+    assert_eq!(values(&h, "x-real-ip"), ["203.0.113.7"]);
+    assert_eq!(values(&h, "x-forwarded-proto"), ["http"]);
+    assert_eq!(values(&h, "x_custom_header"), ["kept"]);
+    assert_eq!(h.len(), 4, "weir's three and the custom one: {h:?}");
+    for other in [
+        "x-forwarded",
+        "x-forwarded-fo",
+        "x-forwarded-forx",
+        "xforwarded-for",
+    ] {
+        assert!(!super::is_replaced_forwarding(other.as_bytes()), "{other}");
+    }
+}
+
 /// C-PATH-6, C-PATH-12: the hop-by-hop table.
 #[test]
 fn c_path_6_strip_table() {
@@ -522,6 +573,28 @@ fn c_path_6_strip_table() {
     assert!(h.get(UPGRADE).is_none() && h.get(CONNECTION).is_none());
     assert_eq!(values(&h, "te"), ["trailers"]);
 
+    // C-PATH-8: h2c is never an upgrade; HTTP2-Settings is hop-by-hop even when Connection
+    // does not name it; beside another protocol only h2c leaves the list.
+    let mut h = map(&[
+        ("connection", "Upgrade, HTTP2-Settings"),
+        ("upgrade", "h2c"),
+        ("http2-settings", "AAMAAABkAAQAoAAAAAIAAAAA"),
+        ("x-kept", "1"),
+    ]);
+    assert!(!wants_upgrade(&h));
+    strip_hop_by_hop(&mut h, false);
+    assert_eq!(
+        h.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+        ["x-kept"]
+    );
+    let mut h = map(&[("upgrade", "H2C"), ("http2-settings", "x")]);
+    strip_hop_by_hop(&mut h, false);
+    assert!(h.is_empty(), "{h:?}");
+    let mut h = map(&[("connection", "upgrade"), ("upgrade", "h2c, websocket")]);
+    assert!(wants_upgrade(&h));
+    strip_hop_by_hop(&mut h, true);
+    assert_eq!(values(&h, "upgrade"), ["websocket"]);
+
     // Invalid tokens are skipped; nothing else happens.
     let mut h = map(&[
         ("connection", "bad token, (x), \u{7e}ok"),
@@ -545,6 +618,14 @@ fn c_path_6_strip_table() {
 
 #[test]
 fn c_path_6_wants_upgrade() {
+    assert!(!wants_upgrade(&map(&[
+        ("connection", "upgrade"),
+        ("upgrade", "h2c")
+    ])));
+    assert!(!wants_upgrade(&map(&[
+        ("connection", "upgrade"),
+        ("upgrade", " h2c ,")
+    ])));
     assert!(!wants_upgrade(&map(&[("connection", "upgrade")])));
     assert!(!wants_upgrade(&map(&[("upgrade", "websocket")])));
     assert!(!wants_upgrade(&map(&[

@@ -166,8 +166,20 @@ fn c_path_12_transfer_encoding_rules() {
             "{bad}"
         );
     }
+    // The streaming guard shares the rule: a list ending in chunked is refused too.
+    for bad in [
+        "Transfer-Encoding: gzip, CHUNKED",
+        "Transfer-Encoding: identity, chunked",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked",
+    ] {
+        assert_eq!(
+            same_however_split(&head(bad)),
+            vec![Err(FramingError::TransferEncoding)],
+            "{bad}"
+        );
+    }
     assert_eq!(
-        verdicts(&head("Transfer-Encoding: gzip, CHUNKED")),
+        verdicts(&head("Transfer-Encoding:  CHUNKED ")),
         vec![Ok(())]
     );
 }
@@ -254,4 +266,30 @@ proptest! {
         reads.push(&stream[start..]);
         prop_assert_eq!(feed(&reads), whole);
     }
+}
+
+/// C-PATH-12: the streaming guard refuses an invalid Host as the codec does, whole or split; a
+/// value longer than the kept prefix is checked byte by byte, within the prefix.
+#[test]
+fn c_path_12_invalid_host_rejected() {
+    let head = |host: &str| format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+    for bad in ["", "user@a", "a/b", "a:99999", "[::1", "a b"] {
+        assert_eq!(
+            same_however_split(&head(bad)),
+            vec![Err(FramingError::HostInvalid)],
+            "{bad:?}"
+        );
+    }
+    for good in ["a", "a.example:8080", "[::1]:443", "10.0.0.1"] {
+        assert_eq!(verdicts(&head(good)), vec![Ok(())], "{good}");
+    }
+    let long = "a".repeat(200);
+    assert_eq!(verdicts(&head(&long)), vec![Ok(())]);
+    // A bad byte within the kept prefix is seen; past it, only weir's codec, which has the
+    // whole line, can see it (the guard keeps 96 bytes of a line).
+    let long_bad = format!("a/{long}");
+    assert_eq!(
+        verdicts(&head(&long_bad)),
+        vec![Err(FramingError::HostInvalid)]
+    );
 }

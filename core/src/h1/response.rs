@@ -23,7 +23,8 @@ pub enum BadResponse {
     Malformed(&'static str),
     /// A status outside 100–599.
     Status(u16),
-    /// A `101` to a request that asked for no upgrade.
+    /// A `101` to a request that asked for no upgrade, or one naming no protocol weir
+    /// offered (none, or only `h2c`).
     UnrequestedSwitch,
     /// Framing rules broken.
     Framing(FramingError),
@@ -128,7 +129,11 @@ pub fn parse_response<'h, 'b>(
     if !(100..=599).contains(&status) {
         return Err(BadResponse::Status(status));
     }
-    if status == 101 && !ctx.upgrade {
+    let headers: &'h [Header<'b>] = headers;
+    let facts = facts_of(headers);
+    // A 101 must name the protocol it switches to (RFC 9110 §15.2.2), and that cannot be h2c:
+    // weir never offers it (`forward::is_h2c`).
+    if status == 101 && !(ctx.upgrade && facts.upgrade_header) {
         return Err(BadResponse::UnrequestedSwitch);
     }
     let version = if version == 0 {
@@ -136,8 +141,6 @@ pub fn parse_response<'h, 'b>(
     } else {
         Version::Http11
     };
-    let headers: &'h [Header<'b>] = headers;
-    let facts = facts_of(headers);
     let bodiless = ctx.head || status < 200 || status == 204 || status == 304;
     let body = facts
         .response_body(bodiless, version == Version::Http10)

@@ -31,6 +31,9 @@ impl BodyFraming {
 pub struct Facts {
     /// `Host` lines seen (saturating).
     pub hosts: u8,
+    /// A `Host` value is not a valid authority ([`valid_host`]); a request rule only, so it
+    /// is kept apart from `error` (a response's `Host` line means nothing to framing).
+    pub host_invalid: bool,
     /// The `Content-Length` value, when every line agreed.
     pub content_length: Option<u64>,
     /// A `Transfer-Encoding` line was seen.
@@ -41,7 +44,7 @@ pub struct Facts {
     pub keep_alive: bool,
     /// `Connection: upgrade`.
     pub upgrade_token: bool,
-    /// An `Upgrade` header.
+    /// An `Upgrade` header offering a protocol other than `h2c`.
     pub upgrade_header: bool,
     /// A `Connection` line names something other than `close`, `keep-alive`, `upgrade`
     /// (headers the writers must then look for and drop).
@@ -58,6 +61,7 @@ impl Facts {
     pub const fn new() -> Facts {
         Facts {
             hosts: 0,
+            host_invalid: false,
             content_length: None,
             transfer_encoding: false,
             close: false,
@@ -74,11 +78,24 @@ impl Facts {
     /// streaming guard keeps a bounded prefix): a framing header must then be refused.
     pub fn header(&mut self, name: &[u8], value: &[u8], whole: bool) {
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => self.hosts = self.hosts.saturating_add(1),
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                self.hosts = self.hosts.saturating_add(1);
+                // A prefix (the streaming guard's, over `LINE_PREFIX`) is checked byte by byte.
+                let ok = if whole {
+                    valid_host(trim(value))
+                } else {
+                    trim(value).iter().all(|&b| authority_byte(b))
+                };
+                self.host_invalid |= !ok;
+            }
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
             }
-            7 if name.eq_ignore_ascii_case(b"upgrade") => self.upgrade_header = true,
+            // `h2c` is never an upgrade weir makes (`forward::is_h2c`): offered alone, the
+            // request is a plain one and its `Upgrade` is dropped as hop-by-hop.
+            7 if name.eq_ignore_ascii_case(b"upgrade") => {
+                self.upgrade_header |= crate::forward::offers_upgrade(value);
+            }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for t in tokens(value) {
                     self.close |= t.eq_ignore_ascii_case(b"close");
@@ -102,9 +119,11 @@ impl Facts {
                 }
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                // Several lines are one list (RFC 9110 §5.3): only the last may say chunked,
-                // and only that one (a second `chunked` line after the first is chunked twice).
-                if !whole || self.transfer_encoding || !ends_in_chunked_once(value) {
+                // weir understands one coding, `chunked`, alone: a list (`gzip, chunked`) is
+                // refused rather than rewritten to plain `chunked` (RFC 9112 §6.1 lets a
+                // server refuse codings it does not understand; nginx 1.23+ does the same).
+                // Several lines are one list (RFC 9110 §5.3), so a second line is refused too.
+                if !whole || self.transfer_encoding || !only_chunked(value) {
                     self.fail(FramingError::TransferEncoding);
                 }
                 self.transfer_encoding = true;
@@ -135,6 +154,9 @@ impl Facts {
         }
         if self.hosts == 0 && !http10 {
             return Err(FramingError::HostMissing);
+        }
+        if self.host_invalid {
+            return Err(FramingError::HostInvalid);
         }
         Ok(if self.transfer_encoding {
             BodyFraming::Chunked
@@ -212,11 +234,107 @@ pub(crate) fn content_length(v: &[u8]) -> Option<u64> {
     Some(v.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
 }
 
-/// Whether a `Transfer-Encoding` list ends in `chunked` and names it only there.
-pub(crate) fn ends_in_chunked_once(v: &[u8]) -> bool {
+/// Whether a `Transfer-Encoding` value is exactly one coding, `chunked` (any case).
+pub(crate) fn only_chunked(v: &[u8]) -> bool {
     let mut codings = tokens(v);
-    let Some(last) = codings.next_back() else {
-        return false;
+    codings
+        .next()
+        .is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none()
+}
+
+/// Whether `v` is a valid `Host` value (RFC 9110 §7.2, RFC 3986 §3.2.2-3): a host, either a
+/// reg-name (unreserved, sub-delims, `%` and two hex digits; this covers IPv4 too) or an
+/// IP-literal (`[` IPv6 address or `v`-IPvFuture `]`), then an optional `:` and port of 1–5
+/// digits no larger than 65535. Not empty, no userinfo (`@`), no path (`/`), no zone id.
+#[must_use]
+pub fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = match v.first() {
+        Some(b'[') => match v.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let (literal, rest) = v.split_at(end + 1);
+                if !ip_literal(&literal[1..end]) {
+                    return false;
+                }
+                match rest {
+                    [] => return true,
+                    [b':', port @ ..] => (literal, Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match v.iter().position(|&b| b == b':') {
+            Some(colon) => (&v[..colon], Some(&v[colon + 1..])),
+            None => (v, None),
+        },
     };
-    last.eq_ignore_ascii_case(b"chunked") && !codings.any(|c| c.eq_ignore_ascii_case(b"chunked"))
+    if host.first() != Some(&b'[') && !reg_name(host) {
+        return false;
+    }
+    port.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 5
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+    })
+}
+
+/// A non-empty RFC 3986 reg-name (an IPv4 address is one too).
+fn reg_name(h: &[u8]) -> bool {
+    if h.is_empty() {
+        return false;
+    }
+    let mut i = 0;
+    while i < h.len() {
+        match h[i] {
+            b'%' => {
+                if !(i + 2 < h.len()
+                    && h[i + 1].is_ascii_hexdigit()
+                    && h[i + 2].is_ascii_hexdigit())
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b if unreserved(b) || sub_delim(b) => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Inside `[...]`: an IPv6 address (no zone id) or an IPvFuture (`v1.x`).
+fn ip_literal(l: &[u8]) -> bool {
+    if let [b'v' | b'V', rest @ ..] = l {
+        let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (ver, addr) = (&rest[..dot], &rest[dot + 1..]);
+        return !ver.is_empty()
+            && ver.iter().all(u8::is_ascii_hexdigit)
+            && !addr.is_empty()
+            && addr
+                .iter()
+                .all(|&b| unreserved(b) || sub_delim(b) || b == b':');
+    }
+    core::str::from_utf8(l).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
+}
+
+const fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+const fn sub_delim(b: u8) -> bool {
+    matches!(
+        b,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+    )
+}
+
+/// A byte that may appear somewhere in a valid `Host` value.
+const fn authority_byte(b: u8) -> bool {
+    unreserved(b) || sub_delim(b) || matches!(b, b'%' | b':' | b'[' | b']')
 }

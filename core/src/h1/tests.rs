@@ -2,7 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::chunked::{ChunkError, ChunkedDecoder};
+use super::chunked::{
+    ChunkError, ChunkedDecoder, MAX_TRAILER_LINE, trailer_forwarded, write_chunk_size,
+};
 use super::*;
 use crate::forward::Proto;
 
@@ -52,7 +54,7 @@ fn c_path_12_plain_heads_parse_with_their_framing() {
         BodyFraming::Length(12)
     );
     assert_eq!(
-        body(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"),
+        body(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  Chunked \r\n\r\n"),
         BodyFraming::Chunked
     );
     // HTTP/1.0 needs no Host; leading empty lines are skipped (RFC 9112 §2.2).
@@ -76,6 +78,10 @@ fn c_path_12_framing_defects_are_400() {
         (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +1\r\n\r\n", F::ContentLength),
         (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", F::ContentLength),
         (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", F::TransferEncoding),
+        // C-PATH-12: one coding, `chunked`, alone; a list is refused, never rewritten.
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", F::TransferEncoding),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity, chunked\r\n\r\n", F::TransferEncoding),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", F::TransferEncoding),
         (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", F::TransferEncoding),
         (
             b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -198,6 +204,17 @@ fn connection_facts_keep_alive_upgrade_expect() {
         parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
         (true, true, false)
     );
+    // C-PATH-8: h2c is not an upgrade weir makes.
+    assert_eq!(
+        parse(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n"),
+        (true, false, false)
+    );
+    assert_eq!(
+        parse(
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n"
+        ),
+        (true, true, false)
+    );
     // Upgrade and Expect mean nothing in HTTP/1.0.
     assert_eq!(
         parse(b"GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\nExpect: 100-continue\r\n\r\n"),
@@ -284,6 +301,210 @@ fn c_path_8_upgrade_and_chunked_in_the_upstream_head() {
     assert!(!out.contains("Transfer-Encoding"), "{out}");
 }
 
+/// C-FWD-2: the flat writer drops the client's forwarding lines in either spelling too.
+#[test]
+fn c_fwd_2_upstream_head_drops_underscore_spellings() {
+    let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX_Forwarded_For: 6.6.6.6\r\nX-Real_IP: 6.6.6.6\r\n\
+X_Forwarded_Proto: https\r\nX-Forwarded-Port: 443\r\nX-Forwarded-Prefix: /admin\r\n\
+x_forwarded_host: evil\r\nX_Custom: kept\r\n\r\n";
+    let out = upstream(raw, &[]);
+    assert_eq!(
+        out,
+        "GET /api/x HTTP/1.1\r\nHost: h\r\nX_Custom: kept\r\nx-forwarded-for: 10.0.0.7\r\n\
+x-real-ip: 10.0.0.7\r\nx-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
+    );
+}
+
+/// C-PATH-8: `Upgrade: h2c` is not an upgrade weir makes: alone (with its `HTTP2-Settings`) it
+/// is a plain request without them; beside another protocol only `h2c` leaves the list. A
+/// backend's `101` to `h2c` is a bad response.
+#[test]
+fn c_path_8_h2c_is_never_tunnelled() {
+    let mut h = [EMPTY_HEADER; 8];
+    let raw =
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let Ok(Parsed::Complete(r)) = parse_request(raw, &mut h, &Limits::default()) else {
+        panic!()
+    };
+    assert!(!r.upgrade());
+    assert_eq!(
+        upstream(raw, &[]),
+        "GET /api/x HTTP/1.1\r\nHost: h\r\nx-forwarded-for: 10.0.0.7\r\nx-real-ip: 10.0.0.7\r\n\
+x-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
+    );
+    // HTTP2-Settings goes even when Connection does not name it; H2C in any case.
+    let out = upstream(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: H2C\r\nHTTP2-Settings: x\r\n\r\n",
+        &[],
+    );
+    assert!(!out.to_ascii_lowercase().contains("upgrade"), "{out}");
+    assert!(
+        !out.to_ascii_lowercase().contains("http2-settings"),
+        "{out}"
+    );
+    // Another protocol beside h2c: an upgrade to that one only.
+    let out = upstream(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+        &[],
+    );
+    assert!(
+        out.starts_with(
+            "GET /api/x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nconnection: upgrade\r\n"
+        ),
+        "{out}"
+    );
+    let ctx = ResponseContext {
+        head: false,
+        upgrade: true,
+    };
+    let mut h = [EMPTY_HEADER; 8];
+    for raw in [
+        &b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"[..],
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+    ] {
+        assert_eq!(
+            response(raw, &mut h, ctx).unwrap_err(),
+            BadResponse::UnrequestedSwitch,
+            "{raw:?}"
+        );
+    }
+}
+
+/// C-PATH-12: a Host must be a valid authority (RFC 3986 reg-name, IPv4 or IP-literal,
+/// optional port 0-65535, no userinfo, no path), in HTTP/1.0 too when it is there.
+#[test]
+fn c_path_12_host_must_be_a_valid_authority() {
+    use crate::framing::FramingError as F;
+    for good in [
+        "a",
+        "shop.example.com",
+        "shop.example.com:8080",
+        "xn--bcher-kva.example",
+        "under_score.example",
+        "10.0.0.1",
+        "10.0.0.1:0",
+        "localhost:65535",
+        "[::1]",
+        "[2001:db8::1]:443",
+        "[v1.fe80::a+en1]",
+        "%41bc",
+        "a!$&'()*+,;=b",
+    ] {
+        assert!(valid_host(good.as_bytes()), "{good}");
+        let raw = format!("GET / HTTP/1.1\r\nHost:  {good} \r\n\r\n");
+        assert!(
+            matches!(req(raw.as_bytes()), Ok(Parsed::Complete(_))),
+            "{good}"
+        );
+    }
+    for bad in [
+        "",
+        "user@host",
+        "user:pw@host",
+        "host/path",
+        "host?q",
+        "host#f",
+        "host:",
+        "host:65536",
+        "host:123456",
+        "host:8o",
+        "host:80:80",
+        ":80",
+        "[::1",
+        "[::1]x",
+        "[::1]:",
+        "[fe80::1%25eth0]",
+        "[not-an-ip]",
+        "[v1.]",
+        "a b",
+        "a\\b",
+        "%4",
+        "%zz",
+        "h\"",
+        "<h>",
+    ] {
+        assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+        for version in ["1.1", "1.0"] {
+            let raw = format!("GET / HTTP/{version}\r\nHost: {bad}\r\n\r\n");
+            match req(raw.as_bytes()) {
+                Err(e) => assert!(
+                    matches!(
+                        e,
+                        HeadError::Framing(F::HostInvalid) | HeadError::Malformed(_)
+                    ),
+                    "{bad:?}: {e:?}"
+                ),
+                other => panic!("{bad:?} accepted: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        req_err(b"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n").status(),
+        400
+    );
+    // A response's Host line means nothing to its framing: not a bad response.
+    let mut h = [EMPTY_HEADER; 4];
+    assert!(
+        response(
+            b"HTTP/1.1 200 OK\r\nHost: a@b\r\nContent-Length: 0\r\n\r\n",
+            &mut h,
+            ResponseContext::default()
+        )
+        .is_ok()
+    );
+}
+
+/// RFC 9112 §3.2.2: an absolute-form target's authority wins over Host and replaces it
+/// upstream (X-Forwarded-Host too); one with userinfo or an invalid authority is a 400.
+#[test]
+fn absolute_form_authority_replaces_host() {
+    let out = upstream(
+        b"GET http://real.example:8080/p?q HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n",
+        &[],
+    );
+    assert_eq!(
+        out,
+        "GET /api/x HTTP/1.1\r\nHost: real.example:8080\r\nAccept: */*\r\n\
+x-forwarded-for: 10.0.0.7\r\nx-real-ip: 10.0.0.7\r\nx-forwarded-host: real.example:8080\r\n\
+x-forwarded-proto: https\r\n\r\n"
+    );
+    // HTTP/1.0 without Host: the target's authority is written, an extra Host is not.
+    let out = upstream(
+        b"GET http://real.example/ HTTP/1.0\r\n\r\n",
+        &[("host", b"fallback")],
+    );
+    assert!(
+        out.starts_with("GET /api/x HTTP/1.1\r\nhost: real.example\r\n"),
+        "{out}"
+    );
+    assert!(!out.contains("fallback"), "{out}");
+    for bad in [
+        &b"GET http://user@real.example/ HTTP/1.1\r\nHost: real.example\r\n\r\n"[..],
+        b"GET http://u:p@real.example/ HTTP/1.1\r\nHost: real.example\r\n\r\n",
+        b"GET http://real.example:99999/ HTTP/1.1\r\nHost: real.example\r\n\r\n",
+        b"GET http:///p HTTP/1.1\r\nHost: real.example\r\n\r\n",
+    ] {
+        assert_eq!(req_err(bad), HeadError::Target, "{bad:?}");
+    }
+}
+
+/// C-PATH-12: a POST with an empty body reaches the backend with `Content-Length: 0` (a
+/// backend may refuse a POST without a length, `411`); a GET without one gets none.
+#[test]
+fn c_path_12_upstream_head_keeps_an_explicit_zero_length() {
+    let out = upstream(
+        b"POST /f HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+        &[],
+    );
+    assert!(out.contains("\r\ncontent-length: 0\r\n"), "{out}");
+    let out = upstream(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &[]);
+    assert!(
+        !out.to_ascii_lowercase().contains("content-length"),
+        "{out}"
+    );
+}
+
 fn response<'h, 'b>(
     raw: &'b [u8],
     h: &'h mut [Header<'b>],
@@ -367,6 +588,10 @@ fn c_path_12_bad_responses() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
         ),
     ] {
@@ -571,4 +796,135 @@ fn c_path_12_limits_and_syntax_errors_in_stream_order() {
         parse_request(cases[3], &mut h, &limits),
         Err(HeadError::HeadTooLarge)
     );
+}
+
+/// Re-frames `stream` fed in `pieces`, keeping what a call leaves unused (a partial trailer
+/// line) in front of the next piece, as a read buffer does.
+fn rechunk_pieces(pieces: &[&[u8]]) -> Result<(Vec<u8>, bool, usize), ChunkError> {
+    let mut d = ChunkedDecoder::new();
+    let (mut out, mut kept, mut used) = (Vec::new(), Vec::new(), 0);
+    for p in pieces {
+        kept.extend_from_slice(p);
+        let r = d.rechunk(&kept, &mut out)?;
+        used += r.consumed;
+        kept.drain(..r.consumed);
+        if r.done {
+            return Ok((out, true, used));
+        }
+    }
+    Ok((out, false, used))
+}
+
+/// C-PATH-12: weir re-emits chunked framing of its own: canonical size lines (lower-case hex,
+/// no leading zeros, no extensions), trailers parsed like header lines and the framing,
+/// routing and hop-by-hop names dropped; however the input is split.
+#[test]
+fn c_path_12_rechunk_writes_canonical_framing_and_filters_trailers() {
+    let stream: &[u8] = b"005;ext=1\r\nhello\r\n0A \t;a=\"b\"\r\n0123456789\r\n000\r\n\
+X-T: 1 \r\nTransfer-Encoding: chunked\r\ncontent-length: 5\r\nHost: evil\r\nConnection: close\r\n\
+X_Forwarded_For: 6.6.6.6\r\nServer-Timing: db;dur=53\r\n\r\nNEXT";
+    let want: &[u8] =
+        b"5\r\nhello\r\na\r\n0123456789\r\n0\r\nX-T: 1\r\nServer-Timing: db;dur=53\r\n\r\n";
+    let whole = rechunk_pieces(&[stream]).unwrap();
+    assert_eq!(
+        (String::from_utf8_lossy(&whole.0), whole.1, whole.2),
+        (String::from_utf8_lossy(want), true, stream.len() - 4)
+    );
+    for cut in 0..=stream.len() {
+        let (a, b) = stream.split_at(cut);
+        assert_eq!(rechunk_pieces(&[a, b]).unwrap(), whole, "cut at {cut}");
+    }
+    let singles: Vec<&[u8]> = stream.chunks(1).collect();
+    assert_eq!(rechunk_pieces(&singles).unwrap(), whole, "byte by byte");
+    // The output is canonical: re-framing it again changes nothing.
+    assert_eq!(
+        rechunk_pieces(&[want]).unwrap(),
+        (want.to_vec(), true, want.len())
+    );
+    // The pieces, in order.
+    let mut d = ChunkedDecoder::new();
+    let mut at = 0;
+    let mut pieces = Vec::new();
+    while let (n, Some(p)) = d.next(&want[at..]).unwrap() {
+        at += n;
+        pieces.push(format!("{p:?}"));
+    }
+    assert_eq!(
+        pieces,
+        [
+            "Chunk(5)",
+            "Data([104, 101, 108, 108, 111])",
+            "ChunkEnd",
+            "Chunk(10)",
+            "Data([48, 49, 50, 51, 52, 53, 54, 55, 56, 57])",
+            "ChunkEnd",
+            "Last",
+            "Trailer { name: [88, 45, 84], value: [49] }",
+            "Trailer { name: [83, 101, 114, 118, 101, 114, 45, 84, 105, 109, 105, 110, 103], value: [100, 98, 59, 100, 117, 114, 61, 53, 51] }",
+            "End",
+        ]
+    );
+}
+
+/// C-PATH-12: trailer lines must be field lines; a long one is refused, not buffered.
+#[test]
+fn c_path_12_rechunk_refuses_malformed_trailers() {
+    for bad in [
+        &b"0\r\nX-A : 1\r\n\r\n"[..],
+        b"0\r\n folded\r\n\r\n",
+        b"0\r\nX-A: 1\r\n\tfolded\r\n\r\n",
+        b"0\r\nno colon\r\n\r\n",
+        b"0\r\n: empty\r\n\r\n",
+        b"0\r\nX(A): 1\r\n\r\n",
+        b"0\r\nX-A: a\x00b\r\n\r\n",
+        b"0\r\nX-A: 1\n\r\n",
+    ] {
+        assert_eq!(
+            rechunk_pieces(&[bad]),
+            Err(ChunkError::Malformed),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let mut long = b"0\r\nX-A: ".to_vec();
+    long.resize(3 + MAX_TRAILER_LINE, b'a');
+    assert_eq!(rechunk_pieces(&[&long]), Err(ChunkError::TrailersTooLarge));
+    long.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(rechunk_pieces(&[&long]), Err(ChunkError::TrailersTooLarge));
+    for (name, kept) in [
+        ("X-Checksum", true),
+        ("grpc-status", true),
+        ("Trailer", false),
+        ("TE", false),
+        ("Upgrade", false),
+        ("Content-Type", false),
+        ("Set-Cookie", false),
+        ("X-Real_IP", false),
+    ] {
+        assert_eq!(trailer_forwarded(name.as_bytes()), kept, "{name}");
+    }
+}
+
+#[test]
+fn chunk_size_lines_are_canonical_and_allocate_nothing() {
+    let mut out = Vec::with_capacity(64);
+    let at = out.as_ptr();
+    for n in [0, 1, 0xf, 0x10, 255, 4096, u64::MAX] {
+        write_chunk_size(&mut out, n);
+    }
+    assert_eq!(
+        out,
+        b"0\r\n1\r\nf\r\n10\r\nff\r\n1000\r\nffffffffffffffff\r\n".to_vec()
+    );
+    assert_eq!(out.as_ptr(), at, "appended in place");
+    // A body re-framed into a buffer with room does not reallocate it.
+    let mut out = Vec::with_capacity(256);
+    let at = out.as_ptr();
+    let mut d = ChunkedDecoder::new();
+    let r = d
+        .rechunk(b"3\r\nabc\r\n03\r\ndef\r\n0\r\nX: y\r\n\r\n", &mut out)
+        .unwrap();
+    assert!(r.done);
+    assert_eq!(out, b"3\r\nabc\r\n3\r\ndef\r\n0\r\nX: y\r\n\r\n".to_vec());
+    assert_eq!(out.as_ptr(), at);
 }

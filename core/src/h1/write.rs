@@ -22,12 +22,14 @@ pub struct UpstreamRequest<'a> {
     /// The scheme the client used (C-FWD-2), for `X-Forwarded-Proto`.
     pub proto: Proto,
     /// weir's own headers (`X-Request-ID`, `X-Balancer-Backend-Attempt`, a `Host` for an
-    /// HTTP/1.0 client that sent none, ...): each replaces any client line of the same name.
+    /// HTTP/1.0 client that sent none, ...): each replaces any client line of the same name,
+    /// except a `Host` when the target is absolute-form (its authority is the `Host`).
     pub extra: &'a [(&'a str, &'a [u8])],
 }
 
 /// Writes the upstream request head for `head` into `out` (appended). The upstream always
-/// gets HTTP/1.1; a chunked body is passed through with its framing (the upstream speaks 1.1).
+/// gets HTTP/1.1; a chunked body stays chunked (the upstream speaks 1.1), re-framed by
+/// [`super::chunked::ChunkedDecoder::rechunk`].
 pub fn write_upstream_request(
     head: &RequestHead<'_, '_>,
     req: &UpstreamRequest<'_>,
@@ -39,13 +41,28 @@ pub fn write_upstream_request(
     out.extend_from_slice(req.target);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut te_trailers = false;
+    // RFC 9112 §3.2.2: a proxy forwarding an absolute-form request writes Host from the
+    // target, never the received one; it takes the place of the client's Host line.
+    let authority = head.authority();
+    let from_target = super::absolute_authority(head.target.as_bytes());
+    if let Some(a) = from_target
+        && head.host().is_none()
+    {
+        line(out, b"host", a);
+    }
     for h in head.headers {
         let name = h.name.as_bytes();
+        if let Some(a) = from_target
+            && name.eq_ignore_ascii_case(b"host")
+        {
+            line(out, name, a);
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"te") {
             te_trailers |= forward::te_asks_trailers(h.value);
         }
         if upgrading && name.eq_ignore_ascii_case(b"upgrade") {
-            line(out, name, h.value);
+            upgrade_line(out, name, h.value);
             continue;
         }
         if dropped(name, head.headers, head.facts.connection_names, upgrading)
@@ -59,7 +76,7 @@ pub fn write_upstream_request(
         }
         line(out, name, h.value);
     }
-    framing(out, head.body);
+    framing(out, head.body, head.facts.content_length);
     if te_trailers {
         out.extend_from_slice(b"te: trailers\r\n");
     }
@@ -70,11 +87,14 @@ pub fn write_upstream_request(
     let len = forward::ip_text(req.client.to_canonical(), &mut ip);
     line(out, b"x-forwarded-for", &ip[..len]);
     line(out, b"x-real-ip", &ip[..len]);
-    if let Some(host) = head.host() {
+    if let Some(host) = authority {
         line(out, b"x-forwarded-host", host);
     }
     line(out, b"x-forwarded-proto", req.proto.as_str().as_bytes());
     for (name, value) in req.extra {
+        if from_target.is_some() && name.eq_ignore_ascii_case("host") {
+            continue; // the target's authority is the Host
+        }
         line(out, name.as_bytes(), value);
     }
     out.extend_from_slice(b"\r\n");
@@ -97,7 +117,8 @@ pub enum BodyOut {
     None,
     /// `n` bytes, copied as they arrive.
     Length(u64),
-    /// Chunked to a 1.1 client: the framing is copied unchanged (follow it with the decoder).
+    /// Chunked to a 1.1 client: chunked again, with weir's own framing
+    /// ([`super::chunked::ChunkedDecoder::rechunk`]: canonical size lines, trailers filtered).
     PassChunked,
     /// Chunked to a 1.0 client: decoded, the data copied, the end marked by closing.
     DecodeChunked,
@@ -186,6 +207,28 @@ pub fn write_interim(head: &ResponseHead<'_, '_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// An upgrade request's `Upgrade` line without its `h2c` offers (`forward::is_h2c`); as sent
+/// when it has none, left out when it has nothing else.
+fn upgrade_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if !value.split(|&b| b == b',').any(forward::is_h2c) {
+        return line(out, name, value);
+    }
+    let mut first = true;
+    for p in tokens(value).filter(|p| !forward::is_h2c(p)) {
+        if first {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            first = false;
+        } else {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(p);
+    }
+    if !first {
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
     out.extend_from_slice(b"HTTP/1.1 ");
     // 100..=599: three digits.
@@ -238,10 +281,14 @@ fn dropped(name: &[u8], all: &[Header<'_>], connection_names: bool, upgrading: b
             .any(|c| tokens(c.value).any(|t| t.eq_ignore_ascii_case(name)))
 }
 
-fn framing(out: &mut Vec<u8>, body: BodyFraming) {
+/// The request's framing line. An explicit `Content-Length: 0` is kept (the body is empty
+/// either way, but a backend may require a length on a `POST`/`PUT`, and it is what the client
+/// said); a request that named no length gets none.
+fn framing(out: &mut Vec<u8>, body: BodyFraming, declared: Option<u64>) {
     match body {
         BodyFraming::Length(n) => content_length(out, n),
         BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyFraming::Empty if declared == Some(0) => content_length(out, 0),
         BodyFraming::Empty | BodyFraming::UntilClose => {}
     }
 }

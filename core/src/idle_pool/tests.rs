@@ -124,6 +124,50 @@ fn c_pool_adaptive_cap_keeps_what_steady_load_reuses() {
     assert_eq!(pool.cap_for("a"), 64);
 }
 
+/// C-POOL, issue 14 point 6: once load falls, the sweep trims the idle connections back to the
+/// configured cap, oldest first, also with `idle_conn_timeout: 0s` (no expiry by age), and the
+/// total cap the same way.
+#[test]
+fn c_pool_sweep_trims_back_to_the_cap_without_a_timeout() {
+    for timeout in [None, Some(Duration::from_secs(90))] {
+        let mut pool = IdlePool::new(IdleParams {
+            timeout,
+            ..params(4, 8)
+        });
+        for c in open(&mut pool, "a", 0, 10, at(0)) {
+            assert_eq!(pool.release("a", c, at(0)), None);
+        }
+        assert_eq!(pool.idle_for("a"), 10, "a burst of 10: all kept");
+        pool.sweep(at(5), |_| true);
+        assert_eq!(pool.idle_for("a"), 10, "the burst is recent: kept");
+        // Two quiet windows later the demand is 0: back to `per_host`, the newest kept.
+        pool.sweep(at(25), |_| true);
+        assert_eq!(pool.idle_for("a"), 4, "timeout {timeout:?}");
+        assert_eq!(pool.idle_count(), 4);
+        assert_eq!(pool.checkout("a", at(25)), Some(9));
+        assert_eq!(pool.poll_timeout().is_some(), timeout.is_some());
+    }
+    // The total cap: three backends, 4 each within `per_host`, 8 in all once demand is gone;
+    // the oldest (backend "a", released first) go.
+    let mut pool = IdlePool::new(IdleParams {
+        timeout: None,
+        ..params(4, 8)
+    });
+    for (i, host) in ["a", "b", "c"].into_iter().enumerate() {
+        let now = at(i as u64);
+        for c in open(&mut pool, host, 10 * i as u32, 4, now) {
+            assert_eq!(pool.release(host, c, now), None);
+        }
+    }
+    assert_eq!(pool.idle_count(), 12);
+    pool.sweep(at(30), |_| true);
+    assert_eq!(pool.idle_count(), 8);
+    assert_eq!(
+        (pool.idle_for("a"), pool.idle_for("b"), pool.idle_for("c")),
+        (0, 4, 4)
+    );
+}
+
 #[test]
 fn c_pool_closed_connections_leave_the_demand() {
     let mut pool: IdlePool<u32> = IdlePool::new(params(1, 4));

@@ -1,0 +1,85 @@
+//! The waits of a request's exchange that every data path performs the same way (HTTP/1 in
+//! `h1::request`, HTTP/2 in `proxy`): feed a fact, bound a future by the engine's deadline,
+//! park at the gate, call the rate-limit store. The engine decides; these wait.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use weir_core::bucket::BucketParams;
+use weir_core::exchange::{Exchange, Input, Stage, StoreFailure};
+use weir_core::rate::ClientKey;
+
+use crate::ratelimit::StoreError;
+use crate::{Shared, rt, worker};
+
+/// Feed `input` now.
+pub fn feed(shared: &Shared, x: &mut Exchange, input: Input) {
+    let now = shared.clock.now();
+    worker::with_rng(|rng| x.handle_input(input, now, rng));
+}
+
+/// `fut`, bounded by the engine's deadline: `None` when the deadline came and the engine moved
+/// on (its `Input::Timeout` was fed); a timer that fired early waits again.
+pub async fn bounded<F: Future>(
+    shared: &Shared,
+    x: &mut Exchange,
+    mut fut: Pin<&mut F>,
+) -> Option<F::Output> {
+    loop {
+        let stage = x.stage();
+        let Some(deadline) = x.poll_timeout() else {
+            return Some(fut.await);
+        };
+        let at = shared.clock.deadline(deadline);
+        match rt::timeout_at(shared.rt, at, fut.as_mut()).await {
+            Ok(v) => return Some(v),
+            Err(_) => {
+                feed(shared, x, Input::Timeout);
+                if x.stage() != stage {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
+pub async fn gate_wait(shared: &Shared, x: &mut Exchange, ticket: u64) {
+    while matches!(x.stage(), Stage::Queued { .. }) {
+        let deadline = x.poll_timeout();
+        let woken = shared.admission.wait(ticket, deadline).await;
+        feed(
+            shared,
+            x,
+            if woken {
+                Input::GateHandoff
+            } else {
+                Input::Timeout
+            },
+        );
+    }
+}
+
+/// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
+pub async fn store_take(shared: &Shared, x: &mut Exchange, key: ClientKey, bucket: BucketParams) {
+    let limiter = shared.limiter.inner();
+    let now = shared.clock.now();
+    // Boxed: the store clients' futures are kilobytes that a local-store request never runs.
+    let mut call = Box::pin(limiter.take(key, &bucket, now));
+    match bounded(shared, x, call.as_mut()).await {
+        Some(answer) => {
+            let failure = |e: StoreError| {
+                if e.is_partial() {
+                    StoreFailure::Partial
+                } else {
+                    StoreFailure::Error
+                }
+            };
+            feed(shared, x, Input::StoreAnswer(answer.map_err(failure)));
+        }
+        None => {
+            let limit = x.runtime().config().rate.operation_timeout();
+            limiter.note_error(StoreError::Timeout(limit));
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! weir's own HTTP/1.1 data path (issue 14): the IO around weir-core's pure codec
+//! (`weir_core::h1`) on both sides, runtime-independent (every read and write goes through
+//! `hyper::rt::Read`/`Write` on a `Box<dyn Io>`, every timer through [`crate::rt::Rt`]).
+//!
+//! - [`conn`]: one client connection: one read buffer, heads parsed by `weir_core::h1`,
+//!   pipelined requests answered in order, keep-alive / `Connection: close` / HTTP/1.0, the
+//!   connection timers of `weir_core::conn_watch`, and parking (a long-idle connection is held
+//!   as its socket alone);
+//! - [`request`]: one request's exchange (`weir_core::exchange::Exchange`), driven from the raw
+//!   head as the HTTP/2 handler (`crate::proxy`) drives it from hyper's; every decision is the
+//!   engine's;
+//! - [`client`]: upstream connections of weir's own (`Box<dyn Io>` and a read buffer), one
+//!   idle pool per worker (`weir_core::idle_pool::IdlePool`), driven in the request's task;
+//! - [`relay`]: bodies as they arrive (Content-Length, chunked, until close).
+//!
+//! The byte buffer ([`Buf`]) and the write helpers are shared by both sides.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper::rt::{Read, Write};
+
+use crate::rt::Io;
+
+pub mod client;
+pub mod conn;
+pub mod relay;
+pub mod request;
+
+/// A read buffer: bytes `start..end` of `data` are read and not consumed yet. The storage is
+/// allocated on first use, grows up to a cap, and is freed when a connection parks.
+#[derive(Debug, Default)]
+pub struct Buf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// The first allocation of a buffer.
+const INITIAL: usize = 4 * 1024;
+
+impl Buf {
+    /// An empty buffer with no storage.
+    #[must_use]
+    pub const fn new() -> Buf {
+        Buf {
+            data: Vec::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// A buffer holding `bytes`.
+    #[must_use]
+    pub fn from_slice(bytes: &[u8]) -> Buf {
+        let mut data = vec![0; INITIAL.max(bytes.len())];
+        data[..bytes.len()].copy_from_slice(bytes);
+        Buf {
+            data,
+            start: 0,
+            end: bytes.len(),
+        }
+    }
+
+    /// The unconsumed bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    /// Whether no byte is waiting.
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// How many bytes are waiting.
+    #[must_use]
+    pub const fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Mark `n` waiting bytes as used.
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Free the storage if nothing is waiting (parking).
+    pub fn release(&mut self) {
+        if self.is_empty() {
+            self.data = Vec::new();
+        }
+    }
+
+    /// Whether the buffer is full at `cap` bytes waiting.
+    #[must_use]
+    pub fn is_full(&self, cap: usize) -> bool {
+        self.len() >= cap
+    }
+
+    /// Room to read into, the buffer holding at most `cap` bytes (empty when full).
+    fn room(&mut self, cap: usize) -> &mut [u8] {
+        if self.data.is_empty() {
+            self.data = vec![0; INITIAL.min(cap.max(1))];
+        }
+        if self.end == self.data.len() && self.start > 0 {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.data.len() && self.data.len() < cap {
+            let grown = (self.data.len() * 2).min(cap);
+            self.data.resize(grown, 0);
+        }
+        let limit = (self.start + cap).min(self.data.len());
+        &mut self.data[self.end..limit.max(self.end)]
+    }
+
+    /// Read once from `io` (at most `cap` bytes waiting): the bytes read, `0` at end of stream.
+    /// Never call it with the buffer full.
+    pub fn poll_fill(
+        &mut self,
+        io: &mut Box<dyn Io>,
+        cx: &mut Context<'_>,
+        cap: usize,
+    ) -> Poll<io::Result<usize>> {
+        let room = self.room(cap);
+        if room.is_empty() {
+            return Poll::Ready(Err(io::Error::other("read buffer full")));
+        }
+        let mut rb = hyper::rt::ReadBuf::new(room);
+        match Pin::new(&mut *io).poll_read(cx, rb.unfilled()) {
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                self.end += n;
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Append `bytes`.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        if self.data.len() - self.end < bytes.len() {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.data.len() - self.end < bytes.len() {
+                self.data.resize(self.end + bytes.len().max(INITIAL), 0);
+            }
+        }
+        self.data[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+}
+
+/// Write once; `WriteZero` when the peer takes nothing.
+pub fn poll_write_some(
+    io: &mut Box<dyn Io>,
+    cx: &mut Context<'_>,
+    bytes: &[u8],
+) -> Poll<io::Result<usize>> {
+    match Pin::new(&mut *io).poll_write(cx, bytes) {
+        Poll::Ready(Ok(0)) if !bytes.is_empty() => {
+            Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero)))
+        }
+        other => other,
+    }
+}
+
+/// Write all of `bytes` and flush.
+pub async fn write_all(io: &mut Box<dyn Io>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = poll_fn(|cx| poll_write_some(io, cx, bytes)).await?;
+        bytes = &bytes[n..];
+    }
+    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await
+}
+
+/// End the write side (FIN after what was written).
+pub async fn shutdown(io: &mut Box<dyn Io>) {
+    let _ = poll_fn(|cx| Pin::new(&mut *io).poll_shutdown(cx)).await;
+}
+
+/// A header value of the engine's ([`weir_core::response::Text`]) appended to `out` as bytes.
+pub fn push_text(out: &mut Vec<u8>, text: &weir_core::response::Text<'_>) {
+    use std::io::Write as _;
+    match text {
+        weir_core::response::Text::Str(s) => out.extend_from_slice(s.as_bytes()),
+        other => {
+            let _ = write!(out, "{other}");
+        }
+    }
+}
+
+/// Up to this many extra header lines are written by weir on one head.
+pub const MAX_EXTRA: usize = 16;
+
+/// Extra header lines being collected: names and value spans into one scratch buffer, so the
+/// head writers get `(&str, &[u8])` pairs without an allocation per line.
+#[derive(Debug)]
+pub struct Extra {
+    names: [&'static str; MAX_EXTRA],
+    spans: [(usize, usize); MAX_EXTRA],
+    n: usize,
+    scratch: Vec<u8>,
+}
+
+impl Extra {
+    /// No lines, `scratch` (cleared) holding the values.
+    #[must_use]
+    pub fn new(mut scratch: Vec<u8>) -> Extra {
+        scratch.clear();
+        Extra {
+            names: [""; MAX_EXTRA],
+            spans: [(0, 0); MAX_EXTRA],
+            n: 0,
+            scratch,
+        }
+    }
+
+    /// Set `name` (a later value for the same name replaces an earlier one).
+    pub fn set(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.scratch.len();
+        value(&mut self.scratch);
+        let span = (start, self.scratch.len());
+        if let Some(i) = self.names[..self.n]
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(name))
+        {
+            self.spans[i] = span;
+        } else if self.n < MAX_EXTRA {
+            self.names[self.n] = name;
+            self.spans[self.n] = span;
+            self.n += 1;
+        }
+    }
+
+    /// Set `name` to `bytes`.
+    pub fn set_bytes(&mut self, name: &'static str, bytes: &[u8]) {
+        self.set(name, |out| out.extend_from_slice(bytes));
+    }
+
+    /// Whether `name` is set.
+    #[must_use]
+    pub fn has(&self, name: &str) -> bool {
+        self.names[..self.n]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    /// The lines, for a head writer.
+    pub fn with_pairs<R>(&self, f: impl FnOnce(&[(&str, &[u8])]) -> R) -> R {
+        let mut pairs: [(&str, &[u8]); MAX_EXTRA] = [("", &[]); MAX_EXTRA];
+        for (i, pair) in pairs.iter_mut().enumerate().take(self.n) {
+            let (a, b) = self.spans[i];
+            *pair = (self.names[i], &self.scratch[a..b]);
+        }
+        f(&pairs[..self.n])
+    }
+
+    /// The scratch buffer back, for reuse.
+    #[must_use]
+    pub fn into_scratch(self) -> Vec<u8> {
+        self.scratch
+    }
+}

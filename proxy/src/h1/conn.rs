@@ -1,0 +1,298 @@
+//! One HTTP/1 client connection (C-PATH-1, C-PATH-10, C-PATH-12): one read buffer, heads parsed
+//! by `weir_core::h1::parse_request`, requests answered one after the other in the order they
+//! arrived (pipelining), kept alive as the request, the response and the shutdown allow.
+//!
+//! **Timers.** One timer per connection, armed only from `weir_core::conn_watch::ConnWatch`:
+//! `read_header_timeout` from the first byte of a head (from accept for the first) to its end
+//! (then the connection closes unanswered, slowloris), `idle_timeout` between requests, and
+//! parking after [`PARK_AFTER`] idle. The timer is re-armed only when the watchdog's next look is
+//! earlier than the one armed; a look that comes early re-arms it (at most once per
+//! `PARK_AFTER`), never once per request.
+//!
+//! **Parking.** A connection idle for [`PARK_AFTER`] with nothing buffered gives its buffers
+//! back: what is left is the socket, the task and a few words of state. Its next bytes are read
+//! through a stack buffer and copied into a fresh read buffer.
+//!
+//! **Refusals.** A head that breaks a parsing rule (docs/proxy.md, "HTTP/1 parsing rules") is
+//! answered with the codec's status (`400`, `414`, `431`) and `Connection: close`; nothing is
+//! sent upstream, and the connection closes after a short lingering read, so that the client
+//! reads the answer before the close (unread bytes would make the kernel reset it).
+
+use std::future::poll_fn;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use hyper::rt::Read;
+use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
+use weir_core::h1::{self, EMPTY_HEADER, HeadError, Parsed};
+
+use super::{Buf, request, write_all};
+use crate::rt::{self, Io, watch};
+use crate::server::ConnCtx;
+
+/// How long a keep-alive connection stays idle before it is parked (docs/proxy.md, "Idle
+/// connections").
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// Header lines a request may carry (`431` beyond).
+pub const MAX_HEADERS: usize = h1::DEFAULT_MAX_HEADERS;
+
+/// The most a lingering close reads and how long it waits.
+const LINGER_BYTES: usize = 64 * 1024;
+const LINGER: Duration = Duration::from_millis(500);
+
+/// A client connection's IO state, lent to each request in turn.
+pub struct Client {
+    /// The socket (TCP or TLS).
+    pub io: Box<dyn Io>,
+    /// Bytes read and not used yet.
+    pub buf: Buf,
+    /// The head of the request being served, copied out of `buf`.
+    pub head: Vec<u8>,
+    /// The write buffer towards the client.
+    pub out: Vec<u8>,
+    /// The write buffer towards the upstream.
+    pub up_out: Vec<u8>,
+    /// Scratch for header values.
+    pub scratch: Vec<u8>,
+    /// The codec's limits.
+    pub limits: h1::Limits,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("buffered", &self.buf.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// The most bytes the read buffer holds: one head at its limit.
+    #[must_use]
+    pub fn cap(&self) -> usize {
+        self.limits.max_head_bytes.saturating_add(1).max(16 * 1024)
+    }
+
+    /// Free every buffer (parking); only possible with nothing read ahead.
+    fn park(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        self.buf.release();
+        self.head = Vec::new();
+        self.out = Vec::new();
+        self.up_out = Vec::new();
+        self.scratch = Vec::new();
+        true
+    }
+}
+
+/// What the wait between heads woke up for.
+enum Event {
+    /// Bytes arrived (`0`: the client closed or the read failed).
+    Read(usize),
+    /// The timer fired.
+    Timer,
+    /// Shutdown began.
+    Shutdown,
+}
+
+/// Serve the HTTP/1 connection `io` (its first bytes already in `buf`) until it closes.
+pub async fn serve(
+    ctx: Arc<ConnCtx>,
+    io: Box<dyn Io>,
+    buf: Buf,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let shared = &ctx.shared;
+    let (rt, clock) = (shared.rt, shared.clock);
+    let limits = &shared.limits;
+    let mut c = Client {
+        io,
+        buf,
+        head: Vec::new(),
+        out: Vec::new(),
+        up_out: Vec::new(),
+        scratch: Vec::new(),
+        limits: h1::Limits {
+            max_request_line: h1::Limits::default()
+                .max_request_line
+                .min(limits.max_header_bytes),
+            max_head_bytes: limits.max_header_bytes,
+        },
+    };
+    let watch = ConnWatch::new(
+        limits.read_header_timeout,
+        limits.idle_timeout,
+        Some(PARK_AFTER),
+    );
+    let mut phase = ConnPhase::Head {
+        started: clock.now(),
+    };
+    let mut armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
+    let mut sleep = rt.sleep_until(armed);
+    let mut parked = false;
+    // Polled once to register, then only when the lock-free check says the signal moved.
+    let signal = shutdown.clone();
+    let mut stop = pin!(async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    });
+    let mut stop_armed = false;
+    loop {
+        if !c.buf.is_empty() {
+            if let ConnPhase::Idle { .. } = phase {
+                phase = ConnPhase::Head {
+                    started: clock.now(),
+                };
+            }
+            match take_head(&mut c) {
+                Ok(true) => {
+                    let keep = Box::pin(request::serve(&ctx, &mut c, &signal)).await;
+                    if !keep || signal.get() {
+                        break;
+                    }
+                    phase = ConnPhase::Idle { since: clock.now() };
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    refuse(&mut c, e).await;
+                    linger(rt, &mut c).await;
+                    return;
+                }
+            }
+        }
+        let now = clock.now();
+        let next = match phase {
+            // Parked: only idle_timeout (from the end of the last response) is left.
+            ConnPhase::Idle { since } if parked => since.saturating_add(limits.idle_timeout),
+            _ => watch.poll_timeout(phase, now),
+        };
+        let next = clock.deadline(next);
+        if next < armed || armed <= rt.now() {
+            armed = next;
+            rt.reset(&mut sleep, armed);
+        }
+        let event = poll_fn(|cx| {
+            if !stop_armed || signal.has_changed() {
+                stop_armed = true;
+                if stop.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Shutdown);
+                }
+            }
+            if let Poll::Ready(n) = poll_read(&mut c, parked, cx) {
+                return Poll::Ready(Event::Read(n));
+            }
+            match sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Event::Timer),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        match event {
+            Event::Read(0) | Event::Shutdown => break,
+            Event::Read(_) => parked = false,
+            Event::Timer => match watch.poll_action(phase, clock.now()) {
+                Some(WatchAction::Close | WatchAction::Idle) => break,
+                Some(WatchAction::Park) if !parked => {
+                    parked = c.park();
+                    crate::memory::note_freed();
+                }
+                _ => {}
+            },
+        }
+    }
+    super::shutdown(&mut c.io).await;
+}
+
+/// Read once (`0`: end of stream, a failure, or a head over the limit with nothing to parse).
+fn poll_read(c: &mut Client, parked: bool, cx: &mut std::task::Context<'_>) -> Poll<usize> {
+    if parked {
+        let mut tmp = [0u8; 1024];
+        let mut rb = hyper::rt::ReadBuf::new(&mut tmp);
+        return match Pin::new(&mut c.io).poll_read(cx, rb.unfilled()) {
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                c.buf.extend(&tmp[..n]);
+                Poll::Ready(n)
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(0),
+            Poll::Pending => Poll::Pending,
+        };
+    }
+    let cap = c.cap();
+    if c.buf.is_full(cap) {
+        return Poll::Ready(0);
+    }
+    match c.buf.poll_fill(&mut c.io, cx, cap) {
+        Poll::Ready(Ok(n)) => Poll::Ready(n),
+        Poll::Ready(Err(_)) => Poll::Ready(0),
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+/// Whether `c.buf` starts with a whole head (then copied to `c.head` and consumed), or a
+/// refusal.
+fn take_head(c: &mut Client) -> Result<bool, HeadError> {
+    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
+    match h1::parse_request(c.buf.bytes(), &mut headers, &c.limits)? {
+        Parsed::Partial => Ok(false),
+        Parsed::Complete(head) => {
+            let n = head.head_len;
+            c.head.clear();
+            c.head.extend_from_slice(&c.buf.bytes()[..n]);
+            c.buf.consume(n);
+            Ok(true)
+        }
+    }
+}
+
+/// Answer a refused head (C-PATH-11's JSON shape, a fresh request id) and close.
+async fn refuse(c: &mut Client, e: HeadError) {
+    let status = e.status();
+    let id = crate::worker::with_rng(|rng| weir_core::request_id::RequestId::generate(rng));
+    let body = format!(
+        "{{\"code\":{status},\"message\":\"{}\",\"request_id\":\"{}\"}}",
+        e.message(),
+        id.as_str()
+    );
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nx-request-id: {}\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        id.as_str(),
+        body.len()
+    );
+    c.out.clear();
+    c.out.extend_from_slice(head.as_bytes());
+    c.out.extend_from_slice(body.as_bytes());
+    let out = std::mem::take(&mut c.out);
+    let _ = write_all(&mut c.io, &out).await;
+}
+
+/// End the write side, then read (and drop) what the client still sends for a moment, so that
+/// the close does not reset the answer away.
+pub async fn linger(rt: rt::Rt, c: &mut Client) {
+    super::shutdown(&mut c.io).await;
+    let mut seen = 0usize;
+    let drain = async {
+        loop {
+            c.buf.consume(c.buf.len());
+            match poll_fn(|cx| c.buf.poll_fill(&mut c.io, cx, 16 * 1024)).await {
+                Ok(n) if n > 0 && seen < LINGER_BYTES => seen += n,
+                _ => return,
+            }
+        }
+    };
+    let _ = rt::timeout(rt, LINGER, drain).await;
+}

@@ -1,0 +1,839 @@
+//! One HTTP/1 request: the IO around its exchange (`weir_core::exchange`, docs/request-flow.md),
+//! from the raw head. The engine is created from the parsed head and decides everything (request
+//! id, health answers, gate, client address, rate limit, route, body policy, retries, deadlines,
+//! response mapping); this module performs its outputs: park at the gate, call the store, read
+//! the body for replay, send an attempt on a pooled or new upstream connection ([`super::client`]),
+//! answer, deliver the response as it arrives ([`super::relay`]) or tunnel an upgrade.
+//!
+//! Upstream heads are written by `weir_core::h1::write_upstream_request` into one buffer and sent
+//! with one write (with a buffered body, in the same write); response heads are rewritten by
+//! `write_response_head` and sent with the first body bytes read.
+//!
+//! Cancellation (C-PATH-9): while an attempt waits for its response head the client socket is
+//! read too; its end of stream ends the request. The drop guard ([`Req`]'s `Drop`) feeds the
+//! engine `Input::ClientGone` and performs what follows; the upstream connection is dropped
+//! (closed) with the request.
+
+use std::borrow::Cow;
+use std::future::poll_fn;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use weir_core::exchange::{
+    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure,
+};
+use weir_core::flow::BodyEnd;
+use weir_core::h1::{
+    self, BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, Parsed, RequestHead, ResponseContext,
+    UpstreamRequest, Version,
+};
+use weir_core::response::{ClientError, header};
+use weir_core::upstream::BackendBase;
+
+use super::client::{self, HeadInfo, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError};
+use super::conn::{Client, MAX_HEADERS};
+use super::relay::{self, BODY_CHUNK, Reader, RelayError};
+use super::{Extra, push_text, write_all};
+use crate::rt::{self, watch};
+use crate::server::ConnCtx;
+use crate::upstream::Target;
+use crate::{Shared, drive, effects, worker};
+
+/// Serve the request whose head is in `c.head`: whether the connection stays open after it.
+pub async fn serve(ctx: &Arc<ConnCtx>, c: &mut Client, shutdown: &watch::Receiver<bool>) -> bool {
+    let raw = std::mem::take(&mut c.head);
+    let keep = serve_head(ctx, c, &raw, shutdown).await;
+    c.head = raw;
+    keep
+}
+
+async fn serve_head(
+    ctx: &Arc<ConnCtx>,
+    c: &mut Client,
+    raw: &[u8],
+    shutdown: &watch::Receiver<bool>,
+) -> bool {
+    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
+    let Ok(Parsed::Complete(head)) = h1::parse_request(raw, &mut headers, &c.limits) else {
+        return false;
+    };
+    let absolute =
+        (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
+            .then(|| head.target.parse::<http::Uri>().ok())
+            .flatten();
+    let (path, pq) = match &absolute {
+        Some(u) => (u.path(), u.path_and_query().map_or("/", |p| p.as_str())),
+        None if head.method == "CONNECT" => ("", ""),
+        None => (head.target.split('?').next().unwrap_or(""), head.target),
+    };
+    let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
+        return false;
+    };
+    let host = head
+        .host()
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .or_else(|| {
+            absolute
+                .as_ref()
+                .and_then(|u| u.authority())
+                .map(|a| a.as_str())
+        });
+    let version = match head.version {
+        Version::Http10 => http::Version::HTTP_10,
+        Version::Http11 => http::Version::HTTP_11,
+    };
+    let body = match head.body {
+        BodyFraming::Empty | BodyFraming::Length(0) | BodyFraming::UntilClose => BodyInfo::Empty,
+        BodyFraming::Length(n) => BodyInfo::Sized(n),
+        BodyFraming::Chunked => BodyInfo::Unsized,
+    };
+    let shared = &ctx.shared;
+    let x = {
+        let map = header_map(head.headers);
+        let engine_head = Head {
+            method: &method,
+            path,
+            target: pq,
+            headers: &map,
+            peer: ctx.peer.ip(),
+            // The codec refused every head with a framing defect before this point.
+            framing: Ok(()),
+            body,
+        };
+        worker::with_rng(|rng| {
+            let services = Arc::clone(&shared.services);
+            let now = shared.clock.now();
+            Exchange::new(shared.runtime.load_full(), services, &engine_head, now, rng)
+        })
+    };
+    let mut r = Req {
+        shared,
+        x: Some(x),
+        log: Log {
+            method: &method,
+            path,
+            version,
+            host,
+        },
+        pq,
+        head: &head,
+        reader: Reader::new(head.body),
+        buffered: None,
+        sent_continue: false,
+        client_failed: false,
+        shutdown,
+    };
+    r.run(c).await
+}
+
+/// The headers for the engine's constructor (it reads a few by name: the request id, the
+/// forwarding headers, `Connection`/`Upgrade`, an affinity header).
+fn header_map(headers: &[h1::Header<'_>]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for h in headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+/// What the access-log line needs of the request.
+#[derive(Clone, Copy)]
+struct Log<'a> {
+    method: &'a Method,
+    path: &'a str,
+    version: http::Version,
+    host: Option<&'a str>,
+}
+
+impl<'a> Log<'a> {
+    fn request(&self) -> effects::Request<'a> {
+        effects::Request {
+            method: self.method,
+            path: self.path,
+            version: self.version,
+            host: self.host,
+        }
+    }
+}
+
+/// The latest attempt's response head on its connection.
+struct Up {
+    conn: UpConn,
+    info: HeadInfo,
+    target: Arc<Target>,
+}
+
+/// The client went away while the request waited (C-PATH-9).
+struct Gone;
+
+/// One request and its exchange; dropping it before the end tells the engine the client left.
+struct Req<'a> {
+    shared: &'a Arc<Shared>,
+    /// `None` once the exchange moved into a response body or a tunnel.
+    x: Option<Exchange>,
+    log: Log<'a>,
+    /// The origin-form target (path and query) as received.
+    pq: &'a str,
+    head: &'a RequestHead<'a, 'a>,
+    /// Where the client's request body stands.
+    reader: Reader,
+    /// The body, read whole for replay (C-RETRY-1), framing included.
+    buffered: Option<Vec<u8>>,
+    /// weir already sent the client a `100 Continue`.
+    sent_continue: bool,
+    /// Reading the client's streamed body failed (C-PATH-9).
+    client_failed: bool,
+    shutdown: &'a watch::Receiver<bool>,
+}
+
+impl Drop for Req<'_> {
+    fn drop(&mut self) {
+        let Some(x) = self.x.as_mut() else {
+            return;
+        };
+        if !x.is_done() {
+            drive::feed(self.shared, x, Input::ClientGone);
+        }
+        effects::drain(self.shared, x, Some(self.log.request()));
+    }
+}
+
+#[cold]
+fn unreachable_exchange() -> ! {
+    unreachable!("the exchange was used after it moved into the response")
+}
+
+impl Req<'_> {
+    fn x(&mut self) -> &mut Exchange {
+        match &mut self.x {
+            Some(x) => x,
+            None => unreachable_exchange(),
+        }
+    }
+
+    fn feed(&mut self, input: Input) {
+        let shared = self.shared;
+        drive::feed(shared, self.x(), input);
+    }
+
+    /// The next output that is not a side effect (those are performed on the way).
+    fn next(&mut self) -> Option<Output> {
+        let request = self.log.request();
+        let x = self.x.as_mut()?;
+        while let Some(out) = x.poll_output() {
+            if let Some(out) = effects::perform(self.shared, x, out, Some(request)) {
+                return Some(out);
+            }
+        }
+        None
+    }
+
+    /// Perform the engine's outputs to the end of the response: whether the connection stays.
+    async fn run(&mut self, c: &mut Client) -> bool {
+        let mut last: Option<Up> = None;
+        loop {
+            let Some(out) = self.next() else {
+                return self
+                    .answer(c, Answer::Client(ClientError::Incomplete))
+                    .await;
+            };
+            match out {
+                Output::GateWait { ticket } => {
+                    let (shared, cap) = (self.shared, c.cap());
+                    let wait = drive::gate_wait(shared, self.x(), ticket);
+                    if !or_gone(c, cap, wait).await {
+                        return false;
+                    }
+                }
+                Output::StoreTake { key, bucket } => {
+                    let (shared, cap) = (self.shared, c.cap());
+                    let take = drive::store_take(shared, self.x(), key, bucket);
+                    if !or_gone(c, cap, take).await {
+                        return false;
+                    }
+                }
+                Output::BufferBody { .. } => self.buffer(c).await,
+                Output::Send(s) => {
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes).
+                    drop(last.take());
+                    match self.send(c, &s).await {
+                        Ok(up) => last = up,
+                        Err(Gone) => return false,
+                    }
+                }
+                Output::Answer(a) => return self.answer(c, a).await,
+                Output::Deliver(d) => return self.deliver(c, &d, last.take()).await,
+                _ => {}
+            }
+        }
+    }
+
+    /// `100 Continue`, once, when the client waits for it before sending its body.
+    async fn continue_body(&mut self, c: &mut Client) -> io::Result<()> {
+        if self.sent_continue
+            || !self.head.expect_continue()
+            || self.reader.is_done()
+            || !c.buf.is_empty()
+        {
+            return Ok(());
+        }
+        self.sent_continue = true;
+        write_all(&mut c.io, b"HTTP/1.1 100 Continue\r\n\r\n").await
+    }
+
+    /// C-RETRY-1: read the whole body for replay, bounded by `read_timeout`.
+    async fn buffer(&mut self, c: &mut Client) {
+        if self.continue_body(c).await.is_err() {
+            return self.feed(Input::BodyUnreadable);
+        }
+        let mut body = Vec::new();
+        let shared = self.shared;
+        let read = {
+            let Req { x, reader, .. } = self;
+            let Some(x) = x.as_mut() else {
+                return;
+            };
+            let read = pin!(read_body(c, reader, &mut body));
+            drive::bounded(shared, x, read).await
+        };
+        match read {
+            Some(Ok(())) => {
+                self.buffered = Some(body);
+                self.feed(Input::BodyBuffered);
+            }
+            Some(Err(_)) => self.feed(Input::BodyUnreadable),
+            None => {}
+        }
+    }
+
+    /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,
+    /// a streamed body, the response head (interim ones relayed).
+    async fn send(&mut self, c: &mut Client, s: &Send) -> Result<Option<Up>, Gone> {
+        let shared = self.shared;
+        let target = self
+            .x()
+            .backend(s.backend)
+            .and_then(|b| shared.upstream.target(b.id(), b.url()).ok());
+        let Some(target) = target else {
+            self.feed(Input::SendFailed(SendFailure::Connect));
+            return Ok(None);
+        };
+        let Ok(upstream_target) = upstream_target(target.base(), self.log.method, self.pq) else {
+            self.feed(Input::TargetTooLong);
+            return Ok(None);
+        };
+        self.write_head(c, &target, &upstream_target, s.body);
+        let stream = match s.body {
+            SendBody::Stream { read_deadline } => {
+                if self.continue_body(c).await.is_err() {
+                    return Err(Gone);
+                }
+                Some(read_deadline.map(|d| shared.clock.deadline(d)))
+            }
+            SendBody::Empty | SendBody::Buffered => None,
+        };
+        let rctx = ResponseContext {
+            head: self.head.is_head(),
+            upgrade: self.x().upgrade_requested(),
+        };
+        let version = self.head.version;
+        let sent = {
+            let Req {
+                x,
+                reader,
+                sent_continue,
+                client_failed,
+                ..
+            } = self;
+            let Some(x) = x.as_mut() else {
+                return Ok(None);
+            };
+            let mut side = Side {
+                reader,
+                sent_continue,
+                client_failed,
+                version,
+            };
+            let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
+            drive::bounded(shared, x, attempt).await
+        };
+        match sent {
+            None => Ok(None),
+            Some(Ok((conn, info))) => {
+                self.feed(Input::ResponseHead {
+                    status: info.status,
+                });
+                Ok(Some(Up { conn, info, target }))
+            }
+            Some(Err(UpError::ClientGone)) => Err(Gone),
+            Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
+                // The engine classifies a status outside 100..=599 (an invalid response); the
+                // connection that carried it is dropped.
+                self.feed(Input::ResponseHead { status });
+                Ok(None)
+            }
+            Some(Err(e)) => {
+                tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
+                let failure = match e {
+                    UpError::Connect(_) => SendFailure::Connect,
+                    _ => SendFailure::Transport {
+                        client_body_failed: self.client_failed,
+                    },
+                };
+                self.feed(Input::SendFailed(failure));
+                Ok(None)
+            }
+        }
+    }
+
+    /// The upstream head of an attempt into `c.up_out` (C-PATH-3..6, C-FWD-1..3), followed by
+    /// the buffered body when the attempt sends it.
+    fn write_head(
+        &mut self,
+        c: &mut Client,
+        target: &Target,
+        upstream_target: &[u8],
+        body: SendBody,
+    ) {
+        let head = self.head;
+        let mut extra = Extra::new(std::mem::take(&mut c.scratch));
+        let x = self.x();
+        extra.set_bytes(header::REQUEST_ID, x.request_id().as_bytes());
+        extra.set_bytes(header::BACKEND_ATTEMPT, target.id().as_bytes());
+        if head.host().is_none() {
+            extra.set_bytes("host", target.host_header().as_bytes());
+        }
+        c.up_out.clear();
+        let (client, proto) = (x.client(), x.proto());
+        extra.with_pairs(|pairs| {
+            let req = UpstreamRequest {
+                target: upstream_target,
+                client,
+                proto,
+                extra: pairs,
+            };
+            h1::write_upstream_request(head, &req, &mut c.up_out);
+        });
+        c.scratch = extra.into_scratch();
+        if matches!(body, SendBody::Buffered)
+            && let Some(b) = &self.buffered
+        {
+            c.up_out.extend_from_slice(b);
+        }
+    }
+
+    /// weir's own response (C-PATH-11, C-OBS-4), with `X-Request-ID` and the rate headers of an
+    /// allowed request (C-RATE-1).
+    async fn answer(&mut self, c: &mut Client, a: Answer) -> bool {
+        let status = a.status();
+        let mut extra = Extra::new(std::mem::take(&mut c.scratch));
+        let x = self.x();
+        let rid = x.request_id().as_bytes();
+        let body: Cow<'static, str> = match (a.health_body(), x.synthetic(&a)) {
+            (Some(b), _) => {
+                extra.set_bytes(header::CONTENT_TYPE, weir_core::response::JSON.as_bytes());
+                Cow::Borrowed(b)
+            }
+            (None, Some(s)) => {
+                for (name, value) in s.headers() {
+                    extra.set(name, |out| push_text(out, &value));
+                }
+                Cow::Owned(s.body())
+            }
+            (None, None) => Cow::Borrowed(""),
+        };
+        extra.set_bytes(header::REQUEST_ID, rid);
+        for (name, value) in x.response_headers(None, status) {
+            extra.set(name, |out| push_text(out, &value));
+        }
+        let close = extra.has(header::CONNECTION);
+        // The rest of the engine's outputs (record, gate hand-off) are side effects.
+        let _ = self.next();
+        let keep = !close && self.keep_alive();
+        c.out.clear();
+        status_line(&mut c.out, status);
+        extra.with_pairs(|pairs| {
+            for (name, value) in pairs {
+                if !name.eq_ignore_ascii_case(header::CONNECTION) {
+                    line(&mut c.out, name.as_bytes(), value);
+                }
+            }
+        });
+        c.scratch = extra.into_scratch();
+        line(
+            &mut c.out,
+            b"content-length",
+            body.len().to_string().as_bytes(),
+        );
+        connection_line(&mut c.out, keep, self.head.version);
+        c.out.extend_from_slice(b"\r\n");
+        if !self.head.is_head() {
+            c.out.extend_from_slice(body.as_bytes());
+        }
+        let out = std::mem::take(&mut c.out);
+        let ok = write_all(&mut c.io, &out).await.is_ok();
+        c.out = out;
+        ok && keep
+    }
+
+    /// Whether the client connection can carry another request after this one: the client
+    /// allows it, weir is not shutting down, and the request body was read to its end.
+    fn keep_alive(&self) -> bool {
+        self.head.keep_alive() && !self.shutdown.get() && self.reader.is_done()
+    }
+
+    /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
+    /// upgrade (C-PATH-8).
+    async fn deliver(&mut self, c: &mut Client, d: &Delivery, last: Option<Up>) -> bool {
+        let _ = self.next();
+        let Some(mut up) = last else {
+            return self
+                .answer(c, Answer::Client(ClientError::Incomplete))
+                .await;
+        };
+        let keep = self.keep_alive();
+        let rctx = ResponseContext {
+            head: self.head.is_head(),
+            upgrade: self.x().upgrade_requested(),
+        };
+        let Some(mut x) = self.x.take() else {
+            return false;
+        };
+        let mut extra = Extra::new(std::mem::take(&mut c.scratch));
+        for (name, value) in x.response_headers(Some(d), d.deliver.status) {
+            match name {
+                header::BACKEND => extra.set_bytes(name, up.target.id().as_bytes()),
+                header::REQUEST_ID => extra.set_bytes(name, x.request_id().as_bytes()),
+                _ => extra.set(name, |out| push_text(out, &value)),
+            }
+        }
+        c.out.clear();
+        let client = ClientSide {
+            version: self.head.version,
+            keep_alive: keep,
+        };
+        let written = response_head(&up.conn, rctx, client, &extra, &mut c.out);
+        c.scratch = extra.into_scratch();
+        let shared = self.shared;
+        let Some((out, framing, reusable)) = written else {
+            finish(shared, &mut x, BodyEnd::Error);
+            return false;
+        };
+        up.conn.buf.consume(up.info.head_len);
+        if out.body == BodyOut::Tunnel {
+            tunnel(shared, c, up.conn, x).await;
+            return false;
+        }
+        let mut reader = Reader::new(framing);
+        let pass = out.body == BodyOut::PassChunked;
+        let end = {
+            let mut w = std::mem::take(&mut c.out);
+            let cap = c.cap();
+            let relay = relay::relay(
+                (&mut up.conn.io, &mut up.conn.buf),
+                &mut reader,
+                pass,
+                (&mut c.io, Some(&mut c.buf)),
+                &mut w,
+                cap,
+            );
+            let end = stream_body(shared, &mut x, pin!(relay)).await;
+            w.clear();
+            c.out = w;
+            end
+        };
+        finish(shared, &mut x, end);
+        if end == BodyEnd::Complete && reusable {
+            client::release(&shared.upstream, up.conn, shared.rt.now());
+        }
+        end == BodyEnd::Complete && out.keep_alive
+    }
+}
+
+/// Run `fut` unless the client closes first (C-PATH-9, C-LOAD-1: a queued client that leaves
+/// leaves the queue): whether `fut` completed.
+async fn or_gone(c: &mut Client, cap: usize, fut: impl std::future::Future<Output = ()>) -> bool {
+    let gone = relay::until_closed(&mut c.io, &mut c.buf, cap);
+    matches!(
+        futures_util::future::select(pin!(fut), pin!(gone)).await,
+        futures_util::future::Either::Left(_)
+    )
+}
+
+/// The parts of a request an attempt changes.
+struct Side<'r> {
+    reader: &'r mut Reader,
+    sent_continue: &'r mut bool,
+    client_failed: &'r mut bool,
+    version: Version,
+}
+
+/// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
+/// the body if `stream` (its read deadline), and read the response head, relaying interim ones.
+async fn attempt(
+    shared: &Shared,
+    c: &mut Client,
+    target: &Arc<Target>,
+    stream: Option<Option<std::time::Instant>>,
+    side: &mut Side<'_>,
+    rctx: ResponseContext,
+) -> Result<(UpConn, HeadInfo), UpError> {
+    let up = &shared.upstream;
+    let now = shared.rt.now();
+    let mut conn = None;
+    while let Some(mut pooled) = client::checkout(up, target, now) {
+        if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
+            crate::metrics::upstream_connection(true);
+            conn = Some(pooled);
+            break;
+        }
+    }
+    let mut conn = match conn {
+        Some(conn) => conn,
+        None => {
+            // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
+            let mut fresh = Box::pin(client::connect(up, target)).await?;
+            crate::metrics::upstream_connection(false);
+            write_all(&mut fresh.io, &c.up_out)
+                .await
+                .map_err(UpError::Transport)?;
+            fresh
+        }
+    };
+    if let Some(deadline) = stream {
+        let mut w = std::mem::take(&mut c.out);
+        let relay = relay::relay(
+            (&mut c.io, &mut c.buf),
+            side.reader,
+            true,
+            (&mut conn.io, None),
+            &mut w,
+            0,
+        );
+        let r = match deadline {
+            Some(at) => rt::timeout_at(shared.rt, at, relay)
+                .await
+                .unwrap_or_else(|_| Err(RelayError::Source(io::ErrorKind::TimedOut.into()))),
+            None => relay.await,
+        };
+        w.clear();
+        c.out = w;
+        match r {
+            Ok(()) => {}
+            Err(RelayError::Source(e)) => {
+                *side.client_failed = true;
+                return Err(UpError::Transport(e));
+            }
+            Err(RelayError::Sink(e)) => return Err(UpError::Transport(e)),
+        }
+    }
+    loop {
+        let info = poll_fn(|cx| wait_head(&mut conn, c, cx, rctx)).await?;
+        if !info.interim {
+            return Ok((conn, info));
+        }
+        let swallow = info.status == 100 && *side.sent_continue;
+        if !swallow && h1::relay_interim(side.version) {
+            c.out.clear();
+            interim_head(&conn, rctx, &mut c.out);
+            let out = std::mem::take(&mut c.out);
+            let r = write_all(&mut c.io, &out).await;
+            c.out = out;
+            r.map_err(|_| UpError::ClientGone)?;
+            *side.sent_continue |= info.status == 100;
+        }
+        conn.buf.consume(info.head_len);
+    }
+}
+
+/// The upstream's response head, the client's socket watched for its end (C-PATH-9).
+fn wait_head(
+    conn: &mut UpConn,
+    c: &mut Client,
+    cx: &mut Context<'_>,
+    rctx: ResponseContext,
+) -> Poll<Result<HeadInfo, UpError>> {
+    if let Poll::Ready(r) = client::poll_head(conn, cx, rctx) {
+        return Poll::Ready(r);
+    }
+    let cap = c.cap();
+    if !c.buf.is_full(cap) {
+        match c.buf.poll_fill(&mut c.io, cx, cap) {
+            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Err(UpError::ClientGone)),
+            Poll::Ready(Ok(_)) => cx.waker().wake_by_ref(),
+            Poll::Pending => {}
+        }
+    }
+    Poll::Pending
+}
+
+/// The client's head for the response at the start of `conn.buf`: what to send and how, the
+/// upstream body's framing, and whether the upstream connection is reusable after it.
+fn response_head(
+    conn: &UpConn,
+    rctx: ResponseContext,
+    client: ClientSide,
+    extra: &Extra,
+    out: &mut Vec<u8>,
+) -> Option<(h1::ResponseOut, BodyFraming, bool)> {
+    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let Ok(Parsed::Complete(head)) =
+        h1::parse_response(conn.buf.bytes(), &mut headers, &RESPONSE_LIMITS, rctx)
+    else {
+        return None;
+    };
+    let written = extra.with_pairs(|pairs| h1::write_response_head(&head, client, pairs, out));
+    Some((written, head.body, head.reusable()))
+}
+
+/// An interim head for the client.
+fn interim_head(conn: &UpConn, rctx: ResponseContext, out: &mut Vec<u8>) {
+    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    if let Ok(Parsed::Complete(head)) =
+        h1::parse_response(conn.buf.bytes(), &mut headers, &RESPONSE_LIMITS, rctx)
+    {
+        h1::write_interim(&head, out);
+    }
+}
+
+/// Relay a delivered body under the engine's `write_timeout` (C-PATH-7): how it ended.
+async fn stream_body<F>(
+    shared: &Shared,
+    x: &mut Exchange,
+    mut relay: std::pin::Pin<&mut F>,
+) -> BodyEnd
+where
+    F: std::future::Future<Output = Result<(), RelayError>>,
+{
+    loop {
+        let r = match x.poll_timeout() {
+            None => relay.as_mut().await,
+            Some(d) => {
+                let at = shared.clock.deadline(d);
+                match rt::timeout_at(shared.rt, at, relay.as_mut()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        drive::feed(shared, x, Input::Timeout);
+                        let mut abort = false;
+                        while let Some(out) = x.poll_output() {
+                            if let Some(Output::AbortBody) = effects::perform(shared, x, out, None)
+                            {
+                                abort = true;
+                            }
+                        }
+                        if abort {
+                            return BodyEnd::Error;
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        return match r {
+            Ok(()) => BodyEnd::Complete,
+            Err(RelayError::Source(_)) => BodyEnd::Error,
+            Err(RelayError::Sink(_)) => BodyEnd::ClientGone,
+        };
+    }
+}
+
+/// Report the body's end and perform what it releases.
+fn finish(shared: &Shared, x: &mut Exchange, end: BodyEnd) {
+    drive::feed(shared, x, Input::BodyEnd(end));
+    effects::drain(shared, x, None);
+}
+
+/// C-PATH-8: write the `101` head, then tunnel both ways (bytes already read on either side
+/// first); the exchange (backend slot, gate slot) is held until the tunnel closes.
+async fn tunnel(shared: &Shared, c: &mut Client, mut conn: UpConn, mut x: Exchange) {
+    let r = async {
+        write_all(&mut c.io, &c.out).await?;
+        if !c.buf.is_empty() {
+            write_all(&mut conn.io, c.buf.bytes()).await?;
+            c.buf.consume(c.buf.len());
+        }
+        if !conn.buf.is_empty() {
+            write_all(&mut c.io, conn.buf.bytes()).await?;
+            conn.buf.consume(conn.buf.len());
+        }
+        rt::copy_bidirectional(&mut c.io, &mut conn.io).await
+    }
+    .await;
+    let end = if r.is_ok() {
+        BodyEnd::Complete
+    } else {
+        BodyEnd::Error
+    };
+    finish(shared, &mut x, end);
+}
+
+/// Read a whole request body (framing included) into `out`.
+async fn read_body(c: &mut Client, reader: &mut Reader, out: &mut Vec<u8>) -> io::Result<()> {
+    loop {
+        if reader
+            .take(&mut c.buf, true, out)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+        {
+            return Ok(());
+        }
+        let n = poll_fn(|cx| c.buf.poll_fill(&mut c.io, cx, BODY_CHUNK)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// The upstream target of an attempt (C-PATH-5): the client's own bytes when the backend has no
+/// path prefix, core's join otherwise.
+fn upstream_target<'t>(
+    base: &BackendBase,
+    method: &Method,
+    pq: &'t str,
+) -> Result<Cow<'t, [u8]>, ()> {
+    if base.path_prefix().is_empty() && pq.starts_with('/') {
+        return Ok(Cow::Borrowed(pq.as_bytes()));
+    }
+    let raw = if pq.is_empty() { "/" } else { pq };
+    let full = base.upstream_uri(method, raw).map_err(|_| ())?;
+    Ok(Cow::Owned(
+        full.path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes()
+            .to_vec(),
+    ))
+}
+
+fn status_line(out: &mut Vec<u8>, status: u16) {
+    let reason = http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn connection_line(out: &mut Vec<u8>, keep: bool, version: Version) {
+    if !keep {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if version == Version::Http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
