@@ -19,6 +19,11 @@ use weir_conformance::client::{Req, try_send};
 use weir_conformance::config::Config;
 use weir_conformance::harness::{Binary, Proxy, StartOptions};
 
+#[path = "support/redis.rs"]
+mod own_redis;
+
+use own_redis::OwnRedis;
+
 fn bin() -> Binary {
     let path = option_env!("CARGO_BIN_EXE_weir-smol").or(option_env!("CARGO_BIN_EXE_weir"));
     Binary::new(path.expect("cargo names the proxy binary under test"))
@@ -39,22 +44,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn redis(port: u16) -> Killed {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn redis-server");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Killed(child)
 }
 
 /// HAProxy on `port`, round-robin over `replicas`, each checked with `GET /readyz` every 200 ms;
@@ -198,7 +187,7 @@ async fn get_status(addr: SocketAddr) -> u16 {
 /// rest are 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_a_grants_across_three_replicas_stay_within_the_limit() {
-    let _redis = tokio::task::block_in_place(|| redis(7390));
+    let _redis = tokio::task::block_in_place(|| OwnRedis::start(7390));
     let b = Backend::start("drill").await;
     let (capacity, refill) = (20u64, 5.0f64);
     let config = weir_config(&b, 7390, capacity, refill);
@@ -257,7 +246,7 @@ async fn drill_a_grants_across_three_replicas_stay_within_the_limit() {
 /// process is started on its port; once HAProxy sees it up, the next one. 0 non-2xx.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_b_rolling_restart_under_load_has_no_errors() {
-    let _redis = tokio::task::block_in_place(|| redis(7391));
+    let _redis = tokio::task::block_in_place(|| OwnRedis::start(7391));
     let b = Backend::start("drill-b").await;
     let config = weir_config(&b, 7391, 1_000_000, 1_000_000.0)
         .set("server.shutdown_delay", "1s")
@@ -310,7 +299,7 @@ async fn drill_b_rolling_restart_under_load_has_no_errors() {
 /// and once HAProxy's check has taken it out every answer is 200 again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_c_sigkill_costs_only_in_flight_requests() {
-    let _redis = tokio::task::block_in_place(|| redis(7392));
+    let _redis = tokio::task::block_in_place(|| OwnRedis::start(7392));
     let b = Backend::start("drill-c").await;
     let config = weir_config(&b, 7392, 1_000_000, 1_000_000.0);
     let (p1, p2, p3) = tokio::join!(start(&config, 0), start(&config, 0), start(&config, 0));

@@ -12,8 +12,12 @@ use weir_conformance::client::{Req, get, send};
 use weir_conformance::config::{ADMIN_TOKEN, Config};
 use weir_conformance::harness::{Binary, Proxy, StartOptions};
 
+#[path = "support/redis.rs"]
+mod own_redis;
 #[path = "support/prom.rs"]
 mod prom;
+
+use own_redis::OwnRedis;
 
 fn bin() -> Binary {
     Binary::new(env!("CARGO_BIN_EXE_weir"))
@@ -135,12 +139,13 @@ async fn c_health_3_circuit_and_health_events_and_state_metrics() {
         1.0
     );
     assert!(e.value("load_balancer_retries_total", &[]) >= 1.0);
-    // Six requests over keep-alive upstream connections: some opened, some reused.
-    let opened = e.value(
+    // Six requests over keep-alive upstream connections: some opened, some reused (summed over
+    // the backends; per backend in the conformance case `c_obs_1_*`).
+    let opened = e.sum(
         "load_balancer_upstream_connections_total",
         &[("connection", "opened")],
     );
-    let reused = e.value(
+    let reused = e.sum(
         "load_balancer_upstream_connections_total",
         &[("connection", "reused")],
     );
@@ -381,4 +386,56 @@ async fn c_pool_5_disabled_backends_are_not_called_unhealthy() {
         access_with_reason(v, "no_enabled_backend")
     })
     .await;
+}
+
+/// C-RATE-3, C-RATE-5, issue 20: every request-path call of the shared store is counted by
+/// store and result and timed (`load_balancer_rate_limit_store_requests_total`,
+/// `_store_duration_seconds`), against a real Redis of the test's own that is then killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_store_calls_are_counted_by_store_and_result() {
+    const PORT: u16 = 18947;
+    let redis = OwnRedis::start(PORT);
+    let a = Backend::start("sc-a").await;
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("rate_limit.enabled", true)
+        .set("rate_limit.storage", "redis")
+        .set("rate_limit.failure_mode", "fail-open")
+        .set("redis.address", format!("127.0.0.1:{PORT}"));
+    let p = Proxy::start_config(&bin(), &cfg, StartOptions::for_config(&cfg)).await;
+    for _ in 0..3 {
+        assert_eq!(get(p.public, "/x").await.status, 200);
+    }
+    let (_, e) = scrape(&p).await;
+    let calls = |e: &prom::Exposition, result: &str| {
+        e.value(
+            "load_balancer_rate_limit_store_requests_total",
+            &[("storage", "redis"), ("result", result)],
+        )
+    };
+    assert_eq!(calls(&e, "ok"), 3.0, "one take per request");
+    assert_eq!(
+        e.value(
+            "load_balancer_rate_limit_store_duration_seconds_count",
+            &[("storage", "redis")]
+        ),
+        3.0,
+        "each timed"
+    );
+    assert!(
+        e.get(
+            "load_balancer_rate_limit_store_duration_seconds_count",
+            &[("storage", "local")]
+        )
+        .is_none(),
+        "the local store is not timed"
+    );
+    drop(redis);
+    for _ in 0..3 {
+        assert_eq!(get(p.public, "/x").await.status, 200, "fail-open");
+    }
+    let (_, e) = scrape(&p).await;
+    let failed = calls(&e, "error") + calls(&e, "timeout");
+    assert!(failed >= 1.0, "the failed call is counted: {failed}");
+    assert_eq!(calls(&e, "ok"), 3.0);
 }

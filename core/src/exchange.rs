@@ -53,7 +53,8 @@ use std::net::IpAddr;
 
 pub use input::{BodyInfo, Head, Input, SendFailure, StoreFailure};
 pub use output::{
-    Answer, AttemptResult, Delivery, Metric, Output, Record, Send, SendBody, sampled, should_log,
+    Answer, AttemptResult, Delivery, Metric, Output, Record, Send, SendBody, StoreResult, sampled,
+    should_log,
 };
 
 use crate::admission::Gate;
@@ -62,7 +63,7 @@ use crate::forward::{Proto, forwarded_proto, resolve_client, wants_upgrade};
 use crate::pool::{Availability, Backend};
 use crate::rate::{Call, ClientKey, LocalStore, RateOutcome, StorageKind, StoreCircuit};
 use crate::request_id::{RequestId, request_id_in_force};
-use crate::response::{ClientError, SyntheticResponse, Text, delivered_headers};
+use crate::response::{ClientError, NotReady, SyntheticResponse, Text, delivered_headers};
 use crate::retry::BodyKind;
 use crate::rng::Rng;
 use crate::runtime::Runtime;
@@ -146,15 +147,14 @@ impl Services {
     }
 
     /// Which of the three causes keeps weir from being ready (C-OBS-4, issue 20): `None` when
-    /// ready; else `shutting_down`, `rate_limit_store_down` or `no_backend_available`, checked in
-    /// that order.
+    /// ready; else the first that holds, in [`NotReady`]'s order.
     #[must_use]
-    pub fn not_ready_reason(&self, rt: &Runtime, now: Instant) -> Option<&'static str> {
+    pub fn not_ready_reason(&self, rt: &Runtime, now: Instant) -> Option<NotReady> {
         if self.is_shutting_down() {
-            return Some("shutting_down");
+            return Some(NotReady::ShuttingDown);
         }
         if !self.rate_ready(rt) {
-            return Some("rate_limit_store_down");
+            return Some(NotReady::RateLimitStoreDown);
         }
         let any = rt.pools().iter().any(|pool| {
             pool.backends().iter().any(|b| {
@@ -164,7 +164,7 @@ impl Services {
                 )
             })
         });
-        (!any).then_some("no_backend_available")
+        (!any).then_some(NotReady::NoBackendAvailable)
     }
 
     /// The limiter's part of readiness: false only while rate limiting is on, the shared store
@@ -243,6 +243,8 @@ pub struct Exchange {
     started: Instant,
     now: Instant,
     stage: Stage,
+    /// When the current wait (the gate's queue, a store call) began (metrics, issue 20).
+    waiting_since: Instant,
     gate_held: bool,
     flow: Option<Flow>,
     /// The allowed rate outcome whose headers every later response carries (C-RATE-1).
@@ -292,6 +294,7 @@ impl Exchange {
             started: now,
             now,
             stage: Stage::Done,
+            waiting_since: now,
             gate_held: false,
             flow: None,
             rate: None,

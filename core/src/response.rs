@@ -193,6 +193,45 @@ impl ManagementError {
     }
 }
 
+/// Which of the three causes keeps weir from being ready (C-OBS-4, issue 20), checked in this
+/// order; both `/readyz` endpoints name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotReady {
+    /// A graceful shutdown began (C-PATH-10).
+    ShuttingDown,
+    /// The shared rate-limit store is down and `rate_limit.failure_mode` is `fail-closed`
+    /// (C-RATE-5).
+    RateLimitStoreDown,
+    /// No backend of any pool can take requests (unhealthy, disabled, draining or circuit-open).
+    NoBackendAvailable,
+}
+
+impl NotReady {
+    /// The cause's stable name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NotReady::ShuttingDown => "shutting_down",
+            NotReady::RateLimitStoreDown => "rate_limit_store_down",
+            NotReady::NoBackendAvailable => "no_backend_available",
+        }
+    }
+
+    /// The `message` of the `503`: the cause by name, then in words.
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            NotReady::ShuttingDown => "not ready (shutting_down): shutting down",
+            NotReady::RateLimitStoreDown => {
+                "not ready (rate_limit_store_down): the shared rate-limit store is down and rate_limit.failure_mode is fail-closed"
+            }
+            NotReady::NoBackendAvailable => {
+                "not ready (no_backend_available): no backend can take requests (each is unhealthy, disabled, draining or circuit-open)"
+            }
+        }
+    }
+}
+
 /// Errors of a data-plane request that weir answers itself although no flow outcome covers
 /// them: the request is refused before any attempt, or the attempt loop cannot hand over what it
 /// got. Every one has the C-PATH-11 shape (with `X-Request-ID` and, when the request was
@@ -212,8 +251,8 @@ pub enum ClientError {
     BodyUnreadable,
     /// The backend's path prefix and the target make an upstream target too long: `414`.
     TargetTooLong,
-    /// `/readyz` while not ready (C-OBS-4): `503`.
-    NotReady,
+    /// `/readyz` while not ready (C-OBS-4): `503`, the body naming which cause holds.
+    NotReady(NotReady),
     /// The backend answered `101` to a request that asked for no upgrade: `502`.
     UnrequestedUpgrade,
     /// The attempt loop ended without a response to pass on (an internal inconsistency, never
@@ -235,7 +274,7 @@ impl ClientError {
             ClientError::BodyTimeout => 408,
             ClientError::MethodNotAllowed => 405,
             ClientError::TargetTooLong => 414,
-            ClientError::NotReady => 503,
+            ClientError::NotReady(_) => 503,
             ClientError::UnrequestedUpgrade | ClientError::Incomplete => 502,
         }
     }
@@ -249,7 +288,7 @@ impl ClientError {
             ClientError::BodyTimeout => "body_timeout",
             ClientError::BodyUnreadable => "body_unreadable",
             ClientError::TargetTooLong => "target_too_long",
-            ClientError::NotReady => "not_ready",
+            ClientError::NotReady(_) => "not_ready",
             ClientError::UnrequestedUpgrade => "unrequested_upgrade",
             ClientError::Incomplete => "incomplete",
             ClientError::MethodNotAllowed => "method_not_allowed",
@@ -268,9 +307,7 @@ impl ClientError {
             ClientError::BodyTimeout => "request body was not received within read_timeout",
             ClientError::BodyUnreadable => "request body could not be read",
             ClientError::TargetTooLong => "upstream path and query are too long",
-            ClientError::NotReady => {
-                "not ready: no backend available, rate-limit store down (fail-closed), or shutting down"
-            }
+            ClientError::NotReady(cause) => cause.message(),
             ClientError::UnrequestedUpgrade => {
                 "backend switched protocols without an upgrade request"
             }

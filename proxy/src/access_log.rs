@@ -2,8 +2,11 @@
 //!
 //! One event per logged request, target `weir::access`, level `INFO`, message `access`, with
 //! the fields `request_id`, `listener`, `method`, `path`, `status`, `reason`, `upstream_status`,
-//! `duration_us`, `duration_ms`, `backend`, `attempts`, `client`, `protocol`, `scheme`, `host`,
-//! `route` (and `endpoint` on the management listener); docs/operations.md lists them. The process's subscriber
+//! `duration_us`, `duration_ms`, `head_us`, `request_bytes`, `response_bytes`, `backend`,
+//! `attempts`, `client`, `protocol`, `scheme`, `host`, `route` (and `endpoint` on the management
+//! listener); docs/operations.md lists them. A data-plane line is written when the response
+//! body ends (`effects::PendingLine`), so `duration_us` is the whole exchange and the byte
+//! counts are what went each way. The process's subscriber
 //! (`weir run`: tracing-subscriber's JSON formatter on stdout) writes it as one JSON line.
 //!
 //! What is logged:
@@ -46,8 +49,11 @@ pub struct Line<'a> {
     pub include_path: bool,
     /// The status answered.
     pub status: u16,
-    /// From the request head to the response head.
+    /// From the request head to the end of the response body (the management plane: to the
+    /// response head, its bodies are small and written at once).
     pub duration: Duration,
+    /// From the request head to the response head, when the line is written later.
+    pub head_duration: Option<Duration>,
     /// The backend that answered (or was last attempted).
     pub backend: Option<&'a str>,
     /// Attempts made (0: none).
@@ -68,6 +74,10 @@ pub struct Line<'a> {
     pub reason: Option<&'a str>,
     /// The latest backend response head's status, if any.
     pub upstream_status: Option<u16>,
+    /// Request body bytes read from the client (and passed upstream).
+    pub request_bytes: Option<u64>,
+    /// Response body bytes passed to the client.
+    pub response_bytes: Option<u64>,
 }
 
 /// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2`, ... without Debug formatting.
@@ -83,6 +93,10 @@ pub fn version_str(v: http::Version) -> &'static str {
     }
 }
 
+fn whole_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 impl Line<'_> {
     /// Write the line (C-OBS-3).
     pub fn emit(&self) {
@@ -92,7 +106,8 @@ impl Line<'_> {
             REDACTED
         };
         // Whole microseconds; `duration_ms` is the same value with exactly three decimals.
-        let micros = u64::try_from(self.duration.as_micros()).unwrap_or(u64::MAX);
+        let micros = whole_micros(self.duration);
+        let head_us = self.head_duration.map(whole_micros);
         tracing::info!(
             target: "weir::access",
             request_id = self.request_id,
@@ -104,6 +119,9 @@ impl Line<'_> {
             upstream_status = self.upstream_status,
             duration_us = micros,
             duration_ms = micros as f64 / 1000.0,
+            head_us,
+            request_bytes = self.request_bytes,
+            response_bytes = self.response_bytes,
             backend = self.backend,
             attempts = self.attempts,
             client = %self.client,

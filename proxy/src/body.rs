@@ -9,6 +9,9 @@
 //! `write_timeout` deadline ends it, `ClientGone` when hyper drops it early (the client went
 //! away); the gate hand-off that releases is performed here. The per-try timeout never applies
 //! here (C-RETRY-5).
+//!
+//! Every response body also counts the bytes it passes on and writes the request's pending
+//! access-log line when it ends or is dropped (`effects::PendingLine`, issue 20).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +23,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use weir_core::exchange::{Exchange, Input, Output};
 use weir_core::flow::BodyEnd;
 
+use crate::effects::PendingLine;
 use crate::rt::Deadline;
 use crate::server::RequestGuard;
 use crate::upstream::{BoxError, Conn};
@@ -31,6 +35,10 @@ pub struct ResBody {
     kind: Kind,
     /// Marks the client connection busy until the response is done (idle timeout, shutdown).
     _request: Option<RequestGuard>,
+    /// The request's access-log line, written at the end (issue 20).
+    line: Option<Box<PendingLine>>,
+    /// Body bytes passed on so far.
+    sent: u64,
 }
 
 #[derive(Debug)]
@@ -46,6 +54,8 @@ impl ResBody {
         ResBody {
             kind: Kind::Full((!bytes.is_empty()).then_some(bytes)),
             _request: request,
+            line: None,
+            sent: 0,
         }
     }
 
@@ -55,6 +65,8 @@ impl ResBody {
         ResBody {
             kind: Kind::Full(None),
             _request: request,
+            line: None,
+            sent: 0,
         }
     }
 
@@ -71,7 +83,28 @@ impl ResBody {
         ResBody {
             kind: Kind::Upstream(Box::new(delivered)),
             _request: request,
+            line: None,
+            sent: 0,
         }
+    }
+
+    /// The same body, writing `line` when it ends.
+    #[must_use]
+    pub fn with_line(mut self, line: Option<Box<PendingLine>>) -> ResBody {
+        self.line = line;
+        self
+    }
+
+    fn finish_line(&mut self) {
+        if let Some(line) = self.line.take() {
+            line.finish(self.sent);
+        }
+    }
+}
+
+impl Drop for ResBody {
+    fn drop(&mut self) {
+        self.finish_line();
     }
 }
 
@@ -83,10 +116,24 @@ impl Body for ResBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        let polled = match &mut this.kind {
             Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Kind::Upstream(d) => Pin::new(d.as_mut()).poll_frame(cx),
+        };
+        match &polled {
+            Poll::Pending => {}
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.sent += data.len() as u64;
+                }
+                if this.is_end_stream() {
+                    this.finish_line();
+                }
+            }
+            Poll::Ready(_) => this.finish_line(),
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -371,7 +371,10 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         admission,
         limiter,
         services,
-        upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
+        upstream: Arc::new(
+            Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))
+                .with_metrics(Arc::clone(&metrics)),
+        ),
         clock,
         limits,
         metrics,

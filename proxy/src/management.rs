@@ -207,6 +207,7 @@ pub async fn handle(
             include_path: server.access_log_include_path,
             status,
             duration: elapsed,
+            head_duration: None,
             backend: None,
             attempts: 0,
             client,
@@ -220,6 +221,8 @@ pub async fn handle(
             route: None,
             reason: (status >= 400).then(|| crate::events::management_reason(status)),
             upstream_status: None,
+            request_bytes: None,
+            response_bytes: hyper::body::Body::size_hint(response.body()).exact(),
         }
         .emit();
     }
@@ -290,23 +293,13 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
     }
 }
 
-/// Which cause holds, in words and by name (issue 20).
-fn not_ready_message(shared: &Shared) -> String {
-    let reason = shared
+/// Which cause holds, in words and by name (issue 20): core's wording, as the data plane's.
+fn not_ready_message(shared: &Shared) -> &'static str {
+    shared
         .services
-        .not_ready_reason(&shared.runtime.load(), shared.clock.now());
-    let words = match reason {
-        Some("shutting_down") => "shutting down",
-        Some("rate_limit_store_down") => {
-            "the shared rate-limit store is down and rate_limit.failure_mode is fail-closed"
-        }
-        Some(_) => {
-            "no backend can take requests (each is unhealthy, disabled, draining or circuit-open)"
-        }
+        .not_ready_reason(&shared.runtime.load(), shared.clock.now())
         // Became ready between the two reads.
-        None => "not ready a moment ago; retry",
-    };
-    format!("not ready ({}): {words}", reason.unwrap_or("transient"))
+        .map_or("not ready a moment ago (transient); retry", |c| c.message())
 }
 
 /// The read endpoints (C-MGMT-4, C-OBS-1, C-OBS-4).
@@ -327,7 +320,7 @@ async fn read(
             Bytes::from_static(b"{\"status\":\"ready\"}"),
             req.rid,
         ),
-        Endpoint::Readyz => problem(503, &not_ready_message(shared), Vec::new(), req.rid),
+        Endpoint::Readyz => problem(503, not_ready_message(shared), Vec::new(), req.rid),
         Endpoint::Metrics => {
             let body = metrics::render(shared);
             let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -29,31 +29,31 @@
 //! Labels are bounded: listener, status code, backend id, pool name, outcome, reason, result,
 //! storage kind, reload source. Never a path or a client address.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use foldhash::fast::FixedState;
 use prometheus_client::registry::Registry;
-use weir_core::pool::Availability;
+use weir_core::exchange::StoreResult;
 use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
-use weir_core::runtime::Runtime;
 
 use crate::Shared;
 
+mod admission;
+mod backends;
 mod encode;
 mod histogram;
 mod state;
+mod store;
 
+pub use backends::{AttemptTimer, BackendMetrics};
 pub use histogram::AtomicHistogram;
 
+use backends::BackendTable;
+use encode::seconds_histogram;
 pub(crate) use encode::{FamilySnapshot, Labels, counter, gauge, labels};
-use encode::{flag, seconds_histogram};
-
-pub use state::upstream_connection;
 
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -131,134 +131,6 @@ impl RequestMetrics {
     }
 }
 
-/// One backend's handles (C-OBS-1), shared by every request that attempts it. Kept across
-/// reloads for the same id.
-#[derive(Debug)]
-pub struct BackendMetrics {
-    id: Box<str>,
-    attempts: [AtomicU64; AttemptOutcome::ALL.len()],
-    duration: AtomicHistogram,
-    panic: AtomicU64,
-    /// `[success, failure]`.
-    checks: [AtomicU64; 2],
-    /// Circuit transitions `[opened, closed]` (issue 20; `metrics/state.rs`).
-    pub(crate) circuit: [AtomicU64; 2],
-}
-
-impl BackendMetrics {
-    fn new(id: &str) -> BackendMetrics {
-        BackendMetrics {
-            id: Box::from(id),
-            attempts: std::array::from_fn(|_| AtomicU64::new(0)),
-            duration: AtomicHistogram::default(),
-            panic: AtomicU64::new(0),
-            checks: [AtomicU64::new(0), AtomicU64::new(0)],
-            circuit: [AtomicU64::new(0), AtomicU64::new(0)],
-        }
-    }
-
-    /// Count one circuit transition (C-HEALTH-3): opened, or closed.
-    pub fn circuit_transition(&self, opened: bool) {
-        self.circuit[usize::from(!opened)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The backend's id.
-    #[must_use]
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Count one attempt and the time until its outcome was known.
-    pub fn attempt(&self, outcome: AttemptOutcome, elapsed: Duration) {
-        self.attempts[outcome as usize].fetch_add(1, Ordering::Relaxed);
-        self.duration.observe(elapsed);
-    }
-
-    /// Count a slot granted by panic routing (every eligible circuit open).
-    pub fn panic_selection(&self) {
-        self.panic.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Count one active health check (not an upstream attempt, C-OBS-1).
-    pub fn health_check(&self, success: bool) {
-        self.checks[usize::from(!success)].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Times one upstream attempt and counts it exactly once: with its outcome when
-/// [`finish`](Self::finish) is called, or as [`AttemptOutcome::Cancelled`] when dropped first
-/// (hyper dropped the request because the client went away, C-PATH-9).
-#[derive(Debug)]
-pub struct AttemptTimer {
-    backend: Option<Arc<BackendMetrics>>,
-    rt: crate::rt::Rt,
-    started: std::time::Instant,
-}
-
-impl AttemptTimer {
-    /// Start timing an attempt to `backend` (no-op when `None`) that started at `started` (a
-    /// clock reading the caller already has).
-    #[must_use]
-    pub fn start(
-        rt: crate::rt::Rt,
-        backend: Option<Arc<BackendMetrics>>,
-        started: std::time::Instant,
-    ) -> AttemptTimer {
-        AttemptTimer {
-            backend,
-            rt,
-            started,
-        }
-    }
-
-    fn elapsed(&self) -> std::time::Duration {
-        self.rt.now().saturating_duration_since(self.started)
-    }
-
-    /// Count the attempt with `outcome`, ended at `now`.
-    pub fn finish(mut self, outcome: AttemptOutcome, now: std::time::Instant) {
-        if let Some(b) = self.backend.take() {
-            b.attempt(outcome, now.saturating_duration_since(self.started));
-        }
-    }
-}
-
-impl Drop for AttemptTimer {
-    fn drop(&mut self) {
-        if let Some(b) = self.backend.take() {
-            b.attempt(AttemptOutcome::Cancelled, self.elapsed());
-        }
-    }
-}
-
-/// The per-backend handles of the runtime in force, by id (ids are unique across pools,
-/// C-POOL-1), in runtime order.
-#[derive(Debug, Default)]
-struct BackendTable {
-    by_id: HashMap<Box<str>, Arc<BackendMetrics>, FixedState>,
-    order: Vec<Arc<BackendMetrics>>,
-}
-
-impl BackendTable {
-    /// A table over `ids`, reusing the handles of `previous` for ids it had.
-    fn build<'a>(ids: impl Iterator<Item = &'a str>, previous: &BackendTable) -> BackendTable {
-        let mut table = BackendTable::default();
-        for id in ids {
-            if table.by_id.contains_key(id) {
-                continue;
-            }
-            let m = previous
-                .by_id
-                .get(id)
-                .cloned()
-                .unwrap_or_else(|| Arc::new(BackendMetrics::new(id)));
-            table.by_id.insert(Box::from(id), Arc::clone(&m));
-            table.order.push(m);
-        }
-        table
-    }
-}
-
 /// The process's metrics. See the module doc.
 #[derive(Debug)]
 pub struct Metrics {
@@ -269,6 +141,10 @@ pub struct Metrics {
     reloads: [AtomicU64; 4],
     /// Process-level gauges and counters added for on-call (issue 20; `metrics/state.rs`).
     pub(crate) ops: state::Ops,
+    /// Time spent in the global gate's queue (issue 20; `metrics/admission.rs`).
+    queue_wait: AtomicHistogram,
+    /// Request-path rate-limit store calls (issue 20; `metrics/store.rs`).
+    store: store::StoreMetrics,
 }
 
 impl Default for Metrics {
@@ -287,6 +163,31 @@ impl Metrics {
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: state::Ops::new(),
+            queue_wait: AtomicHistogram::default(),
+            store: store::StoreMetrics::default(),
+        }
+    }
+
+    /// Count one wait in the global gate's queue (`Metric::QueueWait`).
+    pub fn queue_wait(&self, waited: Duration) {
+        self.queue_wait.observe(waited);
+    }
+
+    /// Count one request-path call of a rate-limit store (`Metric::Store`).
+    pub fn store_call(
+        &self,
+        storage: StorageKind,
+        result: StoreResult,
+        duration: Option<Duration>,
+    ) {
+        self.store.call(storage, result, duration);
+    }
+
+    /// Count an upstream request to backend `id` sent on a new connection (`reused: false`) or
+    /// a pooled idle one (`true`); no-op for an id not in the runtime in force.
+    pub fn upstream_connection(&self, id: &str, reused: bool) {
+        if let Some(b) = self.backends.load().by_id.get(id) {
+            b.upstream_connection(reused);
         }
     }
 
@@ -358,34 +259,6 @@ impl Metrics {
     }
 }
 
-/// The rate-limit store's gauges (C-OBS-1), from the limiter's own state
-/// ([`Shared::rate_limit_status`]).
-#[derive(Debug, Clone, Copy)]
-struct RateGauges {
-    storage: StorageKind,
-    healthy: bool,
-    degraded: bool,
-    local_buckets: usize,
-    local_evictions: u64,
-}
-
-impl RateGauges {
-    fn read(shared: &Shared, _rt: &Runtime) -> RateGauges {
-        let status = shared.rate_limit_status();
-        RateGauges {
-            storage: if status.enabled {
-                status.storage
-            } else {
-                StorageKind::Disabled
-            },
-            healthy: status.storage_healthy(),
-            degraded: status.degraded,
-            local_buckets: status.local_buckets,
-            local_evictions: status.local_evictions,
-        }
-    }
-}
-
 /// Everything a scrape exposes, read at one moment (C-OBS-2). Owned: encoding it holds no
 /// lock of the request path.
 #[derive(Debug)]
@@ -434,85 +307,8 @@ impl Snapshot {
             durations,
         ));
 
-        let mut attempts = Vec::new();
-        let mut upstream = Vec::new();
-        let mut panics = Vec::new();
-        let mut checks = Vec::new();
-        for b in &table.order {
-            for o in AttemptOutcome::ALL {
-                attempts.push((
-                    labels([("backend", b.id()), ("outcome", o.as_str())]),
-                    b.attempts[o as usize].load(Ordering::Relaxed),
-                ));
-            }
-            upstream.push((labels([("backend", b.id())]), b.duration.snapshot()));
-            panics.push((
-                labels([("backend", b.id())]),
-                b.panic.load(Ordering::Relaxed),
-            ));
-            for (i, result) in ["success", "failure"].into_iter().enumerate() {
-                checks.push((
-                    labels([("backend", b.id()), ("result", result)]),
-                    b.checks[i].load(Ordering::Relaxed),
-                ));
-            }
-        }
-        families.push(counter(
-            "load_balancer_upstream_attempts",
-            "Upstream attempts, by backend and outcome (health probes are not attempts).",
-            attempts,
-        ));
-        families.push(seconds_histogram(
-            "load_balancer_upstream_duration",
-            "Time from sending an attempt to its response head or failure, by backend.",
-            upstream,
-        ));
-        families.push(counter(
-            "load_balancer_panic_selections",
-            "Slots granted by panic routing (every eligible circuit open), by backend.",
-            panics,
-        ));
-        families.push(counter(
-            "load_balancer_health_checks",
-            "Active health probes, by backend and result.",
-            checks,
-        ));
-
-        let mut available = Vec::new();
-        let mut inflight = Vec::new();
-        let cfg = rt.config();
-        for (pool_index, b) in rt.backends() {
-            let pool_name = cfg.pools.get(pool_index).map_or("", |p| p.name.as_str());
-            let up = rt.pool(pool_index).is_some_and(|p| {
-                matches!(
-                    b.availability(p.params(), now),
-                    Availability::Available | Availability::Saturated
-                )
-            });
-            available.push((labels([("backend", b.id()), ("pool", pool_name)]), flag(up)));
-            inflight.push((labels([("backend", b.id())]), f64::from(b.in_flight())));
-        }
-        families.push(gauge(
-            "load_balancer_backend_available",
-            "1 when the backend can take requests (enabled, not draining, healthy, circuit not open).",
-            available,
-        ));
-        families.push(gauge(
-            "load_balancer_backend_inflight_requests",
-            "Requests holding a slot of the backend now.",
-            inflight,
-        ));
-        let gate = shared.admission.gate();
-        families.push(gauge(
-            "load_balancer_inflight_requests",
-            "Data-plane requests inside the global overload gate now.",
-            vec![(Vec::new(), f64::from(gate.in_flight()))],
-        ));
-        families.push(gauge(
-            "load_balancer_queued_requests",
-            "Data-plane requests waiting at the global overload gate now.",
-            vec![(Vec::new(), f64::from(gate.queued()))],
-        ));
+        backends::families(&table, &rt, now, &mut families);
+        admission::families(shared, &rt, &m.queue_wait, &mut families);
 
         let reasons = ProtectionReason::ALL
             .iter()
@@ -530,30 +326,7 @@ impl Snapshot {
             vec![(Vec::new(), rt.budget().tokens_milli(now) as f64 / 1000.0)],
         ));
 
-        let store = RateGauges::read(shared, &rt);
-        families.push(gauge(
-            "load_balancer_rate_limit_storage_healthy",
-            "1 when the configured rate-limit store answers (the local store always does).",
-            vec![(
-                labels([("storage", store.storage.label())]),
-                flag(store.healthy),
-            )],
-        ));
-        families.push(gauge(
-            "load_balancer_rate_limit_degraded",
-            "1 when rate-limit answers come from a degraded path (store failure policy).",
-            vec![(Vec::new(), flag(store.degraded))],
-        ));
-        families.push(gauge(
-            "load_balancer_rate_limit_local_buckets",
-            "Buckets held by the local rate-limit store.",
-            vec![(Vec::new(), store.local_buckets as f64)],
-        ));
-        families.push(counter(
-            "load_balancer_rate_limit_local_evictions",
-            "Buckets evicted from the full local rate-limit store.",
-            vec![(Vec::new(), store.local_evictions)],
-        ));
+        store::families(shared, &m.store, &mut families);
 
         let mut reloads = Vec::new();
         for (si, source) in [ReloadSource::Signal, ReloadSource::Management]

@@ -20,7 +20,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, EXPECT, HOST};
@@ -39,7 +38,7 @@ use weir_core::request_id::X_REQUEST_ID;
 use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 
 use crate::body::{Delivered, ResBody};
-use crate::effects;
+use crate::effects::{self, BodyTally, PendingLine, RequestBytes};
 use crate::ratelimit::StoreError;
 use crate::rt;
 use crate::server::{ConnCtx, RequestGuard};
@@ -68,7 +67,7 @@ pub async fn handle(
         prepared: false,
         body: Some(body),
         buffered: None,
-        client_failed: None,
+        tally: None,
     };
     Ok(io.run(&mut up, guard, client_upgrade).await)
 }
@@ -86,6 +85,10 @@ struct Io<'a> {
     /// The HTTP version and `Host`, for the access log (issue 20).
     version: http::Version,
     host: Option<HeaderValue>,
+    /// The access-log line once the engine's record says to log (issue 20), handed to the
+    /// response body, which writes it at its end; and where its request bytes come from.
+    line: Option<Box<PendingLine>>,
+    body_bytes: Option<RequestBytes>,
 }
 
 /// The upstream request being prepared, attempt after attempt.
@@ -94,8 +97,8 @@ struct Outgoing {
     prepared: bool,
     body: Option<Incoming>,
     buffered: Option<Bytes>,
-    /// Raised when reading the client's streamed body fails (C-PATH-9).
-    client_failed: Option<Arc<AtomicBool>>,
+    /// The client's streamed body as read: bytes, and whether reading it failed (C-PATH-9).
+    tally: Option<Arc<BodyTally>>,
 }
 
 /// What the access-log line needs of the request (`effects::Request`).
@@ -167,6 +170,8 @@ impl<'a> Io<'a> {
                 uri.authority()
                     .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
             }),
+            line: None,
+            body_bytes: None,
         }
     }
 
@@ -192,8 +197,16 @@ impl<'a> Io<'a> {
         let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
-            if let Some(out) = effects::perform(shared, x, out, Some(request)) {
-                return Some(out);
+            match effects::perform(shared, x, out, Some(request)) {
+                Some(Output::Record(r)) => {
+                    let mut line = effects::pending_line(shared, x, &r, request);
+                    if let Some(bytes) = self.body_bytes.take() {
+                        line.set_request_bytes(bytes);
+                    }
+                    self.line = Some(line);
+                }
+                Some(out) => return Some(out),
+                None => {}
             }
         }
         None
@@ -297,7 +310,9 @@ impl<'a> Io<'a> {
         let mut collect = pin!(body.collect());
         match self.bounded(collect.as_mut()).await {
             Some(Ok(c)) => {
-                up.buffered = Some(c.to_bytes());
+                let body = c.to_bytes();
+                self.body_bytes = Some(RequestBytes::Known(body.len() as u64));
+                up.buffered = Some(body);
                 self.feed(Input::BodyBuffered);
             }
             Some(Err(_)) => self.feed(Input::BodyUnreadable),
@@ -324,6 +339,9 @@ impl<'a> Io<'a> {
             self.feed(Input::TargetTooLong);
             return None;
         };
+        if let Some(t) = &up.tally {
+            self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
+        }
         let begun = shared.rt.now();
         let sent = {
             let mut sent = pin!(shared.upstream.send(&target, req, begun));
@@ -340,10 +358,7 @@ impl<'a> Io<'a> {
                 let failure = match e {
                     SendError::Connect(_) => SendFailure::Connect,
                     SendError::Transport(_) => SendFailure::Transport {
-                        client_body_failed: up
-                            .client_failed
-                            .as_ref()
-                            .is_some_and(|f| f.load(Ordering::Relaxed)),
+                        client_body_failed: up.tally.as_ref().is_some_and(|t| t.failed()),
                     },
                 };
                 self.feed(Input::SendFailed(failure));
@@ -401,7 +416,7 @@ impl<'a> Io<'a> {
             // A streamed body is never replayed (C-RETRY-1), so it is taken once.
             SendBody::Stream { read_deadline } => match up.body.take() {
                 Some(body) => {
-                    let failed = Arc::clone(up.client_failed.get_or_insert_with(Arc::default));
+                    let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
                     let deadline = read_deadline.map(|d| shared.clock.deadline(d));
                     UpBody::Stream(ClientBody::new(shared.rt, body, failed, deadline))
                 }
@@ -437,7 +452,8 @@ impl<'a> Io<'a> {
         let (parts, body) = resp.into_parts();
         // The rest of the engine's outputs (record, gate hand-off) are side effects.
         let _ = self.next();
-        Response::from_parts(parts, body.with_guard(guard))
+        let body = body.with_guard(guard).with_line(self.line.take());
+        Response::from_parts(parts, body)
     }
 
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
@@ -469,7 +485,8 @@ impl<'a> Io<'a> {
         }
         if let (Some(backend_upgrade), Some(client_upgrade)) = (backend_upgrade, client_upgrade) {
             tunnel(self.ctx, x, conn, backend_upgrade, client_upgrade);
-            return Response::from_parts(parts, ResBody::empty(Some(guard)));
+            let body = ResBody::empty(Some(guard)).with_line(self.line.take());
+            return Response::from_parts(parts, body);
         }
         if body.is_end_stream() {
             // Nothing to stream (HEAD, 204, 304, empty): settle now.
@@ -478,10 +495,12 @@ impl<'a> Io<'a> {
             worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
             effects::drain(shared, &mut x, None);
             shared.upstream.release(conn, now);
-            return Response::from_parts(parts, ResBody::empty(Some(guard)));
+            let body = ResBody::empty(Some(guard)).with_line(self.line.take());
+            return Response::from_parts(parts, body);
         }
         let delivered = Delivered::new(body, x, conn, Arc::clone(shared));
-        Response::from_parts(parts, ResBody::upstream(delivered, Some(guard)))
+        let body = ResBody::upstream(delivered, Some(guard)).with_line(self.line.take());
+        Response::from_parts(parts, body)
     }
 }
 

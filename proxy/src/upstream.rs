@@ -38,7 +38,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -196,6 +196,8 @@ pub struct Upstream {
     h1: http1::Builder,
     /// weir-core's clock starts here for the idle policy.
     epoch: std::time::Instant,
+    /// Where connections opened and reused are counted, per backend (issue 20).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
@@ -326,6 +328,20 @@ impl Upstream {
             tls,
             h1,
             epoch: rt.now(),
+            metrics: None,
+        }
+    }
+
+    /// The same connector, counting connections opened and reused per backend in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Upstream {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count_connection(&self, target: &Target, reused: bool) {
+        if let Some(m) = &self.metrics {
+            m.upstream_connection(target.id(), reused);
         }
     }
 
@@ -436,7 +452,7 @@ impl Upstream {
             let fut = conn.tx.try_send_request(req);
             match drive_until(&mut conn, fut).await {
                 Ok(resp) => {
-                    crate::metrics::upstream_connection(true);
+                    self.count_connection(target, true);
                     return Ok((resp, conn));
                 }
                 Err(mut e) => match e.take_message() {
@@ -449,7 +465,7 @@ impl Upstream {
         // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
         // connection never runs; unboxed, every request's future would carry and copy it.
         let mut conn = Box::pin(self.connect(target)).await?;
-        crate::metrics::upstream_connection(false);
+        self.count_connection(target, false);
         let fut = conn.tx.send_request(req);
         match drive_until(&mut conn, fut).await {
             Ok(resp) => Ok((resp, conn)),
@@ -590,12 +606,12 @@ impl Body for UpBody {
 }
 
 /// The client's request body on its way upstream. When reading it fails (the client went away,
-/// or `server.read_timeout` passed) it raises `failed`, so the proxy can tell a client fault from
-/// a backend fault (C-PATH-9).
+/// or `server.read_timeout` passed) it marks its tally failed, so the proxy can tell a client
+/// fault from a backend fault (C-PATH-9); the tally also counts the bytes (access log, issue 20).
 #[derive(Debug)]
 pub struct ClientBody {
     inner: Incoming,
-    failed: Arc<AtomicBool>,
+    failed: Arc<crate::effects::BodyTally>,
     deadline: Option<rt::Deadline>,
 }
 
@@ -605,7 +621,7 @@ impl ClientBody {
     pub fn new(
         rt: Rt,
         inner: Incoming,
-        failed: Arc<AtomicBool>,
+        failed: Arc<crate::effects::BodyTally>,
         deadline: Option<std::time::Instant>,
     ) -> ClientBody {
         ClientBody {
@@ -627,13 +643,19 @@ impl Body for ClientBody {
         if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
         {
-            self.failed.store(true, Ordering::Relaxed);
+            self.failed.fail();
             return Poll::Ready(Some(Err("request body read timeout".into())));
         }
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
-                self.failed.store(true, Ordering::Relaxed);
+                self.failed.fail();
                 Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.failed.add(data.len());
+                }
+                Poll::Ready(Some(Ok(frame)))
             }
             other => other.map(|o| o.map(|r| r.map_err(Into::into))),
         }

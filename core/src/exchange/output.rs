@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::bucket::BucketParams;
 use crate::flow::{Deliver, Failure};
-use crate::rate::ClientKey;
+use crate::rate::{ClientKey, StorageKind};
 use crate::response::{ClientError, ProtectionReason, Reject};
 use crate::rng::Rng;
 use crate::time::Instant;
@@ -160,6 +160,19 @@ pub enum Metric {
         /// From sending to its end.
         duration: Duration,
     },
+    /// A request left the global gate's queue (C-LOAD-1): admitted, expired or gone, after
+    /// waiting this long (`load_balancer_overload_queue_wait_seconds`, issue 20).
+    QueueWait(Duration),
+    /// One rate-limit store call of the request path ended (issue 20): which store, how, and
+    /// how long it took (`None` for the local store, which is in memory and not timed).
+    Store {
+        /// The store called (`local`, `redis`, `postgres`).
+        storage: StorageKind,
+        /// How it ended.
+        result: StoreResult,
+        /// From the call to its answer or timeout (shared stores only).
+        duration: Option<Duration>,
+    },
     /// A circuit opened or closed (C-HEALTH-3): the adapter logs it (`WARN` open, `INFO`
     /// closed) and counts it (issue 20).
     Circuit {
@@ -170,6 +183,41 @@ pub enum Metric {
         /// The attempt's result that caused it.
         cause: AttemptResult,
     },
+}
+
+/// How one call of the request path to a rate-limit store ended (`result` label of
+/// `load_balancer_rate_limit_store_requests_total`, issue 20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreResult {
+    /// The store answered (a token taken or refused).
+    Ok,
+    /// The store answered with an error or the connection failed (C-RATE-6).
+    Error,
+    /// Only the part of the store holding the key failed (one Redis Cluster master).
+    Partial,
+    /// No answer within `rate_limit.operation_timeout` (C-RATE-5).
+    Timeout,
+}
+
+impl StoreResult {
+    /// Every result, in label order.
+    pub const ALL: [StoreResult; 4] = [
+        StoreResult::Ok,
+        StoreResult::Error,
+        StoreResult::Partial,
+        StoreResult::Timeout,
+    ];
+
+    /// The metric label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoreResult::Ok => "ok",
+            StoreResult::Error => "error",
+            StoreResult::Partial => "partial",
+            StoreResult::Timeout => "timeout",
+        }
+    }
 }
 
 /// How an attempt ended, for the attempt metric (classified by the same rules the flow uses).
@@ -263,7 +311,7 @@ pub fn sampled(rate: f64, rng: &mut dyn Rng) -> bool {
 
 /// Most outputs one call can leave queued (a failed last attempt: attempt metric, protection,
 /// answer, record, gate wake-up), with room to spare. No allocation per request.
-const OUTBOX: usize = 8;
+const OUTBOX: usize = 10;
 
 /// A fixed FIFO of outputs.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use crate::time::Instant;
 
 use super::{
     Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, Output, Record, Send,
-    SendBody, SendFailure, Stage, StoreFailure, should_log,
+    SendBody, SendFailure, Stage, StoreFailure, StoreResult, should_log,
 };
 use crate::admission::Overloaded;
 use crate::bucket::Take;
@@ -32,11 +32,9 @@ impl Exchange {
         match head.path {
             "/healthz" => return self.answer(Answer::Live, now, rng),
             "/readyz" => {
-                let ready = self.services.ready(&self.rt, now);
-                let a = if ready {
-                    Answer::Ready
-                } else {
-                    Answer::Client(ClientError::NotReady)
+                let a = match self.services.not_ready_reason(&self.rt, now) {
+                    None => Answer::Ready,
+                    Some(cause) => Answer::Client(ClientError::NotReady(cause)),
                 };
                 return self.answer(a, now, rng);
             }
@@ -49,6 +47,7 @@ impl Exchange {
                 self.rate_limit(now, rng);
             }
             Entry::Queued(ticket) => {
+                self.waiting_since = now;
                 self.stage = Stage::Queued {
                     ticket: ticket.id,
                     deadline: ticket.deadline,
@@ -72,6 +71,7 @@ impl Exchange {
                 self.settle(ticket, now, rng);
             }
             (Stage::Store { call, .. }, Input::StoreAnswer(Ok(take))) => {
+                self.store_metric(StoreResult::Ok, now);
                 self.services.circuit.on_success(call);
                 self.stage = Stage::Done;
                 let storage = self.services.storage;
@@ -79,16 +79,19 @@ impl Exchange {
             }
             (Stage::Store { call, .. }, Input::StoreAnswer(Err(StoreFailure::Partial))) => {
                 // Nothing learnt about the store as a whole: the circuit keeps its state.
+                self.store_metric(StoreResult::Partial, now);
                 self.services.circuit.abandon(call);
                 self.stage = Stage::Done;
                 self.store_failed(now, rng);
             }
             (Stage::Store { call, .. }, Input::StoreAnswer(Err(_))) => {
+                self.store_metric(StoreResult::Error, now);
                 self.services.circuit.on_failure(call, now);
                 self.stage = Stage::Done;
                 self.store_failed(now, rng);
             }
             (Stage::Store { call, deadline }, Input::Timeout) if now >= deadline => {
+                self.store_metric(StoreResult::Timeout, now);
                 self.services.circuit.on_failure(call, now);
                 self.stage = Stage::Done;
                 self.store_failed(now, rng);
@@ -128,6 +131,7 @@ impl Exchange {
 
     /// Settle the gate ticket (a hand-off or the deadline): its answer is its fate (C-LOAD-1).
     fn settle(&mut self, ticket: u64, now: Instant, rng: &mut dyn Rng) {
+        self.queue_left(now);
         self.stage = Stage::Done;
         match self.services.gate.cancel(ticket, now) {
             Cancel::AlreadyAdmitted => {
@@ -149,12 +153,14 @@ impl Exchange {
         let (key, bucket) = (rate.key().key(self.client), rate.bucket());
         let storage = self.services.storage;
         if !storage.is_shared() {
+            self.local_store_metric();
             let take = self.services.local.take(key, &bucket, now);
             return self.rate_decided(self.outcome(take, StorageKind::Local, false), now, rng);
         }
         match self.services.circuit.may_call(now) {
             Some(call) => {
                 let deadline = now.saturating_add(rate.operation_timeout());
+                self.waiting_since = now;
                 self.stage = Stage::Store { call, deadline };
                 self.outbox.push(Output::StoreTake { key, bucket });
             }
@@ -175,10 +181,35 @@ impl Exchange {
             }
             FailureDecision::Reject => self.reject(Reject::StoreUnavailable, now, rng),
             FailureDecision::DecideLocally => {
+                self.local_store_metric();
                 let take = self.services.local.take(self.client_key(), &bucket, now);
                 self.rate_decided(self.outcome(take, StorageKind::Local, true), now, rng);
             }
         }
+    }
+
+    /// The queue wait that ends now (C-LOAD-1, issue 20).
+    fn queue_left(&mut self, now: Instant) {
+        let waited = now.saturating_since(self.waiting_since);
+        self.outbox.push(Output::Metric(Metric::QueueWait(waited)));
+    }
+
+    /// The shared-store call that ends now, and how (issue 20).
+    fn store_metric(&mut self, result: StoreResult, now: Instant) {
+        self.outbox.push(Output::Metric(Metric::Store {
+            storage: self.services.storage,
+            result,
+            duration: Some(now.saturating_since(self.waiting_since)),
+        }));
+    }
+
+    /// A take from the local store (primary, or the `local-fallback` policy's).
+    fn local_store_metric(&mut self) {
+        self.outbox.push(Output::Metric(Metric::Store {
+            storage: StorageKind::Local,
+            result: StoreResult::Ok,
+            duration: None,
+        }));
     }
 
     fn outcome(&self, take: Take, storage: StorageKind, degraded: bool) -> RateOutcome {
@@ -422,6 +453,7 @@ impl Exchange {
     /// head was ready.
     fn client_gone(&mut self, now: Instant, rng: &mut dyn Rng) {
         match self.stage {
+            Stage::Queued { .. } => self.queue_left(now),
             Stage::Awaiting { sent } => {
                 self.attempt_ended(sent, AttemptResult::Cancelled, now);
                 if let Some(flow) = self.flow.as_mut() {

@@ -13,7 +13,7 @@ use crate::config::{MapSecrets, load};
 use crate::flow::BodyEnd;
 use crate::framing::FramingError;
 use crate::rate::{LocalStoreParams, RateDecision};
-use crate::response::{ProtectionReason, Reject, header};
+use crate::response::{NotReady, ProtectionReason, Reject, header};
 use crate::rng::WyRand;
 
 pub(crate) const T0: Instant = Instant::ZERO;
@@ -305,17 +305,22 @@ fn c_obs_4_healthz_and_readyz_pass_neither_the_gate_nor_the_limiter() {
         b.set_healthy(false, T0);
     }
     let (_, out) = f.start(&Req::get("/readyz"), T0);
-    assert_eq!(answer(&out), Answer::Client(ClientError::NotReady));
+    assert_eq!(
+        answer(&out),
+        Answer::Client(ClientError::NotReady(NotReady::NoBackendAvailable))
+    );
     for (_, b) in f.rt.backends() {
         b.set_healthy(true, T0);
     }
     f.services.begin_shutdown();
     let (_, out) = f.start(&Req::get("/readyz"), T0);
     assert_eq!(
-        answer(&out).status(),
-        503,
-        "C-PATH-10: not ready while shutting down"
+        answer(&out),
+        Answer::Client(ClientError::NotReady(NotReady::ShuttingDown)),
+        "C-PATH-10: not ready while shutting down, and the answer says so"
     );
+    let body = SyntheticResponse::client_error(&ClientError::NotReady(NotReady::ShuttingDown), "r");
+    assert!(body.body().contains("(shutting_down)"), "{}", body.body());
 }
 
 #[test]
@@ -356,6 +361,10 @@ fn c_load_1_the_queue_deadline_answers_503_overloaded_and_counts_it() {
         Answer::Reject(Reject::Overloaded(Overloaded::QueueFull))
     );
     assert_eq!(protections(&out), [ProtectionReason::Overload]);
+    assert!(
+        out.contains(&Output::Metric(Metric::QueueWait(ms(50)))),
+        "issue 20: the wait is measured where it is decided: {out:?}"
+    );
     let s = second.synthetic(&answer(&out)).expect("synthetic");
     assert!(s.headers().any(|(n, _)| n == header::OVERLOADED));
     assert_eq!(f.services.gate().queued(), 0);
@@ -431,6 +440,14 @@ fn c_rate_5_a_store_answer_decides_and_names_the_store() {
         at(3),
     );
     send(&out);
+    assert!(
+        out.contains(&Output::Metric(Metric::Store {
+            storage: StorageKind::Redis,
+            result: StoreResult::Ok,
+            duration: Some(ms(3)),
+        })),
+        "issue 20: one store call, timed from the call: {out:?}"
+    );
     let rate = x.rate_outcome().expect("allowed");
     assert_eq!((rate.storage, rate.degraded), (StorageKind::Redis, false));
     assert!(f.services.circuit().is_up());
@@ -444,6 +461,23 @@ fn c_rate_5_a_store_timeout_applies_each_failure_policy() {
         assert!(f.feed(&mut x, Input::Timeout, at(49)).is_empty(), "early");
         let out = f.feed(&mut x, Input::Timeout, at(50));
         assert!(!f.services.circuit().is_up(), "{mode}: the store is down");
+        assert!(
+            out.contains(&Output::Metric(Metric::Store {
+                storage: StorageKind::Redis,
+                result: StoreResult::Timeout,
+                duration: Some(ms(50)),
+            })),
+            "{mode}: {out:?}"
+        );
+        assert_eq!(
+            out.contains(&Output::Metric(Metric::Store {
+                storage: StorageKind::Local,
+                result: StoreResult::Ok,
+                duration: None,
+            })),
+            mode == "local-fallback",
+            "{mode}: the fallback's take counts under local"
+        );
         match mode {
             "fail-closed" => {
                 assert_eq!(answer(&out), Answer::Reject(Reject::StoreUnavailable));

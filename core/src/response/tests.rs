@@ -118,7 +118,7 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
         (ClientError::BodyTimeout, 408),
         (ClientError::BodyUnreadable, 400),
         (ClientError::TargetTooLong, 414),
-        (ClientError::NotReady, 503),
+        (ClientError::NotReady(NotReady::NoBackendAvailable), 503),
         (ClientError::UnrequestedUpgrade, 502),
         (ClientError::Incomplete, 502),
         (ClientError::MethodNotAllowed, 405),
@@ -314,7 +314,10 @@ fn c_path_12_smuggling_answer_closes_the_connection_and_only_it() {
         "r",
     );
     assert!(strings(&r).contains(&(header::CONNECTION, "close".into())));
-    for e in [ClientError::BodyTimeout, ClientError::NotReady] {
+    for e in [
+        ClientError::BodyTimeout,
+        ClientError::NotReady(NotReady::ShuttingDown),
+    ] {
         let r = SyntheticResponse::client_error(&e, "r");
         assert!(
             !strings(&r).iter().any(|(n, _)| *n == header::CONNECTION),

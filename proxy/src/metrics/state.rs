@@ -12,7 +12,8 @@ use weir_core::Instant;
 use weir_core::breaker::CircuitState;
 use weir_core::runtime::Runtime;
 
-use super::{FamilySnapshot, counter, flag, gauge, labels};
+use super::encode::flag;
+use super::{FamilySnapshot, counter, gauge, labels};
 use crate::Shared;
 
 /// Unix time in milliseconds.
@@ -79,15 +80,6 @@ impl Ops {
                 .fetch_add(u64::from(attempts - 1), Ordering::Relaxed);
         }
     }
-}
-
-/// Upstream connections `[opened, reused]` by this process (every worker, every backend).
-static UPSTREAM_CONNECTIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Count an upstream request sent on a new connection (`reused: false`, counted once the
-/// connection is up) or on a pooled idle one (`true`).
-pub fn upstream_connection(reused: bool) {
-    UPSTREAM_CONNECTIONS[usize::from(reused)].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Resident set size and open descriptors of this process, from `/proc/self` (Linux); `None`
@@ -244,26 +236,6 @@ pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<Famil
             .zip(&ops.rejected)
             .map(|(n, c)| (labels([("endpoint", n)]), c.load(Ordering::Relaxed)))
             .collect(),
-    ));
-    out.push(counter(
-        "load_balancer_upstream_connections",
-        "Upstream requests by connection: opened (a new connection was made for it) or reused (an idle pooled one).",
-        ["opened", "reused"]
-            .iter()
-            .zip(&UPSTREAM_CONNECTIONS)
-            .map(|(k, c)| (labels([("connection", k)]), c.load(Ordering::Relaxed)))
-            .collect(),
-    ));
-    let gate = shared.admission.gate().params();
-    out.push(gauge(
-        "load_balancer_overload_capacity_requests",
-        "Requests the global overload gate lets in at once (server.overload.max_concurrent_requests).",
-        one(f64::from(gate.max_concurrent_requests())),
-    ));
-    out.push(gauge(
-        "load_balancer_overload_queue_capacity_requests",
-        "Requests that may wait at the global overload gate (server.overload.max_queue).",
-        one(f64::from(gate.max_queue())),
     ));
     out.push(gauge(
         "load_balancer_config_last_reload_success_timestamp_seconds",

@@ -152,7 +152,12 @@ impl World<'_> {
             Output::Metric(Metric::Attempt { result, .. }) => {
                 self.requests[req].last_result = Some(result);
             }
-            Output::Metric(Metric::Protection(_) | Metric::Circuit { .. }) => {}
+            Output::Metric(
+                Metric::Protection(_)
+                | Metric::Circuit { .. }
+                | Metric::QueueWait(_)
+                | Metric::Store { .. },
+            ) => {}
             Output::AbortBody => self.check_abort(req),
             Output::Answer(answer) => self.answered(req, answer),
             Output::Deliver(d) => {
