@@ -144,8 +144,8 @@ impl Pem {
 
     const fn what(self) -> &'static str {
         match self {
-            Pem::Certificates => "a PEM certificate (-----BEGIN CERTIFICATE-----)",
-            Pem::PrivateKey => "a PEM private key (-----BEGIN ... PRIVATE KEY-----)",
+            Pem::Certificates => "PEM certificate (-----BEGIN CERTIFICATE-----)",
+            Pem::PrivateKey => "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
         }
     }
 }
