@@ -8,7 +8,9 @@
 //! (c) one replica killed with SIGKILL costs at most the requests in flight on it.
 //!
 //! Ports: the private Redis on 7390 (a), 7391 (b), 7392 (c); HAProxy and weir on free ports.
-//! The binaries are the test build's (debug); the figures in docs/storage.md say so.
+//! The binary is the test build's (debug), or `WEIR_DRILL_BIN`; `WEIR_DRILL_FULL=1` runs the
+//! full form (a: 16 loops for 10 s; b, c: 16 loops, c 5 s after the kill) whose figures
+//! docs/storage.md reports from a release build.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -24,9 +26,20 @@ mod own_redis;
 
 use own_redis::OwnRedis;
 
+/// The proxy under test: `WEIR_DRILL_BIN` (e.g. a release build, for the figures in
+/// docs/storage.md), else the test build's.
 fn bin() -> Binary {
+    if let Some(path) = std::env::var_os("WEIR_DRILL_BIN") {
+        return Binary::new(path);
+    }
     let path = option_env!("CARGO_BIN_EXE_weir-smol").or(option_env!("CARGO_BIN_EXE_weir"));
     Binary::new(path.expect("cargo names the proxy binary under test"))
+}
+
+/// `WEIR_DRILL_FULL=1`: the full form (longer runs, more loops) whose figures docs/storage.md
+/// reports; CI runs the short form.
+fn full() -> bool {
+    std::env::var_os("WEIR_DRILL_FULL").is_some_and(|v| v == "1")
 }
 
 fn free_port() -> u16 {
@@ -196,11 +209,16 @@ async fn drill_a_grants_across_three_replicas_stay_within_the_limit() {
     let (ingress, _haproxy) = ingress(&[p1.public, p2.public, p3.public], dir.path(), true).await;
     // The readiness probes above took no tokens: /readyz is not rate limited.
     let start = Instant::now();
+    let (n_loops, run) = if full() {
+        (16, Duration::from_secs(10))
+    } else {
+        (8, Duration::from_millis(1500))
+    };
     let mut loops = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..n_loops {
         loops.push(tokio::spawn(async move {
             let mut statuses = Vec::new();
-            while start.elapsed() < Duration::from_millis(1500) {
+            while start.elapsed() < run {
                 statuses.push(get(ingress).await);
             }
             statuses
@@ -261,7 +279,11 @@ async fn drill_b_rolling_restart_under_load_has_no_errors() {
     // No retries at the ingress: only the shutdown delay keeps requests off a closing replica.
     let (ingress, _haproxy) = ingress(&addrs, dir.path(), false).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = steady_load(ingress, 4, std::sync::Arc::clone(&stop));
+    let load = steady_load(
+        ingress,
+        if full() { 16 } else { 4 },
+        std::sync::Arc::clone(&stop),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     for (i, port) in ports.into_iter().enumerate() {
         replicas[i].signal("TERM");
@@ -305,12 +327,13 @@ async fn drill_c_sigkill_costs_only_in_flight_requests() {
     let (p1, p2, p3) = tokio::join!(start(&config, 0), start(&config, 0), start(&config, 0));
     let dir = tempfile::tempdir().expect("temp dir");
     let (ingress, _haproxy) = ingress(&[p1.public, p2.public, p3.public], dir.path(), true).await;
-    let loops = 4;
+    let loops = if full() { 16 } else { 4 };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = steady_load(ingress, loops, std::sync::Arc::clone(&stop));
     tokio::time::sleep(Duration::from_millis(300)).await;
     p2.signal("KILL");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = if full() { 5000 } else { 1500 };
+    tokio::time::sleep(Duration::from_millis(after)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let statuses = load.await.expect("load");
     let bad = statuses.iter().filter(|s| !(200..300).contains(*s)).count();

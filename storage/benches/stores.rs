@@ -5,9 +5,13 @@
 //! PostgreSQL on 127.0.0.1:5432 (database `test`, user `WEIR_TEST_PG_USER` or `postgres`).
 //! `WEIR_BENCH_SECS` (default 3) sets each run's length, `WEIR_BENCH_TASKS` (default 32) the
 //! concurrent takers of the shared stores. A store that is not reachable is skipped.
-//! `WEIR_BENCH_CLUSTER=host:port` adds a Redis Cluster row (one seed node) and
-//! `WEIR_BENCH_SENTINEL=host:port,host:port,...@master` a Sentinel row (issue 19; docs/storage.md
-//! shows how the figures there were made).
+//! `WEIR_BENCH_CLUSTER=host:port` adds Redis Cluster rows (one seed node) and
+//! `WEIR_BENCH_SENTINEL=host:port,host:port,...@master` Sentinel rows (issue 19).
+//! `WEIR_BENCH_REDIS=host:port` (default 127.0.0.1:6379, `none`: no such rows) is the standalone server,
+//! `WEIR_BENCH_POOLS=1,4,16` the connection counts each Redis topology is run with, and
+//! `WEIR_BENCH_ONLY_REDIS=1` leaves out the local store and PostgreSQL. `load/store-bench` starts
+//! private standalone, Cluster and Sentinel servers and runs this in a release build
+//! (docs/storage.md shows the figures).
 #![allow(clippy::print_stdout)]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -28,6 +32,24 @@ struct Row {
     takes: usize,
     secs: f64,
     lat_ns: Vec<u64>,
+    /// This process's CPU time (user + system) over the row, in clock ticks (1/100 s).
+    cpu_ticks: u64,
+}
+
+/// utime + stime of this process from /proc/self/stat, in clock ticks; 0 where unreadable.
+fn cpu_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum()
 }
 
 impl Row {
@@ -38,13 +60,15 @@ impl Row {
                 ((self.lat_ns.len() as f64 * p) as usize).min(self.lat_ns.len().saturating_sub(1));
             self.lat_ns.get(i).copied().unwrap_or(0) as f64 / 1000.0
         };
+        let cpu_us = self.cpu_ticks as f64 * 10_000.0 / self.takes.max(1) as f64;
         println!(
-            "| {:<34} | {:>12.0} | {:>9.1} | {:>9.1} | {:>9.1} |",
+            "| {:<34} | {:>12.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
             self.name,
             self.takes as f64 / self.secs,
             pct(0.50),
             pct(0.99),
             pct(0.999),
+            cpu_us,
         );
     }
 }
@@ -52,6 +76,7 @@ impl Row {
 fn bench_local(secs: f64) -> Row {
     let store = LocalStore::new(LocalStoreParams::default(), 1).expect("local store");
     let params = BucketParams::new(100, 100.0).expect("params");
+    let cpu0 = cpu_ticks();
     let origin = StdInstant::now();
     let end = Duration::from_secs_f64(secs);
     let mut lat = Vec::with_capacity(1 << 22);
@@ -74,6 +99,7 @@ fn bench_local(secs: f64) -> Row {
         takes: lat.len(),
         secs,
         lat_ns: lat,
+        cpu_ticks: cpu_ticks().saturating_sub(cpu0),
     }
 }
 
@@ -88,6 +114,7 @@ async fn bench_shared<S: Store + 'static>(
         println!("| {name:<34} | skipped: {e} |");
         return None;
     }
+    let cpu0 = cpu_ticks();
     let origin = StdInstant::now();
     let end = Duration::from_secs_f64(secs);
     let mut handles = Vec::new();
@@ -126,6 +153,7 @@ async fn bench_shared<S: Store + 'static>(
         takes: lat.len(),
         secs,
         lat_ns: lat,
+        cpu_ticks: cpu_ticks().saturating_sub(cpu0),
     })
 }
 
@@ -134,23 +162,40 @@ fn host_port(s: &str) -> (String, u16) {
     (h.to_owned(), p.parse().expect("a port"))
 }
 
-/// The cluster and sentinel rows the environment asks for.
+/// The Redis rows: standalone, and the cluster and sentinel the environment names, each with
+/// every connection count of `WEIR_BENCH_POOLS`.
 fn topologies() -> Vec<(String, RedisOptions)> {
+    let pools: Vec<u32> = std::env::var("WEIR_BENCH_POOLS")
+        .unwrap_or_else(|_| "1,4".into())
+        .split(',')
+        .map(|p| p.trim().parse().expect("WEIR_BENCH_POOLS: numbers"))
+        .collect();
+    let standalone = std::env::var("WEIR_BENCH_REDIS").unwrap_or_else(|_| "127.0.0.1:6379".into());
     let mut out = Vec::new();
+    let mut add = |name: String, o: RedisOptions| {
+        for &conns in &pools {
+            let mut o = o.clone();
+            o.connections = conns;
+            out.push((format!("{name}, pool {conns}"), o));
+        }
+    };
+    if standalone != "none" {
+        let (h, p) = host_port(&standalone);
+        add("redis standalone".into(), RedisOptions::new(h, p));
+    }
     if let Ok(seed) = std::env::var("WEIR_BENCH_CLUSTER") {
-        out.push((
-            format!("redis cluster (seed {seed})"),
+        add(
+            "redis cluster".into(),
             RedisOptions::cluster([host_port(&seed)]),
-        ));
+        );
     }
     if let Ok(spec) = std::env::var("WEIR_BENCH_SENTINEL") {
         let (nodes, master) = spec.split_once('@').expect("sentinels@master");
         let sentinels: Vec<(String, u16)> = nodes.split(',').map(host_port).collect();
-        let n = sentinels.len();
-        out.push((
-            format!("redis sentinel ({n} sentinels)"),
+        add(
+            "redis sentinel".into(),
             RedisOptions::sentinel(sentinels, master),
-        ));
+        );
     }
     out
 }
@@ -171,23 +216,16 @@ fn main() {
         .build()
         .expect("runtime");
     println!(
-        "| store                              |     takes/s  |  p50 µs   |  p99 µs   | p99.9 µs  |"
+        "| store                              |     takes/s  |  p50 µs   |  p99 µs   | p99.9 µs  | client CPU µs/take |"
     );
     println!(
-        "|------------------------------------|-------------:|----------:|----------:|----------:|"
+        "|------------------------------------|-------------:|----------:|----------:|----------:|----------:|"
     );
-    bench_local(secs).print();
+    let only_redis = std::env::var_os("WEIR_BENCH_ONLY_REDIS").is_some();
+    if !only_redis {
+        bench_local(secs).print();
+    }
     runtime.block_on(async {
-        for conns in [1u32, 4] {
-            let mut o = RedisOptions::new("127.0.0.1", 6379);
-            o.connections = conns;
-            o.key_prefix = format!("weirbench:{}:", std::process::id());
-            let store = Arc::new(RedisStore::new(o).expect("redis store"));
-            let name = format!("redis ({conns} conn, {tasks} takers)");
-            if let Some(mut r) = bench_shared(name, store, tasks, secs).await {
-                r.print();
-            }
-        }
         for (name, mut o) in topologies() {
             o.key_prefix = format!("weirbench:{}:", std::process::id());
             let store = Arc::new(RedisStore::new(o).expect("redis store"));
@@ -196,7 +234,8 @@ fn main() {
                 r.print();
             }
         }
-        for conns in [4u32, 8] {
+        for conns in if only_redis { &[][..] } else { &[4u32, 8][..] } {
+            let conns = *conns;
             let mut o = PostgresOptions::new("127.0.0.1", 5432, user.clone(), "test");
             o.max_connections = conns;
             o.key_prefix = format!("bench:{}:", std::process::id());

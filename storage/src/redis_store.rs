@@ -14,9 +14,10 @@
 
 use core::fmt;
 use core::time::Duration;
+use std::path::{Path, PathBuf};
 
-use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
-use redis::{Cmd, RedisError, RedisResult, Script, Value};
+use redis::{Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{Cmd, RedisError, RedisResult, Script, TlsCertificates, Value};
 use weir_core::bucket::{BucketParams, Take};
 use weir_core::config::{RedisMode, RedisSettings};
 use weir_core::rate::{ClientKey, StorageKind};
@@ -48,11 +49,17 @@ pub struct RedisOptions {
     pub nodes: Vec<(String, u16)>,
     /// The master's name the sentinels monitor (sentinel).
     pub sentinel_master: Option<String>,
-    /// TLS to Redis: this build has no TLS connector for Redis, so `true` is refused by
-    /// [`RedisStore::new`] rather than silently sent in plain text.
+    /// TLS (rustls, the workspace's ring provider) to every Redis node and to the sentinels;
+    /// the server's certificate is verified against `tls_ca_file` or the system's roots.
     pub tls: bool,
+    /// PEM CA certificates to verify the servers against instead of the system's roots.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain and private key, for servers with `tls-auth-clients`.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
     /// `AUTH` password, if any.
     pub password: Option<String>,
+    /// The sentinels' own `AUTH` password (sentinel mode; `requirepass` in sentinel.conf).
+    pub sentinel_password: Option<String>,
     /// Database number.
     pub database: u32,
     /// Multiplexed connections; calls are spread over them round-robin (at least 1).
@@ -74,7 +81,13 @@ impl fmt::Debug for RedisOptions {
             .field("nodes", &self.nodes)
             .field("sentinel_master", &self.sentinel_master)
             .field("tls", &self.tls)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client", &self.tls_client)
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "[redacted]"),
+            )
             .field("database", &self.database)
             .field("connections", &self.connections)
             .field("dial_timeout", &self.dial_timeout)
@@ -96,7 +109,10 @@ impl RedisOptions {
             nodes: Vec::new(),
             sentinel_master: None,
             tls: false,
+            tls_ca_file: None,
+            tls_client: None,
             password: None,
+            sentinel_password: None,
             database: 0,
             connections: 4,
             dial_timeout: Duration::from_secs(1),
@@ -145,7 +161,10 @@ impl RedisOptions {
                 .collect(),
             sentinel_master: s.sentinel_master.clone(),
             tls: s.tls,
+            tls_ca_file: s.tls_ca_file.clone(),
+            tls_client: s.tls_client.clone(),
             password: s.password.as_ref().map(|p| p.expose().to_owned()),
+            sentinel_password: s.sentinel_password.as_ref().map(|p| p.expose().to_owned()),
             database: s.database,
             connections: s.pool_size,
             dial_timeout: s.dial_timeout,
@@ -154,16 +173,74 @@ impl RedisOptions {
         }
     }
 
-    fn connection_info(&self) -> Result<ConnectionInfo, StoreError> {
+    /// `host:port` as the redis crate's address: TLS (certificate and host name verified)
+    /// when `tls`.
+    fn addr(&self, host: &str, port: u16) -> ConnectionAddr {
+        if self.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        }
+    }
+
+    /// The TLS material, read now so that a missing or unreadable file stops the start with
+    /// its name (the redis crate parses the PEM when the client is built). `None` without TLS.
+    fn tls_certificates(&self) -> Result<Option<TlsCertificates>, StoreError> {
+        if !self.tls {
+            return Ok(None);
+        }
+        // The redis crate builds its rustls configuration on the process-default provider;
+        // make that ring (the workspace's only one) unless the process chose already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        fn read(what: &str, path: &Path) -> Result<Vec<u8>, StoreError> {
+            std::fs::read(path)
+                .map_err(|e| StoreError::Config(format!("redis.{what} {}: {e}", path.display())))
+        }
+        let root_cert = match &self.tls_ca_file {
+            Some(p) => Some(read("tls_ca_file", p)?),
+            None => None,
+        };
+        let client_tls = match &self.tls_client {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read("tls_cert_file", cert)?,
+                client_key: read("tls_key_file", key)?,
+            }),
+            None => None,
+        };
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
+    /// The client for the standalone server.
+    fn client(&self) -> Result<Client, StoreError> {
         let mut redis = RedisConnectionInfo::default().set_db(i64::from(self.database));
         if let Some(p) = &self.password {
             redis = redis.set_password(p);
         }
-        let info = ConnectionAddr::Tcp(self.host.clone(), self.port)
+        let info = self
+            .addr(&self.host, self.port)
             .into_connection_info()
-            .map_err(|e| StoreError::Config(e.to_string()))?;
-        Ok(info.set_redis_settings(redis))
+            .map_err(|e| StoreError::Config(e.to_string()))?
+            .set_redis_settings(redis);
+        let client = match self.tls_certificates()? {
+            Some(certs) => Client::build_with_tls(info, certs),
+            None => Client::open(info),
+        };
+        client.map_err(|e| tls_config_error(&e))
     }
+}
+
+/// A client that could not be built from the settings (a PEM file the redis crate cannot
+/// parse, a bad address): a configuration error, so the start stops with it.
+fn tls_config_error(e: &RedisError) -> StoreError {
+    StoreError::Config(format!("redis: {e}"))
 }
 
 /// Where the calls go.
@@ -205,7 +282,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (mode, connections) = match &self.backend {
             Backend::Standalone(c) => (RedisMode::Standalone, c.len()),
-            Backend::Cluster(_) => (RedisMode::Cluster, 1),
+            Backend::Cluster(c) => (RedisMode::Cluster, c.len()),
             Backend::Sentinel(s) => (RedisMode::Sentinel, s.connections()),
         };
         f.debug_struct("RedisStore")
@@ -220,15 +297,9 @@ impl RedisStore {
     /// A store that connects on first use and reconnects by itself after a connection breaks
     /// (the process may start with Redis down, C-RATE-5). Must be called in a runtime.
     pub fn new(opts: RedisOptions) -> Result<RedisStore, StoreError> {
-        if opts.tls {
-            return Err(StoreError::Config(
-                "redis.tls needs TLS, which this build does not include for Redis".into(),
-            ));
-        }
         let backend = match opts.mode {
             RedisMode::Standalone => {
-                let client = Client::open(opts.connection_info()?)?;
-                Backend::Standalone(standalone::Conns::new(&client, &opts)?)
+                Backend::Standalone(standalone::Conns::new(&opts.client()?, &opts)?)
             }
             RedisMode::Cluster => Backend::Cluster(cluster::Cluster::new(&opts)?),
             RedisMode::Sentinel => Backend::Sentinel(Box::new(sentinel::Sentinel::new(&opts)?)),

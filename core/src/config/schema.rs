@@ -306,8 +306,19 @@ pub struct RedisConfig {
     pub sentinel_master: Option<String>,
     /// `tls` [false]: connect to Redis (and the sentinels) over TLS.
     pub tls: bool,
+    /// `tls_ca_file`: PEM file of the CA certificates the servers' certificates are verified
+    /// against (none: the system's roots). Only with `tls`.
+    pub tls_ca_file: Option<String>,
+    /// `tls_cert_file`: PEM client certificate chain, for servers that verify clients
+    /// (`tls-auth-clients yes`). Only with `tls` and `tls_key_file`.
+    pub tls_cert_file: Option<String>,
+    /// `tls_key_file`: PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
     /// `password_env`: name of the secret holding the password (none: no AUTH).
     pub password_env: Option<String>,
+    /// `sentinel_password_env`: name of the secret holding the sentinels' own password
+    /// (sentinel mode only; none: the sentinels are asked without AUTH).
+    pub sentinel_password_env: Option<String>,
     /// `database` [0].
     pub database: u32,
     /// `pool_size` [64].
@@ -328,7 +339,11 @@ impl Default for RedisConfig {
             addresses: Vec::new(),
             sentinel_master: None,
             tls: false,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             password_env: None,
+            sentinel_password_env: None,
             database: 0,
             pool_size: 64,
             dial_timeout: Duration::from_secs(2),
@@ -669,7 +684,11 @@ fn read_redis(r: &mut Reader, f: &Field<'_>) -> RedisConfig {
         addresses: r.strings(&o.field("addresses"), &[]),
         sentinel_master: r.opt_string(&o.field("sentinel_master")),
         tls: r.bool(&o.field("tls"), d.tls),
+        tls_ca_file: r.opt_string(&o.field("tls_ca_file")),
+        tls_cert_file: r.opt_string(&o.field("tls_cert_file")),
+        tls_key_file: r.opt_string(&o.field("tls_key_file")),
         password_env: r.opt_string(&o.field("password_env")),
+        sentinel_password_env: r.opt_string(&o.field("sentinel_password_env")),
         database: r.u32(&o.field("database"), d.database, 0),
         pool_size: r.u32(&o.field("pool_size"), d.pool_size, 0),
         dial_timeout: r.duration(&o.field("dial_timeout"), d.dial_timeout),

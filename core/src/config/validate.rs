@@ -189,10 +189,17 @@ pub struct RedisSettings {
     pub addresses: Vec<HostPort>,
     /// The master's name the sentinels monitor (sentinel mode only).
     pub sentinel_master: Option<String>,
-    /// Connect over TLS (`redis.tls`).
+    /// Connect over TLS (`redis.tls`), to the Redis nodes and to the sentinels.
     pub tls: bool,
+    /// The CA certificates (PEM) the servers are verified against; `None`: the system's
+    /// roots. Checked readable and holding a certificate.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate chain and its key (PEM), both or neither.
+    pub tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Password (from `password_env`, C-CONF-3), when configured and storage is redis.
     pub password: Option<Secret>,
+    /// The sentinels' own password (from `sentinel_password_env`), sentinel mode only.
+    pub sentinel_password: Option<Secret>,
     /// Database number.
     pub database: u32,
     /// Connections in the pool.

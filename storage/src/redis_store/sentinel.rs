@@ -1,16 +1,18 @@
 //! A master found through Redis Sentinel with the redis crate's own sentinel client: the
 //! sentinels are asked for the master of `sentinel_master`, a [`Conns`] set is opened to it,
 //! and the sentinels are asked again when that master stops answering or answers `READONLY`
-//! (a failover demoted it). Asking happens on the next call, one at a time (issue 19).
+//! (a failover demoted it). Asking happens on the next call, one at a time (issue 19). With
+//! `redis.tls` the sentinels are spoken to over TLS as well, and `redis.sentinel_password` is
+//! their own `AUTH` (Sentinel's `requirepass`), apart from the master's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-use redis::{Cmd, ConnectionAddr, ErrorKind, RedisError, RedisResult, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, TlsMode, Value};
 
 use super::standalone::Conns;
-use super::{RedisOptions, is_connection_error};
+use super::{RedisOptions, is_connection_error, tls_config_error};
 use crate::error::StoreError;
 
 /// The sentinels, and the connections to the master they named last.
@@ -46,12 +48,39 @@ impl Sentinel {
         if opts.nodes.is_empty() {
             return Err(StoreError::Config("sentinel mode needs sentinels".into()));
         }
-        Ok(Sentinel {
+        let s = Sentinel {
             opts: opts.clone(),
             master,
             current: Mutex::new(None),
             resolving: AtomicBool::new(false),
-        })
+        };
+        // Built once here so that a bad TLS file stops the start (C-CONF-1) instead of failing
+        // every call; each resolution builds it again (the sentinels' answer is not kept).
+        s.client()?;
+        Ok(s)
+    }
+
+    /// The sentinel client: TLS (the same CA and client certificate) to the sentinels and to
+    /// the master they name when `tls`; the sentinels' own password, then the master's.
+    fn client(&self) -> Result<SentinelClient, StoreError> {
+        let o = &self.opts;
+        let sentinels = o.nodes.iter().map(|(h, p)| o.addr(h, *p));
+        let mut b = SentinelClientBuilder::new(sentinels, &self.master, SentinelServerType::Master)
+            .map_err(|e| tls_config_error(&e))?
+            .set_client_to_redis_db(i64::from(o.database));
+        if let Some(p) = &o.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        if let Some(p) = &o.sentinel_password {
+            b = b.set_client_to_sentinel_password(p);
+        }
+        if let Some(certs) = o.tls_certificates()? {
+            b = b
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs);
+        }
+        b.build().map_err(|e| tls_config_error(&e))
     }
 
     fn current(&self) -> Option<Arc<Conns>> {
@@ -79,18 +108,9 @@ impl Sentinel {
             return Err(unavailable("asking the sentinels for the master"));
         }
         let _resolving = Resolving(&self.resolving);
-        let sentinels = self
-            .opts
-            .nodes
-            .iter()
-            .map(|(h, p)| ConnectionAddr::Tcp(h.clone(), *p));
-        let mut b =
-            SentinelClientBuilder::new(sentinels, &self.master, SentinelServerType::Master)?
-                .set_client_to_redis_db(i64::from(self.opts.database));
-        if let Some(p) = &self.opts.password {
-            b = b.set_client_to_redis_password(p);
-        }
-        let mut sentinel = b.build()?;
+        let mut sentinel = self.client().map_err(|e| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "sentinel", e.to_string()))
+        })?;
         let asked = crate::rt::timeout(self.opts.dial_timeout, sentinel.async_get_client()).await;
         let client = asked.ok_or_else(|| unavailable("the sentinels did not answer in time"))??;
         let conns = Arc::new(Conns::new(&client, &self.opts).map_err(|e| {

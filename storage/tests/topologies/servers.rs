@@ -2,7 +2,8 @@
 //! 3-master Redis Cluster with one replica each (`redis-cli --cluster create`), and a master,
 //! a replica and three sentinels. Ports come from the ranges reserved for these tests
 //! (7000-7199 plus the cluster bus at +10000, 26400-26499 for sentinels); every process is
-//! killed on drop and every wait is bounded.
+//! killed on drop and every wait is bounded. The TLS tests (`tls.rs`) use the cluster too.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -57,14 +58,46 @@ pub struct Cluster {
     dir: PathBuf,
 }
 
+/// A cluster spoken to over TLS (`tls-cluster yes`): node `i` (plain on `base + i`) listens
+/// for TLS on `tls_base + i` and has its bus on `bus_base + i`; `args` are the certificate
+/// options, `cli` what `redis-cli` needs to speak TLS.
+pub struct ClusterTls {
+    pub tls_base: u16,
+    pub bus_base: u16,
+    pub args: Vec<String>,
+    pub cli: Vec<String>,
+}
+
 impl Cluster {
     pub fn start(base: u16, masters: u16) -> Cluster {
+        Cluster::start_with(base, masters, 1, None)
+    }
+
+    /// `masters` masters with `replicas` replicas each, over TLS with `tls`.
+    pub fn start_with(base: u16, masters: u16, replicas: u16, tls: Option<&ClusterTls>) -> Cluster {
         let dir = temp_dir("weircluster");
         let mut nodes = Vec::new();
-        for port in base..base + masters * 2 {
+        let count = masters * (1 + replicas);
+        for port in base..base + count {
             let conf = dir.join(format!("nodes-{port}.conf"));
             let conf = conf.to_string_lossy().into_owned();
-            let args = [
+            let mut args: Vec<String> = Vec::new();
+            if let Some(t) = tls {
+                let i = port - base;
+                args.extend(
+                    [
+                        "--tls-port".to_owned(),
+                        (t.tls_base + i).to_string(),
+                        "--cluster-port".to_owned(),
+                        (t.bus_base + i).to_string(),
+                        "--tls-cluster".to_owned(),
+                        "yes".to_owned(),
+                    ]
+                    .into_iter()
+                    .chain(t.args.iter().cloned()),
+                );
+            }
+            let common = [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -80,16 +113,20 @@ impl Cluster {
                 "--dir",
                 dir.to_str().expect("utf-8 temp dir"),
             ];
+            args.extend(common.iter().map(|s| (*s).to_owned()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             nodes.push(RedisServer::start(Some(port), &args));
         }
-        let addrs: Vec<String> = (base..base + masters * 2)
+        let client_base = tls.map_or(base, |t| t.tls_base);
+        let addrs: Vec<String> = (client_base..client_base + count)
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let status = Command::new("redis-cli")
+            .args(tls.map_or(&[][..], |t| &t.cli[..]))
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()

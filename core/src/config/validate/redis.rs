@@ -1,12 +1,13 @@
-//! `redis`: the topology (`mode`), the nodes to start from, the sentinel master's name, TLS,
-//! the password secret (C-RATE-3, C-CONF-1, C-CONF-3).
+//! `redis`: the topology (`mode`), the nodes to start from, the sentinel master's name, TLS
+//! and its files, the password secrets (C-RATE-3, C-CONF-1, C-CONF-3).
 
 use core::fmt;
 use core::str::FromStr;
+use std::path::PathBuf;
 
 use super::super::schema::Config;
 use super::{
-    Check, HostPort, RedisSettings, SecretSource, env_name_ok, parse_host_port, secret_at,
+    Check, HostPort, RedisSettings, Secret, SecretSource, env_name_ok, parse_host_port, secret_at,
 };
 
 /// `redis.mode`: how weir finds the server that holds a key.
@@ -124,6 +125,138 @@ fn check_mode_fields(cfg: &Config, mode: RedisMode, c: &mut Check<'_>) {
     }
 }
 
+/// What a PEM file named by a `redis.tls_*` field must hold.
+#[derive(Clone, Copy)]
+enum Pem {
+    Certificates,
+    PrivateKey,
+}
+
+impl Pem {
+    fn found_in(self, text: &str) -> bool {
+        match self {
+            Pem::Certificates => text.contains("-----BEGIN CERTIFICATE-----"),
+            Pem::PrivateKey => text.lines().any(|l| {
+                l.starts_with("-----BEGIN ") && l.trim_end().ends_with("PRIVATE KEY-----")
+            }),
+        }
+    }
+
+    const fn what(self) -> &'static str {
+        match self {
+            Pem::Certificates => "PEM certificate (-----BEGIN CERTIFICATE-----)",
+            Pem::PrivateKey => "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
+        }
+    }
+}
+
+/// The file at `path` (field) named `name`: not empty; when `read`, readable and holding
+/// `pem`. The contents are never quoted (a key file is a secret).
+fn check_pem_file(
+    c: &mut Check<'_>,
+    path: &str,
+    name: &str,
+    pem: Pem,
+    read: bool,
+) -> Option<PathBuf> {
+    if name.trim().is_empty() {
+        c.err(path, "must not be empty (leave the field out instead)");
+        return None;
+    }
+    if read {
+        match std::fs::read(name) {
+            Err(e) => {
+                c.err(path, format!("cannot read {name:?}: {e}"));
+                return None;
+            }
+            Ok(bytes) if !pem.found_in(&String::from_utf8_lossy(&bytes)) => {
+                c.err(path, format!("{name:?} holds no {}", pem.what()));
+                return None;
+            }
+            Ok(_) => {}
+        }
+    }
+    Some(PathBuf::from(name))
+}
+
+/// The CA file and the client certificate and key files.
+type TlsFiles = (Option<PathBuf>, Option<(PathBuf, PathBuf)>);
+
+/// `redis.tls_ca_file`, `tls_cert_file`, `tls_key_file`: each only with `tls: true`, the
+/// certificate and its key together; the files are read when the store is used (`read`).
+fn check_tls_files(cfg: &Config, read: bool, c: &mut Check<'_>) -> Option<TlsFiles> {
+    let r = &cfg.redis;
+    let fields = [
+        ("redis.tls_ca_file", &r.tls_ca_file),
+        ("redis.tls_cert_file", &r.tls_cert_file),
+        ("redis.tls_key_file", &r.tls_key_file),
+    ];
+    if !r.tls {
+        let mut ok = true;
+        for (path, v) in fields {
+            if v.is_some() {
+                c.err(path, "only with redis.tls: true (nothing would use it)");
+                ok = false;
+            }
+        }
+        return ok.then_some((None, None));
+    }
+    let ca = r
+        .tls_ca_file
+        .as_deref()
+        .map(|f| check_pem_file(c, "redis.tls_ca_file", f, Pem::Certificates, read));
+    let client = match (r.tls_cert_file.as_deref(), r.tls_key_file.as_deref()) {
+        (None, None) => None,
+        (Some(_), None) => {
+            c.err(
+                "redis.tls_key_file",
+                "required with redis.tls_cert_file: the client certificate's private key",
+            );
+            Some(None)
+        }
+        (None, Some(_)) => {
+            c.err(
+                "redis.tls_cert_file",
+                "required with redis.tls_key_file: the client certificate chain",
+            );
+            Some(None)
+        }
+        (Some(cert), Some(key)) => {
+            let cert = check_pem_file(c, "redis.tls_cert_file", cert, Pem::Certificates, read);
+            let key = check_pem_file(c, "redis.tls_key_file", key, Pem::PrivateKey, read);
+            Some(cert.zip(key))
+        }
+    };
+    let ca = match ca {
+        None => None,
+        Some(f) => Some(f?),
+    };
+    let client = match client {
+        None => None,
+        Some(pair) => Some(pair?),
+    };
+    Some((ca, client))
+}
+
+/// A `*_env` secret field: resolved (required) when the store is used, else only checked to
+/// name a variable.
+fn store_secret(
+    c: &mut Check<'_>,
+    secrets: &dyn SecretSource,
+    path: &str,
+    name: Option<&String>,
+    used: bool,
+) -> Option<Secret> {
+    match (name, used) {
+        (Some(name), true) => secret_at(c, secrets, path, name, true),
+        (Some(name), false) => {
+            env_name_ok(c, path, name);
+            None
+        }
+        _ => None,
+    }
+}
+
 pub(super) fn check_redis(
     cfg: &Config,
     used: bool,
@@ -143,15 +276,29 @@ pub(super) fn check_redis(
         .map_err(|e| c.err("redis.address", e))
         .ok();
     let addresses = check_addresses(&r.addresses, c);
-    let password = match (&r.password_env, used) {
-        (Some(name), true) => secret_at(c, secrets, "redis.password_env", name, true),
-        (Some(name), false) => {
-            env_name_ok(c, "redis.password_env", name);
-            None
-        }
-        _ => None,
-    };
+    let password = store_secret(
+        c,
+        secrets,
+        "redis.password_env",
+        r.password_env.as_ref(),
+        used,
+    );
+    if mode.is_some_and(|m| m != RedisMode::Sentinel) && r.sentinel_password_env.is_some() {
+        c.err(
+            "redis.sentinel_password_env",
+            "is for mode sentinel (the sentinels' own password)",
+        );
+    }
+    let sentinel_password = store_secret(
+        c,
+        secrets,
+        "redis.sentinel_password_env",
+        r.sentinel_password_env.as_ref(),
+        used && mode == Some(RedisMode::Sentinel),
+    );
+    let tls_files = check_tls_files(cfg, used, c);
     let (mode, address, addresses) = (mode?, address?, addresses?);
+    let (tls_ca_file, tls_client) = tls_files?;
     let (address, addresses) = match addresses.first() {
         Some(first) if mode != RedisMode::Standalone => (first.clone(), addresses),
         _ => (address.clone(), vec![address]),
@@ -162,7 +309,10 @@ pub(super) fn check_redis(
         addresses,
         sentinel_master: r.sentinel_master.clone(),
         tls: r.tls,
+        tls_ca_file,
+        tls_client,
         password,
+        sentinel_password,
         database: r.database,
         pool_size: r.pool_size,
         dial_timeout: r.dial_timeout,

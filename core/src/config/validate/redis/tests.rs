@@ -106,3 +106,168 @@ fn c_conf_1_mode_errors_name_the_field() {
         assert!(m.contains(words), "{yaml}: {path}: {m}");
     }
 }
+
+/// A configuration that uses the Redis store (its secrets resolved, its files read).
+fn load_used(redis: &str, secrets: &MapSecrets) -> Result<ValidConfig, ConfigErrors> {
+    load(
+        &format!("rate_limit:\n  storage: redis\nredis:\n{redis}{MIN}"),
+        secrets,
+    )
+}
+
+/// PEM-looking files in a fresh directory: `ca.pem`, `client.pem`, `client.key`, `empty.pem`.
+fn pem_dir() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "weir-core-redis-tls-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    std::fs::write(dir.join("ca.pem"), cert).expect("write");
+    std::fs::write(dir.join("client.pem"), cert).expect("write");
+    std::fs::write(
+        dir.join("client.key"),
+        "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("empty.pem"), "nothing here\n").expect("write");
+    dir
+}
+
+#[test]
+fn c_conf_1_tls_files_are_read_and_kept() {
+    let dir = pem_dir();
+    let d = dir.display();
+    let v = load_used(
+        &format!(
+            "  tls: true\n  tls_ca_file: {d}/ca.pem\n  tls_cert_file: {d}/client.pem\n  \
+             tls_key_file: {d}/client.key\n"
+        ),
+        &MapSecrets::new(),
+    )
+    .expect("valid");
+    assert!(v.redis.tls);
+    assert_eq!(v.redis.tls_ca_file, Some(dir.join("ca.pem")));
+    assert_eq!(
+        v.redis.tls_client,
+        Some((dir.join("client.pem"), dir.join("client.key")))
+    );
+    // Without a CA file the system's roots are used: nothing to check.
+    let v = load_used("  tls: true\n", &MapSecrets::new()).expect("valid");
+    assert!(v.redis.tls && v.redis.tls_ca_file.is_none() && v.redis.tls_client.is_none());
+    // Not used (storage local): the files are not read, the shape still is.
+    let v = load_redis("  tls: true\n  tls_ca_file: /nonexistent/ca.pem\n").expect("not read");
+    assert_eq!(
+        v.redis.tls_ca_file.as_deref(),
+        Some(std::path::Path::new("/nonexistent/ca.pem"))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn c_conf_1_tls_file_errors_name_the_field() {
+    let dir = pem_dir();
+    let d = dir.display();
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("  tls_ca_file: {d}/ca.pem\n"),
+            "redis.tls_ca_file",
+            "only with redis.tls: true",
+        ),
+        (
+            format!("  tls_key_file: {d}/client.key\n"),
+            "redis.tls_key_file",
+            "only with redis.tls: true",
+        ),
+        (
+            format!("  tls: true\n  tls_cert_file: {d}/client.pem\n"),
+            "redis.tls_key_file",
+            "required with redis.tls_cert_file",
+        ),
+        (
+            format!("  tls: true\n  tls_key_file: {d}/client.key\n"),
+            "redis.tls_cert_file",
+            "required with redis.tls_key_file",
+        ),
+        (
+            format!("  tls: true\n  tls_ca_file: {d}/missing.pem\n"),
+            "redis.tls_ca_file",
+            "cannot read",
+        ),
+        (
+            format!("  tls: true\n  tls_ca_file: {d}/empty.pem\n"),
+            "redis.tls_ca_file",
+            "holds no PEM certificate",
+        ),
+        (
+            format!("  tls: true\n  tls_cert_file: {d}/client.pem\n  tls_key_file: {d}/ca.pem\n"),
+            "redis.tls_key_file",
+            "PEM private key",
+        ),
+        (
+            "  tls: true\n  tls_ca_file: ''\n".to_owned(),
+            "redis.tls_ca_file",
+            "must not be empty",
+        ),
+    ];
+    for (yaml, path, words) in &cases {
+        let e = load_used(yaml, &MapSecrets::new()).expect_err(yaml);
+        let m = message_at(&e, path);
+        assert!(m.contains(words), "{yaml}: {path}: {m}");
+        assert!(
+            !m.contains("MIIB"),
+            "a file's contents are never quoted: {m}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn c_conf_3_sentinel_password_is_a_secret_of_its_own() {
+    let sentinel = "  mode: sentinel\n  sentinel_master: m\n  addresses: ['s:26379']\n";
+    let secrets = MapSecrets::new()
+        .with_env("SENTINEL_PW", "spw")
+        .with_env("REDIS_PW", "mpw");
+    let v = load_used(
+        &format!("{sentinel}  password_env: REDIS_PW\n  sentinel_password_env: SENTINEL_PW\n"),
+        &secrets,
+    )
+    .expect("valid");
+    assert_eq!(
+        v.redis.sentinel_password.as_ref().map(|s| s.expose()),
+        Some("spw")
+    );
+    assert_eq!(v.redis.password.as_ref().map(|s| s.expose()), Some("mpw"));
+    assert!(
+        !format!("{:?}", v.redis).contains("spw"),
+        "redacted in Debug"
+    );
+
+    let e = load_used(
+        &format!("{sentinel}  sentinel_password_env: MISSING_PW\n"),
+        &secrets,
+    )
+    .expect_err("unresolved");
+    assert!(message_at(&e, "redis.sentinel_password_env").contains("secret not found"));
+    let e = load_used(
+        &format!("{sentinel}  sentinel_password_env: 'hunter2 pasted'\n"),
+        &secrets,
+    )
+    .expect_err("not a variable name");
+    let m = message_at(&e, "redis.sentinel_password_env");
+    assert!(
+        m.contains("environment variable") && !m.contains("hunter2"),
+        "{m}"
+    );
+    let e = load_used(
+        "  mode: cluster\n  addresses: ['a:7000']\n  sentinel_password_env: SENTINEL_PW\n",
+        &secrets,
+    )
+    .expect_err("cluster");
+    assert!(message_at(&e, "redis.sentinel_password_env").contains("mode sentinel"));
+    // Not used (storage local): named, not resolved.
+    let v = load_redis(&format!("{sentinel}  sentinel_password_env: MISSING_PW\n")).expect("valid");
+    assert!(v.redis.sentinel_password.is_none());
+}
