@@ -32,7 +32,7 @@
 //! backend from a random start, so a pick succeeds whenever any backend is available.
 
 use super::{PickContext, Policy, Visit};
-use crate::pool::{Backend, PoolParams};
+use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Padded;
 use crate::sync::{Arc, AtomicUsize, Ordering};
