@@ -28,6 +28,7 @@ use core::fmt;
 use std::collections::BTreeSet;
 
 mod diff;
+mod duration;
 mod read;
 mod schema;
 mod secret;
@@ -40,7 +41,7 @@ mod examples;
 mod tests;
 
 pub use diff::{Apply, Change, ConfigDiff, classify, diff};
-pub use read::parse_duration;
+pub use duration::{format_duration, parse_duration};
 pub use schema::{
     BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig, ManagementConfig,
     OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,

@@ -2,7 +2,8 @@
 //!
 //! A policy only says in which order it would like to try backends: it calls a visitor with
 //! candidate indices, most preferred first, and must eventually offer every index. The driver
-//! ([`Pool::select`]) does everything else, the same way for every policy:
+//! (`select/drive.rs`, called by [`Pool::select`](crate::pool::Pool::select)) does everything
+//! else, the same way for every policy:
 //!
 //! - skips backends this request already tried (C-RETRY-2) and unavailable ones (C-POOL-3);
 //! - applies slow start (C-HEALTH-4): a warming backend is taken with probability equal to its
@@ -21,6 +22,7 @@
 //! not pick. Policies are an enum over structs that implement [`Policy`], so dispatch is static.
 
 mod consistent_hash;
+mod drive;
 mod least_request;
 mod pick_first;
 mod round_robin;
@@ -29,12 +31,14 @@ mod weighted;
 use core::ops::ControlFlow;
 
 pub use consistent_hash::ConsistentHash;
+pub use drive::{MAX_TRIED, NoBackend, Selection, Tried};
+pub(crate) use drive::{Request, drive};
 pub use least_request::{InFlight, LeastRequest, LoadMetric};
 pub use pick_first::PickFirst;
 pub use round_robin::RoundRobin;
 pub use weighted::WeightedRoundRobin;
 
-use crate::pool::{Availability, Backend, Pool, PoolParams, Slot, Tried};
+use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Arc;
 use crate::time::Instant;
@@ -154,7 +158,7 @@ impl AnyPolicy {
         }
     }
 
-    fn policy(&self) -> &dyn Policy {
+    pub(crate) fn policy(&self) -> &dyn Policy {
         match self {
             AnyPolicy::RoundRobin(p) => p,
             AnyPolicy::WeightedRoundRobin(p) => p,
@@ -199,187 +203,6 @@ pub(crate) const fn fmix64(mut h: u64) -> u64 {
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^= h >> 33;
     h
-}
-
-/// Why no backend could be selected (C-POOL-5). Each maps to a `503` with a JSON body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoBackend {
-    /// The pool has no backends.
-    EmptyPool,
-    /// Every backend was already tried by this request (a retry has nowhere to go).
-    AllTried,
-    /// No backend is enabled, serving and healthy.
-    NoHealthy,
-    /// Every otherwise usable backend has an open circuit (and panic routing lost a race).
-    AllOpen,
-    /// Every usable backend is at `max_concurrent_requests`.
-    AllSaturated,
-    /// Every untried backend is disabled or draining (none unhealthy, none circuit-open).
-    NoneEnabled,
-}
-
-impl NoBackend {
-    /// A stable snake_case name for logs, metrics and error bodies.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            NoBackend::EmptyPool => "empty_pool",
-            NoBackend::AllTried => "all_tried",
-            NoBackend::NoHealthy => "no_healthy_backend",
-            NoBackend::AllOpen => "all_circuits_open",
-            NoBackend::AllSaturated => "all_backends_saturated",
-            NoBackend::NoneEnabled => "no_enabled_backend",
-        }
-    }
-}
-
-/// The result of a selection.
-#[derive(Debug)]
-pub enum Selection {
-    /// A slot was reserved on backend `index` of the pool.
-    Selected {
-        /// The backend's index in the pool snapshot.
-        index: usize,
-        /// The reserved slot; dropping it releases it.
-        slot: Slot,
-    },
-    /// Nothing could be reserved.
-    Unavailable(NoBackend),
-}
-
-/// What the driver saw while visiting candidates.
-#[derive(Debug, Default)]
-struct Scan {
-    untried: bool,
-    saturated: bool,
-    /// Some untried backend fails its health checks / has an open circuit (issue 20: the `503`
-    /// names the cause that holds, not `no_healthy_backend` for drained or ejected backends).
-    unhealthy: bool,
-    circuit_open: bool,
-    open: Option<usize>,
-    warming: Option<usize>,
-}
-
-impl Pool {
-    /// Select a backend and reserve a slot on it, skipping those in `tried`. Never blocks.
-    pub fn select(
-        &self,
-        ctx: &PickContext,
-        tried: &Tried,
-        now: Instant,
-        rng: &mut dyn Rng,
-    ) -> Selection {
-        let params = &self.params;
-        let reserve = |b: &Arc<Backend>, panic: bool| Backend::try_reserve(b, params, now, panic);
-        match self.drive(ctx, tried, now, rng, reserve) {
-            Ok((index, slot)) => Selection::Selected { index, slot },
-            Err(why) => Selection::Unavailable(why),
-        }
-    }
-
-    /// The backend [`Pool::select`] would pick now, without reserving anything: the same
-    /// decision, for reports, the simulator's oracle and benchmarks of the decision alone.
-    /// Advances the policy's cursor like a real pick.
-    pub fn choose(
-        &self,
-        ctx: &PickContext,
-        tried: &Tried,
-        now: Instant,
-        rng: &mut dyn Rng,
-    ) -> Result<usize, NoBackend> {
-        self.drive(ctx, tried, now, rng, |_, _| Ok(()))
-            .map(|(index, ())| index)
-    }
-
-    /// The one selection driver (see the module doc); `take` reserves on a chosen backend
-    /// (`panic` = bypass the breaker) and may lose a race, in which case the driver moves on.
-    fn drive<T>(
-        &self,
-        ctx: &PickContext,
-        tried: &Tried,
-        now: Instant,
-        rng: &mut dyn Rng,
-        mut take: impl FnMut(&Arc<Backend>, bool) -> Result<T, Availability>,
-    ) -> Result<(usize, T), NoBackend> {
-        let backends = &self.backends[..];
-        if backends.is_empty() {
-            return Err(NoBackend::EmptyPool);
-        }
-        let params = &self.params;
-        let mut scan = Scan::default();
-        let mut chosen: Option<(usize, T)> = None;
-        let mut visit = |i: usize, rng: &mut dyn Rng| {
-            let Some(b) = backends.get(i) else {
-                return ControlFlow::Continue(());
-            };
-            if tried.contains(i) && !mutated!(RETRY_MAY_REUSE_BACKEND) {
-                return ControlFlow::Continue(());
-            }
-            scan.untried = true;
-            let mut why = b.availability(params, now);
-            if why == Availability::Available {
-                let share = b.slow_start_permille(&params.slow_start, now);
-                if share < 1000 && !mutated!(SLOW_START_IGNORED) && !rng.chance_permille(share) {
-                    scan.warming.get_or_insert(i);
-                    return ControlFlow::Continue(());
-                }
-                match take(b, false) {
-                    Ok(t) => {
-                        chosen = Some((i, t));
-                        return ControlFlow::Break(());
-                    }
-                    Err(lost) => why = lost,
-                }
-            }
-            match why {
-                Availability::Unhealthy => scan.unhealthy = true,
-                Availability::CircuitOpen => scan.circuit_open = true,
-                _ => {}
-            }
-            match why {
-                Availability::Saturated => scan.saturated = true,
-                // Panic routing needs a backend whose only problem is its circuit.
-                Availability::CircuitOpen if b.in_flight() < params.max_concurrent_requests => {
-                    scan.open.get_or_insert(i);
-                }
-                _ => {}
-            }
-            ControlFlow::Continue(())
-        };
-        self.policy
-            .policy()
-            .visit(backends, ctx, params, now, rng, &mut visit);
-        if let Some(found) = chosen {
-            return Ok(found);
-        }
-        if let Some(i) = scan.warming
-            && let Ok(t) = take(&backends[i], false)
-        {
-            return Ok((i, t));
-        }
-        if let Some(i) = scan.open.filter(|_| !mutated!(PANIC_ROUTING_DISABLED)) {
-            return take(&backends[i], true)
-                .map(|t| (i, t))
-                .map_err(|_| NoBackend::AllOpen);
-        }
-        Err(if !scan.untried {
-            NoBackend::AllTried
-        } else if scan.saturated {
-            NoBackend::AllSaturated
-        } else if scan.unhealthy {
-            NoBackend::NoHealthy
-        } else if scan.circuit_open {
-            NoBackend::AllOpen
-        } else {
-            NoBackend::NoneEnabled
-        })
-    }
-
-    /// The policy of this pool.
-    #[must_use]
-    pub fn policy_kind(&self) -> PolicyKind {
-        self.policy.kind()
-    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -14,7 +14,11 @@ use std::fmt::Write as _;
 use core::time::Duration;
 
 use super::ConfigError;
+use super::duration::parse_duration;
 use super::tree::{Node, Pos, Value};
+use words::{closest, describe, quoted};
+
+mod words;
 
 /// A field's path twice: concrete (`pools.api.backends[2].url`, for errors and diffs) and schema
 /// (`pools.<name>.backends[].url`, for the documentation).
@@ -554,142 +558,4 @@ impl<'t> Obj<'t> {
             }
         }
     }
-}
-
-/// The value as the error message shows it: short, quoted when a string.
-fn describe(node: &Node) -> String {
-    match &node.value {
-        Value::Str(s) => {
-            let short: String = s.chars().take(40).collect();
-            let more = if short.len() < s.len() { "…" } else { "" };
-            format!("the string {short:?}{more}")
-        }
-        Value::Int(i) => format!("the integer {i}"),
-        Value::Float(f) => format!("the number {f}"),
-        Value::Bool(b) => format!("the boolean {b}"),
-        other => other.kind().to_owned(),
-    }
-}
-
-fn quoted(names: &[&str]) -> String {
-    let mut out = String::new();
-    for (i, n) in names.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        let _ = write!(out, "`{n}`");
-    }
-    out
-}
-
-/// The known name within edit distance 2 of `s`, if exactly one is nearest.
-fn closest<'a>(s: &str, known: &[&'a str]) -> Option<&'a str> {
-    known
-        .iter()
-        .map(|k| (levenshtein(s, k), *k))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
-
-/// Parse a duration the way Go's `time.ParseDuration` does (the reference balancer's format):
-/// one or more `<number><unit>` parts, the number possibly with a fraction, units `ns`, `us`
-/// (`µs`), `ms`, `s`, `m`, `h`; `0` alone is zero. No sign: negative durations are rejected.
-/// Examples: `50ms`, `5s`, `1m30s`, `1.5h`, `0s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "invalid duration {text:?}: write a number and a unit (ns, us, ms, s, m, h), \
-             for example 50ms, 5s or 1m30s"
-        )
-    };
-    if text.starts_with('-') {
-        return Err(format!("invalid duration {text:?}: must not be negative"));
-    }
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.is_empty() {
-        return Err(bad());
-    }
-    let mut rest = text;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let int_part = &rest[..int_len];
-        rest = &rest[int_len..];
-        let mut frac_part = "";
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let frac_len = after_dot
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(after_dot.len());
-            frac_part = &after_dot[..frac_len];
-            rest = &after_dot[frac_len..];
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(bad());
-        }
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit: u128 = match &rest[..unit_len] {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        let too_long = || format!("invalid duration {text:?}: too long");
-        // At most 20 integer digits fit in u128 with room for the unit multiplication below.
-        if int_part.len() > 20 {
-            return Err(too_long());
-        }
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| bad())?
-        };
-        // Fraction: keep 18 digits (attosecond-scale precision is far below a nanosecond).
-        let frac_digits = &frac_part[..frac_part.len().min(18)];
-        let frac: u128 = if frac_digits.is_empty() {
-            0
-        } else {
-            frac_digits.parse().map_err(|_| bad())?
-        };
-        let scale = 10u128.pow(frac_digits.len() as u32);
-        let part = whole
-            .checked_mul(unit)
-            .and_then(|w| w.checked_add(frac * unit / scale))
-            .ok_or_else(too_long)?;
-        total = total.checked_add(part).ok_or_else(too_long)?;
-        if total > u128::from(u64::MAX) {
-            return Err(too_long());
-        }
-    }
-    // total <= u64::MAX, checked in the loop.
-    Ok(Duration::from_nanos(total as u64))
 }

@@ -4,9 +4,8 @@
 
 use serde::Deserialize;
 
-use super::{
-    ConfigPatch, CountBody, EmptyBody, EnabledBody, Endpoint, FieldError, LimitBody, Reply,
-};
+use super::command::{CountBody, EmptyBody, EnabledBody, LimitBody};
+use super::{ConfigPatch, Endpoint, FieldError, Reply};
 
 /// The `400` for a body `json_object` refused on `endpoint`.
 pub(super) fn problem(endpoint: &Endpoint, body: &[u8]) -> Reply {

@@ -7,11 +7,11 @@
 //! Durations are written as the YAML file writes them (`"5s"`, `"250ms"`, `"1m30s"`, see
 //! [`format_duration`]), so the console can send a value back in a `PATCH` unchanged.
 
-use core::time::Duration;
 use std::net::IpAddr;
 
 use serde::Serialize;
 
+use crate::config::{HealthCheckConfig, ValidConfig, format_duration};
 use crate::pool::Availability;
 use crate::rate::StorageKind;
 use crate::runtime::Runtime;
@@ -249,46 +249,6 @@ pub struct RouteStatus {
     pub max_concurrent_requests: Option<u32>,
 }
 
-/// A duration as the configuration writes it and [`parse_duration`](crate::config::parse_duration)
-/// reads it back exactly: `0s`, `750ns`, `20us`, `250ms`, `1.5ms`, `5s`, `1m30s`, `2h0m0.25s`.
-#[must_use]
-pub fn format_duration(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".to_owned();
-    }
-    if nanos < 1_000 {
-        return format!("{nanos}ns");
-    }
-    if nanos < 1_000_000 {
-        return format!("{}us", decimal(nanos, 1_000));
-    }
-    if nanos < 1_000_000_000 {
-        return format!("{}ms", decimal(nanos, 1_000_000));
-    }
-    let secs = nanos / 1_000_000_000;
-    let frac = nanos % 1_000_000_000;
-    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    let seconds = decimal(s * 1_000_000_000 + frac, 1_000_000_000);
-    match (h, m) {
-        (0, 0) => format!("{seconds}s"),
-        (0, m) => format!("{m}m{seconds}s"),
-        (h, m) => format!("{h}h{m}m{seconds}s"),
-    }
-}
-
-/// `value / unit` as a decimal without trailing zeros (`1500 / 1000` → `1.5`).
-fn decimal(value: u128, unit: u128) -> String {
-    let whole = value / unit;
-    let rest = value % unit;
-    if rest == 0 {
-        return whole.to_string();
-    }
-    let width = unit.to_string().len() - 1;
-    let frac = format!("{rest:0width$}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
-}
-
 /// Build the status document of `runtime` at `now`, with the adapter's `facts` (C-MGMT-4).
 #[must_use]
 pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant) -> StatusDocument {
@@ -322,16 +282,6 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
         })
         .collect();
     let rate = &cfg.rate;
-    // The configured store even when limiting is off (`bucket.storage` then says `disabled`).
-    let configured_storage = cfg
-        .config
-        .rate_limit
-        .storage
-        .parse::<StorageKind>()
-        .map_or("", StorageKind::label);
-    let h = &cfg.config.health_check;
-    let retry = runtime.retry();
-    let budget = runtime.budget();
     let routes = cfg
         .routes
         .iter()
@@ -358,44 +308,9 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
             storage: rate.storage().label(),
             degraded: facts.bucket.degraded,
         },
-        rate_limit: RateLimitStatus {
-            enabled: rate.enabled(),
-            storage: configured_storage,
-            failure_mode: rate.failure_mode().as_str(),
-            capacity: rate.capacity(),
-            refill_per_second: rate.refill_per_second(),
-            operation_timeout: format_duration(rate.operation_timeout()),
-            ipv4_prefix_bits: rate.key().ipv4_prefix_bits(),
-            ipv6_prefix_bits: rate.key().ipv6_prefix_bits(),
-        },
-        health_check: HealthCheckStatus {
-            mode: h.mode.as_str(),
-            path: h.path.clone(),
-            interval: format_duration(h.interval),
-            timeout: format_duration(h.timeout),
-            jitter: format_duration(h.jitter),
-            failure_threshold: h.failure_threshold,
-            success_threshold: h.success_threshold,
-            max_concurrency: h.max_concurrency,
-            expected_statuses: h.expected_statuses.clone(),
-            cooldown: format_duration(h.cooldown),
-            max_cooldown: format_duration(h.max_cooldown),
-            half_open_requests: h.half_open_requests,
-            slow_start: format_duration(h.slow_start),
-            slow_start_minimum_percent: h.slow_start_minimum_percent,
-        },
-        retry: RetryStatus {
-            max_attempts: retry.max_attempts(),
-            per_try_timeout: format_duration(retry.per_try_timeout()),
-            body_limit: retry.body_limit(),
-            methods: retry.methods().to_vec(),
-            statuses: retry.statuses().to_vec(),
-            budget: BudgetStatus {
-                capacity: budget.capacity(),
-                tokens: budget.tokens(now),
-                refill_per_second: budget.refill_per_second(),
-            },
-        },
+        rate_limit: rate_limit_status(cfg),
+        health_check: health_check_status(&cfg.config.health_check),
+        retry: retry_status(runtime, now),
         protection: ProtectionStatus {
             overload: OverloadStatus {
                 in_flight: facts.gate_in_flight,
@@ -406,6 +321,66 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
             },
             routes,
             backend_max_concurrent_requests: params.max_concurrent_requests,
+        },
+    }
+}
+
+/// `rate_limit` of the status document: the configuration in force.
+fn rate_limit_status(cfg: &ValidConfig) -> RateLimitStatus {
+    let rate = &cfg.rate;
+    // The configured store even when limiting is off (`bucket.storage` then says `disabled`).
+    let configured_storage = cfg
+        .config
+        .rate_limit
+        .storage
+        .parse::<StorageKind>()
+        .map_or("", StorageKind::label);
+    RateLimitStatus {
+        enabled: rate.enabled(),
+        storage: configured_storage,
+        failure_mode: rate.failure_mode().as_str(),
+        capacity: rate.capacity(),
+        refill_per_second: rate.refill_per_second(),
+        operation_timeout: format_duration(rate.operation_timeout()),
+        ipv4_prefix_bits: rate.key().ipv4_prefix_bits(),
+        ipv6_prefix_bits: rate.key().ipv6_prefix_bits(),
+    }
+}
+
+/// `health_check` of the status document: the configuration in force.
+fn health_check_status(h: &HealthCheckConfig) -> HealthCheckStatus {
+    HealthCheckStatus {
+        mode: h.mode.as_str(),
+        path: h.path.clone(),
+        interval: format_duration(h.interval),
+        timeout: format_duration(h.timeout),
+        jitter: format_duration(h.jitter),
+        failure_threshold: h.failure_threshold,
+        success_threshold: h.success_threshold,
+        max_concurrency: h.max_concurrency,
+        expected_statuses: h.expected_statuses.clone(),
+        cooldown: format_duration(h.cooldown),
+        max_cooldown: format_duration(h.max_cooldown),
+        half_open_requests: h.half_open_requests,
+        slow_start: format_duration(h.slow_start),
+        slow_start_minimum_percent: h.slow_start_minimum_percent,
+    }
+}
+
+/// `retry` of the status document: the policy in force and the budget's tokens at `now`.
+fn retry_status(runtime: &Runtime, now: Instant) -> RetryStatus {
+    let retry = runtime.retry();
+    let budget = runtime.budget();
+    RetryStatus {
+        max_attempts: retry.max_attempts(),
+        per_try_timeout: format_duration(retry.per_try_timeout()),
+        body_limit: retry.body_limit(),
+        methods: retry.methods().to_vec(),
+        statuses: retry.statuses().to_vec(),
+        budget: BudgetStatus {
+            capacity: budget.capacity(),
+            tokens: budget.tokens(now),
+            refill_per_second: budget.refill_per_second(),
         },
     }
 }

@@ -7,9 +7,12 @@ use http::{HeaderMap, HeaderValue, Method};
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{MapSecrets, load};
+use crate::config::{MapSecrets, Secret, load};
+use crate::rate::ClientKey;
+use crate::response::ManagementError;
 use crate::rng::WyRand;
 use crate::runtime::Runtime;
+use crate::time::Instant;
 
 const TOKEN: &str = "s3cret-token-value";
 const T0: Instant = Instant::ZERO;

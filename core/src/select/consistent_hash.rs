@@ -59,7 +59,7 @@
 //! proportion to table shares, with the same fallbacks and bound.
 
 use super::{PickContext, Policy, Visit, fmix64, hash_key};
-use crate::pool::{Availability, Backend, PoolParams};
+use crate::backend::{Availability, Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Arc;
 use crate::time::Instant;

@@ -22,7 +22,7 @@ use core::fmt::Debug;
 use core::marker::PhantomData;
 
 use super::{PickContext, Policy, Visit};
-use crate::pool::{Backend, PoolParams};
+use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Arc;
 use crate::time::Instant;

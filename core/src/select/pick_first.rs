@@ -12,7 +12,7 @@
 //! "current" backend: the order is fixed by the config, so every replica agrees on the primary.
 
 use super::{PickContext, Policy, Visit};
-use crate::pool::{Backend, PoolParams};
+use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Arc;
 use crate::time::Instant;

@@ -13,7 +13,7 @@
 //! is down passes its turn to its successor (nginx and HAProxy behave the same).
 
 use super::{PickContext, Policy, Visit};
-use crate::pool::{Backend, PoolParams};
+use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Padded;
 use crate::sync::{Arc, AtomicUsize, Ordering};

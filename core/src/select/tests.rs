@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::breaker::Outcome;
-use crate::pool::{Backend, BackendSpec, PoolParams};
+use crate::pool::{Availability, Backend, BackendSpec, Pool, PoolParams, Slot};
 use crate::rng::WyRand;
 use crate::slow_start::SlowStart;
 

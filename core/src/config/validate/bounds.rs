@@ -425,7 +425,7 @@ pub(super) fn check(cfg: &Config, c: &mut Check<'_>) {
         if let Some(d) = duration(cfg, b.path)
             && !b.allows(d)
         {
-            let got = crate::mgmt::format_duration(d);
+            let got = crate::config::format_duration(d);
             c.err(b.path, format!("must be within {}, got {got}", b.text()));
         }
     }

@@ -285,6 +285,23 @@ pub(super) fn check_backends(
 pub(super) type Routing = (Vec<PoolSpec>, Vec<RouteSpec>, Option<RouteTable>);
 
 pub(super) fn check_pools_and_routes(cfg: &Config, c: &mut Check<'_>) -> Routing {
+    let pools = check_pools(cfg, c);
+    let (routes, candidates, catch_all) = check_routes(cfg, c);
+    let table = route_table(candidates, c);
+    if cfg.backends.is_empty() && !catch_all {
+        let msg = if cfg.routes.is_empty() {
+            "no backends: list at least one backend (id and url)"
+        } else {
+            "the default pool serves paths no route matches: list at least one backend, or add a route with prefix /"
+        };
+        c.err("backends", msg);
+    }
+    (pools, routes, table)
+}
+
+/// The default pool and every named pool: names, backends (ids unique across all pools) and
+/// balancing.
+fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
     // Weight and id checks do not depend on the pool parameters; the defaults stand in when the
     // configured ones are invalid (already reported).
     let params = PoolParams::default();
@@ -341,7 +358,18 @@ pub(super) fn check_pools_and_routes(cfg: &Config, c: &mut Check<'_>) -> Routing
             });
         }
     }
+    pools
+}
 
+/// A route that passed its own checks: its index in `routes`, its prefix and its pool's index.
+type Candidate<'a> = (usize, &'a str, usize);
+
+/// Each route on its own: its pool exists, its bulkhead and prefix are valid. Returns the routes
+/// that passed, the candidates for the table and whether some route catches every path.
+fn check_routes<'a>(
+    cfg: &'a Config,
+    c: &mut Check<'_>,
+) -> (Vec<RouteSpec>, Vec<Candidate<'a>>, bool) {
     // Routes: each prefix on its own first, then the table (duplicates) without the bad ones.
     let mut routes = Vec::with_capacity(cfg.routes.len());
     let mut candidates: Vec<(usize, &str, usize)> = Vec::new();
@@ -395,7 +423,12 @@ pub(super) fn check_pools_and_routes(cfg: &Config, c: &mut Check<'_>) -> Routing
             });
         }
     }
-    let table = loop {
+    (routes, candidates, catch_all)
+}
+
+/// The route table of the candidates, each duplicate prefix reported and left out.
+fn route_table(mut candidates: Vec<Candidate<'_>>, c: &mut Check<'_>) -> Option<RouteTable> {
+    loop {
         match RouteTable::new(candidates.iter().map(|(_, p, pool)| (*p, *pool)), 0) {
             Ok(t) => break Some(t),
             Err(RouteError::Duplicate { route, first }) => {
@@ -412,17 +445,7 @@ pub(super) fn check_pools_and_routes(cfg: &Config, c: &mut Check<'_>) -> Routing
                 break None;
             }
         }
-    };
-
-    if cfg.backends.is_empty() && !catch_all {
-        let msg = if cfg.routes.is_empty() {
-            "no backends: list at least one backend (id and url)"
-        } else {
-            "the default pool serves paths no route matches: list at least one backend, or add a route with prefix /"
-        };
-        c.err("backends", msg);
     }
-    (pools, routes, table)
 }
 
 pub(super) fn check_retry(p: &RetryParams, c: &mut Check<'_>) -> Option<RetryPolicy> {

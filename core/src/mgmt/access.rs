@@ -1,0 +1,101 @@
+//! Who may call the management API and the guards a mutating request passes before its body is
+//! read as a command (C-MGMT-1, C-MGMT-2).
+
+use http::HeaderValue;
+
+use super::{CSRF_HEADER, MAX_BODY_BYTES, MgmtRequest};
+use crate::config::Secret;
+use crate::response::ManagementError;
+use crate::runtime::Runtime;
+
+/// Who may call, from the configuration in force.
+#[derive(Debug, Clone, Copy)]
+pub struct Access<'a> {
+    /// The bearer token (C-MGMT-1).
+    pub token: Option<&'a Secret>,
+    /// No token needed (the process warned at start).
+    pub allow_insecure: bool,
+    /// Mutating endpoints allowed (C-MGMT-3).
+    pub runtime_mutations: bool,
+}
+
+impl<'a> Access<'a> {
+    /// The access rules of `runtime`'s configuration.
+    #[must_use]
+    pub fn of(runtime: &'a Runtime) -> Access<'a> {
+        let m = &runtime.config().management;
+        Access {
+            token: m.auth_token.as_ref(),
+            allow_insecure: m.allow_insecure,
+            runtime_mutations: m.runtime_mutations,
+        }
+    }
+}
+
+/// Check the bearer token (C-MGMT-1): exactly one `Authorization` header of the form
+/// `Bearer <token>` (scheme case-insensitive, RFC 7235) whose token matches in constant time.
+/// `allow_insecure` lets every request through; without a configured token and without
+/// `allow_insecure` nothing gets through.
+pub fn authorize(
+    req: &MgmtRequest<'_>,
+    token: Option<&Secret>,
+    allow_insecure: bool,
+) -> Result<(), ManagementError> {
+    if allow_insecure {
+        return Ok(());
+    }
+    let Some(token) = token else {
+        return Err(ManagementError::Unauthorized);
+    };
+    let mut values = req.headers.get_all(http::header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(ManagementError::Unauthorized);
+    };
+    let v = value.as_bytes();
+    let Some((scheme, rest)) = v.split_at_checked(6) else {
+        return Err(ManagementError::Unauthorized);
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
+        return Err(ManagementError::Unauthorized);
+    }
+    let candidate = rest.trim_ascii();
+    if token.matches(candidate) {
+        Ok(())
+    } else {
+        Err(ManagementError::Unauthorized)
+    }
+}
+
+/// The header checks of a mutating request, in the contract's order (C-MGMT-2): cross-site,
+/// CSRF header, media type, body size. The body's form is checked by [`parse`].
+pub fn guard(req: &MgmtRequest<'_>) -> Result<(), ManagementError> {
+    let cross_site = req.headers.get_all("sec-fetch-site").iter().any(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"cross-site")
+    });
+    if cross_site {
+        return Err(ManagementError::CrossSite);
+    }
+    let mut csrf = req.headers.get_all(CSRF_HEADER).iter();
+    match (csrf.next(), csrf.next()) {
+        (Some(v), None) if v.as_bytes() == b"1" => {}
+        _ => return Err(ManagementError::CsrfHeader),
+    }
+    let mut ct = req.headers.get_all(http::header::CONTENT_TYPE).iter();
+    match (ct.next(), ct.next()) {
+        (Some(v), None) if is_json(v) => {}
+        _ => return Err(ManagementError::UnsupportedMediaType),
+    }
+    if req.body.len() > MAX_BODY_BYTES {
+        return Err(ManagementError::PayloadTooLarge);
+    }
+    Ok(())
+}
+
+/// `application/json`, case-insensitive, parameters (`; charset=utf-8`) allowed.
+fn is_json(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    let essence = b.split(|c| *c == b';').next().unwrap_or(b).trim_ascii();
+    essence.eq_ignore_ascii_case(b"application/json")
+}

@@ -1,0 +1,310 @@
+//! What a management request does: the handler's [`Reply`] and the adapter's [`Decision`], and
+//! how each command changes the runtime (C-MGMT-3..5, C-CONF-8).
+
+use std::net::IpAddr;
+
+use http::{HeaderName, HeaderValue};
+
+use super::{Access, Command, ConfigPatch, Endpoint, MgmtRequest, Parsed, body, parse, route};
+use crate::config::{self, ConfigError};
+use crate::rate::ClientKey;
+use crate::response::{ManagementError, SyntheticResponse, header};
+use crate::rng::Rng;
+use crate::runtime::{AdminState, Runtime};
+use crate::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldError {
+    /// Configuration path, e.g. `rate_limit.capacity` or `server.retry.max_attempts`.
+    pub path: String,
+    /// What is wrong (never a secret, C-CONF-3).
+    pub message: String,
+}
+
+impl From<&ConfigError> for FieldError {
+    fn from(e: &ConfigError) -> FieldError {
+        FieldError {
+            path: e.path.clone(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+/// A management response. Every one is JSON with `Cache-Control: no-store` (C-MGMT-2).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A refusal with the fixed answer of [`ManagementError`] (C-PATH-11 body).
+    Refused(ManagementError),
+    /// A refusal with a specific message and, for a rejected change, every error:
+    /// `{"code", "message", "request_id", "errors": [{"path", "message"}]}`.
+    Problem {
+        /// `400` or `404`.
+        status: u16,
+        /// What is wrong.
+        message: String,
+        /// Field errors (may be empty).
+        errors: Vec<FieldError>,
+    },
+    /// A success document.
+    Json {
+        /// `200` or `202`.
+        status: u16,
+        /// The body.
+        body: serde_json::Value,
+    },
+}
+
+impl Reply {
+    fn applied(status: u16, body: serde_json::Value) -> Reply {
+        Reply::Json { status, body }
+    }
+
+    fn invalid(message: impl Into<String>, errors: Vec<FieldError>) -> Reply {
+        Reply::Problem {
+            status: 400,
+            message: message.into(),
+            errors,
+        }
+    }
+
+    /// The status.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        match self {
+            Reply::Refused(e) => e.status(),
+            Reply::Problem { status, .. } | Reply::Json { status, .. } => *status,
+        }
+    }
+
+    /// The JSON body.
+    #[must_use]
+    pub fn body(&self, request_id: &str) -> String {
+        match self {
+            Reply::Refused(e) => SyntheticResponse::management(e, request_id).body(),
+            Reply::Problem {
+                status,
+                message,
+                errors,
+            } => serde_json::json!({
+                "code": status,
+                "message": message,
+                "request_id": request_id,
+                "errors": errors,
+            })
+            .to_string(),
+            Reply::Json { body, .. } => body.to_string(),
+        }
+    }
+
+    /// The whole response: status, `Content-Type: application/json`, `Cache-Control: no-store`,
+    /// `X-Request-ID`, and for refusals the headers of [`SyntheticResponse::management`]
+    /// (`WWW-Authenticate`, `Allow`).
+    #[must_use]
+    pub fn to_http(&self, request_id: &str) -> http::Response<String> {
+        if let Reply::Refused(e) = self {
+            return SyntheticResponse::management(e, request_id).to_http();
+        }
+        let mut response = http::Response::new(self.body(request_id));
+        *response.status_mut() = http::StatusCode::from_u16(self.status())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let h = response.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::response::JSON),
+        );
+        h.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        );
+        if let Ok(v) = HeaderValue::from_str(request_id) {
+            h.insert(HeaderName::from_static(header::REQUEST_ID), v);
+        }
+        response
+    }
+}
+
+/// What the adapter does with a management request.
+#[derive(Debug)]
+pub enum Decision {
+    /// Serve this read endpoint: `/healthz`, `/readyz`, `/metrics` from the adapter's own
+    /// state; the status from [`status_document`]; the synthetic request through the data plane
+    /// with [`dashboard_forward_headers`].
+    Read(Endpoint),
+    /// Answer with this reply; nothing else to do (a refusal, or a change already applied to
+    /// the shared backend state).
+    Reply(Reply),
+    /// Set the caller's rate-limit bucket (in the store in force) to hold `tokens` tokens, then
+    /// answer with `reply`.
+    RefillBucket {
+        /// The caller's key (C-RATE-2).
+        key: ClientKey,
+        /// Tokens the bucket holds afterwards (at most the capacity).
+        tokens: u64,
+        /// The answer.
+        reply: Reply,
+    },
+    /// Publish this runtime exactly as a reload publishes one, then answer with `reply`.
+    Publish {
+        /// The next runtime.
+        runtime: Box<Runtime>,
+        /// The answer (`200 {"status":"applied"}`).
+        reply: Reply,
+    },
+}
+
+impl Decision {
+    /// The reply to send (after the action, if any); `None` for [`Decision::Read`].
+    #[must_use]
+    pub fn reply(&self) -> Option<&Reply> {
+        match self {
+            Decision::Read(_) => None,
+            Decision::Reply(r)
+            | Decision::RefillBucket { reply: r, .. }
+            | Decision::Publish { reply: r, .. } => Some(r),
+        }
+    }
+}
+
+/// Handle a management request against the runtime in force: [`parse`], then [`apply`].
+/// The adapter serialises mutations (one at a time) and access-logs every one (C-MGMT-5).
+pub fn handle(
+    req: &MgmtRequest<'_>,
+    runtime: &Runtime,
+    now: Instant,
+    rng: &mut dyn Rng,
+) -> Decision {
+    match parse(req, &Access::of(runtime)) {
+        Err(ManagementError::BadRequest) => match route(req.method, req.path) {
+            Ok(endpoint) if endpoint.is_mutating() => {
+                Decision::Reply(body::problem(&endpoint, req.body))
+            }
+            _ => Decision::Reply(Reply::Refused(ManagementError::BadRequest)),
+        },
+        Err(e) => Decision::Reply(Reply::Refused(e)),
+        Ok(Parsed::Read(endpoint)) => Decision::Read(endpoint),
+        Ok(Parsed::Mutate(command)) => apply(command, runtime, req.client, now, rng),
+    }
+}
+
+/// `404` naming the backend id that is not in the configuration (issue 20).
+fn unknown_backend(id: &str) -> Reply {
+    let shown: String = id.chars().take(128).collect();
+    Reply::Problem {
+        status: 404,
+        message: format!("no backend with id {shown:?}"),
+        errors: vec![FieldError {
+            path: "id".to_owned(),
+            message: format!("no backend with id {shown:?} in any pool"),
+        }],
+    }
+}
+
+/// Apply a mutation to `runtime` (C-MGMT-4). Backend flags are shared state and change at once;
+/// a bucket refill and a configuration change come back as actions.
+pub fn apply(
+    command: Command,
+    runtime: &Runtime,
+    client: IpAddr,
+    now: Instant,
+    rng: &mut dyn Rng,
+) -> Decision {
+    match command {
+        Command::SetCount { count } => Decision::Reply(set_count(runtime, count, now)),
+        Command::SetEnabled { id, enabled } => match runtime.find_backend(&id) {
+            None => Decision::Reply(unknown_backend(&id)),
+            Some((_, b)) => {
+                b.set_enabled(enabled, now);
+                Decision::Reply(Reply::applied(
+                    200,
+                    serde_json::json!({"status": "applied", "id": id, "enabled": enabled}),
+                ))
+            }
+        },
+        Command::Drain { id } => match runtime.find_backend(&id) {
+            None => Decision::Reply(unknown_backend(&id)),
+            Some((_, b)) => {
+                b.start_drain(now);
+                Decision::Reply(Reply::applied(
+                    202,
+                    serde_json::json!({"status": "draining", "id": id}),
+                ))
+            }
+        },
+        Command::Limit { capacity } => {
+            let rate = &runtime.config().rate;
+            if capacity > rate.capacity() {
+                return Decision::Reply(Reply::invalid(
+                    format!(
+                        "capacity must be within 0..={}, got {capacity}",
+                        rate.capacity()
+                    ),
+                    Vec::new(),
+                ));
+            }
+            Decision::RefillBucket {
+                key: ClientKey::new(client, &rate.key()),
+                tokens: capacity,
+                reply: Reply::applied(
+                    200,
+                    serde_json::json!({"status": "applied", "tokens": capacity}),
+                ),
+            }
+        }
+        Command::Patch(p) => patch_config(&p, runtime, now, rng),
+    }
+}
+
+/// `{"count": n}`: enable the first `n` backends of the default pool in config order, disable
+/// the rest (`400` unless `1 ≤ n ≤ backends`). Only the default pool: it is the reference's one
+/// backend list; named pools are changed one backend at a time.
+fn set_count(runtime: &Runtime, count: u64, now: Instant) -> Reply {
+    let Some(pool) = runtime.pool(0) else {
+        return Reply::invalid("there is no default pool", Vec::new());
+    };
+    let backends = pool.backends();
+    let n = backends.len() as u64;
+    if !(1..=n).contains(&count) {
+        return Reply::invalid(
+            format!("count must be within 1..={n}, got {count}"),
+            Vec::new(),
+        );
+    }
+    for (i, b) in backends.iter().enumerate() {
+        b.set_enabled((i as u64) < count, now);
+    }
+    Reply::applied(
+        200,
+        serde_json::json!({"status": "applied", "count": count}),
+    )
+}
+
+/// `PATCH /api/dashboard/config`: see the module doc (C-CONF-8).
+fn patch_config(p: &ConfigPatch, runtime: &Runtime, now: Instant, rng: &mut dyn Rng) -> Decision {
+    let mut cfg = runtime.config().config.clone();
+    let errors = p.apply_to(&mut cfg);
+    if !errors.is_empty() {
+        return Decision::Reply(Reply::invalid("invalid configuration", errors));
+    }
+    let valid = match config::validate_config(cfg, &runtime.secrets()) {
+        Ok(v) => v,
+        Err(e) => {
+            return Decision::Reply(Reply::invalid(
+                "invalid configuration",
+                e.errors().iter().map(FieldError::from).collect(),
+            ));
+        }
+    };
+    match Runtime::build_with(valid, Some(runtime), AdminState::Keep, now, rng) {
+        Ok(next) => Decision::Publish {
+            runtime: Box::new(next),
+            reply: Reply::applied(200, serde_json::json!({"status": "applied"})),
+        },
+        Err(e) => Decision::Reply(Reply::invalid(
+            "invalid configuration",
+            vec![FieldError {
+                path: String::new(),
+                message: e.to_string(),
+            }],
+        )),
+    }
+}

@@ -1,0 +1,125 @@
+use super::*;
+use crate::time::Instant;
+
+#[test]
+fn c_rate_5_parsing_and_defaults() {
+    assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
+    for m in [
+        FailureMode::FailOpen,
+        FailureMode::FailClosed,
+        FailureMode::LocalFallback,
+    ] {
+        assert_eq!(m.as_str().parse::<FailureMode>(), Ok(m));
+        assert_eq!(m.to_string(), m.as_str());
+    }
+    assert_eq!(
+        "fail_open".parse::<FailureMode>(),
+        Err(PolicyError::FailureMode("fail_open".into()))
+    );
+    assert_eq!(
+        PolicyError::FailureMode("x".into()).to_string(),
+        "failure_mode must be fail-open, fail-closed or local-fallback, got \"x\""
+    );
+    for k in [
+        StorageKind::Local,
+        StorageKind::Redis,
+        StorageKind::Postgres,
+    ] {
+        assert_eq!(k.label().parse::<StorageKind>(), Ok(k));
+    }
+    assert!("disabled".parse::<StorageKind>().is_err());
+    assert_eq!(StorageKind::Disabled.label(), "disabled");
+    assert!(StorageKind::Redis.is_shared() && !StorageKind::Local.is_shared());
+}
+
+#[test]
+fn c_rate_5_store_failure_decisions() {
+    let open = on_store_failure(FailureMode::FailOpen);
+    assert_eq!(open, FailureDecision::AllowDegraded);
+    assert_eq!(
+        (open.status(), open.ready(), open.degraded()),
+        (None, true, true)
+    );
+    let closed = on_store_failure(FailureMode::FailClosed);
+    assert_eq!(closed, FailureDecision::Reject);
+    assert_eq!(
+        (closed.status(), closed.ready(), closed.degraded()),
+        (Some(503), false, false)
+    );
+    let local = on_store_failure(FailureMode::LocalFallback);
+    assert_eq!(local, FailureDecision::DecideLocally);
+    assert_eq!(
+        (local.status(), local.ready(), local.degraded()),
+        (None, true, true)
+    );
+}
+
+#[test]
+fn c_rate_1_allowed_headers() {
+    let b = BucketParams::new(100, 100.0).unwrap();
+    let (take, _) = b.take(0, Instant::from_secs(1));
+    let o = RateOutcome::from_take(take, &b, 100.0, StorageKind::Redis, false);
+    assert!(o.is_allowed());
+    assert_eq!(o.status(), None);
+    assert_eq!(
+        o.header_strings(),
+        vec![
+            ("x-ratelimit-limit", "100".to_string()),
+            ("x-ratelimit-remaining", "99".to_string()),
+            ("x-ratelimit-refill-per-second", "100".to_string()),
+            ("x-ratelimit-storage", "redis".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn c_rate_1_denied_degraded_headers() {
+    let b = BucketParams::new(1, 0.4).unwrap();
+    let now = Instant::from_secs(1);
+    let (_, tat) = b.take(0, now);
+    let (take, _) = b.take(tat, now);
+    // Local fallback decided (C-RATE-5): storage local, degraded.
+    let o = RateOutcome::from_take(take, &b, 0.4, StorageKind::Local, true);
+    assert_eq!(o.status(), Some(429));
+    assert_eq!(o.retry_after_secs(), Some(3)); // 2.5 s rounded up
+    assert_eq!(
+        o.header_strings(),
+        vec![
+            ("x-ratelimit-limit", "1".to_string()),
+            ("x-ratelimit-remaining", "0".to_string()),
+            ("x-ratelimit-refill-per-second", "0.4".to_string()),
+            ("x-ratelimit-storage", "local".to_string()),
+            ("x-ratelimit-degraded", "true".to_string()),
+            ("retry-after", "3".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn c_rate_5_fail_open_outcome() {
+    let b = BucketParams::new(10, 5.0).unwrap();
+    let o = RateOutcome::fail_open(&b, 5.0, StorageKind::Postgres);
+    assert!(o.is_allowed() && o.degraded);
+    assert_eq!(o.remaining, 9);
+    let h = o.header_strings();
+    assert!(h.contains(&("x-ratelimit-storage", "postgres".into())));
+    assert!(h.contains(&("x-ratelimit-degraded", "true".into())));
+    assert!(!h.iter().any(|(n, _)| *n == "retry-after"));
+}
+
+#[test]
+fn header_names_are_lower_case_tokens() {
+    for n in [
+        header::LIMIT,
+        header::REMAINING,
+        header::REFILL_PER_SECOND,
+        header::STORAGE,
+        header::DEGRADED,
+        header::RETRY_AFTER,
+    ] {
+        assert!(
+            n.bytes().all(|c| c.is_ascii_lowercase() || c == b'-'),
+            "{n}"
+        );
+    }
+}
