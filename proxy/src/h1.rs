@@ -24,10 +24,12 @@ use hyper::rt::{Read, Write};
 
 use crate::rt::Io;
 
+mod attempt;
 pub mod client;
 pub mod conn;
 pub mod relay;
 pub mod request;
+mod respond;
 
 /// A read buffer: bytes `start..end` of `data` are read and not consumed yet. The storage is
 /// allocated on first use, grows up to a cap, and is freed when a connection parks.

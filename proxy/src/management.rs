@@ -455,6 +455,9 @@ async fn dashboard_request(
         let conn = rt::spawn_handle(rt, conn);
         let mut synthetic = Request::new(Empty::<Bytes>::new());
         *synthetic.uri_mut() = http::Uri::from_static("/");
+        // HTTP/1.0: a request without `Host` (HTTP/1.1 requires one, C-PATH-12), so the backend
+        // gets its own authority as `Host`, as for any client that sent none.
+        *synthetic.version_mut() = http::Version::HTTP_10;
         *synthetic.headers_mut() = mgmt::dashboard_forward_headers(&req.parts.headers);
         let started = rt.now();
         let resp = sender

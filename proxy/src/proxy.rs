@@ -28,8 +28,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use weir_core::bucket::BucketParams;
 use weir_core::exchange::{
-    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure, Stage,
-    StoreFailure,
+    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure,
 };
 use weir_core::flow::BodyEnd;
 use weir_core::forward::{rewrite_forwarding, strip_hop_by_hop};
@@ -38,13 +37,12 @@ use weir_core::request_id::X_REQUEST_ID;
 use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 
 use crate::body::{Delivered, ResBody};
-use crate::effects::{self, BodyTally, PendingLine, RequestBytes};
-use crate::ratelimit::StoreError;
-use crate::rt;
+use crate::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
 use crate::uri::upstream_uri;
 use crate::worker;
+use crate::{drive, effects, rt};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -241,64 +239,28 @@ impl<'a> Io<'a> {
         }
     }
 
-    /// `fut`, bounded by the engine's deadline: `None` when the deadline came and the engine
-    /// moved on (its `Input::Timeout` was fed); a timer that fired early waits again.
-    async fn bounded<F: Future>(&mut self, mut fut: Pin<&mut F>) -> Option<F::Output> {
+    /// `fut`, bounded by the engine's deadline (`drive::bounded`).
+    async fn bounded<F: Future>(&mut self, fut: Pin<&mut F>) -> Option<F::Output> {
         let ctx = self.ctx;
-        loop {
-            let stage = self.x().stage();
-            let Some(deadline) = self.x().poll_timeout() else {
-                return Some(fut.await);
-            };
-            let at = ctx.shared.clock.deadline(deadline);
-            match rt::timeout_at(ctx.shared.rt, at, fut.as_mut()).await {
-                Ok(v) => return Some(v),
-                Err(_) => {
-                    self.feed(Input::Timeout);
-                    if self.x().stage() != stage {
-                        return None;
-                    }
-                }
-            }
+        match self.x.as_mut() {
+            Some(x) => drive::bounded(&ctx.shared, x, fut).await,
+            None => unreachable_exchange(),
         }
     }
 
     /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
     async fn gate_wait(&mut self, ticket: u64) {
         let ctx = self.ctx;
-        while matches!(self.x().stage(), Stage::Queued { .. }) {
-            let deadline = self.x().poll_timeout();
-            let woken = ctx.shared.admission.wait(ticket, deadline).await;
-            self.feed(if woken {
-                Input::GateHandoff
-            } else {
-                Input::Timeout
-            });
+        if let Some(x) = self.x.as_mut() {
+            drive::gate_wait(&ctx.shared, x, ticket).await;
         }
     }
 
     /// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
     async fn store_take(&mut self, key: ClientKey, bucket: BucketParams) {
         let ctx = self.ctx;
-        let limiter = ctx.shared.limiter.inner();
-        let now = ctx.shared.clock.now();
-        // Boxed: the store clients' futures are kilobytes that a local-store request never runs.
-        let mut call = Box::pin(limiter.take(key, &bucket, now));
-        match self.bounded(call.as_mut()).await {
-            Some(answer) => {
-                let failure = |e: StoreError| {
-                    if e.is_partial() {
-                        StoreFailure::Partial
-                    } else {
-                        StoreFailure::Error
-                    }
-                };
-                self.feed(Input::StoreAnswer(answer.map_err(failure)));
-            }
-            None => {
-                let limit = self.x().runtime().config().rate.operation_timeout();
-                limiter.note_error(StoreError::Timeout(limit));
-            }
+        if let Some(x) = self.x.as_mut() {
+            drive::store_take(&ctx.shared, x, key, bucket).await;
         }
     }
 

@@ -42,15 +42,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::uri::Scheme;
 use http::{HeaderValue, Request, Response};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
 use crate::rt::{self, Io, Rt};
+
+mod body;
+pub use body::{ClientBody, UpBody};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 use weir_core::upstream::{BackendBase, BackendUrlError};
@@ -547,125 +549,5 @@ impl Upstream {
             timeout: self.config.idle_conn_timeout,
             window: DEMAND_WINDOW,
         }
-    }
-}
-
-/// The body of an upstream request.
-#[derive(Debug)]
-pub enum UpBody {
-    /// No body.
-    Empty,
-    /// A buffered body (replayable: each attempt sends a cheap clone of the bytes).
-    Full(Option<Bytes>),
-    /// The client's body, streamed as it arrives (never replayed, C-RETRY-1).
-    Stream(ClientBody),
-}
-
-impl UpBody {
-    /// A buffered body; empty bytes are no body.
-    #[must_use]
-    pub fn full(bytes: Bytes) -> UpBody {
-        if bytes.is_empty() {
-            UpBody::Empty
-        } else {
-            UpBody::Full(Some(bytes))
-        }
-    }
-}
-
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            UpBody::Empty => Poll::Ready(None),
-            UpBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            UpBody::Stream(s) => Pin::new(s).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpBody::Empty => true,
-            UpBody::Full(b) => b.is_none(),
-            UpBody::Stream(s) => s.inner.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpBody::Empty => SizeHint::with_exact(0),
-            UpBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            UpBody::Stream(s) => s.inner.size_hint(),
-        }
-    }
-}
-
-/// The client's request body on its way upstream. When reading it fails (the client went away,
-/// or `server.read_timeout` passed) it marks its tally failed, so the proxy can tell a client
-/// fault from a backend fault (C-PATH-9); the tally also counts the bytes (access log, issue 20).
-#[derive(Debug)]
-pub struct ClientBody {
-    inner: Incoming,
-    failed: Arc<crate::effects::BodyTally>,
-    deadline: Option<rt::Deadline>,
-}
-
-impl ClientBody {
-    /// Stream `inner`, raising `failed` when it breaks or `deadline` passes.
-    #[must_use]
-    pub fn new(
-        rt: Rt,
-        inner: Incoming,
-        failed: Arc<crate::effects::BodyTally>,
-        deadline: Option<std::time::Instant>,
-    ) -> ClientBody {
-        ClientBody {
-            inner,
-            failed,
-            deadline: deadline.map(|d| rt::Deadline::new(rt, d)),
-        }
-    }
-}
-
-impl Body for ClientBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(d) = self.deadline.as_mut()
-            && Pin::new(d).poll(cx).is_ready()
-        {
-            self.failed.fail();
-            return Poll::Ready(Some(Err("request body read timeout".into())));
-        }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Err(e))) => {
-                self.failed.fail();
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.failed.add(data.len());
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            other => other.map(|o| o.map(|r| r.map_err(Into::into))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

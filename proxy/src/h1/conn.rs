@@ -155,7 +155,13 @@ pub async fn serve(
             match take_head(&mut c) {
                 Ok(true) => {
                     let keep = Box::pin(request::serve(&ctx, &mut c, &signal)).await;
-                    if !keep || signal.get() {
+                    if !keep {
+                        // What the client still sends (a body weir did not read, pipelined
+                        // requests) must not reset the answer away.
+                        linger(rt, &mut c).await;
+                        return;
+                    }
+                    if signal.get() {
                         break;
                     }
                     phase = ConnPhase::Idle { since: clock.now() };

@@ -1,7 +1,8 @@
 //! Bodies as they arrive (C-PATH-7): a [`Reader`] follows a message body's framing over the
 //! bytes of a read buffer (`Content-Length`, chunked, until close, none) and says which of them
-//! go on: the framing too when both sides speak HTTP/1.1 (chunked passed through unchanged), or
-//! only the data (chunked decoded for an HTTP/1.0 client). [`relay`] copies one body from a
+//! go on: re-framed by weir when both sides speak HTTP/1.1 (chunked written again with weir's
+//! own size lines, `ChunkedDecoder::rechunk`), or only the data (chunked decoded for an
+//! HTTP/1.0 client). [`relay`] copies one body from a
 //! connection to another, read by read, without buffering it.
 
 use std::future::poll_fn;
@@ -54,7 +55,7 @@ impl Reader {
         matches!(self, Reader::Done)
     }
 
-    /// Take what belongs to the body from `buf` into `out` (the framing too when `pass`);
+    /// Take what belongs to the body from `buf` into `out` (chunked re-framed when `pass`);
     /// whether the body ended.
     ///
     /// # Errors
@@ -89,13 +90,15 @@ impl Reader {
                     if avail.is_empty() {
                         return Ok(false);
                     }
-                    let step = d.decode(avail)?;
-                    out.extend_from_slice(if pass {
-                        &avail[..step.consumed]
+                    let (consumed, done) = if pass {
+                        // weir's own framing of the body (canonical sizes, trailers filtered).
+                        let r = d.rechunk(avail, out)?;
+                        (r.consumed, r.done)
                     } else {
-                        step.data
-                    });
-                    let (consumed, done) = (step.consumed, step.done);
+                        let step = d.decode(avail)?;
+                        out.extend_from_slice(step.data);
+                        (step.consumed, step.done)
+                    };
                     buf.consume(consumed);
                     if done {
                         *self = Reader::Done;
