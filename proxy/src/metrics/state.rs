@@ -1,9 +1,9 @@
 //! The families an on-call pages on (issue 20), added to every scrape after the C-OBS-1 ones:
 //! build and process facts, per-backend state (healthy, circuit, enabled, draining, slow-start
-//! share), circuit transitions, retries, gate capacity, reload success time and the
-//! restart-required flag. Every label set is bounded by the configuration: one series per
-//! backend (times three circuit states), one per gate, none per request (docs/operations.md,
-//! "Metrics").
+//! share), circuit transitions, retries, refused management mutations, reload success time and
+//! the restart-required flag (the gate's families are in `admission.rs`). Every label set is
+//! bounded by the configuration: one series per backend (times three circuit states), none per
+//! request (docs/operations.md, "Metrics").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
