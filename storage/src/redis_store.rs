@@ -197,18 +197,32 @@ impl RedisOptions {
         // The redis crate builds its rustls configuration on the process-default provider;
         // make that ring (the workspace's only one) unless the process chose already.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        fn read(what: &str, path: &Path) -> Result<Vec<u8>, StoreError> {
-            std::fs::read(path)
-                .map_err(|e| StoreError::Config(format!("redis.{what} {}: {e}", path.display())))
+        /// The file, which must hold a PEM block whose label ends with `label` (never quoted:
+        /// a key file is a secret).
+        fn read(what: &str, path: &Path, label: &str) -> Result<Vec<u8>, StoreError> {
+            let bytes = std::fs::read(path)
+                .map_err(|e| StoreError::Config(format!("redis.{what} {}: {e}", path.display())))?;
+            let text = String::from_utf8_lossy(&bytes);
+            let end = format!("{label}-----");
+            let found = text
+                .lines()
+                .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&end));
+            if !found {
+                return Err(StoreError::Config(format!(
+                    "redis.{what} {}: no PEM {label} in it (-----BEGIN ...{label}-----)",
+                    path.display()
+                )));
+            }
+            Ok(bytes)
         }
         let root_cert = match &self.tls_ca_file {
-            Some(p) => Some(read("tls_ca_file", p)?),
+            Some(p) => Some(read("tls_ca_file", p, "CERTIFICATE")?),
             None => None,
         };
         let client_tls = match &self.tls_client {
             Some((cert, key)) => Some(ClientTlsConfig {
-                client_cert: read("tls_cert_file", cert)?,
-                client_key: read("tls_key_file", key)?,
+                client_cert: read("tls_cert_file", cert, "CERTIFICATE")?,
+                client_key: read("tls_key_file", key, "PRIVATE KEY")?,
             }),
             None => None,
         };
@@ -246,7 +260,7 @@ fn tls_config_error(e: &RedisError) -> StoreError {
 /// Where the calls go.
 enum Backend {
     Standalone(standalone::Conns),
-    Cluster(cluster::Cluster),
+    Cluster(Box<cluster::Cluster>),
     Sentinel(Box<sentinel::Sentinel>),
 }
 
@@ -301,7 +315,7 @@ impl RedisStore {
             RedisMode::Standalone => {
                 Backend::Standalone(standalone::Conns::new(&opts.client()?, &opts)?)
             }
-            RedisMode::Cluster => Backend::Cluster(cluster::Cluster::new(&opts)?),
+            RedisMode::Cluster => Backend::Cluster(Box::new(cluster::Cluster::new(&opts)?)),
             RedisMode::Sentinel => Backend::Sentinel(Box::new(sentinel::Sentinel::new(&opts)?)),
         };
         Ok(RedisStore {

@@ -157,11 +157,21 @@ async fn c_conf_1_unusable_tls_files_stop_the_start() {
             matches!(&e, StoreError::Config(m) if m.contains("tls_ca_file") && m.contains("missing.pem")),
             "{mode}: {e}"
         );
-        // A key file that is not a key: the redis crate's PEM parser says so.
+        // A key file that is not a key, a CA file without a certificate: named, not quoted.
         o.tls_ca_file = Some(pki.ca.clone());
         o.tls_client = Some((pki.client_cert.clone(), pki.client_cert.clone()));
+        let e = RedisStore::new(o.clone()).expect_err(mode);
+        assert!(
+            matches!(&e, StoreError::Config(m) if m.contains("tls_key_file") && m.contains("PRIVATE KEY")),
+            "{mode}: {e}"
+        );
+        o.tls_client = None;
+        o.tls_ca_file = Some(pki.client_key.clone());
         let e = RedisStore::new(o).expect_err(mode);
-        assert!(matches!(e, StoreError::Config(_)), "{mode}: {e}");
+        assert!(
+            matches!(&e, StoreError::Config(m) if m.contains("tls_ca_file") && !m.contains("MII")),
+            "{mode}: {e}"
+        );
     }
 }
 

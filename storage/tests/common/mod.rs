@@ -433,6 +433,12 @@ pub fn assert_recovered(records: &[Record], back: Duration, until: Duration) -> 
 pub async fn refill_follows_clock(store: &impl weir_storage::Store) {
     let params = weir_core::bucket::BucketParams::new(5, 20.0).expect("valid");
     let k = key(9);
+    // Connect every connection first (takes go round-robin over `pool_size` of them, each
+    // connecting on first use): a slow first connect while the bucket is full would waste its
+    // refill and count against the store.
+    for _ in 0..16 {
+        let _ = store.take(key(10), &params).await;
+    }
     let clock = Clock::new();
     let mut allowed = 0u64;
     let mut first = None;

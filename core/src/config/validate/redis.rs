@@ -125,56 +125,12 @@ fn check_mode_fields(cfg: &Config, mode: RedisMode, c: &mut Check<'_>) {
     }
 }
 
-/// What a PEM file named by a `redis.tls_*` field must hold.
-#[derive(Clone, Copy)]
-enum Pem {
-    Certificates,
-    PrivateKey,
-}
-
-impl Pem {
-    fn found_in(self, text: &str) -> bool {
-        match self {
-            Pem::Certificates => text.contains("-----BEGIN CERTIFICATE-----"),
-            Pem::PrivateKey => text.lines().any(|l| {
-                l.starts_with("-----BEGIN ") && l.trim_end().ends_with("PRIVATE KEY-----")
-            }),
-        }
-    }
-
-    const fn what(self) -> &'static str {
-        match self {
-            Pem::Certificates => "PEM certificate (-----BEGIN CERTIFICATE-----)",
-            Pem::PrivateKey => "PEM private key (-----BEGIN ... PRIVATE KEY-----)",
-        }
-    }
-}
-
-/// The file at `path` (field) named `name`: not empty; when `read`, readable and holding
-/// `pem`. The contents are never quoted (a key file is a secret).
-fn check_pem_file(
-    c: &mut Check<'_>,
-    path: &str,
-    name: &str,
-    pem: Pem,
-    read: bool,
-) -> Option<PathBuf> {
+/// The path in the field at `path` (value `name`): not empty. The file is read, and its PEM
+/// checked, by the store when it is built at start (core does no file IO).
+fn check_file(c: &mut Check<'_>, path: &str, name: &str) -> Option<PathBuf> {
     if name.trim().is_empty() {
         c.err(path, "must not be empty (leave the field out instead)");
         return None;
-    }
-    if read {
-        match std::fs::read(name) {
-            Err(e) => {
-                c.err(path, format!("cannot read {name:?}: {e}"));
-                return None;
-            }
-            Ok(bytes) if !pem.found_in(&String::from_utf8_lossy(&bytes)) => {
-                c.err(path, format!("{name:?} holds no {}", pem.what()));
-                return None;
-            }
-            Ok(_) => {}
-        }
     }
     Some(PathBuf::from(name))
 }
@@ -183,8 +139,8 @@ fn check_pem_file(
 type TlsFiles = (Option<PathBuf>, Option<(PathBuf, PathBuf)>);
 
 /// `redis.tls_ca_file`, `tls_cert_file`, `tls_key_file`: each only with `tls: true`, the
-/// certificate and its key together; the files are read when the store is used (`read`).
-fn check_tls_files(cfg: &Config, read: bool, c: &mut Check<'_>) -> Option<TlsFiles> {
+/// certificate and its key together.
+fn check_tls_files(cfg: &Config, c: &mut Check<'_>) -> Option<TlsFiles> {
     let r = &cfg.redis;
     let fields = [
         ("redis.tls_ca_file", &r.tls_ca_file),
@@ -204,7 +160,7 @@ fn check_tls_files(cfg: &Config, read: bool, c: &mut Check<'_>) -> Option<TlsFil
     let ca = r
         .tls_ca_file
         .as_deref()
-        .map(|f| check_pem_file(c, "redis.tls_ca_file", f, Pem::Certificates, read));
+        .map(|f| check_file(c, "redis.tls_ca_file", f));
     let client = match (r.tls_cert_file.as_deref(), r.tls_key_file.as_deref()) {
         (None, None) => None,
         (Some(_), None) => {
@@ -222,8 +178,8 @@ fn check_tls_files(cfg: &Config, read: bool, c: &mut Check<'_>) -> Option<TlsFil
             Some(None)
         }
         (Some(cert), Some(key)) => {
-            let cert = check_pem_file(c, "redis.tls_cert_file", cert, Pem::Certificates, read);
-            let key = check_pem_file(c, "redis.tls_key_file", key, Pem::PrivateKey, read);
+            let cert = check_file(c, "redis.tls_cert_file", cert);
+            let key = check_file(c, "redis.tls_key_file", key);
             Some(cert.zip(key))
         }
     };
@@ -296,7 +252,7 @@ pub(super) fn check_redis(
         r.sentinel_password_env.as_ref(),
         used && mode == Some(RedisMode::Sentinel),
     );
-    let tls_files = check_tls_files(cfg, used, c);
+    let tls_files = check_tls_files(cfg, c);
     let (mode, address, addresses) = (mode?, address?, addresses?);
     let (tls_ca_file, tls_client) = tls_files?;
     let (address, addresses) = match addresses.first() {
