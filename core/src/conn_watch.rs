@@ -77,7 +77,8 @@ impl ConnWatch {
     pub fn poll_action(&self, phase: ConnPhase, now: Instant) -> Option<WatchAction> {
         match phase {
             ConnPhase::Head { started } => (now
-                >= started.saturating_add(self.read_header_timeout))
+                >= started.saturating_add(self.read_header_timeout)
+                && !mutated!(HEAD_TIMEOUT_IGNORED))
             .then_some(WatchAction::Close),
             ConnPhase::Idle { since } => {
                 if now >= since.saturating_add(self.idle_timeout) {

@@ -51,9 +51,11 @@ pub static STORE_TRIALS_UNBOUNDED: AtomicBool = AtomicBool::new(false);
 pub static STORE_NEVER_RECOVERS: AtomicBool = AtomicBool::new(false);
 /// The request engine forgets `write_timeout`: a response body has no deadline.
 pub static WRITE_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
+/// The connection watchdog never closes a head that is late (`read_header_timeout` forgotten).
+pub static HEAD_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 17] = [
+pub static ALL: [(&str, &AtomicBool); 18] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -71,6 +73,7 @@ pub static ALL: [(&str, &AtomicBool); 17] = [
     ("STORE_TRIALS_UNBOUNDED", &STORE_TRIALS_UNBOUNDED),
     ("STORE_NEVER_RECOVERS", &STORE_NEVER_RECOVERS),
     ("WRITE_TIMEOUT_IGNORED", &WRITE_TIMEOUT_IGNORED),
+    ("HEAD_TIMEOUT_IGNORED", &HEAD_TIMEOUT_IGNORED),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

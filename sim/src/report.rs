@@ -67,11 +67,17 @@ pub enum Invariant {
     /// `response_header_timeout`, each ending exactly at its deadline (C-PATH-12, C-PATH-7,
     /// C-RETRY-5).
     RequestTimers,
+    /// The connection watchdog: a head closed exactly `read_header_timeout` after its first
+    /// byte and never once complete, an idle connection parked exactly `park_after` and closed
+    /// exactly `idle_timeout` after its last response, stuck parking closed within one
+    /// `read_header_timeout`, nothing closed while serving, nothing past its deadline
+    /// (C-PATH-12).
+    ConnectionTimers,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 20] = [
+    pub const ALL: [Invariant; 21] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -92,6 +98,7 @@ impl Invariant {
         Invariant::StorePolicy,
         Invariant::OneSnapshot,
         Invariant::RequestTimers,
+        Invariant::ConnectionTimers,
     ];
 
     /// A stable snake_case name.
@@ -118,6 +125,7 @@ impl Invariant {
             Invariant::StorePolicy => "store_policy",
             Invariant::OneSnapshot => "one_snapshot",
             Invariant::RequestTimers => "request_timers",
+            Invariant::ConnectionTimers => "conn_watchdog",
         }
     }
 
@@ -143,6 +151,7 @@ impl Invariant {
             Invariant::StorePolicy => "C-RATE-5",
             Invariant::OneSnapshot => "C-CONF-4",
             Invariant::RequestTimers => "C-PATH-12, C-PATH-7, C-RETRY-5",
+            Invariant::ConnectionTimers => "C-PATH-12",
         }
     }
 
@@ -264,6 +273,10 @@ pub struct Summary {
     pub reloaded_mid: u64,
     /// Requests ended by a timer: body read (408), response body (write), response headers.
     pub timer_expiries: u64,
+    /// Client connections closed by the watchdog or after parking, and connections parked.
+    pub conn_closes: u64,
+    /// Idle connections parked.
+    pub conn_parks: u64,
     /// 99th percentile of the virtual time from arrival to the response head, in microseconds.
     pub p99_us: u64,
     /// Events processed.
@@ -290,7 +303,7 @@ impl fmt::Display for Summary {
             "{} seed={} policy={} requests={} success={}.{}% retries={} budget_refusals={} \
              ejections={} panic={} health_flips={} p99={}.{:03}ms \
              [ok={} 5xx={} failed={} overloaded={} rate_limited={} rejected={} abandoned={} \
-             reloads={}/{}] store={}/{} config_reloads={}/{} timers={} events={} hash={:016x}",
+             reloads={}/{}] store={}/{} config_reloads={}/{} timers={} conns={}/{} events={} hash={:016x}",
             self.scenario,
             self.seed,
             self.policy,
@@ -318,6 +331,8 @@ impl fmt::Display for Summary {
             self.config_reloads,
             self.reloaded_mid,
             self.timer_expiries,
+            self.conn_closes,
+            self.conn_parks,
             self.events,
             self.trace_hash
         )

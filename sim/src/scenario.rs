@@ -243,6 +243,8 @@ pub(crate) struct Setup {
     pub generations: Vec<Generation>,
     /// The request timers of the configuration and how slowly clients send bodies.
     pub timers: Option<Timers>,
+    /// Client connections under the connection watchdog (C-PATH-12), when simulated.
+    pub conn_timers: Option<ConnTimers>,
 }
 
 /// What a configuration generation changes (the budget stays, so its tokens carry over).
@@ -305,6 +307,21 @@ pub(crate) struct Timers {
     pub response_header_timeout: Duration,
     /// A client sends a buffered body within `uniform(upload)`.
     pub upload: Duration,
+}
+
+/// The connection limits of the `connection_timers` scenario and how many client connections
+/// it plays (world/conns.rs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnTimers {
+    /// `server.read_header_timeout`.
+    pub read_header_timeout: Duration,
+    /// `server.idle_timeout`.
+    pub idle_timeout: Duration,
+    /// How long an idle HTTP/1 connection waits before it is parked (weir-proxy's `PARK_AFTER`,
+    /// one second, not configurable).
+    pub park_after: Duration,
+    /// Client connections opened in the first three seconds.
+    pub connections: u32,
 }
 
 impl Setup {

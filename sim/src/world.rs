@@ -21,6 +21,7 @@ mod attempts;
 mod check;
 mod clients;
 mod config;
+mod conns;
 mod health;
 mod snapshot;
 mod store;
@@ -105,6 +106,12 @@ enum Ev {
     ConfigReload { generation: usize },
     /// A slow client finished sending its (buffered) body.
     Uploaded { req: usize },
+    /// A connection's client takes its next step.
+    ConnStep { conn: usize, step: conns::Step },
+    /// A connection watchdog's `poll_timeout` came.
+    ConnTimer { conn: usize, generation: u64 },
+    /// A parked connection's wait for its next request ended.
+    ConnParkedExpiry { conn: usize, generation: u64 },
 }
 
 impl Ev {
@@ -127,6 +134,9 @@ impl Ev {
             Ev::StoreRecovered => 16,
             Ev::ConfigReload { .. } => 17,
             Ev::Uploaded { .. } => 18,
+            Ev::ConnStep { .. } => 19,
+            Ev::ConnTimer { .. } => 20,
+            Ev::ConnParkedExpiry { .. } => 21,
         }
     }
 }
@@ -286,6 +296,7 @@ pub(crate) struct World<'w> {
     rng_clients: WyRand,
     rng_backends: WyRand,
     rng_core: WyRand,
+    rng_conns: WyRand,
 
     /// The runtime built from the scenario's configuration, before the world's pools.
     base: Arc<Runtime>,
@@ -327,6 +338,8 @@ pub(crate) struct World<'w> {
     store: Option<store::VirtualStore>,
     /// The configuration generation in force and the reloads published so far.
     generation: usize,
+    /// The client connections and their watchdog, when the scenario has them.
+    conns: Option<conns::Conns>,
 
     trace: Trace<'w>,
     violation: Option<Violation>,
@@ -346,6 +359,7 @@ impl<'w> World<'w> {
         let rng_clients = master.fork();
         let rng_backends = master.fork();
         let mut rng_core = master.fork();
+        let rng_conns = master.fork();
 
         let policy = RetryPolicy::new(s.retry.clone()).map_err(|e| e.to_string())?;
         let budget_model = BucketModel::new(
@@ -378,6 +392,7 @@ impl<'w> World<'w> {
             rng_clients,
             rng_backends,
             rng_core,
+            rng_conns,
             runtime: Arc::clone(&base),
             base,
             services,
@@ -410,6 +425,7 @@ impl<'w> World<'w> {
             latencies_us: Vec::new(),
             store,
             generation: 0,
+            conns: None,
             trace,
             violation: None,
         };
@@ -439,6 +455,7 @@ impl<'w> World<'w> {
             self.drain_handed();
             self.check_queue_waits();
             self.check_store();
+            self.check_conns();
             self.check_all();
             if let Some(v) = self.violation.take() {
                 return Err(v);
@@ -466,6 +483,7 @@ impl<'w> World<'w> {
             && self.listening
             && self.liveness_checked
             && self.live_requests == 0
+            && self.conns.as_ref().is_none_or(|c| c.open == 0)
             && self.now >= self.traffic_end
     }
 
@@ -483,6 +501,7 @@ impl<'w> World<'w> {
             self.schedule(at, Ev::Reload { index });
         }
         self.start_store();
+        self.start_conns();
         for (at, generation) in self.s.config_reloads.clone() {
             self.schedule(at, Ev::ConfigReload { generation });
         }
@@ -561,6 +580,11 @@ impl<'w> World<'w> {
             Ev::StoreRecovered => self.check_store_recovered(),
             Ev::ConfigReload { generation } => self.config_reload(generation),
             Ev::Uploaded { req } => self.uploaded(req),
+            Ev::ConnStep { conn, step } => self.conn_step(conn, step),
+            Ev::ConnTimer { conn, generation } => self.conn_timer(conn, generation),
+            Ev::ConnParkedExpiry { conn, generation } => {
+                self.conn_parked_expiry(conn, generation);
+            }
         }
     }
 }

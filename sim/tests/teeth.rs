@@ -128,6 +128,12 @@ fn teeth() -> Vec<Tooth> {
             S::ConnectionTimers,
             I::RequestTimers,
         ),
+        t(
+            "HEAD_TIMEOUT_IGNORED",
+            &mutations::HEAD_TIMEOUT_IGNORED,
+            S::ConnectionTimers,
+            I::ConnectionTimers,
+        ),
     ]
 }
 

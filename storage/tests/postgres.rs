@@ -35,33 +35,16 @@ async fn stored_tat(store: &PostgresStore, k: weir_core::rate::ClientKey) -> u64
         .map_or(0, |r| r.get::<_, i64>(0) as u64)
 }
 
-/// C-RATE-3: the SQL function is weir-core's GCRA step on the database clock: replaying
-/// `BucketParams::take` on the stored state with the database's now gives the same `Take` and
-/// the same new state.
+/// C-RATE-3: the SQL function is weir-core's GCRA step on the database clock (the shared
+/// case).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_function_matches_core_arithmetic() {
     let store = ready_store(pg_opts(PG, "test")).await;
-    for (i, (capacity, refill)) in [
-        (5u64, 10.0f64),
-        (3, 3.0),
-        (1, 0.4),
-        (100, 1000.0),
-        (7, 123.456),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let params = BucketParams::new(capacity, refill).expect("valid");
-        let k = key(i as u32);
-        let mut tat = 0u64;
-        for _ in 0..(capacity + 5) {
-            let (take, now) = store.take_traced(k, &params).await.expect("take");
-            let (expected, new_tat) = params.take(tat, now);
-            assert_eq!(take, expected, "capacity {capacity} refill {refill}");
-            assert_eq!(stored_tat(&store, k).await, new_tat, "stored tat");
-            tat = new_tat;
-        }
-    }
+    cases::matches_core_arithmetic(
+        async |k, params| store.take_traced(k, params).await.expect("take"),
+        async |k| stored_tat(&store, k).await,
+    )
+    .await;
 }
 
 /// C-RATE-3: rows expire after the full refill plus the margin; peek reads without taking;

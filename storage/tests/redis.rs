@@ -26,36 +26,19 @@ async fn get_raw(store: &RedisStore, port: u16, k: weir_core::rate::ClientKey) -
         .expect("GET")
 }
 
-/// C-RATE-3: the script is weir-core's GCRA step on the server clock: replaying
-/// `BucketParams::take` on the stored state with the server's now gives the same `Take` and
-/// the same new state, for several bucket shapes, through allowed and denied takes.
+/// C-RATE-3: the script is weir-core's GCRA step on the server clock (the shared case).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_script_matches_core_arithmetic() {
     let store = RedisStore::new(redis_opts(REDIS)).expect("store");
-    for (i, (capacity, refill)) in [
-        (5u64, 10.0f64),
-        (3, 3.0),
-        (1, 0.4),
-        (100, 1000.0),
-        (7, 123.456),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let params = BucketParams::new(capacity, refill).expect("valid");
-        let k = key(i as u32);
-        let mut tat = 0u64;
-        for _ in 0..(capacity + 5) {
-            let (take, now) = store.take_traced(k, &params).await.expect("take");
-            let (expected, new_tat) = params.take(tat, now);
-            assert_eq!(take, expected, "capacity {capacity} refill {refill}");
-            let stored = get_raw(&store, REDIS, k)
+    cases::matches_core_arithmetic(
+        async |k, params| store.take_traced(k, params).await.expect("take"),
+        async |k| {
+            get_raw(&store, REDIS, k)
                 .await
-                .map_or(0, |s| s.parse::<u64>().expect("a number"));
-            assert_eq!(stored, new_tat, "stored tat");
-            tat = new_tat;
-        }
-    }
+                .map_or(0, |s| s.parse::<u64>().expect("a number"))
+        },
+    )
+    .await;
 }
 
 /// C-RATE-3: the key TTL is the full refill time plus the margin; peek reads without taking;

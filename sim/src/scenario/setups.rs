@@ -12,8 +12,8 @@ use weir_core::rng::{Rng, WyRand};
 use weir_core::select::PolicyKind;
 
 use super::{
-    Checks, Generation, PoolSetup, ReloadSetup, RouteSetup, Setup, StoreSetup, StoreState, Stream,
-    Timers,
+    Checks, ConnTimers, Generation, PoolSetup, ReloadSetup, RouteSetup, Setup, StoreSetup,
+    StoreState, Stream, Timers,
 };
 use crate::backend::{Fault, Latency, Mode, SimBackend, uniform};
 
@@ -107,6 +107,7 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         config_reloads: Vec::new(),
         generations: Vec::new(),
         timers: None,
+        conn_timers: None,
     }
 }
 
@@ -511,8 +512,9 @@ pub(super) fn reload_mid_request(rng: &mut WyRand, policy: PolicyKind) -> Setup 
 /// The request timers: some clients send their bodies slowly (past `read_timeout`), response
 /// bodies run 1 ms to 5 s against a `write_timeout` of 0.5–3 s, and a backend sends slow headers
 /// while `response_header_timeout` is sometimes below the per-try timeout (C-PATH-12, C-PATH-7,
-/// C-RETRY-5). The connection's own header and idle timers are weir-proxy's watchdog, not yet a
-/// core machine, so they are not simulated (docs/simulation.md).
+/// C-RETRY-5). Besides, 20–60 client connections go through core's connection watchdog
+/// (`ConnWatch`): heads that are fast, slow but in time, or never complete, idle gaps on both
+/// sides of the park delay and of `idle_timeout`, and a tenth of them whose parking is stuck.
 pub(super) fn connection_timers(rng: &mut WyRand, policy: PolicyKind) -> Setup {
     let n = between(rng, 3, 4) as usize;
     let mut s = base(rng, n, policy);
@@ -537,5 +539,11 @@ pub(super) fn connection_timers(rng: &mut WyRand, policy: PolicyKind) -> Setup {
     let at = from + ms(between(rng, 0, 2000));
     s.faults.push((at, hang, Fault::Mode(Mode::HeadThenHang)));
     s.faults.push((at + len, hang, Fault::Recover));
+    s.conn_timers = Some(ConnTimers {
+        read_header_timeout: ms(between(rng, 200, 1000)),
+        idle_timeout: ms(between(rng, 500, 4000)),
+        park_after: Duration::from_secs(1),
+        connections: between(rng, 20, 60) as u32,
+    });
     finish(s)
 }

@@ -57,6 +57,10 @@ fn config(s: &Setup, generation: usize) -> Config {
         cfg.server.write_timeout = t.write_timeout;
         cfg.server.upstream.response_header_timeout = t.response_header_timeout;
     }
+    if let Some(c) = s.conn_timers {
+        cfg.server.read_header_timeout = c.read_header_timeout;
+        cfg.server.idle_timeout = c.idle_timeout;
+    }
     cfg.server.upstream.max_concurrent_requests = s.max_concurrent_requests;
     cfg.backends = backends(s, 0);
     cfg.balancing = balancing(s.pools[0].policy);

@@ -87,6 +87,8 @@ impl World<'_> {
             config_reloads: st.config_reloads,
             reloaded_mid: st.reloaded_mid,
             timer_expiries: st.timer_expiries,
+            conn_closes: self.conns.as_ref().map_or(0, |c| c.closes),
+            conn_parks: self.conns.as_ref().map_or(0, |c| c.parks),
             p99_us: p99,
             events: self.events,
             trace_hash: self.trace.hash(),

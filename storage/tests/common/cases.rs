@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
+use weir_core::Instant;
 use weir_core::bucket::{BucketParams, Take};
+use weir_core::rate::ClientKey;
 use weir_storage::Store;
 
 use super::key;
@@ -70,4 +72,35 @@ pub async fn peek_and_reset<S: Store>(store: &S) {
     store.reset(k).await.expect("reset");
     assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
     store.health().await.expect("health");
+}
+
+/// C-RATE-3: the store's take is weir-core's GCRA step on the store's clock: replaying
+/// `BucketParams::take` on the stored state with the store's now gives the same `Take` and the
+/// same new state, for several bucket shapes, through allowed and denied takes. `take` is the
+/// store's traced take (its answer and the now it used); `stored` reads the tat it kept (0: none).
+pub async fn matches_core_arithmetic(
+    take: impl AsyncFn(ClientKey, &BucketParams) -> (Take, Instant),
+    stored: impl AsyncFn(ClientKey) -> u64,
+) {
+    for (i, (capacity, refill)) in [
+        (5u64, 10.0f64),
+        (3, 3.0),
+        (1, 0.4),
+        (100, 1000.0),
+        (7, 123.456),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let params = BucketParams::new(capacity, refill).expect("valid");
+        let k = key(i as u32);
+        let mut tat = 0u64;
+        for _ in 0..(capacity + 5) {
+            let (got, now) = take(k, &params).await;
+            let (expected, new_tat) = params.take(tat, now);
+            assert_eq!(got, expected, "capacity {capacity} refill {refill}");
+            assert_eq!(stored(k).await, new_tat, "stored tat");
+            tat = new_tat;
+        }
+    }
 }

@@ -1,0 +1,368 @@
+//! Client connections and their watchdog (C-PATH-12): the world plays the client side of a
+//! keep-alive connection (heads that arrive fast, slowly or never, requests served, idle gaps)
+//! and drives `weir_core::conn_watch::ConnWatch`, the machine weir-proxy's connection driver
+//! asks, exactly as the proxy does: after every change of phase it arms a timer at
+//! `poll_timeout(phase, now)`, and when the timer fires it carries out `poll_action(phase, now)`
+//! (close, idle close, park) or arms the next look. Parking is HTTP/1's: the connection's state
+//! is dropped at once (or, in a planted fault, never lets go), and the parked socket waits for
+//! its next request until `idle_timeout` after the last response, as the proxy's parked wait does.
+//!
+//! The invariant (`connection_timers`) is an oracle of the contract, not of the machine: a head
+//! is closed exactly `read_header_timeout` after its first byte and never once it is complete;
+//! an idle connection is parked exactly `park_after` after its last response and closed exactly
+//! `idle_timeout` after it; stuck parking ends within one `read_header_timeout`; no connection
+//! is closed while a request is served, and none outlives its deadline.
+
+use core::time::Duration;
+
+use weir_core::Instant;
+use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
+use weir_core::rng::{Rng, WyRand};
+
+use super::{Ev, World};
+use crate::report::Invariant;
+use crate::scenario::ConnTimers;
+
+/// One request on a connection, as its client plays it.
+#[derive(Debug, Clone, Copy)]
+struct Visit {
+    /// Idle time before the head's first byte (zero for the first: it starts at accept).
+    gap: Duration,
+    /// How long the head takes to arrive (`None`: it never completes).
+    head: Option<Duration>,
+    /// How long the request is served, from its complete head to the end of its response.
+    serve: Duration,
+}
+
+/// What a connection's client does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// The head of the next request starts (its first byte).
+    HeadStart,
+    /// The head is complete.
+    HeadDone,
+    /// The response ended.
+    Served,
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    HeadTimeout,
+    Idle,
+    ParkingStuck,
+    ParkedExpired,
+}
+
+#[derive(Debug)]
+struct Conn {
+    phase: ConnPhase,
+    /// Parked since the end of the last response (the socket alone waits).
+    parked: Option<Instant>,
+    /// When it was told to park (parking in progress).
+    park_at: Option<Instant>,
+    /// Its parking never lets go (a planted fault).
+    stuck: bool,
+    visits: Vec<Visit>,
+    next: usize,
+    /// Bumped at every change of phase, so an older watchdog timer is stale.
+    generation: u64,
+    ended: Option<End>,
+    /// Counted among the closed ones.
+    counted: bool,
+}
+
+/// The connections of a run and the watchdog they share.
+#[derive(Debug)]
+pub(super) struct Conns {
+    watch: ConnWatch,
+    limits: ConnTimers,
+    conns: Vec<Conn>,
+    pub(super) open: usize,
+    pub(super) closes: u64,
+    pub(super) parks: u64,
+}
+
+impl Conns {
+    /// Plan `limits.connections` connections from `rng`; each opens within the first seconds.
+    pub(super) fn plan(
+        limits: ConnTimers,
+        watch: ConnWatch,
+        rng: &mut WyRand,
+    ) -> (Conns, Vec<Instant>) {
+        let rht = limits.read_header_timeout;
+        let mut conns = Vec::new();
+        let mut opens = Vec::new();
+        for _ in 0..limits.connections {
+            let n = 1 + rng.below(4) as usize;
+            let visits = (0..n)
+                .map(|i| {
+                    let gap = if i == 0 {
+                        Duration::ZERO
+                    } else {
+                        ms(rng.below(limits.idle_timeout.as_millis() as u64 * 3 / 2 + 1))
+                    };
+                    let head = match rng.below(10) {
+                        0 => None,
+                        1 | 2 => Some(ms(
+                            rht.as_millis() as u64 / 2 + rng.below(rht.as_millis() as u64 / 2)
+                        )),
+                        _ => Some(ms(1 + rng.below(50))),
+                    };
+                    Visit {
+                        gap,
+                        head,
+                        serve: ms(1 + rng.below(300)),
+                    }
+                })
+                .collect();
+            opens.push(Instant::ZERO + ms(rng.below(3000)));
+            conns.push(Conn {
+                phase: ConnPhase::Busy,
+                parked: None,
+                park_at: None,
+                stuck: rng.chance_permille(100),
+                visits,
+                next: 0,
+                generation: 0,
+                ended: None,
+                counted: false,
+            });
+        }
+        let open = conns.len();
+        let c = Conns {
+            watch,
+            limits,
+            conns,
+            open,
+            closes: 0,
+            parks: 0,
+        };
+        (c, opens)
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+impl World<'_> {
+    /// Open the planned connections (their first head starts at accept).
+    pub(super) fn start_conns(&mut self) {
+        let Some(limits) = self.s.conn_timers else {
+            return;
+        };
+        let watch = ConnWatch::new(
+            self.base.config().server.read_header_timeout,
+            self.base.config().server.idle_timeout,
+            Some(limits.park_after),
+        );
+        let (conns, opens) = Conns::plan(limits, watch, &mut self.rng_conns);
+        self.conns = Some(conns);
+        for (conn, at) in opens.into_iter().enumerate() {
+            self.schedule(
+                at,
+                Ev::ConnStep {
+                    conn,
+                    step: Step::HeadStart,
+                },
+            );
+        }
+    }
+
+    /// The client of `conn` takes its next step (one is pending at a time; none once closed).
+    pub(super) fn conn_step(&mut self, conn: usize, step: Step) {
+        let now = self.now;
+        let Some(cs) = self.conns.as_mut() else {
+            return;
+        };
+        let c = &mut cs.conns[conn];
+        if c.ended.is_some() {
+            return;
+        }
+        let next = match step {
+            Step::HeadStart => {
+                if c.park_at.is_some() {
+                    // Bytes while parking: the stuck connection never reads them.
+                    return;
+                }
+                c.parked = None;
+                c.phase = ConnPhase::Head { started: now };
+                c.visits[c.next].head.map(|h| (now + h, Step::HeadDone))
+            }
+            Step::HeadDone => {
+                c.phase = ConnPhase::Busy;
+                Some((now + c.visits[c.next].serve, Step::Served))
+            }
+            Step::Served => {
+                c.phase = ConnPhase::Idle { since: now };
+                c.next += 1;
+                c.visits.get(c.next).map(|v| (now + v.gap, Step::HeadStart))
+            }
+        };
+        c.generation += 1;
+        let generation = c.generation;
+        self.trace.mix((conn, generation, step as u8));
+        if let Some((at, step)) = next {
+            self.schedule(at, Ev::ConnStep { conn, step });
+        }
+        self.arm_conn(conn);
+    }
+
+    /// Arm the watchdog's next look at `conn` (`poll_timeout`), unless it is parked or closed.
+    fn arm_conn(&mut self, conn: usize) {
+        let now = self.now;
+        let Some(cs) = self.conns.as_ref() else {
+            return;
+        };
+        let c = &cs.conns[conn];
+        if c.ended.is_some() || c.parked.is_some() {
+            return;
+        }
+        let at = cs.watch.poll_timeout(c.phase, now);
+        let generation = c.generation;
+        self.schedule(at, Ev::ConnTimer { conn, generation });
+    }
+
+    /// The watchdog's timer for `conn`: carry out `poll_action`, or look again later.
+    pub(super) fn conn_timer(&mut self, conn: usize, generation: u64) {
+        let now = self.now;
+        let Some(cs) = self.conns.as_mut() else {
+            return;
+        };
+        let (watch, limits) = (cs.watch, cs.limits);
+        let c = &mut cs.conns[conn];
+        if c.ended.is_some() || c.parked.is_some() || c.generation != generation {
+            return;
+        }
+        let phase = c.phase;
+        let action = watch.poll_action(phase, now);
+        let mut broke = None;
+        match (action, phase) {
+            (None, _) => {}
+            (Some(_), ConnPhase::Busy) => {
+                broke = Some(format!(
+                    "connection {conn} closed while serving a request ({action:?})"
+                ));
+            }
+            (Some(WatchAction::Close), ConnPhase::Head { started }) => {
+                let due = started + limits.read_header_timeout;
+                if now != due {
+                    broke = Some(format!(
+                        "connection {conn}: head from t={started:?} closed at {now:?}, read_header_timeout ends {due:?}"
+                    ));
+                }
+                c.ended = Some(End::HeadTimeout);
+            }
+            (Some(WatchAction::Close), ConnPhase::Parking) => {
+                let told = c.park_at.unwrap_or(now);
+                if now <= told || now > told + limits.read_header_timeout || !c.stuck {
+                    broke = Some(format!(
+                        "connection {conn}: parking from {told:?} closed at {now:?} (stuck: {})",
+                        c.stuck
+                    ));
+                }
+                c.ended = Some(End::ParkingStuck);
+            }
+            (Some(WatchAction::Idle), ConnPhase::Idle { since }) => {
+                let due = since + limits.idle_timeout;
+                if now != due {
+                    broke = Some(format!(
+                        "connection {conn}: idle since {since:?} closed at {now:?}, idle_timeout ends {due:?}"
+                    ));
+                }
+                c.ended = Some(End::Idle);
+            }
+            (Some(WatchAction::Park), ConnPhase::Idle { since }) => {
+                let due = since + limits.park_after;
+                if now != due || due >= since + limits.idle_timeout {
+                    broke = Some(format!(
+                        "connection {conn}: idle since {since:?} parked at {now:?}, park_after ends {due:?}"
+                    ));
+                }
+                cs.parks += 1;
+                c.generation += 1;
+                if c.stuck {
+                    c.phase = ConnPhase::Parking;
+                    c.park_at = Some(now);
+                } else {
+                    // The HTTP/1 state lets go at once; the socket waits until idle_timeout.
+                    c.parked = Some(since);
+                    let generation = c.generation;
+                    let at = since + limits.idle_timeout;
+                    self.schedule(at, Ev::ConnParkedExpiry { conn, generation });
+                }
+            }
+            (Some(a), p) => {
+                broke = Some(format!(
+                    "connection {conn}: watchdog said {a:?} in phase {p:?}"
+                ));
+            }
+        }
+        self.trace.mix((conn, generation, action.map(|a| a as u8)));
+        if let Some(detail) = broke {
+            self.fail(Invariant::ConnectionTimers, detail);
+        }
+        self.after_conn_change(conn);
+    }
+
+    /// A parked connection's wait ended without a request: closed (idle).
+    pub(super) fn conn_parked_expiry(&mut self, conn: usize, generation: u64) {
+        let Some(cs) = self.conns.as_mut() else {
+            return;
+        };
+        let c = &mut cs.conns[conn];
+        if c.ended.is_none() && c.generation == generation && c.parked.is_some() {
+            c.ended = Some(End::ParkedExpired);
+        }
+        self.after_conn_change(conn);
+    }
+
+    fn after_conn_change(&mut self, conn: usize) {
+        let Some(cs) = self.conns.as_mut() else {
+            return;
+        };
+        let c = &mut cs.conns[conn];
+        if c.ended.is_some() {
+            if !c.counted {
+                c.counted = true;
+                cs.open -= 1;
+                cs.closes += 1;
+            }
+            return;
+        }
+        if c.parked.is_none() {
+            self.arm_conn(conn);
+        }
+    }
+
+    /// After every event: no open connection is past its deadline (a head past
+    /// `read_header_timeout`, an idle or parked connection past `idle_timeout`, parking past one
+    /// `read_header_timeout`).
+    pub(super) fn check_conns(&mut self) {
+        let now = self.now;
+        let Some(cs) = self.conns.as_ref() else {
+            return;
+        };
+        let l = cs.limits;
+        for (i, c) in cs.conns.iter().enumerate() {
+            if c.ended.is_some() {
+                continue;
+            }
+            let due = match (c.parked, c.phase) {
+                (Some(since), _) | (None, ConnPhase::Idle { since }) => since + l.idle_timeout,
+                (None, ConnPhase::Head { started }) => started + l.read_header_timeout,
+                (None, ConnPhase::Parking) => c.park_at.unwrap_or(now) + l.read_header_timeout,
+                (None, ConnPhase::Busy) => continue,
+            };
+            if now > due {
+                let detail = format!(
+                    "connection {i} outlived its deadline {due:?} ({:?})",
+                    c.phase
+                );
+                self.fail(Invariant::ConnectionTimers, detail);
+                return;
+            }
+        }
+    }
+}
