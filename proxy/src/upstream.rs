@@ -341,7 +341,7 @@ impl Upstream {
         self
     }
 
-    fn count_connection(&self, target: &Target, reused: bool) {
+    pub(crate) fn count_connection(&self, target: &Target, reused: bool) {
         if let Some(m) = &self.metrics {
             m.upstream_connection(target.id(), reused);
         }

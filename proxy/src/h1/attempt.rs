@@ -43,6 +43,8 @@ pub(super) struct Side<'r> {
     pub(super) sent_continue: &'r mut bool,
     pub(super) client_failed: &'r mut bool,
     pub(super) version: Version,
+    /// The request body's bytes sent upstream so far (access log).
+    pub(super) body_bytes: &'r mut u64,
 }
 
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
@@ -60,7 +62,7 @@ pub(super) async fn attempt(
     let mut conn = None;
     while let Some(mut pooled) = client::checkout(up, target, now) {
         if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
-            crate::metrics::upstream_connection(true);
+            up.count_connection(target, true);
             conn = Some(pooled);
             break;
         }
@@ -70,7 +72,7 @@ pub(super) async fn attempt(
         None => {
             // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
             let mut fresh = Box::pin(client::connect(up, target)).await?;
-            crate::metrics::upstream_connection(false);
+            up.count_connection(target, false);
             write_all(&mut fresh.io, &c.up_out)
                 .await
                 .map_err(UpError::Transport)?;
@@ -86,6 +88,7 @@ pub(super) async fn attempt(
             (&mut conn.io, None),
             &mut w,
             0,
+            side.body_bytes,
         );
         let r = match deadline {
             Some(at) => rt::timeout_at(shared.rt, at, relay)

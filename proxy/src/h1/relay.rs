@@ -121,6 +121,8 @@ pub const BODY_CHUNK: usize = 16 * 1024;
 /// runs until close). `out` is the write buffer, left empty. With `to_buf`, `to` is read too
 /// while `from` has nothing (into `to_buf`, up to `cap` bytes): its end of stream is a
 /// [`RelayError::Sink`] (a client that left while the upstream held its body, C-PATH-9).
+/// `sent` counts the body's bytes written to `to` (framing included, the head in `out` not),
+/// for the access log.
 ///
 /// # Errors
 /// Which side broke first.
@@ -131,13 +133,16 @@ pub async fn relay(
     (to, mut to_buf): (&mut Box<dyn Io>, Option<&mut Buf>),
     out: &mut Vec<u8>,
     cap: usize,
+    sent: &mut u64,
 ) -> Result<(), RelayError> {
+    let mut head = out.len() as u64;
     loop {
         let done = reader.take(from_buf, pass, out).map_err(|e| {
             RelayError::Source(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
         })?;
         if !out.is_empty() {
             write_all(to, out).await.map_err(RelayError::Sink)?;
+            *sent += (out.len() as u64).saturating_sub(std::mem::take(&mut head));
             out.clear();
         }
         if done {

@@ -39,6 +39,7 @@ use super::{Extra, push_text, write_all};
 use crate::rt::watch;
 use crate::server::ConnCtx;
 use crate::upstream::Target;
+use crate::effects::{PendingLine, RequestBytes};
 use crate::{Shared, drive, effects, worker};
 
 /// Serve the request whose head is in `c.head`: whether the connection stays open after it.
@@ -123,6 +124,8 @@ async fn serve_head(
         buffered: None,
         sent_continue: false,
         client_failed: false,
+        body_bytes: 0,
+        line: None,
         shutdown,
     };
     r.run(c).await
@@ -190,6 +193,11 @@ struct Req<'a> {
     sent_continue: bool,
     /// Reading the client's streamed body failed (C-PATH-9).
     client_failed: bool,
+    /// The request body's bytes read (buffered) or sent on (streamed), framing included.
+    body_bytes: u64,
+    /// The access-log line once the engine's record says to log (issue 20), written when the
+    /// response has been sent (`effects::PendingLine`).
+    line: Option<Box<PendingLine>>,
     shutdown: &'a watch::Receiver<bool>,
 }
 
@@ -223,16 +231,29 @@ impl Req<'_> {
         drive::feed(shared, self.x(), input);
     }
 
-    /// The next output that is not a side effect (those are performed on the way).
+    /// The next output that is not a side effect (those are performed on the way; a logged
+    /// record becomes the pending access-log line).
     fn next(&mut self) -> Option<Output> {
         let request = self.log.request();
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
-            if let Some(out) = effects::perform(self.shared, x, out, Some(request)) {
-                return Some(out);
+            match effects::perform(self.shared, x, out, Some(request)) {
+                Some(Output::Record(r)) => {
+                    self.line = Some(effects::pending_line(self.shared, x, &r, request));
+                }
+                Some(out) => return Some(out),
+                None => {}
             }
         }
         None
+    }
+
+    /// Write the pending access-log line: the response's body was `response_bytes` long.
+    fn log_line(&mut self, response_bytes: u64) {
+        if let Some(mut line) = self.line.take() {
+            line.set_request_bytes(RequestBytes::Known(self.body_bytes));
+            line.finish(response_bytes);
+        }
     }
 
     /// Perform the engine's outputs to the end of the response: whether the connection stays.
@@ -305,6 +326,7 @@ impl Req<'_> {
         };
         match read {
             Some(Ok(())) => {
+                self.body_bytes = body.len() as u64;
                 self.buffered = Some(body);
                 self.feed(Input::BodyBuffered);
             }
@@ -350,6 +372,7 @@ impl Req<'_> {
                 reader,
                 sent_continue,
                 client_failed,
+                body_bytes,
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
@@ -360,6 +383,7 @@ impl Req<'_> {
                 sent_continue,
                 client_failed,
                 version,
+                body_bytes,
             };
             let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
             drive::bounded(shared, x, attempt).await
@@ -474,12 +498,16 @@ impl Req<'_> {
         );
         connection_line(&mut c.out, keep, self.head.version);
         c.out.extend_from_slice(b"\r\n");
-        if !self.head.is_head() {
+        let body_len = if self.head.is_head() {
+            0
+        } else {
             c.out.extend_from_slice(body.as_bytes());
-        }
+            body.len() as u64
+        };
         let out = std::mem::take(&mut c.out);
         let ok = write_all(&mut c.io, &out).await.is_ok();
         c.out = out;
+        self.log_line(if ok { body_len } else { 0 });
         ok && keep
     }
 
@@ -528,11 +556,14 @@ impl Req<'_> {
         };
         up.conn.buf.consume(up.info.head_len);
         if out.body == BodyOut::Tunnel {
+            // The line is written when the 101 is sent on (tunnelled bytes are not counted).
+            self.log_line(0);
             tunnel(shared, c, up.conn, x).await;
             return false;
         }
         let mut reader = Reader::new(framing);
         let pass = out.body == BodyOut::PassChunked;
+        let mut sent = 0;
         let end = {
             let mut w = std::mem::take(&mut c.out);
             let cap = c.cap();
@@ -543,6 +574,7 @@ impl Req<'_> {
                 (&mut c.io, Some(&mut c.buf)),
                 &mut w,
                 cap,
+                &mut sent,
             );
             let end = stream_body(shared, &mut x, pin!(relay)).await;
             w.clear();
@@ -550,6 +582,7 @@ impl Req<'_> {
             end
         };
         finish(shared, &mut x, end);
+        self.log_line(sent);
         if end == BodyEnd::Complete && reusable {
             client::release(&shared.upstream, up.conn, shared.rt.now());
         }
