@@ -72,6 +72,46 @@ pub struct ServerConfig {
     pub retry: RetryParams,
     /// `overload`.
     pub overload: OverloadConfig,
+    /// `proxy_protocol` [off]: `off`, `v1`, `v2` or `any` (C-TLS-3).
+    pub proxy_protocol: String,
+    /// `proxy_protocol_trusted` [[]]: CIDRs or bare addresses allowed to send a PROXY header.
+    pub proxy_protocol_trusted: Vec<String>,
+    /// `tls`: TLS on the public listener (C-TLS-1); off while `certificates` is empty.
+    pub tls: TlsConfig,
+}
+
+/// `server.tls` (C-TLS-1, C-TLS-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// `certificates` [[]]: PEM pairs; the first is the default.
+    pub certificates: Vec<CertPairConfig>,
+    /// `min_version` ["1.2"]: `1.2` or `1.3`.
+    pub min_version: String,
+    /// `handshake_timeout` [5s, > 0].
+    pub handshake_timeout: Duration,
+    /// `client_ca_file`: PEM CA certificates; when set, clients must present a certificate
+    /// they issued.
+    pub client_ca_file: Option<String>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> TlsConfig {
+        TlsConfig {
+            certificates: Vec::new(),
+            min_version: "1.2".to_owned(),
+            handshake_timeout: Duration::from_secs(5),
+            client_ca_file: None,
+        }
+    }
+}
+
+/// `server.tls.certificates[]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPairConfig {
+    /// `cert_file` (required): the certificate chain, leaf first (PEM).
+    pub cert_file: String,
+    /// `key_file` (required): the leaf's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +133,9 @@ impl Default for ServerConfig {
             upstream: UpstreamConfig::default(),
             retry: RetryParams::default(),
             overload: OverloadConfig::default(),
+            proxy_protocol: "off".to_owned(),
+            proxy_protocol_trusted: Vec::new(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -512,6 +555,9 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
     let upstream = read_upstream(r, &o.field("upstream"));
     let retry = read_retry(r, &o.field("retry"));
     let overload = read_overload(r, &o.field("overload"));
+    let proxy_protocol = r.string(&o.field("proxy_protocol"), &d.proxy_protocol);
+    let proxy_protocol_trusted = r.strings(&o.field("proxy_protocol_trusted"), &[]);
+    let tls = read_tls(r, &o.field("tls"));
     o.finish(r);
     ServerConfig {
         port,
@@ -530,7 +576,33 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         upstream,
         retry,
         overload,
+        proxy_protocol,
+        proxy_protocol_trusted,
+        tls,
     }
+}
+
+fn read_tls(r: &mut Reader, f: &Field<'_>) -> TlsConfig {
+    let d = TlsConfig::default();
+    let mut o = r.obj(f);
+    let items = r.list(&o.field("certificates"));
+    let mut certificates = Vec::with_capacity(items.len());
+    for item in &items {
+        let mut c = r.obj(item);
+        certificates.push(CertPairConfig {
+            cert_file: r.required_string(&c.field("cert_file")),
+            key_file: r.required_string(&c.field("key_file")),
+        });
+        c.finish(r);
+    }
+    let v = TlsConfig {
+        certificates,
+        min_version: r.string(&o.field("min_version"), &d.min_version),
+        handshake_timeout: r.duration(&o.field("handshake_timeout"), d.handshake_timeout),
+        client_ca_file: r.opt_string(&o.field("client_ca_file")),
+    };
+    o.finish(r);
+    v
 }
 
 fn read_upstream(r: &mut Reader, f: &Field<'_>) -> UpstreamConfig {
