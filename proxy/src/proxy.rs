@@ -143,6 +143,7 @@ impl<'a> Io<'a> {
                 .map_or("", http::uri::PathAndQuery::as_str),
             headers: req.headers(),
             peer: ctx.peer.ip(),
+            tls: ctx.tls,
             // C-PATH-12: taken exactly once per request, in the order the heads arrived.
             framing: ctx.framing_verdict(),
             body: body_info(req.body()),

@@ -132,8 +132,10 @@ pub struct ConnState {
 pub struct ConnCtx {
     /// Process-wide state.
     pub shared: Arc<Shared>,
-    /// The socket peer.
+    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
     pub peer: SocketAddr,
+    /// The connection came over weir's TLS (C-TLS-1).
+    pub tls: bool,
     /// Phase and timers.
     pub state: ConnState,
     /// HTTP/1 (true) or HTTP/2.
@@ -445,16 +447,30 @@ async fn serve(
     let rt = shared.rt;
     let clock = shared.clock;
     let limits = shared.limits.clone();
+    // The front (C-TLS-1, C-TLS-3): a PROXY header and a TLS handshake, when configured.
+    let prepared = next_or_shutdown(
+        &mut shutdown,
+        crate::tls::conn::prepare(&shared, stream, peer),
+    )
+    .await;
+    let Wake::Next(Some((stream, info))) = prepared else {
+        open.fetch_sub(1, Ordering::Relaxed);
+        return;
+    };
     let accepted = clock.now();
     let first_deadline = rt.now() + limits.read_header_timeout;
-    let proto = match futures_util::future::select(
-        std::pin::pin!(sniff(rt, &*stream, first_deadline)),
-        std::pin::pin!(shutdown.changed()),
-    )
-    .await
-    {
-        Either::Left((p, _)) => p,
-        Either::Right(_) => None,
+    // Over TLS, ALPN says which protocol follows (a TLS stream cannot be peeked).
+    let proto = match info.tls {
+        Some(t) => Some(if t.h2 { Proto::H2 } else { Proto::H1 }),
+        None => match futures_util::future::select(
+            std::pin::pin!(sniff(rt, &*stream, first_deadline)),
+            std::pin::pin!(shutdown.changed()),
+        )
+        .await
+        {
+            Either::Left((p, _)) => p,
+            Either::Right(_) => None,
+        },
     };
     let Some(proto) = proto else {
         open.fetch_sub(1, Ordering::Relaxed);
@@ -463,7 +479,8 @@ async fn serve(
     let h1 = matches!(proto, Proto::H1);
     let ctx = Arc::new(ConnCtx {
         shared,
-        peer,
+        peer: info.peer,
+        tls: info.tls.is_some(),
         state: ConnState {
             phase: AtomicU8::new(if h1 { HEAD } else { IDLE }),
             in_flight: AtomicU32::new(0),
@@ -480,7 +497,8 @@ async fn serve(
     let watchdog = Watchdog {
         ctx: &ctx,
         limits: &limits,
-        park: h1,
+        // A TLS connection is never parked: its session lives in the stream.
+        park: h1 && info.tls.is_none(),
     };
     if shutdown.get() {
         return;
@@ -574,6 +592,7 @@ where
     let ctx = Arc::new(ConnCtx {
         shared,
         peer,
+        tls: false,
         state: ConnState {
             phase: AtomicU8::new(BUSY),
             in_flight: AtomicU32::new(0),
