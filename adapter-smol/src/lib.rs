@@ -133,7 +133,10 @@ impl weir_proxy::rt::Runtime for Smol {
                 .accept(tcp.0.into_inner())
                 .await?;
             let conn = stream.get_ref().1;
-            let (alpn, version) = (conn.alpn_protocol().map(<[u8]>::to_vec), conn.protocol_version());
+            let (alpn, version) = (
+                conn.alpn_protocol().map(<[u8]>::to_vec),
+                conn.protocol_version(),
+            );
             // rustls writes one slice at a time: hyper should flatten.
             Ok(TlsAccepted {
                 io: Box::new(SmolIo::new(stream, false)),

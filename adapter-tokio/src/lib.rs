@@ -100,7 +100,10 @@ impl weir_proxy::rt::Runtime for Tokio {
                 .accept(tcp.0.into_inner())
                 .await?;
             let conn = stream.get_ref().1;
-            let (alpn, version) = (conn.alpn_protocol().map(<[u8]>::to_vec), conn.protocol_version());
+            let (alpn, version) = (
+                conn.alpn_protocol().map(<[u8]>::to_vec),
+                conn.protocol_version(),
+            );
             Ok(TlsAccepted {
                 io: Box::new(TokioIo::new(stream)),
                 alpn,

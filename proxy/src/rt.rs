@@ -35,8 +35,8 @@ pub mod watch;
 pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
 use hyper::rt::{Read, ReadBuf, Sleep, Timer, Write};
-use rustls::{ClientConfig, ServerConfig};
 use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ServerConfig};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -176,10 +176,12 @@ impl TlsListener {
             None => builder.with_no_client_auth(),
             Some(file) => {
                 let roots = client_roots(file)?;
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-                        .build()
-                        .map_err(|e| format!("server.tls.client_ca_file {file}: {e}"))?;
+                let verifier = WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    Arc::clone(&provider),
+                )
+                .build()
+                .map_err(|e| format!("server.tls.client_ca_file {file}: {e}"))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -256,7 +258,11 @@ pub fn check(server: &ServerSettings) -> Result<(), Vec<String>> {
     {
         errors.push(e);
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 fn client_roots(file: &str) -> Result<RootCertStore, String> {

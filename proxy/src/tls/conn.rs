@@ -62,7 +62,10 @@ pub async fn prepare(
             );
         };
         if !front.proxy_trusted(peer.ip()) {
-            refused(ProxyRefusal::Untrusted, &"peer not in server.proxy_protocol_trusted");
+            refused(
+                ProxyRefusal::Untrusted,
+                &"peer not in server.proxy_protocol_trusted",
+            );
             return None;
         }
         let deadline = rt.now() + shared.limits.read_header_timeout;
@@ -135,7 +138,9 @@ async fn read_proxy_header(
         match proxy_proto::parse(&buf[..filled + n], accept) {
             Err(e) => return Err(Refusal(ProxyRefusal::Malformed, e.to_string())),
             Ok(Parse::Complete(h)) => {
-                consume(stream, &mut buf[filled..h.len]).await.map_err(io_err)?;
+                consume(stream, &mut buf[filled..h.len])
+                    .await
+                    .map_err(io_err)?;
                 return Ok(h.source);
             }
             // Every byte so far is the header's: take them off the socket and look again.

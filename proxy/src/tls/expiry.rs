@@ -115,7 +115,12 @@ mod tests {
 
     #[test]
     fn garbage_is_none() {
-        for bad in [&[][..], &[0x30], &[0x30, 0x85, 1, 2, 3, 4, 5], &[0x30, 0x05, 0x30]] {
+        for bad in [
+            &[][..],
+            &[0x30],
+            &[0x30, 0x85, 1, 2, 3, 4, 5],
+            &[0x30, 0x05, 0x30],
+        ] {
             assert_eq!(not_after(&CertificateDer::from(bad.to_vec())), None);
         }
     }

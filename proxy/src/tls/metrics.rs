@@ -220,7 +220,12 @@ pub(crate) fn families(m: &TlsMetrics) -> Vec<FamilySnapshot> {
         ProxyRefusal::ALL
             .iter()
             .zip(&m.proxy_refused)
-            .map(|(r, c)| (labels([("result", "refused"), ("reason", r.as_str())]), load(c))),
+            .map(|(r, c)| {
+                (
+                    labels([("result", "refused"), ("reason", r.as_str())]),
+                    load(c),
+                )
+            }),
     );
     let reloads = vec![
         (labels([("result", "applied")]), load(&m.reloads_applied)),

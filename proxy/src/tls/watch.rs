@@ -56,7 +56,14 @@ fn identity(path: PathBuf, follow: bool) -> Identity {
     };
     let link = std::fs::read_link(&path).ok();
     match meta {
-        Ok(m) => (path, m.dev(), m.ino(), m.size() as i64, m.mtime_nsec() + m.mtime() * 1_000_000_000, link),
+        Ok(m) => (
+            path,
+            m.dev(),
+            m.ino(),
+            m.size() as i64,
+            m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            link,
+        ),
         Err(_) => (path, 0, 0, -1, 0, link),
     }
 }

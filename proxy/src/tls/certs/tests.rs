@@ -29,17 +29,31 @@ fn c_tls_1_sni_exact_then_wildcard_then_the_first() {
         write(dir.path(), "wild", &["*.example.test"]),
         write(dir.path(), "exact", &["api.example.test", "Other.Test"]),
     ];
-    let loaded: Vec<Loaded> = pairs.iter().map(|p| load(p, &provider()).unwrap()).collect();
+    let loaded: Vec<Loaded> = pairs
+        .iter()
+        .map(|p| load(p, &provider()).unwrap())
+        .collect();
     assert_eq!(loaded[2].names, ["api.example.test", "other.test"]);
     let set = CertSet { pairs: loaded };
     let which = |sni: Option<&str>| {
         let k = set.pick(sni).expect("a certificate");
-        set.pairs.iter().position(|p| Arc::ptr_eq(&p.key, k)).unwrap()
+        set.pairs
+            .iter()
+            .position(|p| Arc::ptr_eq(&p.key, k))
+            .unwrap()
     };
     assert_eq!(which(Some("api.example.test")), 2, "exact beats wildcard");
-    assert_eq!(which(Some("API.example.test.")), 2, "case and a trailing dot");
+    assert_eq!(
+        which(Some("API.example.test.")),
+        2,
+        "case and a trailing dot"
+    );
     assert_eq!(which(Some("www.example.test")), 1, "wildcard");
-    assert_eq!(which(Some("a.b.example.test")), 0, "a wildcard covers one label");
+    assert_eq!(
+        which(Some("a.b.example.test")),
+        0,
+        "a wildcard covers one label"
+    );
     assert_eq!(which(Some("example.test")), 0);
     assert_eq!(which(Some("other.test")), 2);
     assert_eq!(which(None), 0, "no SNI: the default");
@@ -62,14 +76,23 @@ fn c_tls_1_a_mismatched_or_broken_pair_is_refused_with_its_reason() {
         cert_file: dir.path().join("nope.crt").display().to_string(),
         key_file: a.key_file.clone(),
     };
-    assert_eq!(load(&missing, &provider()).unwrap_err().reason(), "unreadable");
+    assert_eq!(
+        load(&missing, &provider()).unwrap_err().reason(),
+        "unreadable"
+    );
     std::fs::write(&b.cert_file, "not pem").unwrap();
-    assert_eq!(load(&b, &provider()).unwrap_err().reason(), "bad_certificate");
+    assert_eq!(
+        load(&b, &provider()).unwrap_err().reason(),
+        "bad_certificate"
+    );
     let key_as_cert = CertPair {
         cert_file: a.cert_file.clone(),
         key_file: a.cert_file.clone(),
     };
-    assert_eq!(load(&key_as_cert, &provider()).unwrap_err().reason(), "bad_key");
+    assert_eq!(
+        load(&key_as_cert, &provider()).unwrap_err().reason(),
+        "bad_key"
+    );
 }
 
 #[test]
