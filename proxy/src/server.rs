@@ -11,6 +11,9 @@
 //! are read (peeked) under a deadline before the connection is given to hyper's HTTP/1 or
 //! HTTP/2 server, so a client that connects and sends nothing is closed after
 //! `read_header_timeout` too (hyper-util's auto builder waits forever in that case, hyper#3962).
+//! Before that, the listener's front runs ([`crate::tls::conn::prepare`]): a PROXY protocol
+//! header and a TLS handshake when configured (C-TLS-1, C-TLS-3); over TLS, ALPN chooses between
+//! HTTP/1.1 and HTTP/2 instead of the sniff, and HTTP/1.1 connections are not parked.
 //!
 //! **Timeouts (C-PATH-12), per connection, Go's `net/http` semantics:**
 //! - `read_header_timeout` runs from the first byte of a request (from accept, for the first
