@@ -29,7 +29,9 @@ use futures_lite::{AsyncRead, AsyncWrite, FutureExt as _, StreamExt as _};
 use hyper::rt::ReadBufCursor;
 use hyper::rt::Timer;
 use smol_hyper::rt::SmolTimer;
-use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsConnect};
+use weir_proxy::rt::{
+    BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted, TlsConnect,
+};
 
 pub use weir_proxy::*;
 
@@ -121,6 +123,26 @@ impl weir_proxy::rt::Runtime for Smol {
                 .await?;
             // rustls writes one slice at a time: hyper should flatten.
             Ok(Box::new(SmolIo::new(stream, false)) as Box<dyn Io>)
+        })
+    }
+
+    fn tls_accept(&self, tls: TlsAccept) -> BoxFuture<'static, io::Result<TlsAccepted>> {
+        Box::pin(async move {
+            let (config, tcp) = tls.into_parts::<Conn>()?;
+            let stream = futures_rustls::TlsAcceptor::from(config)
+                .accept(tcp.0.into_inner())
+                .await?;
+            let conn = stream.get_ref().1;
+            let (alpn, version) = (
+                conn.alpn_protocol().map(<[u8]>::to_vec),
+                conn.protocol_version(),
+            );
+            // rustls writes one slice at a time: hyper should flatten.
+            Ok(TlsAccepted {
+                io: Box::new(SmolIo::new(stream, false)),
+                alpn,
+                version,
+            })
         })
     }
 
@@ -248,6 +270,13 @@ impl<S> Readiness for futures_rustls::client::TlsStream<S> {
     }
 }
 
+/// As for the client side.
+impl<S> Readiness for futures_rustls::server::TlsStream<S> {
+    fn poll_readable(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// Ending the TCP write side (a FIN) once a stream's own close is done: async-io's `poll_close`
 /// only flushes, and futures-rustls's sends `close_notify` and then calls it, so without this a
 /// tunnel's half-close (C-PATH-8) would never reach the peer's TCP.
@@ -262,6 +291,12 @@ impl CloseWrite for Async<TcpStream> {
 }
 
 impl CloseWrite for futures_rustls::client::TlsStream<Async<TcpStream>> {
+    fn close_write(&self) -> io::Result<()> {
+        self.get_ref().0.close_write()
+    }
+}
+
+impl CloseWrite for futures_rustls::server::TlsStream<Async<TcpStream>> {
     fn close_write(&self) -> io::Result<()> {
         self.get_ref().0.close_write()
     }

@@ -18,7 +18,9 @@ use hyper::rt::Timer;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
-use weir_proxy::rt::{BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsConnect};
+use weir_proxy::rt::{
+    BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted, TlsConnect,
+};
 
 pub use weir_proxy::*;
 
@@ -88,6 +90,25 @@ impl weir_proxy::rt::Runtime for Tokio {
                 .connect(name, tcp.0.into_inner())
                 .await?;
             Ok(Box::new(TokioIo::new(stream)) as Box<dyn Io>)
+        })
+    }
+
+    fn tls_accept(&self, tls: TlsAccept) -> BoxFuture<'static, io::Result<TlsAccepted>> {
+        Box::pin(async move {
+            let (config, tcp) = tls.into_parts::<Conn>()?;
+            let stream = tokio_rustls::TlsAcceptor::from(config)
+                .accept(tcp.0.into_inner())
+                .await?;
+            let conn = stream.get_ref().1;
+            let (alpn, version) = (
+                conn.alpn_protocol().map(<[u8]>::to_vec),
+                conn.protocol_version(),
+            );
+            Ok(TlsAccepted {
+                io: Box::new(TokioIo::new(stream)),
+                alpn,
+                version,
+            })
         })
     }
 

@@ -351,3 +351,50 @@ async fn c_mgmt_4_errors_name_the_field_and_the_id_and_are_counted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// C-TLS-1: `check-config` loads every certificate pair of `server.tls` and fails, naming the
+/// pair and the files, when a key does not match its certificate or a file is missing.
+#[test]
+fn c_tls_1_check_config_validates_certificate_pairs() {
+    use weir_conformance::tls::Cert;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, b) = (Cert::new(&["a.test"]), Cert::new(&["b.test"]));
+    let (a_crt, a_key) = a.write(dir.path(), "a");
+    let (_, b_key) = b.write(dir.path(), "b");
+    let write = |name: &str, crt: &std::path::Path, key: &std::path::Path| {
+        let f = dir.path().join(name);
+        std::fs::write(
+            &f,
+            format!(
+                "server:\n  tls:\n    certificates:\n      - cert_file: {}\n        key_file: {}\n\
+                 backends:\n  - id: a\n    url: http://127.0.0.1:9\n",
+                crt.display(),
+                key.display()
+            ),
+        )
+        .expect("write config");
+        f
+    };
+    let good = write("good.yaml", &a_crt, &a_key);
+    let o = run(&["check-config", good.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let crossed = write("crossed.yaml", &a_crt, &b_key);
+    let o = run(&["check-config", crossed.to_str().unwrap()], &[]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("server.tls.certificates[0]")
+            && text(&o).contains("is not the private key"),
+        "{}",
+        text(&o)
+    );
+    let missing = write("missing.yaml", &dir.path().join("nope.crt"), &a_key);
+    let o = run(&["check-config", missing.to_str().unwrap()], &[]);
+    assert!(
+        !o.status.success() && text(&o).contains("nope.crt"),
+        "{}",
+        text(&o)
+    );
+    // `run` refuses to start on the same error.
+    let o = run(&["run", "--config", crossed.to_str().unwrap()], &[]);
+    assert!(!o.status.success(), "{}", text(&o));
+}

@@ -16,6 +16,7 @@ mod rate;
 mod retry;
 mod shutdown;
 mod status;
+mod tls;
 
 pub use conn::*;
 pub use fault::*;
@@ -31,6 +32,7 @@ pub use rate::*;
 pub use retry::*;
 pub use shutdown::*;
 pub use status::*;
+pub use tls::*;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -27,6 +27,7 @@ pub mod client;
 pub mod config;
 pub mod h2raw;
 pub mod harness;
+pub mod tls;
 pub mod util;
 
 use std::future::Future;
@@ -117,6 +118,14 @@ macro_rules! __with_cases {
             c_fwd_2_h2c_authority_is_the_inbound_host,
             c_fwd_3_malformed_chains_fall_back,
             c_fwd_3_ipv4_mapped_peer_is_unmapped,
+            c_tls_1_tls12_and_tls13_handshake_and_request,
+            c_tls_1_sni_picks_the_certificate,
+            c_tls_1_h2_over_alpn,
+            c_tls_1_tls10_and_tls11_refused,
+            c_tls_2_symlinked_directory_rotation,
+            c_tls_2_mismatched_pair_keeps_the_old_certificate,
+            c_tls_3_proxy_protocol_sets_the_client,
+            c_tls_3_malformed_proxy_header_closes,
             c_pool_1_backend_id_is_given,
             c_pool_1_duplicate_ids_rejected,
             c_pool_3_unavailable_backends_are_skipped,

@@ -43,16 +43,16 @@ mod tests;
 pub use diff::{Apply, Change, ConfigDiff, classify, diff};
 pub use duration::{format_duration, parse_duration};
 pub use schema::{
-    BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig, ManagementConfig,
-    OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
-    UpstreamConfig,
+    BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig, HealthCheckConfig,
+    ManagementConfig, OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig,
+    RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
 };
 pub use secret::{MapSecrets, Secret, SecretSource};
 pub use tree::{MAX_CONFIG_BYTES, Pos};
 pub use validate::{
-    DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, MAX_HEADER_BYTES_LIMIT,
-    MIN_HEADER_BYTES, ManagementSettings, PoolSpec, RedisMode, RedisSettings, RouteSpec,
-    ServerSettings, UpstreamSettings, ValidConfig,
+    CertPair, DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, ListenerTls,
+    MAX_HEADER_BYTES_LIMIT, MIN_HEADER_BYTES, ManagementSettings, PoolSpec, ProxyProtocol,
+    RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion, UpstreamSettings, ValidConfig,
 };
 
 use read::{Field, Path, Reader};
@@ -210,7 +210,7 @@ mod unread {
 
     use super::schema::{
         BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
-        ManagementConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
+        ManagementConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig, TlsConfig,
     };
     use super::tree::{Node, Value};
     use crate::retry::RetryParams;
@@ -358,6 +358,28 @@ mod unread {
                     ("queue_timeout", duration(o.queue_timeout)),
                 ])),
             ),
+            ("proxy_protocol", string(&s.proxy_protocol)),
+            ("proxy_protocol_trusted", strings(&s.proxy_protocol_trusted)),
+            ("tls", sub(tls(&s.tls))),
+        ])
+    }
+
+    fn tls(t: &TlsConfig) -> Node {
+        let certs = t
+            .certificates
+            .iter()
+            .map(|c| {
+                map(vec![
+                    ("cert_file", required(&c.cert_file)),
+                    ("key_file", required(&c.key_file)),
+                ])
+            })
+            .collect();
+        map(vec![
+            ("certificates", Some(Value::Seq(certs))),
+            ("min_version", string(&t.min_version)),
+            ("handshake_timeout", duration(t.handshake_timeout)),
+            ("client_ca_file", opt_string(t.client_ca_file.as_ref())),
         ])
     }
 
@@ -502,7 +524,8 @@ mod unread {
 #[must_use]
 pub fn schema_paths() -> BTreeSet<String> {
     // One item of every list and one named pool, so that item fields are asked for too.
-    let probe = "backends: [{}]\npools: {p: {backends: [{}]}}\nroutes: [{}]\n";
+    let probe = "server: {tls: {certificates: [{}]}}\nbackends: [{}]\npools: {p: {backends: [{}]}}\n\
+                 routes: [{}]\n";
     let mut r = Reader::default();
     if let Ok(root) = tree::parse(probe) {
         let _ = schema::read_config(

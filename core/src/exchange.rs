@@ -282,7 +282,11 @@ impl Exchange {
             request_id,
             id_kept: origin.is_kept(),
             client: resolution.client,
-            proto: forwarded_proto(resolution.peer_trusted, head.headers),
+            proto: if head.tls {
+                Proto::Https
+            } else {
+                forwarded_proto(resolution.peer_trusted, head.headers)
+            },
             upgrade: wants_upgrade(head.headers),
             target,
             route: m.route,

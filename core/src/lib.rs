@@ -44,6 +44,7 @@ pub mod mgmt;
 pub mod mutations;
 mod outcome;
 pub mod pool;
+pub mod proxy_proto;
 pub mod rate;
 pub mod request_id;
 pub mod response;

@@ -11,6 +11,7 @@ pub mod h1_chunked;
 pub mod h1_request;
 pub mod h1_response;
 pub mod mgmt_request;
+pub mod proxy_proto;
 pub mod request_id;
 pub mod upstream_uri;
 
@@ -27,6 +28,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("h1_request", h1_request::run),
     ("h1_response", h1_response::run),
     ("mgmt_request", mgmt_request::run),
+    ("proxy_proto", proxy_proto::run),
     ("request_id", request_id::run),
     ("upstream_uri", upstream_uri::run),
 ];

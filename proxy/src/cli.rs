@@ -223,12 +223,20 @@ fn list_errors(path: &Path, errors: &ConfigErrors) -> String {
 
 fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
     let result = if strict_secrets {
-        load(path).map(|_| Vec::new())
+        load(path).map(|cfg| (Vec::new(), crate::tls::check(&cfg.server)))
     } else {
         load_lenient(path)
     };
     match result {
-        Ok(missing) => {
+        // C-TLS-1: every certificate pair loads and its key matches.
+        Ok((_, Err(tls))) => {
+            let mut err = std::io::stderr();
+            for e in &tls {
+                let _ = writeln!(err, "{}: {e}", path.display());
+            }
+            ExitCode::FAILURE
+        }
+        Ok((missing, Ok(()))) => {
             let mut err = std::io::stderr();
             for name in &missing {
                 let _ = writeln!(
@@ -256,16 +264,21 @@ fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
     }
 }
 
+/// What `check-config` found in a valid file: unresolved secret names, and the TLS pairs'
+/// check.
+type Checked = (Vec<String>, Result<(), Vec<String>>);
+
 /// [`load`] with [`LenientSecrets`](crate::secrets::LenientSecrets): the valid configuration's
-/// unresolved secret names, or the errors.
-fn load_lenient(path: &Path) -> Result<Vec<String>, String> {
+/// unresolved secret names and its certificate check, or the errors.
+fn load_lenient(path: &Path) -> Result<Checked, String> {
     let owned = path.to_owned();
     let read = config_file::READERS.run_blocking(path, config_file::READ_TIMEOUT, move || {
         let secrets = crate::secrets::LenientSecrets::new();
-        config_file::load_with(&owned, &secrets).map(|_| secrets.missing())
+        config_file::load_with(&owned, &secrets)
+            .map(|cfg| (secrets.missing(), crate::tls::check(&cfg.server)))
     });
     match read {
-        Ok(Ok(missing)) => Ok(missing),
+        Ok(Ok(checked)) => Ok(checked),
         Ok(Err(LoadError::File(e))) | Err(e) => Err(e.to_string()),
         Ok(Err(LoadError::Invalid(e))) => Err(list_errors(path, &e)),
     }

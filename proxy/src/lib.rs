@@ -52,6 +52,7 @@ pub mod reload;
 pub mod rt;
 pub mod secrets;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 pub mod uri;
 pub mod worker;
@@ -91,6 +92,9 @@ pub struct Shared {
     pub control: reload::Control,
     /// Both listeners' connection caps and counts (issue 21, `limits`).
     pub connections: limits::Connections,
+    /// The public listener's PROXY protocol and TLS (C-TLS-1..3; restart-only, certificates
+    /// reload).
+    pub front: tls::Front,
 }
 
 impl Shared {
@@ -145,6 +149,9 @@ pub enum StartError {
     /// The TLS client configuration could not be built.
     #[error("cannot build the TLS client configuration: {0}")]
     Tls(String),
+    /// The public listener's TLS could not be set up (a certificate pair or the client CA).
+    #[error("cannot set up TLS on the public listener: {0}")]
+    ListenerTls(String),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {error}")]
     Bind {
@@ -363,6 +370,13 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     }
     let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
         .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let front = {
+        let server = runtime.config().server.clone();
+        rt::unblock(rt, move || tls::Front::build(&server))
+            .await
+            .unwrap_or_else(|| Err("certificate loading panicked".to_owned()))
+            .map_err(StartError::ListenerTls)?
+    };
     let metrics = Arc::new(metrics::Metrics::new());
     metrics.set_backends(runtime.backend_ids());
     let shared = Arc::new(Shared {
@@ -380,6 +394,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         metrics,
         control: reload::Control::new(),
         connections,
+        front,
     });
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
@@ -439,6 +454,11 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     tasks.push(rt::spawn_handle(
         rt,
         ratelimit::recovery_task(Arc::clone(&shared), shutdown_rx.clone()),
+    ));
+    // C-TLS-2: certificate directories are watched for as long as the listener runs.
+    tasks.push(rt::spawn_handle(
+        rt,
+        tls::watch::run(Arc::clone(&shared), shutdown_rx.clone()),
     ));
     if let Some((listener, _)) = management {
         tasks.push(rt::spawn_handle(

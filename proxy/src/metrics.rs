@@ -346,6 +346,7 @@ impl Snapshot {
             reloads,
         ));
         families.extend(crate::limits::families(&shared.connections));
+        families.extend(crate::tls::metrics::families(&shared.front.metrics));
         families.extend(state::families(shared, &rt, now));
         Snapshot { families }
     }

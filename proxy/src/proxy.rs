@@ -144,6 +144,7 @@ impl<'a> Io<'a> {
                 .map_or("", http::uri::PathAndQuery::as_str),
             headers: req.headers(),
             peer: ctx.peer.ip(),
+            tls: ctx.tls,
             // HTTP/2 frames carry no HTTP/1 framing to refuse (C-PATH-12 is the h1 codec's).
             framing: Ok(()),
             body: body_info(req.body()),

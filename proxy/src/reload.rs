@@ -187,6 +187,9 @@ pub struct Applied {
 /// and publish (C-CONF-4..7). Logs the result (module doc) and counts it in
 /// `load_balancer_config_reloads_total{source="signal"}`.
 pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+    // C-TLS-2: SIGHUP reloads the listener's certificates too, whatever the file's fate.
+    let s = Arc::clone(shared);
+    let _ = crate::rt::unblock(shared.rt, move || s.front.reload("signal")).await;
     let result = reload_file_inner(shared, path).await;
     shared.metrics.reload(ReloadSource::Signal, result.is_ok());
     match &result {

@@ -35,8 +35,8 @@ pub mod watch;
 pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
 use hyper::rt::{Read, ReadBuf, Sleep, Timer, Write};
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ServerConfig};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -80,6 +80,10 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// A TLS client handshake ([`TlsConnect`]: over a connection of this runtime's).
     fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>>;
 
+    /// A TLS server handshake on an accepted connection ([`TlsAccept`]; the public listener,
+    /// C-TLS-1). No timeout of its own: the caller bounds it (`server.tls.handshake_timeout`).
+    fn tls_accept(&self, tls: TlsAccept) -> BoxFuture<'static, io::Result<TlsAccepted>>;
+
     /// Resolve `host` (a name or an address literal) with `port`.
     fn resolve(&self, host: String, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>>;
 
@@ -98,6 +102,11 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
 pub trait Io: Read + Write + Send + Unpin + 'static {}
 
 impl<T: Read + Write + Send + Unpin + 'static> Io for T {}
+
+/// An [`Io`] that is also `Sync`: a server-side TLS stream (what a connection's handler keeps).
+pub trait SyncIo: Io + Sync {}
+
+impl<T: Io + Sync> SyncIo for T {}
 
 /// A TCP connection of a runtime.
 pub trait TcpConn: Io + Sync {
@@ -205,12 +214,63 @@ impl TlsConnect {
     pub fn into_parts<T: TcpConn>(
         self,
     ) -> io::Result<(Arc<ClientConfig>, ServerName<'static>, Box<T>)> {
-        let tcp = self
-            .tcp
-            .into_any()
-            .downcast::<T>()
-            .map_err(|_| io::Error::other("a TCP connection of another runtime"))?;
-        Ok((self.config, self.name, tcp))
+        Ok((self.config, self.name, own_conn(self.tcp)?))
+    }
+}
+
+/// `tcp` as the runtime's own connection type `T`.
+fn own_conn<T: TcpConn>(tcp: Box<dyn TcpConn>) -> io::Result<Box<T>> {
+    tcp.into_any()
+        .downcast::<T>()
+        .map_err(|_| io::Error::other("a TCP connection of another runtime"))
+}
+
+/// What a TLS server handshake needs: the listener's configuration (its certificate resolver
+/// is swapped on reload, C-TLS-2) and the accepted connection (one of the runtime's own, from
+/// [`Runtime::register`]).
+pub struct TlsAccept {
+    config: Arc<ServerConfig>,
+    tcp: Box<dyn TcpConn>,
+}
+
+impl fmt::Debug for TlsAccept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsAccept").finish_non_exhaustive()
+    }
+}
+
+impl TlsAccept {
+    /// A server handshake over `tcp` with `config`.
+    #[must_use]
+    pub fn new(config: Arc<ServerConfig>, tcp: Box<dyn TcpConn>) -> Self {
+        TlsAccept { config, tcp }
+    }
+
+    /// The configuration and the connection as the runtime's own type `T`.
+    ///
+    /// # Errors
+    /// The connection is another runtime's.
+    pub fn into_parts<T: TcpConn>(self) -> io::Result<(Arc<ServerConfig>, Box<T>)> {
+        Ok((self.config, own_conn(self.tcp)?))
+    }
+}
+
+/// A finished server handshake: the decrypted stream and what was negotiated.
+pub struct TlsAccepted {
+    /// The stream (application data).
+    pub io: Box<dyn SyncIo>,
+    /// The ALPN protocol agreed (`h2`, `http/1.1`), if any.
+    pub alpn: Option<Vec<u8>>,
+    /// The TLS version agreed.
+    pub version: Option<rustls::ProtocolVersion>,
+}
+
+impl fmt::Debug for TlsAccepted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsAccepted")
+            .field("alpn", &self.alpn)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
     }
 }
 

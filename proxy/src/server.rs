@@ -13,6 +13,9 @@
 //! (`server::h2`, the bytes read handed back through a rewinding IO); anything else is HTTP/1,
 //! served by weir's own codec and IO loop ([`crate::h1`]). The entry ([`serve_io`]) takes any
 //! byte stream (`Box<dyn Io>`: TCP, or TLS over it) and a [`ConnInfo`].
+//! Before that, the listener's front runs ([`crate::tls::conn::prepare`]): a PROXY protocol
+//! header and a TLS handshake when configured (C-TLS-1, C-TLS-3); over TLS, ALPN chooses
+//! between HTTP/1.1 and HTTP/2 instead of the first bytes.
 //!
 //! **Timeouts (C-PATH-12), per connection, Go's `net/http` semantics:**
 //! - `read_header_timeout` runs from the first byte of a request (from accept, for the first
@@ -49,7 +52,7 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use crate::Shared;
 use crate::h1::Buf;
 use crate::limits::{ConnLimit, ConnPermit};
-use crate::rt::{self, Io, Listener, Rt, watch};
+use crate::rt::{self, Io, Listener, Rt, TcpConn, watch};
 
 pub(crate) mod accept;
 pub mod h2;
@@ -124,8 +127,10 @@ pub struct ConnState {
 pub struct ConnCtx {
     /// Process-wide state.
     pub shared: Arc<Shared>,
-    /// The client address.
+    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
     pub peer: SocketAddr,
+    /// The connection came over weir's TLS (C-TLS-1).
+    pub tls: bool,
     /// Phase and timers (HTTP/2).
     pub state: ConnState,
     /// Dropped with the last reference: tells the worker this connection is done.
@@ -145,7 +150,7 @@ impl Drop for ConnCtx {
 impl ConnCtx {
     fn new(
         shared: Arc<Shared>,
-        peer: SocketAddr,
+        info: ConnInfo,
         alive: Alive,
         open: Arc<AtomicUsize>,
         permit: Option<ConnPermit>,
@@ -153,7 +158,8 @@ impl ConnCtx {
         let now = shared.clock.now().as_nanos();
         ConnCtx {
             shared,
-            peer,
+            peer: info.peer,
+            tls: info.tls,
             state: ConnState {
                 phase: AtomicU8::new(IDLE),
                 in_flight: AtomicU32::new(0),
@@ -214,35 +220,56 @@ struct Builders {
 /// Serve one accepted client connection to its end.
 async fn serve(
     builders: Arc<Builders>,
-    io: Box<dyn Io>,
-    info: ConnInfo,
+    stream: Box<dyn TcpConn>,
+    peer: SocketAddr,
     ctx_parts: (Arc<Shared>, Alive, Arc<AtomicUsize>, ConnPermit),
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
     let (shared, alive, open, permit) = ctx_parts;
-    let ctx = Arc::new(ConnCtx::new(shared, info.peer, alive, open, Some(permit)));
-    serve_io(&builders, ctx, io, shutdown).await;
+    // The front (C-TLS-1, C-TLS-3): a PROXY header and a TLS handshake, when configured.
+    let prepared = next_or_shutdown(
+        &mut shutdown,
+        crate::tls::conn::prepare(&shared, stream, peer),
+    )
+    .await;
+    let Wake::Next(Some((stream, front))) = prepared else {
+        open.fetch_sub(1, Ordering::Relaxed);
+        return;
+    };
+    let info = ConnInfo {
+        peer: front.peer,
+        tls: front.tls.is_some(),
+    };
+    let ctx = Arc::new(ConnCtx::new(shared, info, alive, open, Some(permit)));
+    let io: Box<dyn Io> = stream;
+    serve_io(&builders, ctx, io, front.tls.map(|t| t.h2), shutdown).await;
 }
 
-/// The accept → serve seam: tell the protocol from the first bytes and serve the connection.
+/// The accept → serve seam: tell the protocol (from ALPN, `alpn_h2`, over TLS; else from the
+/// first bytes) and serve the connection.
 async fn serve_io(
     builders: &Builders,
     ctx: Arc<ConnCtx>,
     mut io: Box<dyn Io>,
+    alpn_h2: Option<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let rt = ctx.shared.rt;
     let limits = ctx.shared.limits.clone();
     let first_deadline = rt.now() + limits.read_header_timeout;
     let mut buf = Buf::new();
-    let proto = match futures_util::future::select(
-        std::pin::pin!(sniff(rt, &mut io, &mut buf, first_deadline)),
-        std::pin::pin!(shutdown.changed()),
-    )
-    .await
-    {
-        Either::Left((p, _)) => p,
-        Either::Right(_) => None,
+    // Over TLS, ALPN says which protocol follows; otherwise the first bytes do.
+    let proto = match alpn_h2 {
+        Some(h2) => Some(h2),
+        None => match futures_util::future::select(
+            std::pin::pin!(sniff(rt, &mut io, &mut buf, first_deadline)),
+            std::pin::pin!(shutdown.changed()),
+        )
+        .await
+        {
+            Either::Left((p, _)) => p,
+            Either::Right(_) => None,
+        },
     };
     match proto {
         None => {}
@@ -285,7 +312,8 @@ where
     let (alive, _unused) = async_channel::bounded(1);
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
     let open = Arc::new(AtomicUsize::new(1));
-    let ctx = Arc::new(ConnCtx::new(shared, peer, alive, open, None));
+    let info = ConnInfo { peer, tls: false };
+    let ctx = Arc::new(ConnCtx::new(shared, info, alive, open, None));
     let (_never, shutdown) = watch::channel(false);
     crate::h1::conn::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
@@ -518,11 +546,10 @@ async fn worker_main(
             Arc::clone(&open),
             permit,
         );
-        let info = ConnInfo { peer, tls: false };
         rt.spawn(serve(
             Arc::clone(&builders),
             stream,
-            info,
+            peer,
             parts,
             shutdown.clone(),
         ));

@@ -139,6 +139,17 @@ fn c_route_1_routes_and_pools_example() {
 }
 
 #[test]
+fn c_tls_1_tls_example() {
+    let v = load_example("tls.yaml");
+    let t = v.server.tls.as_ref().expect("tls on");
+    assert_eq!(t.certificates.len(), 2);
+    assert_eq!(t.min_version, config::TlsVersion::Tls12);
+    let p = v.server.proxy_protocol.as_ref().expect("proxy protocol on");
+    assert_eq!(p.accept, crate::proxy_proto::Accept::Any);
+    assert_eq!(p.trusted.len(), 1);
+}
+
+#[test]
 fn c_rate_3_redis_example() {
     let v = load_example("redis.yaml");
     assert_eq!(v.rate.storage(), StorageKind::Redis);

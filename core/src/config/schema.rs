@@ -75,6 +75,46 @@ pub struct ServerConfig {
     pub retry: RetryParams,
     /// `overload`.
     pub overload: OverloadConfig,
+    /// `proxy_protocol` [off]: `off`, `v1`, `v2` or `any` (C-TLS-3).
+    pub proxy_protocol: String,
+    /// `proxy_protocol_trusted` [[]]: CIDRs or bare addresses allowed to send a PROXY header.
+    pub proxy_protocol_trusted: Vec<String>,
+    /// `tls`: TLS on the public listener (C-TLS-1); off while `certificates` is empty.
+    pub tls: TlsConfig,
+}
+
+/// `server.tls` (C-TLS-1, C-TLS-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// `certificates` [[]]: PEM pairs; the first is the default.
+    pub certificates: Vec<CertPairConfig>,
+    /// `min_version` ["1.2"]: `1.2` or `1.3`.
+    pub min_version: String,
+    /// `handshake_timeout` [5s, > 0].
+    pub handshake_timeout: Duration,
+    /// `client_ca_file`: PEM CA certificates; when set, clients must present a certificate
+    /// they issued.
+    pub client_ca_file: Option<String>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> TlsConfig {
+        TlsConfig {
+            certificates: Vec::new(),
+            min_version: "1.2".to_owned(),
+            handshake_timeout: Duration::from_secs(5),
+            client_ca_file: None,
+        }
+    }
+}
+
+/// `server.tls.certificates[]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPairConfig {
+    /// `cert_file` (required): the certificate chain, leaf first (PEM).
+    pub cert_file: String,
+    /// `key_file` (required): the leaf's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +136,9 @@ impl Default for ServerConfig {
             upstream: UpstreamConfig::default(),
             retry: RetryParams::default(),
             overload: OverloadConfig::default(),
+            proxy_protocol: "off".to_owned(),
+            proxy_protocol_trusted: Vec::new(),
+            tls: TlsConfig::default(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use core::time::Duration;
 
 use super::*;
+use crate::proxy_proto;
 use crate::select::PolicyKind;
 
 const MIN: &str = "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n";
@@ -850,4 +851,84 @@ fn c_mgmt_1_allow_insecure_needs_a_loopback_address() {
         ));
         assert!(v.management.allow_insecure, "{addr}");
     }
+}
+
+#[test]
+fn c_tls_1_tls_defaults_and_settings() {
+    let v = ok(MIN);
+    assert_eq!(v.server.tls, None, "no certificate: plain HTTP");
+    assert_eq!(v.server.proxy_protocol, None);
+    let v = ok(&format!(
+        "server:\n  tls:\n    certificates:\n      - {{cert_file: /c/a.pem, key_file: /c/a.key}}\n      \
+         - {{cert_file: /c/b.pem, key_file: /c/b.key}}\n    min_version: '1.3'\n    \
+         handshake_timeout: 2s\n    client_ca_file: /c/ca.pem\n{MIN}"
+    ));
+    let t = v.server.tls.expect("tls on");
+    assert_eq!(t.certificates.len(), 2);
+    assert_eq!(t.certificates[1].key_file, "/c/b.key");
+    assert_eq!(t.min_version, TlsVersion::Tls13);
+    assert_eq!(t.handshake_timeout, Duration::from_secs(2));
+    assert_eq!(t.client_ca_file.as_deref(), Some("/c/ca.pem"));
+    let d = ok(&format!(
+        "server:\n  tls:\n    certificates: [{{cert_file: a, key_file: b}}]\n{MIN}"
+    ));
+    let t = d.server.tls.expect("tls on");
+    assert_eq!(t.min_version, TlsVersion::Tls12);
+    assert_eq!(t.handshake_timeout, Duration::from_secs(5));
+}
+
+#[test]
+fn c_tls_1_tls_errors_name_their_field() {
+    let e = errs(&format!(
+        "server:\n  tls:\n    certificates: [{{cert_file: a}}]\n    min_version: '1.1'\n    \
+         handshake_timeout: 0s\n{MIN}"
+    ));
+    assert!(e.has("server.tls.certificates[0].key_file"), "{e}");
+    let m = &err_at(&e, "server.tls.min_version").message;
+    assert!(m.contains("RFC 8996"), "{m}");
+    assert!(e.has("server.tls.handshake_timeout"), "{e}");
+    let e = errs(&format!(
+        "server:\n  tls:\n    client_ca_file: ca.pem\n{MIN}"
+    ));
+    assert!(e.has("server.tls.certificates"), "{e}");
+    let e = errs(&format!("server:\n  tls:\n    certificate: []\n{MIN}"));
+    assert!(e.has("server.tls.certificate"), "unknown field: {e}");
+}
+
+#[test]
+fn c_tls_3_proxy_protocol_settings() {
+    for (text, want) in [
+        ("v1", proxy_proto::Accept::V1),
+        ("v2", proxy_proto::Accept::V2),
+        ("any", proxy_proto::Accept::Any),
+    ] {
+        let v = ok(&format!(
+            "server:\n  proxy_protocol: {text}\n  proxy_protocol_trusted: [10.0.0.0/8, 127.0.0.1]\n{MIN}"
+        ));
+        let p = v.server.proxy_protocol.expect("on");
+        assert_eq!(p.accept, want);
+        assert_eq!(p.trusted.len(), 2);
+    }
+    let e = errs(&format!("server:\n  proxy_protocol: v3\n{MIN}"));
+    assert!(
+        err_at(&e, "server.proxy_protocol")
+            .message
+            .contains("off, v1, v2, any"),
+        "{e}"
+    );
+    let e = errs(&format!("server:\n  proxy_protocol: v2\n{MIN}"));
+    assert!(
+        e.has("server.proxy_protocol_trusted"),
+        "on with nobody trusted: {e}"
+    );
+    let e = errs(&format!(
+        "server:\n  proxy_protocol: any\n  proxy_protocol_trusted: [10.0.0.1/8]\n{MIN}"
+    ));
+    assert!(e.has("server.proxy_protocol_trusted[0]"), "{e}");
+    // Restart-only (C-CONF-7).
+    assert_eq!(classify("server.proxy_protocol"), Apply::Restart);
+    assert_eq!(
+        classify("server.tls.certificates[0].cert_file"),
+        Apply::Restart
+    );
 }

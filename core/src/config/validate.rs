@@ -34,11 +34,14 @@ use crate::slow_start::SlowStart;
 use crate::time::Instant;
 
 mod bounds;
+mod listener;
 mod pools;
 mod redis;
 mod secrets;
 mod stores;
 
+pub use listener::{CertPair, ListenerTls, ProxyProtocol, TlsVersion};
+use listener::{check_proxy_protocol, check_tls};
 use pools::{check_health, check_pool_params, check_pools_and_routes, check_retry};
 pub use redis::RedisMode;
 #[cfg(test)]
@@ -124,6 +127,10 @@ pub struct ServerSettings {
     pub max_connections: Option<u32>,
     /// Upstream connections.
     pub upstream: UpstreamSettings,
+    /// The PROXY protocol on the public listener; `None`: off (C-TLS-3).
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// TLS on the public listener; `None`: plain HTTP (C-TLS-1).
+    pub tls: Option<ListenerTls>,
 }
 
 /// `server.upstream` connection settings (`max_concurrent_requests` is in [`PoolParams`]).
@@ -440,6 +447,8 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         );
     }
     let u = &s.upstream;
+    let proxy_protocol = check_proxy_protocol(s, c);
+    let tls = check_tls(s, c);
     Some(ServerSettings {
         port: s.port,
         trusted_proxies,
@@ -464,6 +473,8 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
             max_idle_conns_per_host: u.max_idle_conns_per_host,
             max_conns_per_host: (u.max_conns_per_host != 0).then_some(u.max_conns_per_host),
         },
+        proxy_protocol,
+        tls,
     })
 }
 

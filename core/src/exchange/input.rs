@@ -23,6 +23,9 @@ pub struct Head<'h> {
     pub headers: &'h HeaderMap,
     /// The socket peer (or the PROXY protocol's address, C-TLS-3).
     pub peer: IpAddr,
+    /// The request arrived over weir's own TLS: the backend is told `X-Forwarded-Proto: https`
+    /// whoever the peer is (C-TLS-1).
+    pub tls: bool,
     /// The framing verdict of the connection's byte stream for this request (C-PATH-12): an
     /// error is answered `400` with `Connection: close`, before anything else.
     pub framing: Verdict,

@@ -104,6 +104,7 @@ pub(crate) struct Req {
     pub(crate) target: String,
     pub(crate) headers: HeaderMap,
     pub(crate) peer: IpAddr,
+    pub(crate) tls: bool,
     pub(crate) framing: crate::framing::Verdict,
     pub(crate) body: BodyInfo,
 }
@@ -116,6 +117,7 @@ impl Req {
             target: path.to_owned(),
             headers: HeaderMap::new(),
             peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
+            tls: false,
             framing: Ok(()),
             body: BodyInfo::Empty,
         }
@@ -139,6 +141,7 @@ impl Req {
             target: &self.target,
             headers: &self.headers,
             peer: self.peer,
+            tls: self.tls,
             framing: self.framing,
             body: self.body,
         }
@@ -247,6 +250,22 @@ fn c_path_2_a_get_is_sent_delivered_and_released_at_the_body_end() {
     assert!(x.is_done() && !x.holds_gate());
     assert_eq!(f.services.gate().in_flight(), 0);
     assert_eq!(f.in_flight(), [0, 0]);
+}
+
+/// C-TLS-1: a request over weir's TLS is `https` upstream, even from an untrusted peer that
+/// says otherwise; over plain HTTP an untrusted peer's claim is ignored (C-FWD-2).
+#[test]
+fn c_tls_1_a_request_over_weirs_tls_is_https_upstream() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let claim = Req::get("/x").header("x-forwarded-proto", "http");
+    let (x, _) = f.start(&claim, T0);
+    assert_eq!(x.proto(), crate::forward::Proto::Http);
+    let mut over_tls = claim.clone();
+    over_tls.tls = true;
+    let (x, _) = f.start(&over_tls, T0);
+    assert_eq!(x.proto(), crate::forward::Proto::Https);
+    let (x, _) = f.start(&Req::get("/x").header("x-forwarded-proto", "https"), T0);
+    assert_eq!(x.proto(), crate::forward::Proto::Http, "untrusted claim");
 }
 
 #[test]

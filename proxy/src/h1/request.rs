@@ -99,6 +99,7 @@ async fn serve_head(
             target: pq,
             headers: &map,
             peer: ctx.peer.ip(),
+            tls: ctx.tls,
             // The codec refused every head with a framing defect before this point.
             framing: Ok(()),
             body,

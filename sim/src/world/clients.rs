@@ -182,6 +182,7 @@ impl World<'_> {
             target: path,
             headers: &self.no_headers,
             peer: ip,
+            tls: false,
             framing: Ok(()),
             body: match body {
                 BodyKind::None => BodyInfo::Empty,

@@ -57,6 +57,9 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
     let upstream = read_upstream(r, &o.field("upstream"));
     let retry = read_retry(r, &o.field("retry"));
     let overload = read_overload(r, &o.field("overload"));
+    let proxy_protocol = r.string(&o.field("proxy_protocol"), &d.proxy_protocol);
+    let proxy_protocol_trusted = r.strings(&o.field("proxy_protocol_trusted"), &[]);
+    let tls = read_tls(r, &o.field("tls"));
     o.finish(r);
     ServerConfig {
         port,
@@ -75,7 +78,33 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         upstream,
         retry,
         overload,
+        proxy_protocol,
+        proxy_protocol_trusted,
+        tls,
     }
+}
+
+fn read_tls(r: &mut Reader, f: &Field<'_>) -> TlsConfig {
+    let d = TlsConfig::default();
+    let mut o = r.obj(f);
+    let items = r.list(&o.field("certificates"));
+    let mut certificates = Vec::with_capacity(items.len());
+    for item in &items {
+        let mut c = r.obj(item);
+        certificates.push(CertPairConfig {
+            cert_file: r.required_string(&c.field("cert_file")),
+            key_file: r.required_string(&c.field("key_file")),
+        });
+        c.finish(r);
+    }
+    let v = TlsConfig {
+        certificates,
+        min_version: r.string(&o.field("min_version"), &d.min_version),
+        handshake_timeout: r.duration(&o.field("handshake_timeout"), d.handshake_timeout),
+        client_ca_file: r.opt_string(&o.field("client_ca_file")),
+    };
+    o.finish(r);
+    v
 }
 
 fn read_upstream(r: &mut Reader, f: &Field<'_>) -> UpstreamConfig {

@@ -119,6 +119,12 @@ pub(crate) const SPANS: &[Span] = &[
         false,
     ),
     span(
+        "server.tls.handshake_timeout",
+        (ms(100), "100ms"),
+        (secs(5 * MINUTE), "5m"),
+        false,
+    ),
+    span(
         "server.upstream.dial_timeout",
         (ms(10), "10ms"),
         (secs(5 * MINUTE), "5m"),
@@ -341,6 +347,7 @@ fn duration(cfg: &Config, path: &str) -> Option<Duration> {
         "server.upstream.idle_conn_timeout" => u.idle_conn_timeout,
         "server.retry.per_try_timeout" => s.retry.per_try_timeout,
         "server.overload.queue_timeout" => s.overload.queue_timeout,
+        "server.tls.handshake_timeout" => s.tls.handshake_timeout,
         "health_check.interval" => h.interval,
         "health_check.timeout" => h.timeout,
         "health_check.jitter" => h.jitter,

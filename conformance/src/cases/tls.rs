@@ -1,0 +1,348 @@
+//! C-TLS: TLS on the public listener, certificate reload, and the PROXY protocol.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rustls::ProtocolVersion;
+
+use super::expect_status;
+use crate::backend::Backend;
+use crate::client::{Raw, Req};
+use crate::config::Config;
+use crate::harness::{Binary, Proxy};
+use crate::tls::{Cert, Client, certificates, exchange, legacy_client_hello, proxy_v2};
+
+/// A proxy terminating TLS with `pairs` (the first is the default).
+async fn tls_proxy(
+    bin: &Binary,
+    b: &Backend,
+    pairs: &[(std::path::PathBuf, std::path::PathBuf)],
+) -> Proxy {
+    Proxy::start(
+        bin,
+        &Config::new(&[b]).set("server.tls.certificates", certificates(pairs)),
+    )
+    .await
+}
+
+async fn get_ok(p: &Proxy, client: &Client, what: &str) -> crate::tls::Seen {
+    let seen = exchange(p.public, client, Some("/t"))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    expect_status(seen.resp.as_ref().expect("a response"), 200, what);
+    seen
+}
+
+/// C-TLS-1: a request over TLS 1.2 and over TLS 1.3 reaches the backend, which is told
+/// `X-Forwarded-Proto: https`.
+pub async fn c_tls_1_tls12_and_tls13_handshake_and_request(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let cert = Cert::new(&["localhost"]);
+    let p = tls_proxy(&bin, &b, &[cert.write(dir.path(), "a")]).await;
+    for (v, want) in [
+        (&rustls::version::TLS12, ProtocolVersion::TLSv1_2),
+        (&rustls::version::TLS13, ProtocolVersion::TLSv1_3),
+    ] {
+        let seen = get_ok(
+            &p,
+            &Client::new(Some("localhost")).only(v),
+            &format!("{want:?}"),
+        )
+        .await;
+        assert_eq!(seen.version, Some(want));
+        assert_eq!(seen.cert, cert.der);
+        let up = b.last().expect("upstream request");
+        assert_eq!(
+            up.header("x-forwarded-proto").as_deref(),
+            Some("https"),
+            "{want:?}"
+        );
+        assert_eq!(up.header("x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    }
+    // Plain HTTP on a TLS listener does not get through.
+    let r =
+        crate::client::try_send(p.public, &Req::get("/t").timeout(Duration::from_secs(3))).await;
+    assert!(r.is_err(), "plain HTTP on the TLS listener: {r:?}");
+}
+
+/// C-TLS-1: SNI picks the right certificate among three (exact before wildcard); without SNI,
+/// or with an unknown name, the first one is served.
+pub async fn c_tls_1_sni_picks_the_certificate(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let default = Cert::new(&["default.test"]);
+    let wild = Cert::new(&["*.example.test"]);
+    let exact = Cert::new(&["api.example.test"]);
+    let pairs = [
+        default.write(dir.path(), "default"),
+        wild.write(dir.path(), "wild"),
+        exact.write(dir.path(), "exact"),
+    ];
+    let p = tls_proxy(&bin, &b, &pairs).await;
+    for (sni, want, what) in [
+        (Some("api.example.test"), &exact, "exact name"),
+        (Some("www.example.test"), &wild, "wildcard"),
+        (Some("unknown.test"), &default, "unknown name"),
+        (None, &default, "no SNI"),
+    ] {
+        let seen = get_ok(&p, &Client::new(sni), what).await;
+        assert!(
+            seen.cert == want.der,
+            "{what}: another certificate was served"
+        );
+    }
+}
+
+/// C-TLS-1: ALPN `h2` gives HTTP/2 over TLS into the same data plane.
+pub async fn c_tls_1_h2_over_alpn(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = tls_proxy(
+        &bin,
+        &b,
+        &[Cert::new(&["localhost"]).write(dir.path(), "a")],
+    )
+    .await;
+    let seen = get_ok(&p, &Client::new(Some("localhost")).h2(), "h2").await;
+    assert_eq!(seen.alpn.as_deref(), Some(&b"h2"[..]));
+    let r = seen.resp.unwrap();
+    assert_eq!(r.backend().as_deref(), Some("b-1"));
+    let up = b.last().expect("upstream request");
+    assert_eq!(up.header("x-forwarded-proto").as_deref(), Some("https"));
+    // And http/1.1 when the client asks for it.
+    let seen = get_ok(&p, &Client::new(Some("localhost")), "http/1.1").await;
+    assert_eq!(seen.alpn.as_deref(), Some(&b"http/1.1"[..]));
+}
+
+/// C-TLS-1: a TLS 1.0 or 1.1 ClientHello gets no ServerHello, and the listener keeps serving.
+pub async fn c_tls_1_tls10_and_tls11_refused(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = tls_proxy(
+        &bin,
+        &b,
+        &[Cert::new(&["localhost"]).write(dir.path(), "a")],
+    )
+    .await;
+    for minor in [1u8, 2] {
+        let mut raw = Raw::connect(p.public).await;
+        raw.write(&legacy_client_hello(minor))
+            .await
+            .expect("write hello");
+        let got = raw
+            .read_some(Duration::from_secs(5))
+            .await
+            .unwrap_or_default();
+        // An alert record (21), or the connection closed: never a handshake record (22).
+        assert!(
+            got.first() != Some(&0x16),
+            "TLS 1.{} hello answered with a handshake record: {got:02x?}",
+            minor - 1
+        );
+        assert!(
+            raw.wait_closed(Duration::from_secs(5)).await.is_some(),
+            "closed"
+        );
+    }
+    get_ok(&p, &Client::new(Some("localhost")), "after refusals").await;
+}
+
+/// Replace `dir/..data` (a symlink to a versioned directory) by one to a new directory holding
+/// `cert`, with one rename: the Kubernetes Secret volume's way.
+fn k8s_publish(dir: &Path, version: &str, cert: &Cert) {
+    let v = dir.join(version);
+    std::fs::create_dir(&v).unwrap();
+    std::fs::write(v.join("tls.crt"), &cert.cert_pem).unwrap();
+    std::fs::write(v.join("tls.key"), &cert.key_pem).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+/// C-TLS-2: a certificate rotated by swapping a symlinked directory (the Kubernetes way) is
+/// served to new connections within 2 s, and no handshake fails during the swap.
+pub async fn c_tls_2_symlinked_directory_rotation(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Cert::new(&["localhost"]), Cert::new(&["localhost"]));
+    k8s_publish(dir.path(), "..v1", &old);
+    std::os::unix::fs::symlink("..data/tls.crt", dir.path().join("tls.crt")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.key", dir.path().join("tls.key")).unwrap();
+    let pair = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let p = tls_proxy(&bin, &b, &[pair]).await;
+    let addr = p.public;
+    let seen = exchange(addr, &Client::new(Some("localhost")), None)
+        .await
+        .unwrap();
+    assert_eq!(seen.cert, old.der);
+    // Handshakes all through the swap.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let hammer = {
+        let (stop, failures) = (Arc::clone(&stop), Arc::clone(&failures));
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                if exchange(addr, &Client::new(Some("localhost")), None)
+                    .await
+                    .is_err()
+                {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            n
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    k8s_publish(dir.path(), "..v2", &new);
+    let swapped = Instant::now();
+    let served = loop {
+        let seen = exchange(addr, &Client::new(Some("localhost")), None)
+            .await
+            .unwrap();
+        if seen.cert == new.der {
+            break swapped.elapsed();
+        }
+        assert!(
+            swapped.elapsed() < Duration::from_secs(5),
+            "the new certificate never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let handshakes = hammer.await.unwrap();
+    assert!(
+        served <= Duration::from_secs(2),
+        "new certificate after {served:?}"
+    );
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "failed handshakes during the swap (of {handshakes})"
+    );
+}
+
+/// C-TLS-2: a certificate replaced without its key (a mismatched pair) keeps the old one in
+/// force, logged; once the matching key arrives the new one is served. SIGHUP reloads too.
+pub async fn c_tls_2_mismatched_pair_keeps_the_old_certificate(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Cert::new(&["localhost"]), Cert::new(&["localhost"]));
+    let pair = old.write(dir.path(), "site");
+    let p = tls_proxy(&bin, &b, std::slice::from_ref(&pair)).await;
+    std::fs::write(&pair.0, &new.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    p.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = get_ok(&p, &Client::new(Some("localhost")), "mismatched pair").await;
+    assert!(seen.cert == old.der, "the old certificate stays in force");
+    let logs = p.logs().stdout();
+    assert!(
+        logs.contains("certificate reload failed") && logs.contains("mismatch"),
+        "a structured error for the failed reload:\n{logs}"
+    );
+    std::fs::write(&pair.1, &new.key_pem).unwrap();
+    let start = Instant::now();
+    loop {
+        let seen = get_ok(&p, &Client::new(Some("localhost")), "matching key").await;
+        if seen.cert == new.der {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "new pair never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn proxy_config(b: &Backend, mode: &str) -> Config {
+    Config::new(&[b]).set("server.proxy_protocol", mode).set(
+        "server.proxy_protocol_trusted",
+        serde_json::json!(["127.0.0.1"]),
+    )
+}
+
+/// Sends `header` then a GET on a raw connection; the response status, or `None` when the
+/// proxy closed the connection without one.
+async fn raw_get(addr: SocketAddr, from: Option<IpAddr>, header: &[u8]) -> Option<u16> {
+    let mut raw = Raw::connect_from(addr, from).await;
+    let mut bytes = header.to_vec();
+    bytes.extend_from_slice(b"GET /p HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if raw.write(&bytes).await.is_err() {
+        return None;
+    }
+    raw.read_head(Duration::from_secs(5))
+        .await
+        .ok()
+        .map(|h| h.status)
+}
+
+/// C-TLS-3: PROXY v1 and v2 from a trusted source set the client address; from an untrusted
+/// one the connection is closed.
+pub async fn c_tls_3_proxy_protocol_sets_the_client(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &proxy_config(&b, "any")).await;
+    let v1 = b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 80\r\n";
+    assert_eq!(raw_get(p.public, None, v1).await, Some(200), "v1");
+    let up = b.last().expect("upstream");
+    assert_eq!(up.header("x-forwarded-for").as_deref(), Some("203.0.113.7"));
+    let v2 = proxy_v2(SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 9), 5555));
+    assert_eq!(raw_get(p.public, None, &v2).await, Some(200), "v2");
+    let up = b.last().expect("upstream");
+    assert_eq!(
+        up.header("x-forwarded-for").as_deref(),
+        Some("198.51.100.9")
+    );
+    assert_eq!(up.header("x-real-ip").as_deref(), Some("198.51.100.9"));
+    // 127.0.0.2 is not trusted to send a header: closed, nothing upstream.
+    let before = b.count();
+    let untrusted = Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+    assert_eq!(
+        raw_get(p.public, untrusted, v1).await,
+        None,
+        "untrusted peer"
+    );
+    assert_eq!(b.count(), before);
+    // A v1-only listener refuses v2.
+    let p1 = Proxy::start(&bin, &proxy_config(&b, "v1")).await;
+    assert_eq!(
+        raw_get(p1.public, None, &v2).await,
+        None,
+        "v2 on a v1 listener"
+    );
+    assert_eq!(
+        raw_get(p1.public, None, v1).await,
+        Some(200),
+        "v1 on a v1 listener"
+    );
+}
+
+/// C-TLS-3: a malformed PROXY header (or none) closes the connection and the listener keeps
+/// serving.
+pub async fn c_tls_3_malformed_proxy_header_closes(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &proxy_config(&b, "any")).await;
+    for bad in [
+        &b"PROXY TCP4 203.0.113.7 127.0.0.1 99999 80\r\n"[..],
+        b"PROXY SCTP 1.2.3.4 5.6.7.8 1 2\r\n",
+        b"",
+        b"\r\n\r\n\0\r\nQUIT\n\x31\x11\x00\x0c",
+    ] {
+        assert_eq!(raw_get(p.public, None, bad).await, None, "{bad:?}");
+    }
+    assert_eq!(b.count(), 0, "nothing reached the backend");
+    let ok = b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 80\r\n";
+    assert_eq!(
+        raw_get(p.public, None, ok).await,
+        Some(200),
+        "still serving"
+    );
+}
