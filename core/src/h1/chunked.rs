@@ -249,6 +249,7 @@ impl ChunkedDecoder {
     /// and whether the body ended. Never allocates beyond `out`'s growth.
     pub fn rechunk(&mut self, buf: &[u8], out: &mut Vec<u8>) -> Result<Rechunked, ChunkError> {
         let mut used = 0;
+        let mut data = 0;
         loop {
             let (n, piece) = self.next(&buf[used..])?;
             used += n;
@@ -256,11 +257,15 @@ impl ChunkedDecoder {
                 None => {
                     return Ok(Rechunked {
                         consumed: used,
+                        data,
                         done: false,
                     });
                 }
                 Some(Piece::Chunk(size)) => write_chunk_size(out, size),
-                Some(Piece::Data(d)) => out.extend_from_slice(d),
+                Some(Piece::Data(d)) => {
+                    data += d.len() as u64;
+                    out.extend_from_slice(d);
+                }
                 Some(Piece::ChunkEnd) => out.extend_from_slice(b"\r\n"),
                 Some(Piece::Last) => out.extend_from_slice(b"0\r\n"),
                 Some(Piece::Trailer { name, value }) => {
@@ -275,6 +280,7 @@ impl ChunkedDecoder {
                     out.extend_from_slice(b"\r\n");
                     return Ok(Rechunked {
                         consumed: used,
+                        data,
                         done: true,
                     });
                 }
@@ -377,6 +383,8 @@ fn step(state: State, b: u8) -> Option<State> {
 pub struct Rechunked {
     /// Bytes of the input used; the rest is a partial trailer line or the next message.
     pub consumed: usize,
+    /// Bytes of chunk data among them (the body's own bytes, framing not counted).
+    pub data: u64,
     /// The body ended (its re-framing is complete in the output).
     pub done: bool,
 }

@@ -56,7 +56,8 @@ impl Reader {
     }
 
     /// Take what belongs to the body from `buf` into `out` (chunked re-framed when `pass`);
-    /// whether the body ended.
+    /// whether the body ended. `data` counts the body's own bytes taken (chunk framing not
+    /// included), for the access log.
     ///
     /// # Errors
     /// A chunked body broke its framing.
@@ -65,6 +66,7 @@ impl Reader {
         buf: &mut Buf,
         pass: bool,
         out: &mut Vec<u8>,
+        data: &mut u64,
     ) -> Result<bool, ChunkError> {
         loop {
             let avail = buf.bytes();
@@ -73,6 +75,7 @@ impl Reader {
                 Reader::Length(l) => {
                     let n = l.take(avail.len());
                     out.extend_from_slice(&avail[..n]);
+                    *data += n as u64;
                     let done = l.is_done();
                     buf.consume(n);
                     if done {
@@ -83,6 +86,7 @@ impl Reader {
                 Reader::UntilClose => {
                     out.extend_from_slice(avail);
                     let n = avail.len();
+                    *data += n as u64;
                     buf.consume(n);
                     return Ok(false);
                 }
@@ -93,10 +97,12 @@ impl Reader {
                     let (consumed, done) = if pass {
                         // weir's own framing of the body (canonical sizes, trailers filtered).
                         let r = d.rechunk(avail, out)?;
+                        *data += r.data;
                         (r.consumed, r.done)
                     } else {
                         let step = d.decode(avail)?;
                         out.extend_from_slice(step.data);
+                        *data += step.data.len() as u64;
                         (step.consumed, step.done)
                     };
                     buf.consume(consumed);
@@ -121,8 +127,8 @@ pub const BODY_CHUNK: usize = 16 * 1024;
 /// runs until close). `out` is the write buffer, left empty. With `to_buf`, `to` is read too
 /// while `from` has nothing (into `to_buf`, up to `cap` bytes): its end of stream is a
 /// [`RelayError::Sink`] (a client that left while the upstream held its body, C-PATH-9).
-/// `sent` counts the body's bytes written to `to` (framing included, the head in `out` not),
-/// for the access log.
+/// `sent` counts the body's own bytes passed on (chunk framing and the head in `out` not
+/// included), for the access log.
 ///
 /// # Errors
 /// Which side broke first.
@@ -135,14 +141,12 @@ pub async fn relay(
     cap: usize,
     sent: &mut u64,
 ) -> Result<(), RelayError> {
-    let mut head = out.len() as u64;
     loop {
-        let done = reader.take(from_buf, pass, out).map_err(|e| {
+        let done = reader.take(from_buf, pass, out, sent).map_err(|e| {
             RelayError::Source(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
         })?;
         if !out.is_empty() {
             write_all(to, out).await.map_err(RelayError::Sink)?;
-            *sent += (out.len() as u64).saturating_sub(std::mem::take(&mut head));
             out.clear();
         }
         if done {

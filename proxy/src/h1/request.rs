@@ -194,7 +194,8 @@ struct Req<'a> {
     sent_continue: bool,
     /// Reading the client's streamed body failed (C-PATH-9).
     client_failed: bool,
-    /// The request body's bytes read (buffered) or sent on (streamed), framing included.
+    /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
+    /// included.
     body_bytes: u64,
     /// The access-log line once the engine's record says to log (issue 20), written when the
     /// response has been sent (`effects::PendingLine`).
@@ -322,12 +323,11 @@ impl Req<'_> {
             let Some(x) = x.as_mut() else {
                 return;
             };
-            let read = pin!(read_body(c, reader, &mut body));
+            let read = pin!(read_body(c, reader, &mut body, &mut self.body_bytes));
             drive::bounded(shared, x, read).await
         };
         match read {
             Some(Ok(())) => {
-                self.body_bytes = body.len() as u64;
                 self.buffered = Some(body);
                 self.feed(Input::BodyBuffered);
             }

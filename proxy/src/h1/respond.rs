@@ -86,15 +86,16 @@ pub(super) async fn tunnel(shared: &Shared, c: &mut Client, mut conn: UpConn, mu
     finish(shared, &mut x, end);
 }
 
-/// Read a whole request body (framing included) into `out`.
+/// Read a whole request body (framing included) into `out`; `data` counts its own bytes.
 pub(super) async fn read_body(
     c: &mut Client,
     reader: &mut Reader,
     out: &mut Vec<u8>,
+    data: &mut u64,
 ) -> io::Result<()> {
     loop {
         if reader
-            .take(&mut c.buf, true, out)
+            .take(&mut c.buf, true, out, data)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
         {
             return Ok(());
