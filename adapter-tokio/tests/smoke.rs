@@ -1,13 +1,12 @@
 //! Real-socket smoke tests of the tokio data plane, in-process (`weir_tokio::start`). The full
-//! black-box suite is `conformance/`; these cover the adapter's own mechanics: header rewriting,
-//! retries, timeouts, smuggling and size limits, streaming, upgrades, cancellation, overload, rate
-//! limiting, readiness and graceful shutdown.
+//! black-box suite is `conformance/`, which both binaries run; the cases it covers were removed
+//! from here (issue 13). What remains reads the in-process state (slots, readiness) or is still
+//! to be moved: header rewriting, retries, smuggling and size limits, upgrades, readiness.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,8 +37,6 @@ struct Seen {
 struct Backend {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
-    /// Connections closed by the peer (the proxy) while a request was in progress.
-    cancelled: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -74,25 +71,16 @@ async fn backend(handler: Handler) -> Backend {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let cancelled = Arc::new(AtomicUsize::new(0));
-    let (seen2, cancelled2) = (Arc::clone(&seen), Arc::clone(&cancelled));
+    let seen2 = Arc::clone(&seen);
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let (seen, cancelled, handler) = (
-                Arc::clone(&seen2),
-                Arc::clone(&cancelled2),
-                Arc::clone(&handler),
-            );
+            let (seen, handler) = (Arc::clone(&seen2), Arc::clone(&handler));
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let (seen, cancelled, handler) = (
-                        Arc::clone(&seen),
-                        Arc::clone(&cancelled),
-                        Arc::clone(&handler),
-                    );
+                    let (seen, handler) = (Arc::clone(&seen), Arc::clone(&handler));
                     async move {
                         if req.uri().path() == "/health" {
                             return Ok::<_, Infallible>(full(200, "ok"));
@@ -101,19 +89,7 @@ async fn backend(handler: Handler) -> Backend {
                             target: req.uri().to_string(),
                             headers: req.headers().clone(),
                         });
-                        // Counts a cancellation when the proxy drops the request mid-way.
-                        struct Watch(Arc<AtomicUsize>, bool);
-                        impl Drop for Watch {
-                            fn drop(&mut self) {
-                                if !self.1 {
-                                    self.0.fetch_add(1, Ordering::SeqCst);
-                                }
-                            }
-                        }
-                        let mut w = Watch(cancelled, false);
-                        let resp = handler(req).await;
-                        w.1 = true;
-                        Ok(resp)
+                        Ok(handler(req).await)
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -123,12 +99,7 @@ async fn backend(handler: Handler) -> Backend {
             });
         }
     });
-    Backend {
-        addr,
-        seen,
-        cancelled,
-        task,
-    }
+    Backend { addr, seen, task }
 }
 
 fn ok_backend(body: &'static str) -> Handler {
@@ -310,29 +281,6 @@ async fn c_retry_1_retries_503_on_another_backend() {
     p.stop().await;
 }
 
-/// C-RETRY-4, C-RETRY-5: no headers within per_try_timeout → 504 (single backend, no retry).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_retry_5_per_try_timeout_gives_504() {
-    let slow = backend(Arc::new(|_req| {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            full(200, "late")
-        })
-    }))
-    .await;
-    let p = proxy(&[&slow], FAST).await;
-    let addr = p.public_addr();
-    let started = std::time::Instant::now();
-    let r = send(addr, get(addr, "/slow")).await;
-    assert_eq!(r.status(), 504);
-    assert!(started.elapsed() < Duration::from_millis(2500));
-    assert_eq!(header(&r, "content-type"), "application/json");
-    let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
-    assert_eq!(v["code"], 504);
-    assert_eq!(v["request_id"], header(&r, "x-request-id").as_str());
-    p.stop().await;
-}
-
 /// C-PATH-12: both Content-Length and Transfer-Encoding → 400, closed, nothing upstream;
 /// conflicting Content-Length → 400 (hyper); oversized headers → 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,162 +314,6 @@ async fn c_path_12_smuggling_and_header_limits() {
     // A chunked body alone is fine.
     let (resp, _) = raw(addr, b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n", Duration::from_secs(3)).await;
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-    p.stop().await;
-}
-
-/// C-PATH-12: slow headers are cut at read_header_timeout; an idle keep-alive connection is closed
-/// after idle_timeout, not before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_path_12_header_and_idle_timeouts() {
-    let b = backend(ok_backend("x")).await;
-    let p = proxy(&[&b], FAST).await;
-    let addr = p.public_addr();
-    // Slowloris: part of a head, then nothing.
-    let started = std::time::Instant::now();
-    let (_, closed) = raw(
-        addr,
-        b"GET / HTTP/1.1\r\nHost: a\r\n",
-        Duration::from_secs(4),
-    )
-    .await;
-    assert!(closed, "closed by the proxy");
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
-        "{took:?}"
-    );
-    // Connect and send nothing.
-    let started = std::time::Instant::now();
-    let (_, closed) = raw(addr, b"", Duration::from_secs(4)).await;
-    assert!(closed && started.elapsed() < Duration::from_millis(2500));
-    // Idle keep-alive: one request, then silence; closed after ~2s (idle_timeout), not ~1s.
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-    let started = std::time::Instant::now();
-    let mut rest = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
-    let idle = started.elapsed();
-    assert!(
-        idle >= Duration::from_millis(1500) && idle < Duration::from_millis(4000),
-        "{idle:?}"
-    );
-    p.stop().await;
-}
-
-/// C-PATH-7: the first bytes reach the client before the backend finished the body.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_path_7_responses_stream() {
-    let b = backend(Arc::new(|_req| {
-        Box::pin(async {
-            let body = chunks(vec![
-                (Duration::ZERO, "first\n"),
-                (Duration::from_millis(800), "second\n"),
-            ]);
-            Response::new(body.boxed())
-        })
-    }))
-    .await;
-    let p = proxy(&[&b], FAST).await;
-    let addr = p.public_addr();
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let started = std::time::Instant::now();
-    let resp = tx.send_request(get(addr, "/sse")).await.unwrap();
-    let mut body = resp.into_body();
-    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(first.as_ref(), b"first\n");
-    assert!(
-        started.elapsed() < Duration::from_millis(600),
-        "first chunk streamed early"
-    );
-    let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(second.as_ref(), b"second\n");
-    p.stop().await;
-}
-
-/// A body that sends `parts`, each after its delay.
-struct Chunks {
-    parts: std::collections::VecDeque<(Duration, &'static str)>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl hyper::body::Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        use std::task::Poll;
-        loop {
-            if let Some(sleep) = self.sleep.as_mut() {
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.sleep = None;
-                let Some((_, text)) = self.parts.pop_front() else {
-                    return Poll::Ready(None);
-                };
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(text.as_bytes())))));
-            }
-            let Some((delay, _)) = self.parts.front() else {
-                return Poll::Ready(None);
-            };
-            self.sleep = Some(Box::pin(tokio::time::sleep(*delay)));
-        }
-    }
-}
-
-fn chunks(parts: Vec<(Duration, &'static str)>) -> Chunks {
-    Chunks {
-        parts: parts.into(),
-        sleep: None,
-    }
-}
-
-/// C-PATH-9: a client that disconnects cancels the upstream attempt.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_path_9_client_disconnect_cancels_upstream() {
-    let b = backend(Arc::new(|_req| {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            full(200, "never")
-        })
-    }))
-    .await;
-    let p = proxy(
-        &[&b],
-        &FAST.replace("per_try_timeout: 1s", "per_try_timeout: 20s"),
-    )
-    .await;
-    let addr = p.public_addr();
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /wait HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(b.hits(), 1);
-    drop(s);
-    let mut cancelled = false;
-    for _ in 0..40 {
-        if b.cancelled.load(Ordering::SeqCst) == 1 {
-            cancelled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(cancelled, "the backend saw its request cancelled");
-    // Not a passive failure: the backend stays available.
-    assert!(p.shared().ready());
     p.stop().await;
 }
 
@@ -579,57 +371,6 @@ async fn c_path_8_upgrade_is_tunnelled() {
     p.stop().await;
 }
 
-/// C-LOAD-1: over the limit with no queue → 503 with Retry-After and X-Balancer-Overloaded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_load_1_overload_answer() {
-    let b = backend(Arc::new(|_req| {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            full(200, "slow")
-        })
-    }))
-    .await;
-    let cfg = FAST.replace(
-        "  retry:\n",
-        "  overload:\n    max_concurrent_requests: 1\n    queue_timeout: 0s\n  retry:\n",
-    );
-    let p = proxy(&[&b], &cfg).await;
-    let addr = p.public_addr();
-    let first = tokio::spawn(send(addr, get(addr, "/1")));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let r = send(addr, get(addr, "/2")).await;
-    assert_eq!(r.status(), 503);
-    assert_eq!(header(&r, "retry-after"), "1");
-    assert_eq!(header(&r, "x-balancer-overloaded"), "true");
-    assert_eq!(first.await.unwrap().status(), 200);
-    // /healthz passes the gate.
-    p.stop().await;
-}
-
-/// C-RATE-1: allowed responses carry the rate headers; the bucket runs dry → 429.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_rate_1_local_limit() {
-    let b = backend(ok_backend("x")).await;
-    let cfg =
-        format!("{FAST}rate_limit:\n  enabled: true\n  capacity: 3\n  refill_per_second: 0.1\n");
-    let p = proxy(&[&b], &cfg).await;
-    let addr = p.public_addr();
-    let mut statuses = Vec::new();
-    for i in 0..4 {
-        let r = send(addr, get(addr, "/")).await;
-        statuses.push(r.status().as_u16());
-        assert_eq!(header(&r, "x-ratelimit-limit"), "3");
-        assert_eq!(header(&r, "x-ratelimit-storage"), "local");
-        if i < 3 {
-            assert_eq!(header(&r, "x-ratelimit-remaining"), (2 - i).to_string());
-        } else {
-            assert_eq!(header(&r, "retry-after"), "10");
-        }
-    }
-    assert_eq!(statuses, [200, 200, 200, 429]);
-    p.stop().await;
-}
-
 /// C-OBS-4, C-HEALTH-1: ready with a healthy backend; /readyz 503 and requests 503 when none is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_obs_4_readiness_follows_backends() {
@@ -651,65 +392,5 @@ async fn c_obs_4_readiness_follows_backends() {
     let r = send(addr, get(addr, "/x")).await;
     assert_eq!(r.status(), 503);
     assert_eq!(send(addr, get(addr, "/healthz")).await.status(), 200);
-    p.stop().await;
-}
-
-/// C-PATH-10: in-flight requests finish, new connections are refused, idle ones closed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_path_10_graceful_shutdown() {
-    let b = backend(Arc::new(|_req| {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            full(200, "done")
-        })
-    }))
-    .await;
-    let p = proxy(&[&b], FAST).await;
-    let addr = p.public_addr();
-    let idle = TcpStream::connect(addr).await.unwrap();
-    let inflight = tokio::spawn(send(addr, get(addr, "/slow")));
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let stopping = tokio::spawn(p.stop());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(TcpStream::connect(addr).await.is_err(), "listener closed");
-    let r = inflight.await.unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.body().as_ref(), b"done");
-    let mut idle = idle;
-    let mut buf = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(2), idle.read_to_end(&mut buf)).await;
-    assert!(closed.is_ok(), "idle connection closed");
-    tokio::time::timeout(Duration::from_secs(3), stopping)
-        .await
-        .expect("stopped in time")
-        .unwrap();
-}
-
-/// h2c with prior knowledge is served too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h2c_prior_knowledge() {
-    let b = backend(ok_backend("over h2")).await;
-    let p = proxy(&[&b], FAST).await;
-    let addr = p.public_addr();
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let req = Request::builder()
-        .uri(format!("http://{addr}/h2?x=1"))
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let resp = tx.send_request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["x-balancer-backend"], "b1");
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(body.as_ref(), b"over h2");
-    let seen = b.last();
-    assert_eq!(seen.target, "/h2?x=1");
-    assert_eq!(seen.headers["host"], addr.to_string().as_str());
     p.stop().await;
 }

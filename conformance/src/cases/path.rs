@@ -777,6 +777,17 @@ pub async fn c_path_12_slow_headers_connection_closed(bin: Binary) {
         elapsed >= ms(200),
         "closed after {elapsed:?}, before read_header_timeout"
     );
+    // A connection that sends nothing at all: its head's timer runs from the accept (moved here
+    // from adapter-tokio's smoke test, so both binaries run it).
+    let mut silent = Raw::connect(p.public).await;
+    let elapsed = silent
+        .wait_closed(secs(5))
+        .await
+        .expect("connection that sent nothing still open after 5s");
+    assert!(
+        elapsed >= ms(200),
+        "silent connection closed after {elapsed:?}, before read_header_timeout"
+    );
     assert_eq!(b.count(), 0, "an incomplete request reached the backend");
 }
 
