@@ -307,6 +307,7 @@ impl World {
             target: "/",
             headers: &self.no_headers,
             peer: VISITOR,
+            tls: false,
             framing: Ok(()),
             body: BodyInfo::Empty,
         };

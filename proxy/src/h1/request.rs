@@ -36,10 +36,10 @@ use super::conn::{Client, MAX_HEADERS};
 use super::relay::{self, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::{Extra, push_text, write_all};
+use crate::effects::{PendingLine, RequestBytes};
 use crate::rt::watch;
 use crate::server::ConnCtx;
 use crate::upstream::Target;
-use crate::effects::{PendingLine, RequestBytes};
 use crate::{Shared, drive, effects, worker};
 
 /// Serve the request whose head is in `c.head`: whether the connection stays open after it.
