@@ -5,6 +5,15 @@
 #
 #   bash load/bench.sh                      # defaults: about 4 minutes
 #   ROUNDS=5 DURATION=10 bash load/bench.sh # longer, steadier
+#   LAYOUT=shared bash load/bench.sh        # the shared-CPU layout (issue 14), below
+#
+# Layouts (LAYOUT=):
+#   own (default)  two weir-load backends; each proxy pinned to CPUs 0..workers-1, wrk unpinned
+#   shared         wrk (1 thread) pinned to CPU 0; the proxy (1 worker) and ONE nginx backend
+#                  (1 worker, 100-byte body) both pinned to CPU 1. Throughput is then about
+#                  1 / (proxy CPU + backend CPU) per request, so the proxy's CPU per request
+#                  decides. Defaults: WORKERS=1 WRK_THREADS=1 BODY_BYTES=100; WRK_CPUS=0,
+#                  PROXY_CPUS=1, BACKEND_CPUS=1 can move them.
 #
 # Settings (environment):
 #   WORKERS="1 2"      worker processes/threads of every proxy (nginx worker_processes, HAProxy
@@ -23,6 +32,23 @@
 #                      load average to fall below QUIET_LOAD (the machine may be shared)
 # Runtime is about |WORKERS| x (|PROXIES| x WARMUP + |CONNECTIONS| x ROUNDS x |PROXIES| x DURATION).
 set -euo pipefail
+LAYOUT="${LAYOUT:-own}"
+WRK_PIN=()
+case $LAYOUT in
+  own) ;;
+  shared)
+    WORKERS="${WORKERS:-1}"
+    WRK_THREADS="${WRK_THREADS:-1}"
+    export BODY_BYTES="${BODY_BYTES:-100}"
+    export PROXY_CPUS="${PROXY_CPUS:-1}"
+    BACKEND_CPUS="${BACKEND_CPUS:-1}"
+    WRK_PIN=(taskset -c "${WRK_CPUS:-0}")
+    ;;
+  *)
+    echo "LAYOUT must be own or shared, not '$LAYOUT'" >&2
+    exit 2
+    ;;
+esac
 # shellcheck source=load/lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -54,7 +80,12 @@ estimate=$((n_workers * (${#proxies[@]} * WARMUP + n_conns * ROUNDS * ${#proxies
 {
   echo "# weir side-by-side benchmark"
   machine_info | sed 's/^/# /'
-  echo "# workers: $WORKERS; connections: $CONNECTIONS; rounds: $ROUNDS x ${DURATION}s; wrk threads: $WRK_THREADS; pin: $PIN; backends: 2 x $BACKEND_THREADS thread(s), ${BODY_BYTES}-byte body"
+  if [[ $LAYOUT == shared ]]; then
+    echo "# layout: shared (wrk on CPU ${WRK_CPUS:-0}; proxy on CPU $PROXY_CPUS; one nginx backend, 1 worker, on CPU $BACKEND_CPUS)"
+    echo "# workers: $WORKERS; connections: $CONNECTIONS; rounds: $ROUNDS x ${DURATION}s; wrk threads: $WRK_THREADS; backend: nginx, ${BODY_BYTES}-byte body"
+  else
+    echo "# layout: own; workers: $WORKERS; connections: $CONNECTIONS; rounds: $ROUNDS x ${DURATION}s; wrk threads: $WRK_THREADS; pin: $PIN; backends: 2 x $BACKEND_THREADS thread(s), ${BODY_BYTES}-byte body"
+  fi
   if [[ " $PROXIES " == *" weir "* || " $PROXIES " == *" weir-smol "* ]]; then
     if weir_workers_flag; then echo "# weir workers: --workers N"; else echo "# weir workers: WEIR_WORKER_THREADS=N (no --workers flag)"; fi
   fi
@@ -68,7 +99,11 @@ RESULTS="$OUT/results.tsv"
   "$WEIR_LOAD_BIN" wrk-header
 } >"$RESULTS"
 
-start_backends
+if [[ $LAYOUT == shared ]]; then
+  start_nginx_backend "$BACKEND_CPUS"
+else
+  start_backends
+fi
 
 declare -A port_of pid_of
 for w in $WORKERS; do
@@ -78,7 +113,7 @@ for w in $WORKERS; do
     pid_of[$p]=$PROXY_PID
   done
   for p in "${proxies[@]}"; do
-    wrk -t "$WRK_THREADS" -c 50 -d "${WARMUP}s" "http://127.0.0.1:${port_of[$p]}/" >/dev/null 2>&1 || true
+    "${WRK_PIN[@]}" wrk -t "$WRK_THREADS" -c 50 -d "${WARMUP}s" "http://127.0.0.1:${port_of[$p]}/" >/dev/null 2>&1 || true
   done
   for c in $CONNECTIONS; do
     for ((r = 1; r <= ROUNDS; r++)); do
@@ -91,7 +126,7 @@ for w in $WORKERS; do
       for p in "${order[@]}"; do
         out="$WORK/wrk-$p-w$w-c$c-r$r.txt"
         cpu0=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
-        wrk -t "$WRK_THREADS" -c "$c" -d "${DURATION}s" --latency "http://127.0.0.1:${port_of[$p]}/" >"$out" 2>&1 || true
+        "${WRK_PIN[@]}" wrk -t "$WRK_THREADS" -c "$c" -d "${DURATION}s" --latency "http://127.0.0.1:${port_of[$p]}/" >"$out" 2>&1 || true
         cpu1=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
         cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }')
         if row=$("$WEIR_LOAD_BIN" wrk-row --proxy "$p" --workers "$w" --connections "$c" --round "$r" --cpu-seconds "$cpu" <"$out"); then
@@ -110,7 +145,7 @@ done
 
 {
   echo
-  echo "## Side-by-side: weir (tokio) and weir-smol vs nginx vs HAProxy"
+  echo "## Side-by-side ($LAYOUT layout): weir (tokio) and weir-smol vs nginx vs HAProxy"
   echo
   sed -n 's/^# //p' "$OUT/machine.txt" | sed 's/^/    /'
   "$WEIR_LOAD_BIN" summarize "$RESULTS"

@@ -17,6 +17,7 @@ WEIR_LOAD_BIN="${WEIR_LOAD_BIN:-$RELEASE_DIR/weir-load}"
 BACKEND_THREADS="${BACKEND_THREADS:-1}" # tokio worker threads of each of the two backends
 BODY_BYTES="${BODY_BYTES:-64}"          # response body size
 PIN="${PIN:-1}"                         # 1: pin each proxy to CPUs 0..workers-1 (taskset)
+PROXY_CPUS="${PROXY_CPUS:-}"            # set: pin each proxy to these CPUs instead (taskset -c list)
 # Set by load/h2-abuse (unset: the HTTP/1 benchmark as it always was):
 #   H2C=1          nginx listens with `http2` (h2c, prior knowledge only); the start probe uses it
 #   IDLE_TIMEOUT   weir's server.idle_timeout and nginx's keepalive_timeout (default 300s)
@@ -159,11 +160,14 @@ stop_all() {
   STARTED_PIDS=()
 }
 
-# taskset prefix pinning a proxy with $1 workers to CPUs 0..$1-1 (when PIN=1).
+# taskset prefix pinning a proxy with $1 workers to CPUs 0..$1-1 (when PIN=1), or to
+# $PROXY_CPUS when that is set.
 pin_prefix() {
   local workers=$1 ncpu
   ncpu=$(nproc)
-  if [[ $PIN == 1 ]] && ((workers < ncpu)); then
+  if [[ $PIN == 1 && -n $PROXY_CPUS ]]; then
+    echo "taskset -c $PROXY_CPUS"
+  elif [[ $PIN == 1 ]] && ((workers < ncpu)); then
     echo "taskset -c 0-$((workers - 1))"
   fi
 }
@@ -178,6 +182,43 @@ start_backends() {
     wait_port "${BACKEND_PORTS[$i]}" || die "backend $((i + 1)) did not start (see $WORK/backend$((i + 1)).log)"
   done
   log "backends on 127.0.0.1:${BACKEND_PORTS[0]} and :${BACKEND_PORTS[1]} ($BACKEND_THREADS thread(s) each, ${BODY_BYTES}-byte body)"
+}
+
+# One nginx backend (1 worker, pinned to CPUs $1 when given) answering BODY_BYTES bytes on every
+# path (/health included), for the shared-CPU layout of load/bench.sh; sets BACKEND_PORTS=(p).
+start_nginx_backend() {
+  local cpus=${1:-} dir="$WORK/backend-nginx" body pin=()
+  mkdir -p "$dir/tmp"
+  mapfile -t BACKEND_PORTS < <(free_ports 1)
+  body=$(head -c "$BODY_BYTES" /dev/zero | tr '\0' x)
+  cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile $(min 8192 "${NOFILE_MAX:-$(ulimit -n)}");
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  keepalive_timeout 300s;
+  keepalive_requests 1000000000;
+  default_type text/plain;
+  server {
+    listen 127.0.0.1:${BACKEND_PORTS[0]} backlog=4096;
+    location / { return 200 "$body"; }
+  }
+}
+EOF
+  [[ -n $cpus ]] && pin=(taskset -c "$cpus")
+  spawn backend-nginx "${pin[@]}" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log"
+  wait_port "${BACKEND_PORTS[0]}" || die "the nginx backend did not start (see $WORK/backend-nginx.log)"
+  log "backend: nginx, 1 worker on 127.0.0.1:${BACKEND_PORTS[0]}${cpus:+ (CPU $cpus)}, ${BODY_BYTES}-byte body"
 }
 
 # Whether weir's `run` takes --workers (else WEIR_WORKER_THREADS and pinning set the count).
@@ -261,11 +302,11 @@ management:
 balancing:
   policy: round_robin
 backends:
-  - id: b1
-    url: http://127.0.0.1:${BACKEND_PORTS[0]}
-  - id: b2
-    url: http://127.0.0.1:${BACKEND_PORTS[1]}
 EOF
+  local i
+  for i in "${!BACKEND_PORTS[@]}"; do
+    printf '  - id: b%d\n    url: http://127.0.0.1:%s\n' $((i + 1)) "${BACKEND_PORTS[$i]}" >>"$1"
+  done
 }
 
 # nginx: upstream keepalive, the same forwarding headers weir writes (C-FWD-2, C-PATH-3),
@@ -294,8 +335,7 @@ http {
   ${WRITE_TIMEOUT:+send_timeout $WRITE_TIMEOUT;}
   keepalive_requests 1000000000;
   upstream backends {
-    server 127.0.0.1:${BACKEND_PORTS[0]};
-    server 127.0.0.1:${BACKEND_PORTS[1]};
+$(for p in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done)
     keepalive 512;
     keepalive_requests 1000000000;
     keepalive_timeout 60s;
@@ -359,7 +399,6 @@ backend be
   retries 1
   retry-on conn-failure empty-response response-timeout 502 503 504
   option redispatch
-  server b1 127.0.0.1:${BACKEND_PORTS[0]} check inter 2s
-  server b2 127.0.0.1:${BACKEND_PORTS[1]} check inter 2s
+$(for i in "${!BACKEND_PORTS[@]}"; do echo "  server b$((i + 1)) 127.0.0.1:${BACKEND_PORTS[$i]} check inter 2s"; done)
 EOF
 }
