@@ -219,7 +219,13 @@ impl World<'_> {
         if c.ended.is_some() || c.parked.is_some() {
             return;
         }
-        let at = cs.watch.poll_timeout(c.phase, now);
+        // A timer armed at or before `now` would fire again at once, for ever (a runtime would
+        // spin): never earlier than the next instant, so a watchdog that lets a deadline pass
+        // (the HEAD_TIMEOUT_IGNORED mutation) is seen past it instead of hanging the world.
+        let at = cs
+            .watch
+            .poll_timeout(c.phase, now)
+            .max(now.saturating_add(Duration::from_nanos(1)));
         let generation = c.generation;
         self.schedule(at, Ev::ConnTimer { conn, generation });
     }
