@@ -13,6 +13,9 @@ RELEASE_DIR="${RELEASE_DIR:-$REPO/target/release}"
 WEIR_BIN="${WEIR_BIN:-$RELEASE_DIR/weir}"
 WEIR_SMOL_BIN="${WEIR_SMOL_BIN:-$RELEASE_DIR/weir-smol}"
 WEIR_LOAD_BIN="${WEIR_LOAD_BIN:-$RELEASE_DIR/weir-load}"
+# `weir-base` in PROXIES: another weir build (e.g. an older commit's release binary) run beside
+# the current one, for before/after comparisons in one run. Never built here.
+WEIR_BASE_BIN="${WEIR_BASE_BIN:-}"
 
 BACKEND_THREADS="${BACKEND_THREADS:-1}" # tokio worker threads of each of the two backends
 BODY_BYTES="${BODY_BYTES:-64}"          # response body size
@@ -63,6 +66,8 @@ build_binaries() {
   [[ -x $WEIR_LOAD_BIN ]] || die "no $WEIR_LOAD_BIN"
   ((with_weir == 0)) || [[ -x $WEIR_BIN ]] || die "no $WEIR_BIN"
   ((with_smol == 0)) || [[ -x $WEIR_SMOL_BIN ]] || die "no $WEIR_SMOL_BIN"
+  [[ " ${1:-} " != *" weir-base "* ]] || [[ -x $WEIR_BASE_BIN ]] ||
+    die "weir-base is in the list but WEIR_BASE_BIN ('$WEIR_BASE_BIN') is not an executable"
 }
 
 machine_info() {
@@ -75,6 +80,9 @@ machine_info() {
   echo "wrk:     $(wrk -v 2>&1 | head -1 | awk '{print $2}')"
   if [[ -x $WEIR_BIN ]]; then
     echo "weir:    $("$WEIR_BIN" --version 2>/dev/null || echo '?') ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  fi
+  if [[ -n $WEIR_BASE_BIN && -x $WEIR_BASE_BIN ]]; then
+    echo "weir-base: $("$WEIR_BASE_BIN" --version 2>/dev/null || echo '?') ($WEIR_BASE_BIN)"
   fi
   if [[ -x $WEIR_SMOL_BIN ]]; then
     echo "weir-smol: $("$WEIR_SMOL_BIN" --version 2>/dev/null || echo '?') (the same proxy on smol)"
@@ -235,10 +243,12 @@ start_proxy() {
   PORT=$(free_ports 1)
   pin=$(pin_prefix "$workers")
   case $name in
-    weir | weir-smol)
-      # The same proxy, configuration and flags on its two runtimes (tokio, smol).
+    weir | weir-smol | weir-base)
+      # The same proxy, configuration and flags on its two runtimes (tokio, smol), or another
+      # build of it (weir-base).
       local bin=$WEIR_BIN
       [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
+      [[ $name == weir-base ]] && bin=$WEIR_BASE_BIN
       write_weir_config "$dir/weir.yaml" "$workers" "$maxconn"
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
