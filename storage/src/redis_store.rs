@@ -341,17 +341,20 @@ impl RedisStore {
         format!("{}{key}", self.prefix)
     }
 
-    /// One command on the backend. Boxed: the cluster and sentinel clients' futures are deep
-    /// types, and without the box every future that holds a store call (the proxy's request
-    /// and management tasks) makes the compiler prove `Send` through all of them.
+    /// One command on the backend; `key` is its one key, if any (a cluster routes by it).
+    /// Boxed: the cluster and sentinel clients' futures are deep types, and without the box
+    /// every future that holds a store call (the proxy's request and management tasks) makes
+    /// the compiler prove `Send` through all of them. The command is moved in: the cluster
+    /// client keeps it (behind an `Arc`) while it routes and retries, and would otherwise copy it.
     fn raw<'a>(
         &'a self,
-        cmd: &'a Cmd,
+        cmd: Cmd,
+        key: Option<&'a str>,
     ) -> core::pin::Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>> {
         match &self.backend {
-            Backend::Standalone(c) => Box::pin(c.query(cmd)),
-            Backend::Cluster(c) => Box::pin(c.query(cmd)),
-            Backend::Sentinel(s) => Box::pin(s.query(cmd)),
+            Backend::Standalone(c) => Box::pin(async move { c.query(&cmd).await }),
+            Backend::Cluster(c) => Box::pin(c.query(cmd, key)),
+            Backend::Sentinel(s) => Box::pin(async move { s.query(&cmd).await }),
         }
     }
 
@@ -368,9 +371,9 @@ impl RedisStore {
         })
     }
 
-    /// Run a keyed command.
-    async fn query(&self, cmd: &Cmd) -> Result<Value, StoreError> {
-        let r = self.raw(cmd).await;
+    /// Run a command on `key`.
+    async fn query(&self, cmd: Cmd, key: &str) -> Result<Value, StoreError> {
+        let r = self.raw(cmd, Some(key)).await;
         self.checked(r, true)
     }
 
@@ -379,17 +382,20 @@ impl RedisStore {
     /// Not `SCRIPT LOAD`: in a cluster it goes to every master and fails while one is down.
     async fn eval(&self, key: ClientKey, op: &str, args: &[u64]) -> Result<Value, StoreError> {
         let key = self.redis_key(key);
-        let mut sha = redis::cmd("EVALSHA");
-        sha.arg(self.script.get_hash())
+        // EVALSHA, sha, 1, key, op, up to 4 numbers: sized once (the command's buffer would
+        // otherwise grow a few times per call).
+        let mut sha = Cmd::with_capacity(5 + args.len(), 96 + key.len() + 20 * args.len());
+        sha.arg("EVALSHA")
+            .arg(self.script.get_hash())
             .arg(1)
             .arg(&key)
             .arg(op)
             .arg(args);
-        let r = match self.raw(&sha).await {
+        let r = match self.raw(sha, Some(&key)).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 let mut eval = redis::cmd("EVAL");
                 eval.arg(BUCKET_SCRIPT).arg(1).arg(&key).arg(op).arg(args);
-                self.raw(&eval).await
+                self.raw(eval, Some(&key)).await
             }
             r => r,
         };
@@ -490,9 +496,10 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: ClientKey) -> Result<(), StoreError> {
+        let key = self.redis_key(key);
         let mut del = redis::cmd("DEL");
-        del.arg(self.redis_key(key));
-        self.query(&del).await.map(|_| ())
+        del.arg(&key);
+        self.query(del, &key).await.map(|_| ())
     }
 
     async fn set_tokens(
@@ -512,10 +519,9 @@ impl Store for RedisStore {
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        let ping = redis::cmd("PING");
         let r = match &self.backend {
             Backend::Cluster(c) => Box::pin(c.ping_any()).await,
-            _ => self.raw(&ping).await,
+            _ => self.raw(redis::cmd("PING"), None).await,
         };
         match self.checked(r, false)? {
             Value::SimpleString(s) if s == "PONG" => Ok(()),
