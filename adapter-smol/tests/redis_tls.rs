@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use setup::{Pki, path};
 use weir_conformance::backend::Backend;
-use weir_conformance::client::{Req, Resp, try_send};
+use weir_conformance::client::{Req, Resp, send};
 use weir_conformance::config::Config;
-use weir_conformance::harness::{Binary, Proxy, StartOptions};
+use weir_conformance::harness::{Binary, Proxy};
 
 fn bin() -> Binary {
     Binary::new(env!("CARGO_BIN_EXE_weir-smol"))
@@ -53,26 +53,15 @@ fn config(b: &Backend, tls_port: u16, ca: &Path, mode: &str, capacity: u64) -> C
         .set("redis.write_timeout", "2s")
 }
 
-async fn start(config: &Config) -> Proxy {
-    let opts = StartOptions {
-        env: config.env(),
-        backends: config.backends_used(),
-        ..StartOptions::default()
-    };
-    match Proxy::start_with(&bin(), &config.yaml(), opts).await {
-        Ok(p) => p,
-        Err(e) => panic!("{e}\nconfig:\n{}", config.yaml()),
-    }
-}
-
+/// `GET /r` from `from` (10 s deadline; a transport failure panics).
 async fn request(p: &Proxy, from: IpAddr) -> Resp {
-    let req = Req::get("/r")
-        .from_ip(from)
-        .timeout(Duration::from_secs(10));
-    match try_send(p.public, &req).await {
-        Ok(r) => r,
-        Err(e) => panic!("GET /r via {}: {e}\n{}", p.public, p.describe()),
-    }
+    send(
+        p.public,
+        &Req::get("/r")
+            .from_ip(from)
+            .timeout(Duration::from_secs(10)),
+    )
+    .await
 }
 
 /// `EXISTS key` on the server's plain port, with `redis-cli`.
@@ -93,7 +82,10 @@ async fn c_rate_3_smol_shares_one_limit_over_tls() {
     let _server = tokio::task::block_in_place(|| pki.server(7520, 7521, "no"));
     let b = Backend::start("smol-redis-tls").await;
     let config = config(&b, 7521, &pki.ca, "fail-closed", 4);
-    let (p1, p2) = (start(&config).await, start(&config).await);
+    let (p1, p2) = (
+        Proxy::start(&bin(), &config).await,
+        Proxy::start(&bin(), &config).await,
+    );
     let ip = client_ip(1);
     let mut statuses = Vec::new();
     for i in 0..12 {
@@ -137,7 +129,7 @@ async fn c_rate_5_smol_untrusted_ca_follows_the_policy() {
         (3, "local-fallback"),
     ] {
         let b = Backend::start("smol-redis-bad-ca").await;
-        let p = start(&config(&b, 7523, &pki.other_ca, mode, 2)).await;
+        let p = Proxy::start(&bin(), &config(&b, 7523, &pki.other_ca, mode, 2)).await;
         let ip = client_ip(10 + n);
         let mut statuses = Vec::new();
         for i in 0..4 {
