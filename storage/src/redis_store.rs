@@ -338,7 +338,7 @@ impl RedisStore {
     /// The Redis key of `key`'s bucket: `<prefix><network>/<bits>`.
     #[must_use]
     pub fn redis_key(&self, key: ClientKey) -> String {
-        format!("{}{key}", self.prefix)
+        bucket_key(&self.prefix, key)
     }
 
     /// One command on the backend; `key` is its one key, if any (a cluster routes by it).
@@ -445,6 +445,44 @@ impl RedisStore {
     }
 }
 
+/// `<prefix><key>` (the key as its `Display` writes it, e.g. `weir:rl:203.0.113.0/24`), built
+/// once per call: an IPv4 key (the common case) is written digit by digit into a buffer of its
+/// final size; `format!` through `Ipv4Addr`'s and the key's `Display` cost about 2 000
+/// instructions a call (callgrind), a tenth of a take's client work.
+fn bucket_key(prefix: &str, key: ClientKey) -> String {
+    /// `n` in decimal, no leading zeros.
+    fn push_u8(s: &mut String, n: u8) {
+        if n >= 100 {
+            s.push(char::from(b'0' + n / 100));
+        }
+        if n >= 10 {
+            s.push(char::from(b'0' + n / 10 % 10));
+        }
+        s.push(char::from(b'0' + n % 10));
+    }
+    // "255.255.255.255/32" is 18 bytes; an IPv6 key at most 43.
+    let mut s = String::with_capacity(prefix.len() + 44);
+    s.push_str(prefix);
+    match key.network() {
+        std::net::IpAddr::V4(a) => {
+            let [a, b, c, d] = a.octets();
+            for (i, o) in [a, b, c, d].into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                push_u8(&mut s, o);
+            }
+            s.push('/');
+            push_u8(&mut s, key.prefix_bits());
+        }
+        std::net::IpAddr::V6(_) => {
+            use core::fmt::Write as _;
+            let _ = write!(s, "{key}");
+        }
+    }
+    s
+}
+
 fn protocol(v: &Value) -> StoreError {
     StoreError::Protocol(format!("{v:?}"))
 }
@@ -526,6 +564,47 @@ impl Store for RedisStore {
         match self.checked(r, false)? {
             Value::SimpleString(s) if s == "PONG" => Ok(()),
             other => Err(protocol(&other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use weir_core::rate::KeyParams;
+
+    use super::bucket_key;
+
+    /// C-RATE-2: the key written by hand is the key's `Display` after the prefix, for IPv4
+    /// networks of every digit count and prefix length, and for IPv6.
+    #[test]
+    fn c_rate_2_bucket_key_is_the_display_form() {
+        let params = [
+            KeyParams::default(),
+            KeyParams::new(24, 64).expect("valid"),
+            KeyParams::new(8, 48).expect("valid"),
+            KeyParams::new(1, 1).expect("valid"),
+            KeyParams::new(32, 128).expect("valid"),
+        ];
+        let addrs = [
+            "0.0.0.0",
+            "9.9.9.9",
+            "10.0.0.1",
+            "99.100.199.200",
+            "203.0.113.77",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::1",
+            "2001:db8:1:2:3:4:5:6",
+            "::ffff:10.1.2.3",
+        ];
+        for p in &params {
+            for a in addrs {
+                let key = p.key(a.parse::<IpAddr>().expect("address"));
+                assert_eq!(bucket_key("weir:rl:", key), format!("weir:rl:{key}"), "{a}");
+                assert_eq!(bucket_key("", key), key.to_string(), "{a}");
+            }
         }
     }
 }
