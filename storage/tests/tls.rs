@@ -18,11 +18,10 @@ mod servers;
 mod setup;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use servers::{Cluster, ClusterTls, wait_until};
+use servers::{Cluster, ClusterTls, cmd_at, wait_until};
 use setup::{Pki, path};
 use weir_core::bucket::{BucketParams, Take};
 use weir_core::rate::{FailureMode, StorageKind};
@@ -214,28 +213,6 @@ async fn c_rate_3_cluster_over_tls() {
     );
 }
 
-/// A process killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn answers(url: &str, args: &[&str]) -> Option<redis::Value> {
-    let client = redis::Client::open(url).ok()?;
-    let mut c = client
-        .get_connection_with_timeout(Duration::from_millis(300))
-        .ok()?;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(&mut c).ok()
-}
-
 /// Issue 19, C-CONF-3: a master (password `mpw`, TLS on 7241) behind a sentinel that speaks
 /// TLS (7243), talks to the master over TLS, and has its own password (`spw`): with both
 /// passwords and TLS the store finds the master and takes there; without the sentinel's
@@ -246,16 +223,7 @@ async fn c_rate_3_sentinel_over_tls_with_its_own_password() {
     let margs = pki.server_args(7241, "no", false);
     let mut margs: Vec<&str> = margs.iter().map(String::as_str).collect();
     margs.extend(["--requirepass", "mpw"]);
-    let _master = Killed(
-        Command::new("redis-server")
-            .args(["--port", "7240", "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no"])
-            .args(&margs)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server"),
-    );
+    let _master = tokio::task::block_in_place(|| RedisServer::start(Some(7240), &margs));
     let conf = pki.dir.join("sentinel.conf");
     std::fs::write(
         &conf,
@@ -270,21 +238,14 @@ async fn c_rate_3_sentinel_over_tls_with_its_own_password() {
         ),
     )
     .expect("sentinel.conf");
-    let _sentinel = Killed(
-        Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-sentinel"),
-    );
+    let conf = path(&conf);
+    let _sentinel = tokio::task::block_in_place(|| RedisServer::start_sentinel(7242, &conf));
     tokio::task::block_in_place(|| {
         wait_until(
             Duration::from_secs(10),
             "the sentinel reaches the master",
             || {
-                let Some(redis::Value::Array(info)) = answers(
+                let Some(redis::Value::Array(info)) = cmd_at(
                     "redis://:spw@127.0.0.1:7242/",
                     &["SENTINEL", "MASTER", "weirtls"],
                 ) else {
@@ -310,7 +271,7 @@ async fn c_rate_3_sentinel_over_tls_with_its_own_password() {
     three_of_four(&store, 1).await;
     let k = store.redis_key(key(1));
     let on_master =
-        tokio::task::block_in_place(|| answers("redis://:mpw@127.0.0.1:7240/", &["EXISTS", &k]));
+        tokio::task::block_in_place(|| cmd_at("redis://:mpw@127.0.0.1:7240/", &["EXISTS", &k]));
     assert_eq!(on_master, Some(redis::Value::Int(1)));
 
     let e = tls_failure(opts()).await;

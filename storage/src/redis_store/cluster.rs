@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, TlsMode, Value};
 
 use super::{RedisOptions, tls_config_error};
@@ -86,10 +88,24 @@ impl Cluster {
         self.conns[i].clone()
     }
 
-    /// Run a keyed command on the node that holds its key.
-    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    /// Run a command on the master that holds `key`'s slot (a command without a key goes
+    /// where the client's own routing sends it). The route is given, not found by the client
+    /// from the command's words (which copies the command, upper-cases its name and parses the
+    /// key count on every call); the same route: the key's slot, on its master.
+    pub(super) async fn query(&self, cmd: Cmd, key: Option<&str>) -> RedisResult<Value> {
         let mut conn = self.conn();
-        cmd.query_async(&mut conn).await
+        match key {
+            Some(k) => {
+                let route = Route::with_key(k, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                // An error reply (NOSCRIPT, OOM) is a value here; `query_async` makes it an
+                // error, and so must this.
+                conn.route_command(cmd, routing)
+                    .await
+                    .and_then(Value::extract_error)
+            }
+            None => cmd.query_async(&mut conn).await,
+        }
     }
 
     /// `PING` every master; healthy when at least one answers. A partial outage (one master

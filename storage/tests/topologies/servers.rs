@@ -25,7 +25,13 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 
 /// One synchronous command to 127.0.0.1:`port`; `None` when the server does not answer.
 pub fn cmd(port: u16, args: &[&str]) -> Option<redis::Value> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    cmd_at(&format!("redis://127.0.0.1:{port}/"), args)
+}
+
+/// One synchronous command to the server at `url` (`redis://:password@host:port/`); `None`
+/// when it does not answer.
+pub fn cmd_at(url: &str, args: &[&str]) -> Option<redis::Value> {
+    let client = redis::Client::open(url).ok()?;
     let mut c = client
         .get_connection_with_timeout(Duration::from_millis(300))
         .ok()?;
