@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use crate::metrics::Listener;
+use crate::exposition::Listener;
 
 /// The `path` field when paths are not logged.
 pub const REDACTED: &str = "[redacted]";

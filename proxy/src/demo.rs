@@ -182,7 +182,7 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
          retried on another backend (X-Balancer-Attempts: 2); X-RateLimit-Remaining counts down under load.\n\
          Ctrl-C stops everything."
     );
-    wait_for_signal(rt).await;
+    rt::wait_for_stop_signal(rt).await;
     drop(console);
     handle.stop().await;
     drop(backends);
@@ -254,21 +254,6 @@ impl Client {
         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
         Ok(Response::from_parts(parts, body))
     }
-}
-
-/// The next SIGINT or SIGTERM (SIGHUP ignored).
-pub async fn wait_for_signal(rt: Rt) {
-    match rt.signals() {
-        Ok(mut signals) => {
-            while let Some(s) = signals.next().await {
-                if s != rt::Signal::Hangup {
-                    return;
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot install signal handlers; stop with SIGKILL"),
-    }
-    std::future::pending::<()>().await;
 }
 
 #[cfg(test)]

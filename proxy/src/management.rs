@@ -47,7 +47,8 @@ use weir_core::request_id::{X_REQUEST_ID, request_id_in_force};
 use weir_core::runtime::Runtime;
 
 use crate::access_log::{self, Line};
-use crate::metrics::{self, Listener, ReloadSource};
+use crate::exposition::Listener;
+use crate::metrics::{self, ReloadSource};
 use crate::reload;
 use crate::rt::{self, Listener as RtListener, Rt, watch};
 use crate::{Shared, StartError, server, worker};

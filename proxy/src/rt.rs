@@ -418,6 +418,21 @@ pub async fn sleep(rt: Rt, d: Duration) {
     rt.0.timer().sleep(d).await;
 }
 
+/// The next SIGINT or SIGTERM (SIGHUP ignored).
+pub async fn wait_for_stop_signal(rt: Rt) {
+    match rt.signals() {
+        Ok(mut signals) => {
+            while let Some(s) = signals.next().await {
+                if s != Signal::Hangup {
+                    return;
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot install signal handlers; stop with SIGKILL"),
+    }
+    std::future::pending::<()>().await;
+}
+
 /// The deadline of [`timeout_at`] passed first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("deadline has elapsed")]

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use event_listener::{Event, listener};
+use futures_util::future::Either;
 
 #[derive(Debug)]
 struct Inner<T> {
@@ -178,6 +179,34 @@ impl<T: Clone> Receiver<T> {
             }
             self.changed().await?;
         }
+    }
+}
+
+/// What a worker's loop or the acceptor woke up for.
+#[derive(Debug)]
+pub enum Wake<T> {
+    /// The shutdown signal turned true (or its sender is gone).
+    Shutdown,
+    /// The awaited future finished first, with this value.
+    Next(T),
+}
+
+/// Wait for `next` or for `shutdown` to turn true, whichever comes first (shutdown first when
+/// both are ready).
+pub async fn next_or_shutdown<T>(
+    shutdown: &mut Receiver<bool>,
+    next: impl std::future::Future<Output = T>,
+) -> Wake<T> {
+    let stop = async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    };
+    match futures_util::future::select(std::pin::pin!(stop), std::pin::pin!(next)).await {
+        Either::Left(_) => Wake::Shutdown,
+        Either::Right((v, _)) => Wake::Next(v),
     }
 }
 
