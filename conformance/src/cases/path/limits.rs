@@ -110,8 +110,9 @@ pub async fn c_path_12_oversized_headers_get_431(bin: Binary) {
 pub async fn c_path_12_ambiguous_framing_rejected(bin: Binary) {
     let b = Backend::start("b-1").await;
     let p = Proxy::start(&bin, &Config::new(&[&b])).await;
-    let requests: [&[u8]; 3] = [
+    let requests: [&[u8]; 4] = [
         b"POST /smuggle HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"POST /smuggle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
         b"POST /smuggle HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
         b"POST /smuggle HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nhello!",
     ];
