@@ -408,6 +408,7 @@ async fn build_shared(
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
     let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
+    ratelimit::install_store_runtime(rt);
     let limiter = match opts.rate_limiter.clone() {
         Some(l) => Limiter::new(l),
         None => Limiter::from_config(&cfg, worker::entropy_seed())
