@@ -10,12 +10,15 @@
 //! `weir-smol` binaries are thin `main`s around [`cli`] (process protocol in docs/proxy.md); tests start proxies
 //! in-process the same way.
 //!
-//! Modules: `server` (listeners, workers, client connections, timeouts, shutdown), `proxy` (the
-//! request handler), `upstream` (backend connections and their pool), `body` (response bodies),
-//! `admission` (waiting at the gate), `ratelimit` (the store seam), `health` (probe wiring),
-//! `probe` (probe executors and driver), `management` (the management listener), `metrics`
-//! (Prometheus exposition), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
-//! path that publishes a new runtime), `demo`. Operating it: docs/operations.md.
+//! Modules: `server` (listeners, workers, the protocol sniff, the HTTP/2 watchdog, shutdown),
+//! `conn` (one client connection's context and request guard), `h1` (weir's HTTP/1 on both
+//! sides), `proxy` (the HTTP/2 request handler), `upstream` (backend connections and their pool),
+//! `body` (response bodies), `admission` (waiting at the gate), `ratelimit` (the store seam),
+//! `health` (probe wiring), `probe` (probe executors and driver), `management` (the management
+//! listener), `metrics` (Prometheus counters and the scrape) over `exposition` (owned families
+//! and their encoding), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
+//! path that publishes a new runtime), `config_file` over `safe_read`, `demo`; their layers are in
+//! docs/architecture.md. Operating it: docs/operations.md.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
