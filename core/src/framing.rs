@@ -38,63 +38,10 @@
 use core::fmt;
 
 use crate::h1::chunked::ChunkedDecoder;
-use crate::h1::{BodyFraming, Facts};
+use crate::h1::{BodyFraming, Facts, FramingError};
 
 /// How many bytes of a header line are kept: names and values of the framing headers fit.
 pub const LINE_PREFIX: usize = 96;
-
-/// Why a request head is refused (C-PATH-12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FramingError {
-    /// Both `Content-Length` and `Transfer-Encoding`.
-    LengthAndTransferEncoding,
-    /// `Transfer-Encoding` other than one `chunked` coding alone (a list such as
-    /// `gzip, chunked`, `chunked` twice, another line), or any in HTTP/1.0.
-    TransferEncoding,
-    /// `Content-Length` not a decimal number, or repeated with different values.
-    ContentLength,
-    /// An HTTP/1.1 request without `Host`.
-    HostMissing,
-    /// More than one `Host` line.
-    HostRepeated,
-    /// A `Host` that is not a valid authority (`h1::valid_host`: a reg-name, IPv4 or
-    /// IP-literal and an optional port, no userinfo, no path), empty included.
-    HostInvalid,
-    /// A header line continued by obsolete line folding.
-    ObsoleteFold,
-    /// No verdict: the head arrived after the tracker stopped following the connection (after
-    /// a malformed chunk or a protocol switch). Treated as a rejection.
-    Untracked,
-}
-
-impl FramingError {
-    /// A lower-case description for the client's error body.
-    #[must_use]
-    pub const fn message(&self) -> &'static str {
-        match self {
-            FramingError::LengthAndTransferEncoding => {
-                "request has both content-length and transfer-encoding"
-            }
-            FramingError::TransferEncoding => {
-                "transfer-encoding other than a single chunked is not supported"
-            }
-            FramingError::ContentLength => {
-                "content-length is invalid or repeated with another value"
-            }
-            FramingError::HostMissing => "http/1.1 request has no host header",
-            FramingError::HostRepeated => "request has more than one host header",
-            FramingError::HostInvalid => "request host header is not a valid authority",
-            FramingError::ObsoleteFold => "header line folding is not allowed",
-            FramingError::Untracked => "request framing could not be followed",
-        }
-    }
-}
-
-impl fmt::Display for FramingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
 
 /// The verdict on one request head.
 pub type Verdict = Result<(), FramingError>;

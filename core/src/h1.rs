@@ -31,15 +31,13 @@ mod write;
 
 pub use httparse::Header;
 pub use response::{BadResponse, ResponseContext, ResponseHead, parse_response};
-pub use rules::{BodyFraming, Facts, valid_host};
+pub use rules::{BodyFraming, Facts, FramingError, valid_host};
 pub use write::{
     BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
     write_response_head, write_upstream_request,
 };
 
 use core::fmt;
-
-use crate::framing::FramingError;
 
 /// An empty header slot, to build the storage a parser fills (`[EMPTY_HEADER; N]`).
 pub const EMPTY_HEADER: Header<'static> = httparse::EMPTY_HEADER;

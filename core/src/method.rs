@@ -13,8 +13,6 @@
 
 use http::Method;
 
-use crate::response::ClientError;
-
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -22,14 +20,19 @@ mod tests;
 /// (RFC 9110 §15.5.6 requires the list; extension methods are proxied too but cannot be listed).
 pub const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
-/// Whether the data plane proxies `method`: `Err` with the refusal to answer otherwise
-/// (`TRACE` while `allow_trace` is false → [`ClientError::MethodNotAllowed`], `405`).
+/// A method the data plane refuses: answered `405` with [`ALLOW`]
+/// (`crate::response::ClientError::MethodNotAllowed`, which converts from this value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused;
+
+/// Whether the data plane proxies `method`: `Err` otherwise (`TRACE` while `allow_trace` is
+/// false).
 ///
 /// # Errors
-/// The method is refused; the value says how to answer.
-pub fn check(method: &Method, allow_trace: bool) -> Result<(), ClientError> {
+/// The method is refused.
+pub fn check(method: &Method, allow_trace: bool) -> Result<(), Refused> {
     if *method == Method::TRACE && !allow_trace {
-        return Err(ClientError::MethodNotAllowed);
+        return Err(Refused);
     }
     Ok(())
 }

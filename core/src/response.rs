@@ -15,7 +15,7 @@
 use core::fmt;
 
 use crate::flow::{Deliver, Failure};
-use crate::framing::FramingError;
+use crate::h1::FramingError;
 use crate::rate::HeaderText;
 use crate::select::NoBackend;
 
@@ -260,6 +260,12 @@ pub enum ClientError {
     Incomplete,
     /// `TRACE` while `server.allow_trace` is false (`method::check`): `405` with `Allow`.
     MethodNotAllowed,
+}
+
+impl From<crate::method::Refused> for ClientError {
+    fn from(_: crate::method::Refused) -> Self {
+        ClientError::MethodNotAllowed
+    }
 }
 
 impl ClientError {

@@ -19,7 +19,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use weir_core::framing::FramingError;
+use weir_core::h1::FramingError;
 use weir_core::h1::chunked::ChunkedDecoder;
 use weir_core::h1::{
     BodyFraming, EMPTY_HEADER, HeadError, LengthBody, Limits, Parsed, parse_request,

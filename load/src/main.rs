@@ -321,44 +321,23 @@ fn run(command: Command) -> Result<(), BoxError> {
             big_bytes,
             name,
             delay_ms,
-        } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads.max(1))
-                .enable_all()
-                .build()?;
-            let opts = backend::Options {
+        } => serve_backend(
+            listen,
+            threads,
+            backend::Options {
                 body_bytes,
                 big_bytes,
                 name,
                 delay: Duration::from_millis(delay_ms),
-            };
-            rt.block_on(backend::run(listen, opts))?;
-            Ok(())
-        }
+            },
+        ),
         Command::WrkRow {
             proxy,
             workers,
             connections,
             round,
             cpu_seconds,
-        } => {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text)?;
-            let sample = wrk::parse(&text)?;
-            let cpu_us_per_request = cpu_seconds
-                .filter(|_| sample.requests > 0)
-                .map(|secs| secs * 1e6 / sample.requests as f64);
-            let row = summary::Row {
-                proxy,
-                workers,
-                connections,
-                round,
-                sample,
-                cpu_us_per_request,
-            };
-            println!("{}", row.to_tsv());
-            Ok(())
-        }
+        } => wrk_row(proxy, workers, connections, round, cpu_seconds),
         Command::CpuSeconds { pid } => {
             let ticks = procfs::tree_cpu_ticks(pid);
             println!(
@@ -392,40 +371,96 @@ fn run(command: Command) -> Result<(), BoxError> {
             case,
             label,
             big_path,
-        } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
-            let report = rt
-                .block_on(h2abuse::run(case, addr, pid, &big_path))
-                .map_err(|e| -> BoxError { e.to_string().into() })?;
-            println!("{}", report.line(case, &label));
-            Ok(())
-        }
-        Command::IdleConns {
-            addr,
-            pid,
-            label,
-            connections,
-            per_source,
-            parallel,
-            settle_secs,
-        } => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(idle_conns(
-                addr,
-                pid,
-                &label,
-                connections,
-                per_source,
-                parallel,
-                Duration::from_secs(settle_secs),
-            ))
-        }
+        } => h2_abuse(case, addr, pid, &label, &big_path),
+        idle @ Command::IdleConns { .. } => idle_conns_command(idle),
     }
+}
+
+/// `idle-conns`: open idle connections to a running proxy and report its memory.
+fn idle_conns_command(command: Command) -> Result<(), BoxError> {
+    let Command::IdleConns {
+        addr,
+        pid,
+        label,
+        connections,
+        per_source,
+        parallel,
+        settle_secs,
+    } = command
+    else {
+        unreachable!("called with idle-conns only");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(idle_conns(
+        addr,
+        pid,
+        &label,
+        connections,
+        per_source,
+        parallel,
+        Duration::from_secs(settle_secs),
+    ))
+}
+
+/// `h2-abuse`: one abuse case against a running proxy, reported as one line.
+fn h2_abuse(
+    case: h2abuse::Case,
+    addr: SocketAddr,
+    pid: u32,
+    label: &str,
+    big_path: &str,
+) -> Result<(), BoxError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let report = rt
+        .block_on(h2abuse::run(case, addr, pid, big_path))
+        .map_err(|e| -> BoxError { e.to_string().into() })?;
+    println!("{}", report.line(case, label));
+    Ok(())
+}
+
+/// `backend`: the load backend on its own multi-threaded runtime.
+fn serve_backend(
+    listen: SocketAddr,
+    threads: usize,
+    opts: backend::Options,
+) -> Result<(), BoxError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(backend::run(listen, opts))?;
+    Ok(())
+}
+
+/// `wrk-row`: wrk's output on stdin as one TSV row.
+fn wrk_row(
+    proxy: String,
+    workers: u32,
+    connections: u32,
+    round: u32,
+    cpu_seconds: Option<f64>,
+) -> Result<(), BoxError> {
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text)?;
+    let sample = wrk::parse(&text)?;
+    let cpu_us_per_request = cpu_seconds
+        .filter(|_| sample.requests > 0)
+        .map(|secs| secs * 1e6 / sample.requests as f64);
+    let row = summary::Row {
+        proxy,
+        workers,
+        connections,
+        round,
+        sample,
+        cpu_us_per_request,
+    };
+    println!("{}", row.to_tsv());
+    Ok(())
 }
 
 async fn idle_conns(

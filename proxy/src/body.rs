@@ -23,9 +23,9 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use weir_core::exchange::{Exchange, Input, Output};
 use weir_core::flow::BodyEnd;
 
+use crate::conn::RequestGuard;
 use crate::effects::PendingLine;
 use crate::rt::Deadline;
-use crate::server::RequestGuard;
 use crate::upstream::{BoxError, Conn};
 use crate::{Shared, effects, worker};
 

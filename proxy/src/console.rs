@@ -246,7 +246,7 @@ pub async fn run(rt: Rt, listen: SocketAddr, management: &str) -> Result<(), Str
         std::io::stdout(),
         "weir console: http://{bound} (management http://{addr})"
     );
-    crate::demo::wait_for_signal(rt).await;
+    rt::wait_for_stop_signal(rt).await;
     drop(task);
     Ok(())
 }

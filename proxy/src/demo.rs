@@ -182,7 +182,7 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
          retried on another backend (X-Balancer-Attempts: 2); X-RateLimit-Remaining counts down under load.\n\
          Ctrl-C stops everything."
     );
-    wait_for_signal(rt).await;
+    rt::wait_for_stop_signal(rt).await;
     drop(console);
     handle.stop().await;
     drop(backends);
@@ -256,35 +256,5 @@ impl Client {
     }
 }
 
-/// The next SIGINT or SIGTERM (SIGHUP ignored).
-pub async fn wait_for_signal(rt: Rt) {
-    match rt.signals() {
-        Ok(mut signals) => {
-            while let Some(s) = signals.next().await {
-                if s != rt::Signal::Hangup {
-                    return;
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot install signal handlers; stop with SIGKILL"),
-    }
-    std::future::pending::<()>().await;
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use weir_core::config::MapSecrets;
-
-    #[test]
-    fn embedded_config_with_demo_backends_loads() {
-        let a: SocketAddr = "127.0.0.1:1234".parse().expect("addr");
-        let b: SocketAddr = "127.0.0.1:1235".parse().expect("addr");
-        let text = config_text(&[("a", a), ("b", b)]);
-        assert!(SHIPPED_CONFIG.contains("\nbackends:"));
-        let secrets = MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN", "t");
-        let cfg = weir_core::config::load(&text, &secrets).expect("valid");
-        assert_eq!(cfg.pools[0].backends.len(), 2);
-        assert!(cfg.rate.enabled());
-    }
-}
+mod tests;

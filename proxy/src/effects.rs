@@ -21,7 +21,7 @@ use weir_core::exchange::{Exchange, Metric, Output, Record};
 
 use crate::Shared;
 use crate::access_log::Line;
-use crate::metrics::Listener;
+use crate::exposition::Listener;
 use crate::rt::Rt;
 
 /// What the access-log line says about the request that the engine does not keep.

@@ -10,12 +10,15 @@
 //! `weir-smol` binaries are thin `main`s around [`cli`] (process protocol in docs/proxy.md); tests start proxies
 //! in-process the same way.
 //!
-//! Modules: `server` (listeners, workers, client connections, timeouts, shutdown), `proxy` (the
-//! request handler), `upstream` (backend connections and their pool), `body` (response bodies),
-//! `admission` (waiting at the gate), `ratelimit` (the store seam), `health` (probe wiring),
-//! `probe` (probe executors and driver), `management` (the management listener), `metrics`
-//! (Prometheus exposition), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
-//! path that publishes a new runtime), `demo`. Operating it: docs/operations.md.
+//! Modules: `server` (listeners, workers, the protocol sniff, the HTTP/2 watchdog, shutdown),
+//! `conn` (one client connection's context and request guard), `h1` (weir's HTTP/1 on both
+//! sides), `proxy` (the HTTP/2 request handler), `upstream` (backend connections and their pool),
+//! `body` (response bodies), `admission` (waiting at the gate), `ratelimit` (the store seam),
+//! `health` (probe wiring), `probe` (probe executors and driver), `management` (the management
+//! listener), `metrics` (Prometheus counters and the scrape) over `exposition` (owned families
+//! and their encoding), `access_log` (JSON access logs), `reload` (SIGHUP reload and the one
+//! path that publishes a new runtime), `config_file` over `safe_read`, `demo`; their layers are in
+//! docs/architecture.md. Operating it: docs/operations.md.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,11 +36,13 @@ pub mod body;
 pub mod cli;
 pub mod clock;
 pub mod config_file;
+pub mod conn;
 pub mod console;
 pub mod demo;
 pub mod drive;
 pub mod effects;
 pub mod events;
+pub mod exposition;
 pub mod h1;
 pub mod health;
 pub mod limits;
@@ -50,6 +55,7 @@ pub mod proxy;
 pub mod ratelimit;
 pub mod reload;
 pub mod rt;
+pub mod safe_read;
 pub mod secrets;
 pub mod server;
 pub mod tls;
@@ -318,12 +324,10 @@ pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
 pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
     check_runtime_support(rt, &cfg).map_err(StartError::RateStore)?;
     let shutdown_delay = cfg.server.shutdown_delay;
-    let clock = Clock::new(rt);
     let workers = opts
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let mut rng = weir_core::WyRand::new(worker::entropy_seed());
     let public_bind = opts
         .public_bind
         .unwrap_or_else(|| default_public_bind(&cfg));
@@ -335,6 +339,70 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     } else {
         None
     };
+    let (shared, tls) = build_shared(rt, cfg, &opts, workers, management_bind).await?;
+
+    // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
+    let health = health::spawn(&shared, tls);
+    shared.control.set_health(health.reloader());
+    health.first_cycle().await.map_err(|_| StartError::Health)?;
+    events::first_cycle_done(&shared);
+    // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
+    for (_, backend) in shared.runtime.load().backends() {
+        backend.skip_initial_ramp();
+    }
+
+    let (public, public_addr) = bind(rt, public_bind)?;
+    let public_addr = public_addr.map_err(|error| StartError::Bind {
+        addr: public_bind.to_string(),
+        error,
+    })?;
+    let management = match management_bind {
+        Some(addr) => Some(bind(rt, addr)?),
+        None => None,
+    };
+    let management_addr = management
+        .as_ref()
+        .and_then(|(_, a)| a.as_ref().ok().copied());
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (threads, tasks) = spawn_all(
+        &shared,
+        workers,
+        public,
+        management.map(|(l, _)| l),
+        &shutdown_rx,
+    )?;
+    tracing::info!(
+        public = %public_addr,
+        management = management_addr.map(|a| a.to_string()),
+        workers,
+        runtime = rt.name(),
+        "weir is listening"
+    );
+    Ok(ProxyHandle {
+        public: public_addr,
+        management: management_addr,
+        shared,
+        shutdown: shutdown_tx,
+        workers: threads,
+        tasks,
+        health: Some(health),
+        shutdown_delay,
+    })
+}
+
+/// Everything [`start`] shares between the workers, the acceptor and the management plane: the
+/// runtime snapshot, the gate, the limiter (its store prepared), the upstream client, metrics,
+/// the listener front. Also the TLS client configuration of the health probes.
+async fn build_shared(
+    rt: Rt,
+    cfg: ValidConfig,
+    opts: &Options,
+    workers: usize,
+    management_bind: Option<SocketAddr>,
+) -> Result<(Arc<Shared>, Arc<rustls::ClientConfig>), StartError> {
+    let clock = Clock::new(rt);
+    let mut rng = weir_core::WyRand::new(worker::entropy_seed());
     let limits = ServerLimits::from_settings(&cfg.server);
     // Issue 21: the soft fd limit up to the hard one, and the data plane's cap under it.
     let budget = crate::limits::public_budget(&cfg, workers, crate::limits::raise_nofile());
@@ -343,6 +411,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
     let tls = probe::tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
+    ratelimit::install_store_runtime(rt);
     let limiter = match opts.rate_limiter.clone() {
         Some(l) => Limiter::new(l),
         None => Limiter::from_config(&cfg, worker::entropy_seed())
@@ -396,45 +465,40 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         connections,
         front,
     });
+    Ok((shared, tls))
+}
 
-    // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
-    let health = health::spawn(&shared, tls);
-    shared.control.set_health(health.reloader());
-    health.first_cycle().await.map_err(|_| StartError::Health)?;
-    events::first_cycle_done(&shared);
-    // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
-    for (_, backend) in shared.runtime.load().backends() {
-        backend.skip_initial_ramp();
-    }
-
-    let public = listen(public_bind)?;
-    let public_addr = public.local_addr().map_err(|error| StartError::Bind {
-        addr: public_bind.to_string(),
+/// A listener on `addr`, registered with `rt`, and the address it actually bound.
+fn bind(
+    rt: Rt,
+    addr: SocketAddr,
+) -> Result<(Box<dyn rt::Listener>, std::io::Result<SocketAddr>), StartError> {
+    let l = listen(addr)?;
+    let bound = l.local_addr();
+    let l = rt.listener(l).map_err(|error| StartError::Bind {
+        addr: addr.to_string(),
         error,
     })?;
-    let public = rt.listener(public).map_err(|error| StartError::Bind {
-        addr: public_bind.to_string(),
-        error,
-    })?;
-    let management = match management_bind {
-        Some(addr) => {
-            let l = listen(addr)?;
-            let bound = l.local_addr().ok();
-            let l = rt.listener(l).map_err(|error| StartError::Bind {
-                addr: addr.to_string(),
-                error,
-            })?;
-            Some((l, bound))
-        }
-        None => None,
-    };
-    let management_addr = management.as_ref().and_then(|(_, a)| *a);
+    Ok((l, bound))
+}
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+/// What [`spawn_all`] started: the worker threads and the control thread's tasks.
+type Running = (Vec<std::thread::JoinHandle<()>>, Vec<JoinHandle<()>>);
+
+/// The worker threads, the acceptor, the rate-limit recovery, the certificate watch and the
+/// management listener, each until `shutdown`.
+fn spawn_all(
+    shared: &Arc<Shared>,
+    workers: usize,
+    public: Box<dyn rt::Listener>,
+    management: Option<Box<dyn rt::Listener>>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Result<Running, StartError> {
+    let rt = shared.rt;
     let mut handles = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for i in 0..workers {
-        let mut h = server::spawn_worker(i, Arc::clone(&shared), shutdown_rx.clone())
+        let mut h = server::spawn_worker(i, Arc::clone(shared), shutdown_rx.clone())
             .map_err(StartError::Worker)?;
         if let Some(t) = h.thread.take() {
             threads.push(t);
@@ -453,34 +517,18 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     )];
     tasks.push(rt::spawn_handle(
         rt,
-        ratelimit::recovery_task(Arc::clone(&shared), shutdown_rx.clone()),
+        ratelimit::recovery_task(Arc::clone(shared), shutdown_rx.clone()),
     ));
     // C-TLS-2: certificate directories are watched for as long as the listener runs.
     tasks.push(rt::spawn_handle(
         rt,
-        tls::watch::run(Arc::clone(&shared), shutdown_rx.clone()),
+        tls::watch::run(Arc::clone(shared), shutdown_rx.clone()),
     ));
-    if let Some((listener, _)) = management {
+    if let Some(listener) = management {
         tasks.push(rt::spawn_handle(
             rt,
-            management::serve(listener, Arc::clone(&shared), shutdown_rx.clone()),
+            management::serve(listener, Arc::clone(shared), shutdown_rx.clone()),
         ));
     }
-    tracing::info!(
-        public = %public_addr,
-        management = management_addr.map(|a| a.to_string()),
-        workers,
-        runtime = rt.name(),
-        "weir is listening"
-    );
-    Ok(ProxyHandle {
-        public: public_addr,
-        management: management_addr,
-        shared,
-        shutdown: shutdown_tx,
-        workers: threads,
-        tasks,
-        health: Some(health),
-        shutdown_delay,
-    })
+    Ok((threads, tasks))
 }

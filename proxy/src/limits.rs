@@ -21,7 +21,7 @@ use event_listener::Event;
 use weir_core::config::ValidConfig;
 use weir_core::conn_limit::{self, ConnBudget, FdReserve};
 
-use crate::metrics::Listener;
+use crate::exposition::Listener;
 
 /// Connections the management listener holds at most (its own cap, out of the data plane's).
 pub const MANAGEMENT_MAX_CONNECTIONS: usize = 64;
@@ -289,8 +289,8 @@ impl Connections {
 
 /// The connection families of a scrape (C-OBS-1): open connections and caps per listener, times
 /// the cap was reached, `accept` failures.
-pub(crate) fn families(c: &Connections) -> Vec<crate::metrics::FamilySnapshot> {
-    use crate::metrics::{counter, gauge, labels};
+pub(crate) fn families(c: &Connections) -> Vec<crate::exposition::FamilySnapshot> {
+    use crate::exposition::{counter, gauge, labels};
     let by = |f: &dyn Fn(&ConnLimit) -> f64| {
         c.each()
             .iter()

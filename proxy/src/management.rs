@@ -47,7 +47,8 @@ use weir_core::request_id::{X_REQUEST_ID, request_id_in_force};
 use weir_core::runtime::Runtime;
 
 use crate::access_log::{self, Line};
-use crate::metrics::{self, Listener, ReloadSource};
+use crate::exposition::Listener;
+use crate::metrics::{self, ReloadSource};
 use crate::reload;
 use crate::rt::{self, Listener as RtListener, Rt, watch};
 use crate::{Shared, StartError, server, worker};
@@ -180,13 +181,41 @@ pub async fn handle(
         }
     };
 
+    let seen = Seen {
+        parts: &parts,
+        rid: rid.as_str(),
+        client,
+        endpoint,
+        mutation,
+    };
+    account(shared, &rt, &seen, &response, started);
+    response
+}
+
+/// What [`account`] needs of a management request.
+struct Seen<'a> {
+    parts: &'a http::request::Parts,
+    rid: &'a str,
+    client: IpAddr,
+    endpoint: Option<&'static str>,
+    mutation: bool,
+}
+
+/// A management request's metrics (issue 20: refused mutations; C-OBS-1) and access line.
+fn account(
+    shared: &Shared,
+    rt: &Runtime,
+    seen: &Seen<'_>,
+    response: &MgmtResponse,
+    started: std::time::Instant,
+) {
     let status = response.status().as_u16();
-    if mutation && status >= 400 {
+    if seen.mutation && status >= 400 {
         // Issue 20: every refused mutation is counted (and logged below: mutations always are).
         shared
             .metrics
-            .rejected_mutation(endpoint.unwrap_or("unknown"));
-        if endpoint == Some("patch_config") && status == 400 {
+            .rejected_mutation(seen.endpoint.unwrap_or("unknown"));
+        if seen.endpoint == Some("patch_config") && status == 400 {
             shared.metrics.reload(ReloadSource::Management, false);
         }
     }
@@ -196,25 +225,26 @@ pub async fn handle(
         .request(Listener::Management, status, elapsed);
     let server = &rt.config().server;
     let log = worker::with_rng(|rng| {
-        access_log::should_log(status, mutation, server.access_log_sample_rate, rng)
+        access_log::should_log(status, seen.mutation, server.access_log_sample_rate, rng)
     });
     if log {
         Line {
-            request_id: rid.as_str(),
+            request_id: seen.rid,
             listener: Listener::Management,
-            method: &parts.method,
-            path: parts.uri.path(),
+            method: &seen.parts.method,
+            path: seen.parts.uri.path(),
             include_path: server.access_log_include_path,
             status,
             duration: elapsed,
             head_duration: None,
             backend: None,
             attempts: 0,
-            client,
-            endpoint,
-            version: parts.version,
+            client: seen.client,
+            endpoint: seen.endpoint,
+            version: seen.parts.version,
             scheme: "http",
-            host: parts
+            host: seen
+                .parts
                 .headers
                 .get(http::header::HOST)
                 .and_then(|h| h.to_str().ok()),
@@ -226,7 +256,6 @@ pub async fn handle(
         }
         .emit();
     }
-    response
 }
 
 /// An authenticated request, its body read.
@@ -585,12 +614,4 @@ fn reply(r: &Reply, rid: &str) -> MgmtResponse {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_has_an_instance_id() {
-        let c = reload::Control::new();
-        assert!(c.instance_id().contains('-'));
-    }
-}
+mod tests;

@@ -43,7 +43,6 @@ use crate::Shared;
 
 mod admission;
 mod backends;
-mod encode;
 mod histogram;
 mod state;
 mod store;
@@ -51,9 +50,8 @@ mod store;
 pub use backends::{AttemptTimer, BackendMetrics};
 pub use histogram::AtomicHistogram;
 
+use crate::exposition::{FamilySnapshot, Listener, counter, gauge, labels, seconds_histogram};
 use backends::BackendTable;
-use encode::seconds_histogram;
-pub(crate) use encode::{FamilySnapshot, Labels, counter, gauge, labels};
 
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -62,33 +60,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 const DURATION_BOUNDS: [f64; 15] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
-
-/// Which listener answered (`listener` label, C-OBS-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
-    /// The data plane.
-    Public,
-    /// The management plane.
-    Management,
-}
-
-impl Listener {
-    /// The label value.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Listener::Public => "public",
-            Listener::Management => "management",
-        }
-    }
-
-    const fn index(self) -> usize {
-        match self {
-            Listener::Public => 0,
-            Listener::Management => 1,
-        }
-    }
-}
 
 /// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`):
 /// core's classification, as the request engine reports it.
@@ -370,6 +341,15 @@ impl Snapshot {
 #[must_use]
 pub fn render(shared: &Shared) -> String {
     Snapshot::take(shared).encode()
+}
+
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        crate::exposition::encode(&self.families, encoder)
+    }
 }
 
 #[cfg(test)]

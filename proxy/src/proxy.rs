@@ -37,8 +37,8 @@ use weir_core::request_id::X_REQUEST_ID;
 use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 
 use crate::body::{Delivered, ResBody};
+use crate::conn::{ConnCtx, RequestGuard};
 use crate::effects::{BodyTally, PendingLine, RequestBytes};
-use crate::server::{ConnCtx, RequestGuard};
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
 use crate::uri::upstream_uri;
 use crate::worker;

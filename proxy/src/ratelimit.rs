@@ -19,7 +19,10 @@
 //! Runtimes: the store clients are tokio's and are runtime-agnostic once built. The limiter is
 //! built on the control runtime; each Redis or PostgreSQL connection is driven by the runtime
 //! that opened it (the control runtime for the start-up and probe calls, a worker's for a
-//! request that found no connection). Calls from any runtime go through channels.
+//! request that found no connection). Calls from any runtime go through channels. The stores'
+//! own background tasks and operation timeouts run on weir's runtime seam: [`install_store_runtime`]
+//! hands [`Rt`](crate::rt::Rt) to weir-storage (`weir_storage::StoreRuntime`) at start, so
+//! there is one seam (issue 13).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +36,26 @@ use weir_storage::{PostgresOptions, PostgresStore, RedisOptions, RedisStore, Sto
 pub use weir_storage::{RateLimiter, StoreError, StoreHealth};
 
 use crate::Shared;
+
+impl weir_storage::StoreRuntime for rt::Rt {
+    fn spawn(&self, fut: weir_storage::BoxFuture) {
+        self.0.spawn(fut);
+    }
+
+    fn sleep(&self, d: Duration) -> weir_storage::BoxFuture {
+        let sleep = self.0.timer().sleep(d);
+        Box::pin(sleep)
+    }
+}
+
+/// Make weir-storage spawn and time out on `rt` (once per process; a later call keeps the
+/// runtime installed first: a process runs one).
+pub fn install_store_runtime(rt: rt::Rt) {
+    if !weir_storage::runtime_installed() {
+        // One `Rt` (a pointer) for the process's life.
+        weir_storage::install_runtime(Box::leak(Box::new(rt)));
+    }
+}
 
 /// The rate limiter's state for readiness (C-OBS-4), metrics (C-OBS-1:
 /// `load_balancer_rate_limit_storage_healthy`, `load_balancer_rate_limit_degraded`) and

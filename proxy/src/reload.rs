@@ -112,7 +112,7 @@ impl Control {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejected {
     /// The file could not be read (not a regular file, too large, not UTF-8, timed out; the
-    /// message names the path and why, `config_file::FileError`).
+    /// message names the path and why, `safe_read::FileError`).
     Read(String),
     /// A reload that started later had already read the file and was applied first; this older
     /// read is dropped so the newer file stays in force.

@@ -24,19 +24,21 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
 
+mod copy;
 mod duplex;
+mod tls;
 pub mod watch;
 
+pub use copy::copy_bidirectional;
 pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
-use hyper::rt::{Read, ReadBuf, Sleep, Timer, Write};
-use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ServerConfig};
+use hyper::rt::{Read, Sleep, Timer, Write};
+pub use tls::{TlsAccept, TlsAccepted, TlsConnect};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -177,101 +179,6 @@ macro_rules! hyper_io_newtype {
             }
         }
     };
-}
-
-/// What a TLS client handshake needs: the configuration, the server name, and the TCP
-/// connection (one of the runtime's own, from [`Runtime::connect`]).
-pub struct TlsConnect {
-    config: Arc<ClientConfig>,
-    name: ServerName<'static>,
-    tcp: Box<dyn TcpConn>,
-}
-
-impl fmt::Debug for TlsConnect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsConnect")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsConnect {
-    /// A handshake of `name` over `tcp` with `config`.
-    #[must_use]
-    pub fn new(
-        config: Arc<ClientConfig>,
-        name: ServerName<'static>,
-        tcp: Box<dyn TcpConn>,
-    ) -> Self {
-        TlsConnect { config, name, tcp }
-    }
-
-    /// The configuration, the name, and the connection as the runtime's own type `T` (what its
-    /// `register` / `connect` made).
-    ///
-    /// # Errors
-    /// The connection is another runtime's.
-    pub fn into_parts<T: TcpConn>(
-        self,
-    ) -> io::Result<(Arc<ClientConfig>, ServerName<'static>, Box<T>)> {
-        Ok((self.config, self.name, own_conn(self.tcp)?))
-    }
-}
-
-/// `tcp` as the runtime's own connection type `T`.
-fn own_conn<T: TcpConn>(tcp: Box<dyn TcpConn>) -> io::Result<Box<T>> {
-    tcp.into_any()
-        .downcast::<T>()
-        .map_err(|_| io::Error::other("a TCP connection of another runtime"))
-}
-
-/// What a TLS server handshake needs: the listener's configuration (its certificate resolver
-/// is swapped on reload, C-TLS-2) and the accepted connection (one of the runtime's own, from
-/// [`Runtime::register`]).
-pub struct TlsAccept {
-    config: Arc<ServerConfig>,
-    tcp: Box<dyn TcpConn>,
-}
-
-impl fmt::Debug for TlsAccept {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsAccept").finish_non_exhaustive()
-    }
-}
-
-impl TlsAccept {
-    /// A server handshake over `tcp` with `config`.
-    #[must_use]
-    pub fn new(config: Arc<ServerConfig>, tcp: Box<dyn TcpConn>) -> Self {
-        TlsAccept { config, tcp }
-    }
-
-    /// The configuration and the connection as the runtime's own type `T`.
-    ///
-    /// # Errors
-    /// The connection is another runtime's.
-    pub fn into_parts<T: TcpConn>(self) -> io::Result<(Arc<ServerConfig>, Box<T>)> {
-        Ok((self.config, own_conn(self.tcp)?))
-    }
-}
-
-/// A finished server handshake: the decrypted stream and what was negotiated.
-pub struct TlsAccepted {
-    /// The stream (application data).
-    pub io: Box<dyn SyncIo>,
-    /// The ALPN protocol agreed (`h2`, `http/1.1`), if any.
-    pub alpn: Option<Vec<u8>>,
-    /// The TLS version agreed.
-    pub version: Option<rustls::ProtocolVersion>,
-}
-
-impl fmt::Debug for TlsAccepted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsAccepted")
-            .field("alpn", &self.alpn)
-            .field("version", &self.version)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A listening socket of a runtime.
@@ -418,6 +325,21 @@ pub async fn sleep(rt: Rt, d: Duration) {
     rt.0.timer().sleep(d).await;
 }
 
+/// The next SIGINT or SIGTERM (SIGHUP ignored).
+pub async fn wait_for_stop_signal(rt: Rt) {
+    match rt.signals() {
+        Ok(mut signals) => {
+            while let Some(s) = signals.next().await {
+                if s != Signal::Hangup {
+                    return;
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot install signal handlers; stop with SIGKILL"),
+    }
+    std::future::pending::<()>().await;
+}
+
 /// The deadline of [`timeout_at`] passed first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("deadline has elapsed")]
@@ -524,94 +446,4 @@ pub async fn unblock<T: Send + 'static>(
     }))
     .await;
     slot.lock().ok().and_then(|mut s| s.take())
-}
-
-/// Copy both ways between `a` and `b` until both directions have ended (each direction ends at
-/// its EOF, and then shuts the other side's writer down), as tokio's `copy_bidirectional` does.
-/// Returns the bytes copied a → b and b → a.
-///
-/// # Errors
-/// The first read or write error in either direction.
-pub async fn copy_bidirectional<A, B>(a: &mut A, b: &mut B) -> io::Result<(u64, u64)>
-where
-    A: Read + Write + Unpin + ?Sized,
-    B: Read + Write + Unpin + ?Sized,
-{
-    let mut ab = Copy::new();
-    let mut ba = Copy::new();
-    std::future::poll_fn(|cx| {
-        let r1 = ab.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
-        let r2 = ba.poll(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
-        match (r1, r2) {
-            (Poll::Ready(x), Poll::Ready(y)) => Poll::Ready(Ok((x, y))),
-            _ => Poll::Pending,
-        }
-    })
-    .await
-}
-
-/// One direction of [`copy_bidirectional`].
-struct Copy {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    total: u64,
-    eof: bool,
-    done: bool,
-}
-
-impl Copy {
-    fn new() -> Copy {
-        Copy {
-            buf: vec![0; 16 * 1024].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            total: 0,
-            eof: false,
-            done: false,
-        }
-    }
-
-    fn poll<R, W>(
-        &mut self,
-        cx: &mut Context<'_>,
-        mut from: Pin<&mut R>,
-        mut to: Pin<&mut W>,
-    ) -> Poll<io::Result<u64>>
-    where
-        R: Read + ?Sized,
-        W: Write + ?Sized,
-    {
-        if self.done {
-            return Poll::Ready(Ok(self.total));
-        }
-        loop {
-            if self.start == self.end && !self.eof {
-                let mut rb = ReadBuf::new(&mut self.buf);
-                ready!(from.as_mut().poll_read(cx, rb.unfilled()))?;
-                let n = rb.filled().len();
-                if n == 0 {
-                    self.eof = true;
-                } else {
-                    self.start = 0;
-                    self.end = n;
-                }
-            }
-            if self.start < self.end {
-                let n = ready!(to.as_mut().poll_write(cx, &self.buf[self.start..self.end]))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                self.start += n;
-                self.total += n as u64;
-                continue;
-            }
-            if self.eof {
-                ready!(to.as_mut().poll_flush(cx))?;
-                ready!(to.as_mut().poll_shutdown(cx))?;
-                self.done = true;
-                return Poll::Ready(Ok(self.total));
-            }
-        }
-    }
 }

@@ -5,6 +5,9 @@ use std::sync::Mutex;
 
 use weir_core::config::SecretSource;
 
+/// Largest secret file read (a token or a password is a few bytes; a PEM bundle a few KiB).
+pub const MAX_SECRET_BYTES: u64 = 64 << 10;
+
 /// Reads environment variables and files, with optional fixed overrides (the demo supplies a
 /// generated admin token this way when none is set).
 #[derive(Debug, Default, Clone)]
@@ -45,13 +48,10 @@ impl SecretSource for EnvSecrets {
     }
 
     /// A regular file of at most 64 KiB, read without blocking on a FIFO or reading a device
-    /// (`config_file::read_bounded`).
+    /// (`safe_read::read_bounded`).
     fn read_file(&self, path: &str) -> Result<String, String> {
-        crate::config_file::read_bounded(
-            std::path::Path::new(path),
-            crate::config_file::MAX_SECRET_BYTES,
-        )
-        .map_err(|e| e.to_string())
+        crate::safe_read::read_bounded(std::path::Path::new(path), MAX_SECRET_BYTES)
+            .map_err(|e| e.to_string())
     }
 }
 

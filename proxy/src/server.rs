@@ -36,7 +36,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -50,8 +50,10 @@ use hyper::rt::{Read, Write};
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
 use crate::Shared;
+use crate::conn::{Alive, ConnCtx, ConnInfo, IDLE};
 use crate::h1::Buf;
 use crate::limits::{ConnLimit, ConnPermit};
+use crate::rt::watch::{Wake, next_or_shutdown};
 use crate::rt::{self, Io, Listener, Rt, TcpConn, watch};
 
 pub(crate) mod accept;
@@ -60,16 +62,8 @@ mod sniff;
 
 use sniff::{Rewind, sniff};
 
-/// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
-/// waits until every clone is dropped (C-PATH-10).
-pub type Alive = async_channel::Sender<()>;
-
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Connection phases, kept in [`ConnState::phase`] (HTTP/2's watchdog).
-const IDLE: u8 = 0;
-const BUSY: u8 = 2;
 
 /// Client-side limits of `server.*` (restart-only, C-CONF-7).
 #[derive(Debug, Clone)]
@@ -99,115 +93,6 @@ impl ServerLimits {
             idle_timeout: s.idle_timeout,
             shutdown_timeout: s.shutdown_timeout,
             max_header_bytes: usize::try_from(s.max_header_bytes).unwrap_or(usize::MAX),
-        }
-    }
-}
-
-/// What the accept point knows of a connection besides its bytes.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnInfo {
-    /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
-    pub peer: SocketAddr,
-    /// The connection came over TLS.
-    pub tls: bool,
-}
-
-/// What an HTTP/2 connection's watchdog and handler know about it.
-#[derive(Debug)]
-pub struct ConnState {
-    phase: AtomicU8,
-    in_flight: AtomicU32,
-    /// When the connection last became idle.
-    last_idle: AtomicU64,
-}
-
-/// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
-/// waits for every `ConnCtx` to be dropped before it ends (C-PATH-10).
-#[derive(Debug)]
-pub struct ConnCtx {
-    /// Process-wide state.
-    pub shared: Arc<Shared>,
-    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
-    pub peer: SocketAddr,
-    /// The connection came over weir's TLS (C-TLS-1).
-    pub tls: bool,
-    /// Phase and timers (HTTP/2).
-    pub state: ConnState,
-    /// Dropped with the last reference: tells the worker this connection is done.
-    _alive: Alive,
-    /// Open connections of this worker (for the acceptor's choice).
-    open: Arc<AtomicUsize>,
-    /// The connection's place under `server.max_connections` (`None`: in-process).
-    _permit: Option<ConnPermit>,
-}
-
-impl Drop for ConnCtx {
-    fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl ConnCtx {
-    fn new(
-        shared: Arc<Shared>,
-        info: ConnInfo,
-        alive: Alive,
-        open: Arc<AtomicUsize>,
-        permit: Option<ConnPermit>,
-    ) -> ConnCtx {
-        let now = shared.clock.now().as_nanos();
-        ConnCtx {
-            shared,
-            peer: info.peer,
-            tls: info.tls,
-            state: ConnState {
-                phase: AtomicU8::new(IDLE),
-                in_flight: AtomicU32::new(0),
-                last_idle: AtomicU64::new(now),
-            },
-            _alive: alive,
-            open,
-            _permit: permit,
-        }
-    }
-
-    /// When the idle connection closes: `idle_timeout` after the end of its last response.
-    fn idle_since(&self) -> weir_core::Instant {
-        weir_core::Instant::from_nanos(self.state.last_idle.load(Ordering::Relaxed))
-    }
-
-    /// A sender that keeps the worker waiting while a tunnel outlives its connection.
-    #[must_use]
-    pub fn alive(&self) -> Alive {
-        self._alive.clone()
-    }
-}
-
-/// Marks its connection busy for as long as one request (its response body included) lives.
-#[derive(Debug)]
-pub struct RequestGuard {
-    ctx: Arc<ConnCtx>,
-}
-
-impl RequestGuard {
-    /// The request on `ctx` has started (its head is complete).
-    #[must_use]
-    pub fn new(ctx: &Arc<ConnCtx>) -> RequestGuard {
-        ctx.state.in_flight.fetch_add(1, Ordering::Relaxed);
-        ctx.state.phase.store(BUSY, Ordering::Relaxed);
-        RequestGuard {
-            ctx: Arc::clone(ctx),
-        }
-    }
-}
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        let s = &self.ctx.state;
-        if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
-            s.last_idle
-                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
-            s.phase.store(IDLE, Ordering::Relaxed);
         }
     }
 }
@@ -460,31 +345,6 @@ pub(crate) fn spawn_worker(
         open,
         thread: Some(thread),
     })
-}
-
-/// What a worker's loop or the acceptor woke up for.
-pub(crate) enum Wake<T> {
-    Shutdown,
-    Next(T),
-}
-
-/// Wait for `next` or for `shutdown` to turn true, whichever comes first (shutdown first when
-/// both are ready).
-pub(crate) async fn next_or_shutdown<T>(
-    shutdown: &mut watch::Receiver<bool>,
-    next: impl std::future::Future<Output = T>,
-) -> Wake<T> {
-    let stop = async {
-        loop {
-            if shutdown.changed().await.is_err() || shutdown.get() {
-                return;
-            }
-        }
-    };
-    match futures_util::future::select(std::pin::pin!(stop), std::pin::pin!(next)).await {
-        Either::Left(_) => Wake::Shutdown,
-        Either::Right((v, _)) => Wake::Next(v),
-    }
 }
 
 async fn worker_main(

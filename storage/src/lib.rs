@@ -34,7 +34,7 @@ pub mod postgres_store;
 #[cfg(feature = "postgres")]
 pub mod postgres_store;
 pub mod redis_store;
-mod rt;
+pub mod rt;
 pub mod store;
 
 pub use error::StoreError;
@@ -44,7 +44,7 @@ pub use limiter::{RateLimiter, StoreHealth, Verdict};
 pub use postgres_store::{MIGRATIONS, Migration, migrate};
 pub use postgres_store::{MigrationReport, PostgresOptions, PostgresStore, migrate_only};
 pub use redis_store::{RedisOptions, RedisStore};
-pub use rt::prefer_smol;
+pub use rt::{BoxFuture, StoreRuntime, install_runtime, prefer_smol, runtime_installed};
 pub use store::{DynStore, MAX_FULL_REFILL, Store, StoreFuture, TTL_MARGIN};
 
 /// Whether this build has the PostgreSQL store (the `postgres` feature; it needs a tokio

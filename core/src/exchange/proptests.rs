@@ -320,7 +320,7 @@ impl World {
         ][usize::from(body)];
         let mut req = Req::get(path).with(method.clone(), body);
         if smuggle {
-            req.framing = Err(crate::framing::FramingError::HostRepeated);
+            req.framing = Err(crate::h1::FramingError::HostRepeated);
         }
         let (x, out) = self.f.start(&req, self.now);
         let retry = self.f.rt.retry();

@@ -26,7 +26,7 @@ impl Exchange {
         // `/healthz`, the gate and the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;
         if let Err(refused) = crate::method::check(head.method, allow_trace) {
-            return self.answer(Answer::Client(refused), now, rng);
+            return self.answer(Answer::Client(refused.into()), now, rng);
         }
         // C-PATH-1, C-OBS-4: served here, past neither the gate nor the limiter (C-PATH-2).
         match head.path {

@@ -11,7 +11,7 @@ use crate::admission::Overloaded;
 use crate::bucket::Take;
 use crate::config::{MapSecrets, load};
 use crate::flow::BodyEnd;
-use crate::framing::FramingError;
+use crate::h1::FramingError;
 use crate::rate::{LocalStoreParams, RateDecision};
 use crate::response::{NotReady, ProtectionReason, Reject, header};
 use crate::rng::WyRand;

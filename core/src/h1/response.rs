@@ -4,8 +4,9 @@
 
 use core::fmt;
 
-use super::{BodyFraming, Facts, Header, Limits, Parsed, Version, facts_of, malformed};
-use crate::framing::FramingError;
+use super::{
+    BodyFraming, Facts, FramingError, Header, Limits, Parsed, Version, facts_of, malformed,
+};
 
 /// What the response answers, which decides its framing (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

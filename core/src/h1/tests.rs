@@ -65,7 +65,7 @@ fn c_path_12_plain_heads_parse_with_their_framing() {
 
 #[test]
 fn c_path_12_framing_defects_are_400() {
-    use crate::framing::FramingError as F;
+    use crate::h1::FramingError as F;
     for (raw, want) in [
         (
             &b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
@@ -375,7 +375,7 @@ x-forwarded-host: h\r\nx-forwarded-proto: https\r\n\r\n"
 /// optional port 0-65535, no userinfo, no path), in HTTP/1.0 too when it is there.
 #[test]
 fn c_path_12_host_must_be_a_valid_authority() {
-    use crate::framing::FramingError as F;
+    use crate::h1::FramingError as F;
     for good in [
         "a",
         "shop.example.com",
@@ -580,19 +580,19 @@ fn c_path_12_bad_responses() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            BadResponse::Framing(crate::framing::FramingError::LengthAndTransferEncoding),
+            BadResponse::Framing(crate::h1::FramingError::LengthAndTransferEncoding),
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-            BadResponse::Framing(crate::framing::FramingError::ContentLength),
+            BadResponse::Framing(crate::h1::FramingError::ContentLength),
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-            BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
+            BadResponse::Framing(crate::h1::FramingError::TransferEncoding),
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-            BadResponse::Framing(crate::framing::FramingError::TransferEncoding),
+            BadResponse::Framing(crate::h1::FramingError::TransferEncoding),
         ),
     ] {
         assert_eq!(response(raw, &mut h, get).unwrap_err(), want, "{raw:?}");

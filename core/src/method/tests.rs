@@ -1,10 +1,10 @@
 use super::*;
-use crate::response::{SyntheticResponse, header};
+use crate::response::{ClientError, SyntheticResponse, header};
 
 #[test]
 fn trace_is_refused_with_405_and_allow_unless_configured() {
     assert_eq!(
-        check(&Method::TRACE, false),
+        check(&Method::TRACE, false).map_err(ClientError::from),
         Err(ClientError::MethodNotAllowed)
     );
     assert_eq!(check(&Method::TRACE, true), Ok(()));

@@ -9,7 +9,7 @@ use super::*;
 use crate::admission::Overloaded;
 use crate::bulkhead::BulkheadFull;
 use crate::flow::AttemptError;
-use crate::framing::FramingError;
+use crate::h1::FramingError;
 use crate::rate::{RateDecision, RateOutcome, StorageKind};
 use crate::retry::NoRetryReason;
 

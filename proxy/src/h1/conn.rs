@@ -29,8 +29,8 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use weir_core::h1::{self, EMPTY_HEADER, HeadError, Parsed};
 
 use super::{Buf, request, write_all};
+use crate::conn::ConnCtx;
 use crate::rt::{self, Io, watch};
-use crate::server::ConnCtx;
 
 /// How long a keep-alive connection stays idle before it is parked (docs/proxy.md, "Idle
 /// connections").

@@ -36,9 +36,9 @@ use super::conn::{Client, MAX_HEADERS};
 use super::relay::{self, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::{Extra, push_text, write_all};
+use crate::conn::ConnCtx;
 use crate::effects::{PendingLine, RequestBytes};
 use crate::rt::watch;
-use crate::server::ConnCtx;
 use crate::upstream::Target;
 use crate::{Shared, drive, effects, worker};
 

@@ -6,11 +6,12 @@
 
 use weir_core::runtime::Runtime;
 
-use super::encode::seconds_histogram;
-use super::{AtomicHistogram, FamilySnapshot, gauge, labels};
+use super::AtomicHistogram;
 use crate::Shared;
+use crate::exposition::seconds_histogram;
+use crate::exposition::{FamilySnapshot, gauge, labels};
 
-fn one(v: f64) -> Vec<(super::Labels, f64)> {
+fn one(v: f64) -> Vec<(crate::exposition::Labels, f64)> {
     vec![(Vec::new(), v)]
 }
 

@@ -14,8 +14,9 @@ use weir_core::Instant;
 use weir_core::pool::Availability;
 use weir_core::runtime::Runtime;
 
-use super::encode::{flag, seconds_histogram};
-use super::{AtomicHistogram, AttemptOutcome, FamilySnapshot, counter, gauge, labels};
+use super::{AtomicHistogram, AttemptOutcome};
+use crate::exposition::{FamilySnapshot, counter, gauge, labels};
+use crate::exposition::{flag, seconds_histogram};
 
 /// One backend's handles (C-OBS-1), shared by every request that attempts it. Kept across
 /// reloads for the same id.

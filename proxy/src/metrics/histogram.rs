@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::DURATION_BOUNDS;
-use super::encode::HistogramSnapshot;
+use crate::exposition::HistogramSnapshot;
 
 /// A histogram over [`DURATION_BOUNDS`] made of atomics: an observation is two `Relaxed` adds.
 /// The count is the sum of the buckets when read, so a snapshot's count and buckets agree.

@@ -12,9 +12,9 @@ use weir_core::Instant;
 use weir_core::breaker::CircuitState;
 use weir_core::runtime::Runtime;
 
-use super::encode::flag;
-use super::{FamilySnapshot, counter, gauge, labels};
 use crate::Shared;
+use crate::exposition::flag;
+use crate::exposition::{FamilySnapshot, counter, gauge, labels};
 
 /// Unix time in milliseconds.
 fn unix_ms() -> u64 {
@@ -103,7 +103,7 @@ fn process_usage() -> (Option<f64>, Option<f64>, Option<f64>) {
     (rss, fds, max)
 }
 
-fn one(v: f64) -> Vec<(super::Labels, f64)> {
+fn one(v: f64) -> Vec<(crate::exposition::Labels, f64)> {
     vec![(Vec::new(), v)]
 }
 

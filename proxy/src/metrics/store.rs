@@ -9,9 +9,10 @@ use std::time::Duration;
 use weir_core::exchange::StoreResult;
 use weir_core::rate::StorageKind;
 
-use super::encode::{flag, seconds_histogram};
-use super::{AtomicHistogram, FamilySnapshot, counter, gauge, labels};
+use super::AtomicHistogram;
 use crate::Shared;
+use crate::exposition::{FamilySnapshot, counter, gauge, labels};
+use crate::exposition::{flag, seconds_histogram};
 
 /// The stores a request may call (`storage` label).
 const STORES: [StorageKind; 3] = [

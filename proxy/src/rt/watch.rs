@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use event_listener::{Event, listener};
+use futures_util::future::Either;
 
 #[derive(Debug)]
 struct Inner<T> {
@@ -181,29 +182,33 @@ impl<T: Clone> Receiver<T> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
+/// What a worker's loop or the acceptor woke up for.
+#[derive(Debug)]
+pub enum Wake<T> {
+    /// The shutdown signal turned true (or its sender is gone).
+    Shutdown,
+    /// The awaited future finished first, with this value.
+    Next(T),
+}
 
-    fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
-        let mut f = std::pin::pin!(f);
-        f.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-    }
-
-    #[test]
-    fn has_changed_tracks_what_changed_would_return_at_once() {
-        let (tx, mut rx) = channel(false);
-        assert!(!rx.has_changed());
-        assert!(poll_once(rx.changed()).is_pending());
-        tx.send(true);
-        assert!(rx.has_changed(), "a send is seen without the lock");
-        assert_eq!(poll_once(rx.changed()), Poll::Ready(Ok(())));
-        assert!(!rx.has_changed(), "seen once changed() returned");
-        let other = rx.clone();
-        drop(tx);
-        assert!(other.has_changed(), "a closed channel counts as changed");
-        assert_eq!(poll_once(rx.changed()), Poll::Ready(Err(Closed)));
+/// Wait for `next` or for `shutdown` to turn true, whichever comes first (shutdown first when
+/// both are ready).
+pub async fn next_or_shutdown<T>(
+    shutdown: &mut Receiver<bool>,
+    next: impl std::future::Future<Output = T>,
+) -> Wake<T> {
+    let stop = async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    };
+    match futures_util::future::select(std::pin::pin!(stop), std::pin::pin!(next)).await {
+        Either::Left(_) => Wake::Shutdown,
+        Either::Right((v, _)) => Wake::Next(v),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 
 use super::certs::CertSet;
-use crate::metrics::{FamilySnapshot, counter, gauge, labels};
+use crate::exposition::{FamilySnapshot, counter, gauge, labels};
 
 /// Why a TLS handshake failed (`reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Shared;
+use crate::rt::watch::{Wake, next_or_shutdown};
 use crate::rt::{self, watch};
-use crate::server::{Wake, next_or_shutdown};
 
 /// How often the directories are looked at.
 pub const POLL: Duration = Duration::from_millis(500);
