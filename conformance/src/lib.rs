@@ -104,6 +104,7 @@ macro_rules! __with_cases {
             c_path_12_parked_connection_serves_next_requests,
             c_path_12_parked_connection_closed_after_idle_timeout,
             c_path_12_te_trailers_forwarded,
+            c_path_12_malformed_chunked_request_body_is_400,
             c_path_12_upstream_status_outside_100_599_is_502,
             c_path_12_trace_is_refused_with_405,
             c_path_12_connection_cap_keeps_fds_for_probes_and_management,

@@ -81,7 +81,9 @@ pub enum Input {
     StoreAnswer(Result<Take, StoreFailure>),
     /// The request body asked for by [`Output::BufferBody`](super::Output::BufferBody) is read.
     BodyBuffered,
-    /// The request body could not be read.
+    /// The request body could not be read: while buffering it, or, while an attempt streams
+    /// it, because it broke its framing (a malformed chunk, issue 14). Either way `400`; a
+    /// streaming attempt is cancelled (neutral for the backend's health) and not retried.
     BodyUnreadable,
     /// The current attempt's response head arrived.
     ResponseHead {

@@ -111,6 +111,16 @@ impl Exchange {
                 self.attempt_ended(sent, result, now);
                 self.flow_error(error, now, rng);
             }
+            (Stage::Awaiting { sent }, Input::BodyUnreadable) => {
+                // The streamed request body broke its framing (a malformed chunk): the
+                // client's error, answered `400`; the attempt is cancelled, neutral for the
+                // backend's health (C-PATH-9's classification), and not retried.
+                self.attempt_ended(sent, AttemptResult::Cancelled, now);
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+                }
+                self.answer(Answer::Client(ClientError::BodyUnreadable), now, rng);
+            }
             (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
                 self.attempt_ended(sent, AttemptResult::Timeout, now);
                 self.flow_error(AttemptError::PerTryTimeout, now, rng);

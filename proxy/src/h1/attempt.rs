@@ -42,6 +42,8 @@ pub(super) struct Side<'r> {
     pub(super) reader: &'r mut Reader,
     pub(super) sent_continue: &'r mut bool,
     pub(super) client_failed: &'r mut bool,
+    /// The client's streamed body broke its chunked coding (a `400`, issue 14).
+    pub(super) body_malformed: &'r mut bool,
     pub(super) version: Version,
     /// The request body's bytes sent upstream so far (access log).
     pub(super) body_bytes: &'r mut u64,
@@ -105,6 +107,13 @@ pub(super) async fn attempt(
                 return Err(UpError::Transport(e));
             }
             Err(RelayError::Sink(e)) => return Err(UpError::Transport(e)),
+            Err(RelayError::Malformed(e)) => {
+                *side.body_malformed = true;
+                return Err(UpError::Transport(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e.to_string(),
+                )));
+            }
         }
     }
     loop {

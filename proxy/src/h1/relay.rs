@@ -35,6 +35,9 @@ pub enum RelayError {
     Source(io::Error),
     /// The receiving side could not be written.
     Sink(io::Error),
+    /// The body broke its chunked coding (the sender's fault: a `400` for a request body,
+    /// issue 14).
+    Malformed(ChunkError),
 }
 
 impl Reader {
@@ -142,9 +145,9 @@ pub async fn relay(
     sent: &mut u64,
 ) -> Result<(), RelayError> {
     loop {
-        let done = reader.take(from_buf, pass, out, sent).map_err(|e| {
-            RelayError::Source(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-        })?;
+        let done = reader
+            .take(from_buf, pass, out, sent)
+            .map_err(RelayError::Malformed)?;
         if !out.is_empty() {
             write_all(to, out).await.map_err(RelayError::Sink)?;
             out.clear();

@@ -125,6 +125,7 @@ async fn serve_head(
         buffered: None,
         sent_continue: false,
         client_failed: false,
+        body_malformed: false,
         body_bytes: 0,
         line: None,
         shutdown,
@@ -194,6 +195,8 @@ struct Req<'a> {
     sent_continue: bool,
     /// Reading the client's streamed body failed (C-PATH-9).
     client_failed: bool,
+    /// The client's streamed body broke its chunked coding (issue 14: `400`).
+    body_malformed: bool,
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
@@ -373,6 +376,7 @@ impl Req<'_> {
                 reader,
                 sent_continue,
                 client_failed,
+                body_malformed,
                 body_bytes,
                 ..
             } = self;
@@ -383,6 +387,7 @@ impl Req<'_> {
                 reader,
                 sent_continue,
                 client_failed,
+                body_malformed,
                 version,
                 body_bytes,
             };
@@ -402,6 +407,12 @@ impl Req<'_> {
                 // The engine classifies a status outside 100..=599 (an invalid response); the
                 // connection that carried it is dropped.
                 self.feed(Input::ResponseHead { status });
+                Ok(None)
+            }
+            Some(Err(_)) if self.body_malformed => {
+                // The client's error, not the backend's: `400`; the upstream connection the
+                // body was written to was dropped with the attempt.
+                self.feed(Input::BodyUnreadable);
                 Ok(None)
             }
             Some(Err(e)) => {
