@@ -85,6 +85,7 @@ macro_rules! __with_cases {
             c_path_6_hop_by_hop_response_headers_removed,
             c_path_7_first_bytes_before_backend_finishes,
             c_path_7_sse_streams_without_deadline,
+            c_path_7_expect_continue_answered_once_not_forwarded,
             c_path_8_upgrade_is_tunnelled_and_holds_the_slot,
             c_path_9_client_disconnect_cancels_and_is_not_a_failure,
             c_path_9_client_leaving_mid_body_cancels_upstream,

@@ -173,7 +173,8 @@ impl RequestHead<'_, '_> {
     }
 
     /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0). weir
-    /// forwards the expectation and relays the upstream's `100`.
+    /// answers the expectation itself and does not forward `Expect`
+    /// ([`write_upstream_request`] drops it).
     #[must_use]
     pub fn expect_continue(&self) -> bool {
         self.version == Version::Http11 && self.facts.expect_continue
