@@ -86,6 +86,8 @@ macro_rules! __with_cases {
             c_path_7_first_bytes_before_backend_finishes,
             c_path_7_sse_streams_without_deadline,
             c_path_7_expect_continue_answered_once_not_forwarded,
+            c_path_7_early_response_relayed_while_body_is_sent,
+            c_path_7_streaming_echo_is_full_duplex,
             c_path_8_upgrade_is_tunnelled_and_holds_the_slot,
             c_path_9_client_disconnect_cancels_and_is_not_a_failure,
             c_path_9_client_leaving_mid_body_cancels_upstream,

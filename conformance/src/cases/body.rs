@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use crate::backend::lock;
 use crate::client::Raw;
 use crate::config::Config;
-use crate::harness::{Binary, Proxy};
+use crate::harness::{Binary, Proxy, StartOptions};
 use crate::util::{secs, wait_until};
 
 /// What a [`RawBackend`] does with a `POST` (a `GET` other than the probe's is `200 ok`).
@@ -408,10 +408,18 @@ pub async fn c_path_7_early_response_relayed_while_body_is_sent(bin: Binary) {
 
 /// C-PATH-7 (issue 14, full duplex): a backend that echoes the body as it reads it streams its
 /// response while the client is still sending: each piece comes back before the next is sent.
-/// With both ends complete the client connection and the upstream connection are reused.
+/// The head, written before the body's end, says `Connection: close` (weir does not promise a
+/// connection whose request body it has not read whole); with both ends complete, the upstream
+/// connection is reused by the next request.
 pub async fn c_path_7_streaming_echo_is_full_duplex(bin: Binary) {
     let raw = RawBackend::start(Script::Echo).await;
-    let p = Proxy::start(&bin, &raw.config()).await;
+    let cfg = raw.config();
+    // One worker: idle upstream connections are kept per worker.
+    let opts = StartOptions {
+        workers: Some(1),
+        ..StartOptions::for_config(&cfg)
+    };
+    let p = Proxy::start_config(&bin, &cfg, opts).await;
     let mut c = Raw::connect(p.public).await;
     c.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
         .await
@@ -421,14 +429,24 @@ pub async fn c_path_7_streaming_echo_is_full_duplex(bin: Binary) {
         .await
         .expect("the response head while the body is incomplete");
     assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(
+        head.header("connection").as_deref(),
+        Some("close"),
+        "{head:?}"
+    );
     read_until(&mut c, b"hello", "the first piece echoed").await;
     c.write(b"6\r\n world\r\n").await.expect("second piece");
     read_until(&mut c, b" world", "the second piece echoed").await;
     c.write(b"0\r\n\r\n").await.expect("last chunk");
     read_until(&mut c, b"0\r\n\r\n", "the response's end").await;
+    assert!(
+        c.wait_closed(secs(5)).await.is_some(),
+        "client connection left open after Connection: close"
+    );
+    let mut c = Raw::connect(p.public).await;
     c.write(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
-        .expect("a second request on the same connection");
+        .expect("write");
     let (head, body) = c.read_response(secs(5)).await.expect("GET /after");
     assert_eq!(head.status, 200, "{head:?}");
     assert_eq!(body, b"ok\n");

@@ -33,7 +33,7 @@ use weir_core::response::{ClientError, header};
 use super::attempt::{Side, attempt, or_gone, response_head, upstream_target};
 use super::client::{self, HeadInfo, UpConn, UpError};
 use super::conn::{Client, MAX_HEADERS};
-use super::relay::{self, Reader};
+use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::{Extra, push_text, write_all};
 use crate::effects::{PendingLine, RequestBytes};
@@ -173,6 +173,8 @@ struct Up {
     conn: UpConn,
     info: HeadInfo,
     target: Arc<Target>,
+    /// The streamed request body, if it was still being sent when the head came (full duplex).
+    pump: Option<Pump>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
@@ -396,11 +398,16 @@ impl Req<'_> {
         };
         match sent {
             None => Ok(None),
-            Some(Ok((conn, info))) => {
+            Some(Ok((conn, info, pump))) => {
                 self.feed(Input::ResponseHead {
                     status: info.status,
                 });
-                Ok(Some(Up { conn, info, target }))
+                Ok(Some(Up {
+                    conn,
+                    info,
+                    target,
+                    pump,
+                }))
             }
             Some(Err(UpError::ClientGone)) => Err(Gone),
             Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
@@ -567,6 +574,16 @@ impl Req<'_> {
             return false;
         };
         up.conn.buf.consume(up.info.head_len);
+        // The streamed request body, if the backend answered before it was all sent: it goes
+        // on beside the response; an upstream connection whose request was not sent whole is
+        // not reused.
+        let mut pump = up.pump.take();
+        if out.body == BodyOut::Tunnel && pump.as_ref().is_some_and(Pump::is_sending) {
+            // A switch of protocols before the request's own body ended: no byte stream to
+            // join them at; both connections close.
+            finish(shared, &mut x, BodyEnd::Error);
+            return false;
+        }
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
@@ -579,13 +596,18 @@ impl Req<'_> {
         let end = {
             let mut w = std::mem::take(&mut c.out);
             let cap = c.cap();
+            let side = pump.as_mut().map(|pump| PumpSide {
+                pump,
+                reader: &mut self.reader,
+                sent: &mut self.body_bytes,
+            });
             let relay = relay::relay(
                 (&mut up.conn.io, &mut up.conn.buf),
                 &mut reader,
                 pass,
-                (&mut c.io, Some(&mut c.buf)),
+                (&mut c.io, &mut c.buf, cap),
+                side,
                 &mut w,
-                cap,
                 &mut sent,
             );
             let end = stream_body(shared, &mut x, pin!(relay)).await;
@@ -595,7 +617,8 @@ impl Req<'_> {
         };
         finish(shared, &mut x, end);
         self.log_line(sent);
-        if end == BodyEnd::Complete && reusable {
+        let request_sent = pump.as_ref().is_none_or(Pump::is_sent);
+        if end == BodyEnd::Complete && reusable && request_sent {
             client::release(&shared.upstream, up.conn, shared.rt.now());
         }
         end == BodyEnd::Complete && out.keep_alive
