@@ -176,6 +176,7 @@ macro_rules! __with_cases {
             c_retry_8_per_try_timeout_is_a_passive_failure,
             c_load_1_overload_after_queue_timeout,
             c_load_1_no_wait_when_queue_timeout_zero,
+            c_load_1_slot_is_free_once_the_response_is_read,
             c_load_1_queue_is_fifo,
             c_load_1_disconnected_waiter_leaves_queue,
             c_load_1_departed_holder_hands_its_slot_on,

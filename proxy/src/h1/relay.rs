@@ -262,7 +262,10 @@ impl Pump {
 
 /// Copy the rest of a response body from `from` (its bytes so far in `from_buf`) to the client
 /// `to`, starting with `out` (a head, or nothing), until `reader` sees its end (or `from`
-/// closes, for a body that runs until close). `out` is the write buffer, left empty. While
+/// closes, for a body that runs until close). `out` is the write buffer; when the body ends it
+/// is left holding the last bytes read (with the head, if the whole response came at once),
+/// for the caller to write once it has reported the end: so the request's gate slot is free
+/// before the last byte is handed to the socket, as on HTTP/2 (C-LOAD-1). While
 /// `from` has nothing, the client is read too (into `to_buf`, up to `cap` bytes): its end of
 /// stream is a [`RelayError::Sink`] (a client that left while the upstream held its body,
 /// C-PATH-9). With `pump`, the request body still being sent goes on beside (full duplex): the
@@ -286,12 +289,13 @@ pub async fn relay(
         let done = reader
             .take(from_buf, pass, out, sent)
             .map_err(RelayError::Malformed)?;
+        if done {
+            // The last bytes are the caller's to write, after it reported the end.
+            return Ok(());
+        }
         if !out.is_empty() {
             write_all(to, out).await.map_err(RelayError::Sink)?;
             out.clear();
-        }
-        if done {
-            return Ok(());
         }
         let n = poll_fn(|cx| {
             let mut sending = false;

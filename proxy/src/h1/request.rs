@@ -37,7 +37,7 @@ use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::{Extra, push_text, write_all};
 use crate::effects::{PendingLine, RequestBytes};
-use crate::rt::watch;
+use crate::rt::{self, watch};
 use crate::server::ConnCtx;
 use crate::upstream::Target;
 use crate::{Shared, drive, effects, worker};
@@ -593,7 +593,7 @@ impl Req<'_> {
         let mut reader = Reader::new(framing);
         let pass = out.body == BodyOut::PassChunked;
         let mut sent = 0;
-        let end = {
+        let complete = {
             let mut w = std::mem::take(&mut c.out);
             let cap = c.cap();
             let side = pump.as_mut().map(|pump| PumpSide {
@@ -611,16 +611,29 @@ impl Req<'_> {
                 &mut sent,
             );
             let end = stream_body(shared, &mut x, pin!(relay)).await;
+            // The end is reported before the last bytes are written (C-LOAD-1: the gate slot
+            // is released at the point HTTP/2 releases it, so a keep-alive client's next
+            // request does not queue behind this one); the last write keeps the response's
+            // write deadline.
+            let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
+            finish(shared, &mut x, end);
+            let request_sent = pump.as_ref().is_none_or(Pump::is_sent);
+            if end == BodyEnd::Complete && reusable && request_sent {
+                client::release(&shared.upstream, up.conn, shared.rt.now());
+            }
+            let mut written = true;
+            if end == BodyEnd::Complete && !w.is_empty() {
+                let write = write_all(&mut c.io, &w);
+                written = match last_write {
+                    Some(at) => matches!(rt::timeout_at(shared.rt, at, write).await, Ok(Ok(()))),
+                    None => write.await.is_ok(),
+                };
+            }
             w.clear();
             c.out = w;
-            end
+            end == BodyEnd::Complete && written
         };
-        finish(shared, &mut x, end);
         self.log_line(sent);
-        let request_sent = pump.as_ref().is_none_or(Pump::is_sent);
-        if end == BodyEnd::Complete && reusable && request_sent {
-            client::release(&shared.upstream, up.conn, shared.rt.now());
-        }
-        end == BodyEnd::Complete && out.keep_alive
+        complete && out.keep_alive
     }
 }
