@@ -2,7 +2,7 @@
 //!
 //! Heads are parsed by `httparse` into a flat list of [`Header`]s borrowed from the read buffer
 //! (no `http::HeaderMap`, no allocation), checked against the framing rules of RFC 9112 (one
-//! set, in [`Facts`], shared with the streaming guard [`crate::framing`]), and rewritten in one
+//! set, in [`Facts`], for requests and responses; their errors are [`crate::framing`]'s), and rewritten in one
 //! pass into one output buffer ([`write_upstream_request`], [`write_response_head`]). Bodies are
 //! followed by small machines: [`LengthBody`], [`chunked::ChunkedDecoder`], or neither
 //! ([`BodyFraming::Empty`], [`BodyFraming::UntilClose`]).
@@ -316,7 +316,7 @@ pub fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
 pub(crate) fn facts_of(headers: &[Header<'_>]) -> Facts {
     let mut facts = Facts::new();
     for h in headers {
-        facts.header(h.name.as_bytes(), h.value, true);
+        facts.header(h.name.as_bytes(), h.value);
     }
     facts
 }

@@ -16,14 +16,12 @@ use crate::admission::Overloaded;
 use crate::bucket::Take;
 
 impl Exchange {
-    /// From the head to the first wait: framing, health endpoints, the gate.
+    /// From the head to the first wait: the method, health endpoints, the gate. (The framing
+    /// rules of C-PATH-12 are the HTTP/1 codec's, `h1::parse_request`: a head that breaks one
+    /// never makes an exchange.)
     pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
-        // C-PATH-12: an ambiguous framing or Host: 400, Connection: close, nothing upstream.
-        if let Err(e) = head.framing {
-            return self.answer(Answer::Client(ClientError::Framing(e)), now, rng);
-        }
-        // Issue 21: TRACE → 405 unless `server.allow_trace`, with the framing checks, before
-        // `/healthz`, the gate and the limiter (docs/proxy.md, "Methods").
+        // Issue 21: TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
+        // the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;
         if let Err(refused) = crate::method::check(head.method, allow_trace) {
             return self.answer(Answer::Client(refused), now, rng);

@@ -100,8 +100,6 @@ async fn serve_head(
             headers: &map,
             peer: ctx.peer.ip(),
             tls: ctx.tls,
-            // The codec refused every head with a framing defect before this point.
-            framing: Ok(()),
             body,
         };
         worker::with_rng(|rng| {
