@@ -2,6 +2,7 @@
 //! its own backends and its own proxy, so cases run in parallel. The list of cases (which the
 //! [`crate::suite!`] macro turns into tests) is [`crate::CASES`].
 
+mod body;
 mod conn;
 mod fault;
 mod fwd;
@@ -18,6 +19,7 @@ mod shutdown;
 mod status;
 mod tls;
 
+pub use body::*;
 pub use conn::*;
 pub use fault::*;
 pub use fwd::*;

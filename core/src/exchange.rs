@@ -14,7 +14,7 @@
 //! It sequences, in the order of C-PATH-2:
 //!
 //! ```text
-//!  request id (C-PATH-3) → framing verdict (C-PATH-12) → /healthz, /readyz (C-OBS-4)
+//!  request id (C-PATH-3) → method (TRACE) → /healthz, /readyz (C-OBS-4)
 //!   → global gate, FIFO wait with its deadline (C-LOAD-1)            GateWait ⇄ GateHandoff
 //!   → client address, forwarding facts (C-FWD-1..3)
 //!   → rate limit: local store, or the shared store with its timeout

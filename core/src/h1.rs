@@ -2,7 +2,7 @@
 //!
 //! Heads are parsed by `httparse` into a flat list of [`Header`]s borrowed from the read buffer
 //! (no `http::HeaderMap`, no allocation), checked against the framing rules of RFC 9112 (one
-//! set, in [`Facts`], shared with the streaming guard [`crate::framing`]), and rewritten in one
+//! set, in [`Facts`], for requests and responses; their errors are [`FramingError`]s), and rewritten in one
 //! pass into one output buffer ([`write_upstream_request`], [`write_response_head`]). Bodies are
 //! followed by small machines: [`LengthBody`], [`chunked::ChunkedDecoder`], or neither
 //! ([`BodyFraming::Empty`], [`BodyFraming::UntilClose`]).
@@ -171,7 +171,8 @@ impl RequestHead<'_, '_> {
     }
 
     /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0). weir
-    /// forwards the expectation and relays the upstream's `100`.
+    /// answers the expectation itself and does not forward `Expect`
+    /// ([`write_upstream_request`] drops it).
     #[must_use]
     pub fn expect_continue(&self) -> bool {
         self.version == Version::Http11 && self.facts.expect_continue
@@ -313,7 +314,7 @@ pub fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
 pub(crate) fn facts_of(headers: &[Header<'_>]) -> Facts {
     let mut facts = Facts::new();
     for h in headers {
-        facts.header(h.name.as_bytes(), h.value, true);
+        facts.header(h.name.as_bytes(), h.value);
     }
     facts
 }

@@ -34,7 +34,6 @@ pub mod console_guard;
 pub mod exchange;
 pub mod flow;
 pub mod forward;
-pub mod framing;
 pub mod h1;
 pub mod health;
 pub mod idle_pool;

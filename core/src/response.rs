@@ -15,7 +15,6 @@
 use core::fmt;
 
 use crate::flow::{Deliver, Failure};
-use crate::h1::FramingError;
 use crate::rate::HeaderText;
 use crate::select::NoBackend;
 
@@ -238,9 +237,6 @@ impl NotReady {
 /// allowed, the rate headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientError {
-    /// The head's framing is refused (request smuggling, missing or repeated `Host`; see
-    /// [`crate::framing`], C-PATH-12): `400` with `Connection: close`; nothing reaches a backend.
-    Framing(FramingError),
     /// Request target `*` with a method other than `OPTIONS`: `400`.
     AsteriskWithoutOptions,
     /// A target that cannot be proxied (authority-form, malformed): `400`.
@@ -273,8 +269,7 @@ impl ClientError {
     #[must_use]
     pub const fn status(&self) -> u16 {
         match self {
-            ClientError::Framing(_)
-            | ClientError::AsteriskWithoutOptions
+            ClientError::AsteriskWithoutOptions
             | ClientError::UnsupportedTarget
             | ClientError::BodyUnreadable => 400,
             ClientError::BodyTimeout => 408,
@@ -289,7 +284,6 @@ impl ClientError {
     #[must_use]
     pub const fn reason(&self) -> &'static str {
         match self {
-            ClientError::Framing(_) => "bad_framing",
             ClientError::AsteriskWithoutOptions | ClientError::UnsupportedTarget => "bad_target",
             ClientError::BodyTimeout => "body_timeout",
             ClientError::BodyUnreadable => "body_unreadable",
@@ -305,7 +299,6 @@ impl ClientError {
     #[must_use]
     pub const fn message(&self) -> &'static str {
         match self {
-            ClientError::Framing(e) => e.message(),
             ClientError::AsteriskWithoutOptions => "request target '*' needs OPTIONS",
             ClientError::UnsupportedTarget => {
                 "request target is not origin-, absolute- or asterisk-form"
@@ -409,7 +402,6 @@ impl<'a> SyntheticResponse<'a> {
     pub fn client_error(error: &ClientError, request_id: &'a str) -> SyntheticResponse<'a> {
         let r = SyntheticResponse::new(error.status(), error.message(), request_id);
         match error {
-            ClientError::Framing(_) => r.with(header::CONNECTION, Text::Str("close")),
             ClientError::MethodNotAllowed => r.with(header::ALLOW, Text::Str(crate::method::ALLOW)),
             _ => r,
         }

@@ -4,7 +4,7 @@
 //! rate-limit store, read the body for replay, send an attempt on a pooled or new upstream
 //! connection, answer, deliver or stream a response, tunnel an upgrade, count metrics and write
 //! the access log. Every wait is bounded by the engine's `poll_timeout`; every decision (request
-//! id, framing verdict, health answers, gate, client address, rate limit, route, body policy,
+//! id, health answers, gate, client address, rate limit, route, body policy,
 //! retries, deadlines, outcome classification, response mapping) is the engine's.
 //!
 //! What this module still does with values: the upstream request's header rewrites as core
@@ -145,8 +145,6 @@ impl<'a> Io<'a> {
             headers: req.headers(),
             peer: ctx.peer.ip(),
             tls: ctx.tls,
-            // HTTP/2 frames carry no HTTP/1 framing to refuse (C-PATH-12 is the h1 codec's).
-            framing: Ok(()),
             body: body_info(req.body()),
         };
         let x = worker::with_rng(|rng| {

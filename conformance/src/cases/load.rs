@@ -76,6 +76,32 @@ pub async fn c_load_1_no_wait_when_queue_timeout_zero(bin: Binary) {
     expect_status(&join(held, "held").await, 200, "held request");
 }
 
+/// C-LOAD-1 (issue 14): a request's gate slot is free once its client has read the response:
+/// it is released before the last byte is handed to the socket (HTTP/1 as HTTP/2). With one
+/// slot and no queue, requests alternating over two keep-alive connections, each sent once the
+/// previous response was read whole, are never refused.
+pub async fn c_load_1_slot_is_free_once_the_response_is_read(bin: Binary) {
+    let b = Backend::start("g-1").await;
+    let cfg = Config::new(&[&b])
+        .set("server.overload.max_concurrent_requests", 1)
+        .set("server.overload.queue_timeout", "0s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let mut conns = [Raw::connect(p.public).await, Raw::connect(p.public).await];
+    for i in 0..200 {
+        let c = &mut conns[i % 2];
+        c.write(format!("GET /r{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let (head, body) = c.read_response(secs(5)).await.expect("a response");
+        assert_eq!(
+            head.status,
+            200,
+            "request {i} after the previous response was read: {head:?} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
 /// C-LOAD-1: queued requests are admitted in FIFO order when slots free up.
 pub async fn c_load_1_queue_is_fifo(bin: Binary) {
     let b = Backend::start("g-1").await;

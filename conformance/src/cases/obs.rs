@@ -162,13 +162,10 @@ pub async fn c_obs_1_admission_store_and_connection_metrics(bin: Binary) {
         "load_balancer_overload_queue_wait_seconds_count",
         &[],
     );
-    // The refused request waited; a keep-alive request above may have waited microseconds too
-    // (its predecessor's slot is released once the last byte of its response is written, and
-    // the client can send the next request on a new connection before that task resumes).
-    assert!(
-        waited.is_some_and(|w| (1.0..=4.0).contains(&w)),
-        "the refused request waited: {waited:?}"
-    );
+    // Only the refused request waited: a request's slot is released before the last byte of
+    // its response is handed to the socket (on HTTP/1 as on HTTP/2), so the next request, sent
+    // once the client has read that byte, finds it free.
+    assert_eq!(waited, Some(1.0), "one request waited");
     let sum = sample(&text, "load_balancer_overload_queue_wait_seconds_sum", &[]);
     assert!(sum.is_some_and(|s| s >= 0.15), "it waited ~200 ms: {sum:?}");
     held.release_all();

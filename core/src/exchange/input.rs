@@ -6,7 +6,6 @@ use http::HeaderMap;
 
 use crate::bucket::Take;
 use crate::flow::BodyEnd;
-use crate::framing::Verdict;
 
 /// The parsed request head an exchange is created from, borrowed from the adapter for the
 /// duration of [`Exchange::new`](super::Exchange::new): the exchange keeps only the few values
@@ -26,9 +25,6 @@ pub struct Head<'h> {
     /// The request arrived over weir's own TLS: the backend is told `X-Forwarded-Proto: https`
     /// whoever the peer is (C-TLS-1).
     pub tls: bool,
-    /// The framing verdict of the connection's byte stream for this request (C-PATH-12): an
-    /// error is answered `400` with `Connection: close`, before anything else.
-    pub framing: Verdict,
     /// What the codec knows of the body's length.
     pub body: BodyInfo,
 }
@@ -81,7 +77,9 @@ pub enum Input {
     StoreAnswer(Result<Take, StoreFailure>),
     /// The request body asked for by [`Output::BufferBody`](super::Output::BufferBody) is read.
     BodyBuffered,
-    /// The request body could not be read.
+    /// The request body could not be read: while buffering it, or, while an attempt streams
+    /// it, because it broke its framing (a malformed chunk, issue 14). Either way `400`; a
+    /// streaming attempt is cancelled (neutral for the backend's health) and not retried.
     BodyUnreadable,
     /// The current attempt's response head arrived.
     ResponseHead {

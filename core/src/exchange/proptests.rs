@@ -135,7 +135,6 @@ enum Op {
         path: u8,
         method: u8,
         body: u8,
-        smuggle: bool,
     },
     Feed(u8, Input),
     /// Feed `Timeout` exactly at the exchange's deadline (time moves there).
@@ -174,8 +173,8 @@ fn input() -> impl Strategy<Value = Input> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (any::<bool>(), 0u8..8, 0u8..3, 0u8..4, prop::bool::weighted(0.05)).prop_map(
-            |(route, path, method, body, smuggle)| Op::New { route, path, method, body, smuggle }
+        3 => (any::<bool>(), 0u8..8, 0u8..3, 0u8..4).prop_map(
+            |(route, path, method, body)| Op::New { route, path, method, body }
         ),
         8 => (any::<u8>(), input()).prop_map(|(i, x)| Op::Feed(i, x)),
         3 => any::<u8>().prop_map(Op::Fire),
@@ -251,8 +250,7 @@ impl World {
                 path,
                 method,
                 body,
-                smuggle,
-            } => self.new_exchange(route, path, method, body, smuggle)?,
+            } => self.new_exchange(route, path, method, body)?,
             Op::Feed(i, input) => {
                 if let Some(k) = self.live(i) {
                     self.feed(k, input)?;
@@ -303,7 +301,6 @@ impl World {
         path: u8,
         method: u8,
         body: u8,
-        smuggle: bool,
     ) -> Result<(), TestCaseError> {
         let base = if route { "/r/x" } else { "/x" };
         let path = match path {
@@ -318,10 +315,7 @@ impl World {
             BodyInfo::Sized(1_000),
             BodyInfo::Unsized,
         ][usize::from(body)];
-        let mut req = Req::get(path).with(method.clone(), body);
-        if smuggle {
-            req.framing = Err(crate::h1::FramingError::HostRepeated);
-        }
+        let req = Req::get(path).with(method.clone(), body);
         let (x, out) = self.f.start(&req, self.now);
         let retry = self.f.rt.retry();
         let kind = match body {

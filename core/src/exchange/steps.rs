@@ -16,14 +16,12 @@ use crate::admission::Overloaded;
 use crate::bucket::Take;
 
 impl Exchange {
-    /// From the head to the first wait: framing, health endpoints, the gate.
+    /// From the head to the first wait: the method, health endpoints, the gate. (The framing
+    /// rules of C-PATH-12 are the HTTP/1 codec's, `h1::parse_request`: a head that breaks one
+    /// never makes an exchange.)
     pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
-        // C-PATH-12: an ambiguous framing or Host: 400, Connection: close, nothing upstream.
-        if let Err(e) = head.framing {
-            return self.answer(Answer::Client(ClientError::Framing(e)), now, rng);
-        }
-        // Issue 21: TRACE → 405 unless `server.allow_trace`, with the framing checks, before
-        // `/healthz`, the gate and the limiter (docs/proxy.md, "Methods").
+        // Issue 21: TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
+        // the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;
         if let Err(refused) = crate::method::check(head.method, allow_trace) {
             return self.answer(Answer::Client(refused.into()), now, rng);
@@ -110,6 +108,16 @@ impl Exchange {
                 let (error, result) = classify(failure);
                 self.attempt_ended(sent, result, now);
                 self.flow_error(error, now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::BodyUnreadable) => {
+                // The streamed request body broke its framing (a malformed chunk): the
+                // client's error, answered `400`; the attempt is cancelled, neutral for the
+                // backend's health (C-PATH-9's classification), and not retried.
+                self.attempt_ended(sent, AttemptResult::Cancelled, now);
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+                }
+                self.answer(Answer::Client(ClientError::BodyUnreadable), now, rng);
             }
             (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
                 self.attempt_ended(sent, AttemptResult::Timeout, now);

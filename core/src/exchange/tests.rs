@@ -11,7 +11,6 @@ use crate::admission::Overloaded;
 use crate::bucket::Take;
 use crate::config::{MapSecrets, load};
 use crate::flow::BodyEnd;
-use crate::h1::FramingError;
 use crate::rate::{LocalStoreParams, RateDecision};
 use crate::response::{NotReady, ProtectionReason, Reject, header};
 use crate::rng::WyRand;
@@ -105,7 +104,6 @@ pub(crate) struct Req {
     pub(crate) headers: HeaderMap,
     pub(crate) peer: IpAddr,
     pub(crate) tls: bool,
-    pub(crate) framing: crate::framing::Verdict,
     pub(crate) body: BodyInfo,
 }
 
@@ -118,7 +116,6 @@ impl Req {
             headers: HeaderMap::new(),
             peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
             tls: false,
-            framing: Ok(()),
             body: BodyInfo::Empty,
         }
     }
@@ -142,7 +139,6 @@ impl Req {
             headers: &self.headers,
             peer: self.peer,
             tls: self.tls,
-            framing: self.framing,
             body: self.body,
         }
     }
@@ -292,22 +288,6 @@ fn c_path_3_a_valid_id_is_kept_an_invalid_one_replaced_and_every_answer_carries_
         s.headers()
             .any(|(n, v)| n == header::REQUEST_ID && v.to_string() == "r-9")
     );
-}
-
-#[test]
-fn c_path_12_a_framing_error_is_400_and_passes_neither_gate_nor_backend() {
-    let mut f = Fixture::new(TWO, StorageKind::Local);
-    let mut req = Req::get("/x");
-    req.framing = Err(FramingError::LengthAndTransferEncoding);
-    let (x, out) = f.start(&req, T0);
-    let refused = ClientError::Framing(FramingError::LengthAndTransferEncoding);
-    assert_eq!(answer(&out), Answer::Client(refused));
-    let s = x.synthetic(&answer(&out)).expect("synthetic");
-    assert!(s.headers().any(|(n, _)| n == header::CONNECTION));
-    assert_eq!(record(&out).status, 400);
-    assert!(x.is_done());
-    assert_eq!(f.services.gate().in_flight(), 0);
-    assert_eq!(f.in_flight(), [0, 0]);
 }
 
 #[test]
@@ -728,6 +708,32 @@ fn c_path_9_a_client_gone_during_an_attempt_is_cancelled_and_neutral() {
     let (mut y, _) = f.start(&Req::get("/x"), at(10));
     let out = f.feed(&mut y, Input::SendFailed(SendFailure::Connect), at(11));
     assert!(send(&out).retry);
+}
+
+#[test]
+fn c_path_12_a_streamed_body_that_breaks_its_framing_is_400_cancelled_and_neutral() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let (mut x, out) = f.start(&Req::get("/x").with(Method::PUT, BodyInfo::Unsized), T0);
+    assert!(!send(&out).retry, "streamed: sent at once");
+    let out = f.feed(&mut x, Input::BodyUnreadable, at(5));
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::Cancelled,
+            ..
+        })
+    ));
+    assert_eq!(answer(&out), Answer::Client(ClientError::BodyUnreadable));
+    assert_eq!(record(&out).status, 400);
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send(_))),
+        "not retried: {out:?}"
+    );
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+    for (_, b) in f.rt.backends() {
+        assert_eq!(b.passive_failures(), 0, "the client's fault: neutral");
+    }
 }
 
 #[test]

@@ -19,8 +19,8 @@
 //! trailer is dropped ([`trailer_forwarded`]: framing, routing, hop-by-hop, authentication,
 //! forwarding names), so no odd spelling of the framing reaches the next hop. Nothing is
 //! allocated: the pieces borrow the input, the writer appends to the caller's buffer. A reader
-//! that only skips a body ([`ChunkedDecoder::decode`], the streaming guard) follows the trailer
-//! lines byte by byte and does not parse them.
+//! that only skips a body ([`ChunkedDecoder::decode`]) follows the trailer lines byte by byte
+//! and does not parse them.
 
 use core::fmt;
 

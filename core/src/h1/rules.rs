@@ -1,7 +1,7 @@
 //! The framing rules of RFC 9112, one set for every reader of an HTTP/1 head (C-PATH-12):
-//! weir's head parsers ([`super::request`], [`super::response`]) and the streaming guard
-//! [`crate::framing::RequestFraming`] both feed header lines to [`Facts::header`] and ask
-//! [`Facts::request_body`] / [`Facts::response_body`] for the verdict, so the two cannot drift.
+//! weir's head parsers (requests and [`super::response`]) feed header lines to
+//! [`Facts::header`] and ask [`Facts::request_body`] / [`Facts::response_body`] for the
+//! verdict, so the two cannot drift.
 
 use core::fmt;
 
@@ -74,19 +74,12 @@ impl Facts {
         }
     }
 
-    /// One header line. `whole` is `false` when only a prefix of the line is known (the
-    /// streaming guard keeps a bounded prefix): a framing header must then be refused.
-    pub fn header(&mut self, name: &[u8], value: &[u8], whole: bool) {
+    /// One header line.
+    pub fn header(&mut self, name: &[u8], value: &[u8]) {
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => {
                 self.hosts = self.hosts.saturating_add(1);
-                // A prefix (the streaming guard's, over `LINE_PREFIX`) is checked byte by byte.
-                let ok = if whole {
-                    valid_host(trim(value))
-                } else {
-                    trim(value).iter().all(|&b| authority_byte(b))
-                };
-                self.host_invalid |= !ok;
+                self.host_invalid |= !valid_host(trim(value));
             }
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
@@ -110,10 +103,7 @@ impl Facts {
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // One line, one number (issue 14: a repeated Content-Length is refused even
                 // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
-                match (
-                    whole.then(|| content_length(value)).flatten(),
-                    self.content_length,
-                ) {
+                match (content_length(value), self.content_length) {
                     (Some(n), None) => self.content_length = Some(n),
                     _ => self.fail(FramingError::ContentLength),
                 }
@@ -123,7 +113,7 @@ impl Facts {
                 // refused rather than rewritten to plain `chunked` (RFC 9112 §6.1 lets a
                 // server refuse codings it does not understand; nginx 1.23+ does the same).
                 // Several lines are one list (RFC 9110 §5.3), so a second line is refused too.
-                if !whole || self.transfer_encoding || !only_chunked(value) {
+                if self.transfer_encoding || !only_chunked(value) {
                     self.fail(FramingError::TransferEncoding);
                 }
                 self.transfer_encoding = true;
@@ -334,11 +324,6 @@ const fn sub_delim(b: u8) -> bool {
     )
 }
 
-/// A byte that may appear somewhere in a valid `Host` value.
-const fn authority_byte(b: u8) -> bool {
-    unreserved(b) || sub_delim(b) || matches!(b, b'%' | b':' | b'[' | b']')
-}
-
 /// Why a request head is refused (C-PATH-12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FramingError {
@@ -356,11 +341,6 @@ pub enum FramingError {
     /// A `Host` that is not a valid authority (`h1::valid_host`: a reg-name, IPv4 or
     /// IP-literal and an optional port, no userinfo, no path), empty included.
     HostInvalid,
-    /// A header line continued by obsolete line folding.
-    ObsoleteFold,
-    /// No verdict: the head arrived after the tracker stopped following the connection (after
-    /// a malformed chunk or a protocol switch). Treated as a rejection.
-    Untracked,
 }
 
 impl FramingError {
@@ -380,8 +360,6 @@ impl FramingError {
             FramingError::HostMissing => "http/1.1 request has no host header",
             FramingError::HostRepeated => "request has more than one host header",
             FramingError::HostInvalid => "request host header is not a valid authority",
-            FramingError::ObsoleteFold => "header line folding is not allowed",
-            FramingError::Untracked => "request framing could not be followed",
         }
     }
 }

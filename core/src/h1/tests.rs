@@ -280,6 +280,22 @@ x-forwarded-proto: https\r\nx-request-id: abc\r\n\r\n"
     );
 }
 
+/// C-PATH-7 (issue 14): weir answers `Expect: 100-continue` itself, so no `Expect` line (any
+/// value, any spelling) reaches the upstream; the request is otherwise unchanged.
+#[test]
+fn c_path_7_expect_is_not_forwarded_upstream() {
+    let out = upstream(
+        b"PUT /u HTTP/1.1\r\nHost: h\r\nEXPECT: 100-continue\r\nX-A: 1\r\nexpect: x\r\n\
+Content-Length: 3\r\n\r\n",
+        &[],
+    );
+    assert!(!out.to_ascii_lowercase().contains("expect"), "{out}");
+    assert!(
+        out.starts_with("PUT /api/x HTTP/1.1\r\nHost: h\r\nX-A: 1\r\ncontent-length: 3\r\n"),
+        "{out}"
+    );
+}
+
 /// C-PATH-8: an upgrade keeps `Upgrade` and says `Connection: upgrade`; chunked passes through.
 #[test]
 fn c_path_8_upgrade_and_chunked_in_the_upstream_head() {

@@ -65,7 +65,10 @@ pub fn write_upstream_request(
             upgrade_line(out, name, h.value);
             continue;
         }
+        // `Expect`: weir answers `100-continue` itself when it starts reading the body
+        // (docs/proxy.md), so the expectation ends here, as on the HTTP/2 path.
         if dropped(name, head.headers, head.facts.connection_names, upgrading)
+            || name.eq_ignore_ascii_case(b"expect")
             || forward::is_replaced_forwarding(name)
             || req
                 .extra

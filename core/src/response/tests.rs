@@ -9,7 +9,6 @@ use super::*;
 use crate::admission::Overloaded;
 use crate::bulkhead::BulkheadFull;
 use crate::flow::AttemptError;
-use crate::h1::FramingError;
 use crate::rate::{RateDecision, RateOutcome, StorageKind};
 use crate::retry::NoRetryReason;
 
@@ -109,10 +108,6 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
         all.push((SyntheticResponse::management(&m, id), status));
     }
     for (e, status) in [
-        (
-            ClientError::Framing(FramingError::LengthAndTransferEncoding),
-            400,
-        ),
         (ClientError::AsteriskWithoutOptions, 400),
         (ClientError::UnsupportedTarget, 400),
         (ClientError::BodyTimeout, 408),
@@ -307,13 +302,10 @@ fn c_mgmt_2_management_errors_are_not_cached_and_carry_their_extras() {
     assert!(strings(&r).contains(&(header::ALLOW, "GET, HEAD".into())));
 }
 
+/// C-PATH-12's refusals (`Connection: close`) are the HTTP/1 codec's own answers; the
+/// engine's client errors leave the connection to the adapter's keep-alive rules.
 #[test]
-fn c_path_12_smuggling_answer_closes_the_connection_and_only_it() {
-    let r = SyntheticResponse::client_error(
-        &ClientError::Framing(FramingError::LengthAndTransferEncoding),
-        "r",
-    );
-    assert!(strings(&r).contains(&(header::CONNECTION, "close".into())));
+fn client_errors_do_not_close_the_connection_themselves() {
     for e in [
         ClientError::BodyTimeout,
         ClientError::NotReady(NotReady::ShuttingDown),

@@ -308,7 +308,6 @@ impl World {
             headers: &self.no_headers,
             peer: VISITOR,
             tls: false,
-            framing: Ok(()),
             body: BodyInfo::Empty,
         };
         let x = Exchange::new(

@@ -17,7 +17,7 @@ use weir_core::upstream::BackendBase;
 
 use super::client::{self, HeadInfo, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError};
 use super::conn::Client;
-use super::relay::{self, Reader, RelayError};
+use super::relay::{self, Pump, Reader, RelayError};
 use super::{Extra, write_all};
 use crate::Shared;
 use crate::rt;
@@ -42,13 +42,17 @@ pub(super) struct Side<'r> {
     pub(super) reader: &'r mut Reader,
     pub(super) sent_continue: &'r mut bool,
     pub(super) client_failed: &'r mut bool,
+    /// The client's streamed body broke its chunked coding (a `400`, issue 14).
+    pub(super) body_malformed: &'r mut bool,
     pub(super) version: Version,
     /// The request body's bytes sent upstream so far (access log).
     pub(super) body_bytes: &'r mut u64,
 }
 
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
-/// the body if `stream` (its read deadline), and read the response head, relaying interim ones.
+/// the body if `stream` (its read deadline) while reading the response head, relaying interim
+/// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
+/// the head came first).
 pub(super) async fn attempt(
     shared: &Shared,
     c: &mut Client,
@@ -56,7 +60,7 @@ pub(super) async fn attempt(
     stream: Option<Option<std::time::Instant>>,
     side: &mut Side<'_>,
     rctx: ResponseContext,
-) -> Result<(UpConn, HeadInfo), UpError> {
+) -> Result<(UpConn, HeadInfo, Option<Pump>), UpError> {
     let up = &shared.upstream;
     let now = shared.rt.now();
     let mut conn = None;
@@ -79,38 +83,14 @@ pub(super) async fn attempt(
             fresh
         }
     };
-    if let Some(deadline) = stream {
-        let mut w = std::mem::take(&mut c.out);
-        let relay = relay::relay(
-            (&mut c.io, &mut c.buf),
-            side.reader,
-            true,
-            (&mut conn.io, None),
-            &mut w,
-            0,
-            side.body_bytes,
-        );
-        let r = match deadline {
-            Some(at) => rt::timeout_at(shared.rt, at, relay)
-                .await
-                .unwrap_or_else(|_| Err(RelayError::Source(io::ErrorKind::TimedOut.into()))),
-            None => relay.await,
-        };
-        w.clear();
-        c.out = w;
-        match r {
-            Ok(()) => {}
-            Err(RelayError::Source(e)) => {
-                *side.client_failed = true;
-                return Err(UpError::Transport(e));
-            }
-            Err(RelayError::Sink(e)) => return Err(UpError::Transport(e)),
-        }
-    }
+    // Full duplex (issue 14): the body is sent while the response head is awaited, so a
+    // backend that answers before reading it is answered at once; a body not sent whole by
+    // then goes on beside the response ([`Pump`], `deliver`).
+    let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(shared.rt, at))));
     loop {
-        let info = poll_fn(|cx| wait_head(&mut conn, c, cx, rctx)).await?;
+        let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
         if !info.interim {
-            return Ok((conn, info));
+            return Ok((conn, info, pump));
         }
         let swallow = info.status == 100 && *side.sent_continue;
         if !swallow && h1::relay_interim(side.version) {
@@ -126,15 +106,46 @@ pub(super) async fn attempt(
     }
 }
 
-/// The upstream's response head, the client's socket watched for its end (C-PATH-9).
-pub(super) fn wait_head(
+/// The upstream's response head, the request body sent meanwhile (`pump`), the client's socket
+/// watched for its end once the body is sent (C-PATH-9).
+fn wait_head(
     conn: &mut UpConn,
     c: &mut Client,
+    pump: &mut Option<Pump>,
+    side: &mut Side<'_>,
     cx: &mut Context<'_>,
     rctx: ResponseContext,
 ) -> Poll<Result<HeadInfo, UpError>> {
+    let mut sending = false;
+    if let Some(p) = pump.as_mut()
+        && p.is_sending()
+    {
+        let source = (&mut c.io, &mut c.buf);
+        match p.poll(source, side.reader, &mut conn.io, side.body_bytes, cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Pending => sending = true,
+            // The backend stopped reading: it may have answered (its head decides) or be
+            // gone (its end of stream does).
+            Poll::Ready(Err(RelayError::Sink(_))) => {}
+            Poll::Ready(Err(RelayError::Source(e))) => {
+                *side.client_failed = true;
+                return Poll::Ready(Err(UpError::Transport(e)));
+            }
+            Poll::Ready(Err(RelayError::Malformed(e))) => {
+                *side.body_malformed = true;
+                return Poll::Ready(Err(UpError::Transport(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e.to_string(),
+                ))));
+            }
+        }
+    }
     if let Poll::Ready(r) = client::poll_head(conn, cx, rctx) {
         return Poll::Ready(r);
+    }
+    if sending {
+        // The pump reads the client; its end of stream is the pump's failure.
+        return Poll::Pending;
     }
     let cap = c.cap();
     if !c.buf.is_full(cap) {

@@ -33,12 +33,12 @@ use weir_core::response::{ClientError, header};
 use super::attempt::{Side, attempt, or_gone, response_head, upstream_target};
 use super::client::{self, HeadInfo, UpConn, UpError};
 use super::conn::{Client, MAX_HEADERS};
-use super::relay::{self, Reader};
+use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::{Extra, push_text, write_all};
 use crate::conn::ConnCtx;
 use crate::effects::{PendingLine, RequestBytes};
-use crate::rt::watch;
+use crate::rt::{self, watch};
 use crate::upstream::Target;
 use crate::{Shared, drive, effects, worker};
 
@@ -100,8 +100,6 @@ async fn serve_head(
             headers: &map,
             peer: ctx.peer.ip(),
             tls: ctx.tls,
-            // The codec refused every head with a framing defect before this point.
-            framing: Ok(()),
             body,
         };
         worker::with_rng(|rng| {
@@ -125,6 +123,7 @@ async fn serve_head(
         buffered: None,
         sent_continue: false,
         client_failed: false,
+        body_malformed: false,
         body_bytes: 0,
         line: None,
         shutdown,
@@ -172,6 +171,8 @@ struct Up {
     conn: UpConn,
     info: HeadInfo,
     target: Arc<Target>,
+    /// The streamed request body, if it was still being sent when the head came (full duplex).
+    pump: Option<Pump>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
@@ -194,6 +195,8 @@ struct Req<'a> {
     sent_continue: bool,
     /// Reading the client's streamed body failed (C-PATH-9).
     client_failed: bool,
+    /// The client's streamed body broke its chunked coding (issue 14: `400`).
+    body_malformed: bool,
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
@@ -373,6 +376,7 @@ impl Req<'_> {
                 reader,
                 sent_continue,
                 client_failed,
+                body_malformed,
                 body_bytes,
                 ..
             } = self;
@@ -383,6 +387,7 @@ impl Req<'_> {
                 reader,
                 sent_continue,
                 client_failed,
+                body_malformed,
                 version,
                 body_bytes,
             };
@@ -391,17 +396,28 @@ impl Req<'_> {
         };
         match sent {
             None => Ok(None),
-            Some(Ok((conn, info))) => {
+            Some(Ok((conn, info, pump))) => {
                 self.feed(Input::ResponseHead {
                     status: info.status,
                 });
-                Ok(Some(Up { conn, info, target }))
+                Ok(Some(Up {
+                    conn,
+                    info,
+                    target,
+                    pump,
+                }))
             }
             Some(Err(UpError::ClientGone)) => Err(Gone),
             Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
                 // The engine classifies a status outside 100..=599 (an invalid response); the
                 // connection that carried it is dropped.
                 self.feed(Input::ResponseHead { status });
+                Ok(None)
+            }
+            Some(Err(_)) if self.body_malformed => {
+                // The client's error, not the backend's: `400`; the upstream connection the
+                // body was written to was dropped with the attempt.
+                self.feed(Input::BodyUnreadable);
                 Ok(None)
             }
             Some(Err(e)) => {
@@ -556,6 +572,16 @@ impl Req<'_> {
             return false;
         };
         up.conn.buf.consume(up.info.head_len);
+        // The streamed request body, if the backend answered before it was all sent: it goes
+        // on beside the response; an upstream connection whose request was not sent whole is
+        // not reused.
+        let mut pump = up.pump.take();
+        if out.body == BodyOut::Tunnel && pump.as_ref().is_some_and(Pump::is_sending) {
+            // A switch of protocols before the request's own body ended: no byte stream to
+            // join them at; both connections close.
+            finish(shared, &mut x, BodyEnd::Error);
+            return false;
+        }
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
@@ -565,28 +591,47 @@ impl Req<'_> {
         let mut reader = Reader::new(framing);
         let pass = out.body == BodyOut::PassChunked;
         let mut sent = 0;
-        let end = {
+        let complete = {
             let mut w = std::mem::take(&mut c.out);
             let cap = c.cap();
+            let side = pump.as_mut().map(|pump| PumpSide {
+                pump,
+                reader: &mut self.reader,
+                sent: &mut self.body_bytes,
+            });
             let relay = relay::relay(
                 (&mut up.conn.io, &mut up.conn.buf),
                 &mut reader,
                 pass,
-                (&mut c.io, Some(&mut c.buf)),
+                (&mut c.io, &mut c.buf, cap),
+                side,
                 &mut w,
-                cap,
                 &mut sent,
             );
             let end = stream_body(shared, &mut x, pin!(relay)).await;
+            // The end is reported before the last bytes are written (C-LOAD-1: the gate slot
+            // is released at the point HTTP/2 releases it, so a keep-alive client's next
+            // request does not queue behind this one); the last write keeps the response's
+            // write deadline.
+            let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
+            finish(shared, &mut x, end);
+            let request_sent = pump.as_ref().is_none_or(Pump::is_sent);
+            if end == BodyEnd::Complete && reusable && request_sent {
+                client::release(&shared.upstream, up.conn, shared.rt.now());
+            }
+            let mut written = true;
+            if end == BodyEnd::Complete && !w.is_empty() {
+                let write = write_all(&mut c.io, &w);
+                written = match last_write {
+                    Some(at) => matches!(rt::timeout_at(shared.rt, at, write).await, Ok(Ok(()))),
+                    None => write.await.is_ok(),
+                };
+            }
             w.clear();
             c.out = w;
-            end
+            end == BodyEnd::Complete && written
         };
-        finish(shared, &mut x, end);
         self.log_line(sent);
-        if end == BodyEnd::Complete && reusable {
-            client::release(&shared.upstream, up.conn, shared.rt.now());
-        }
-        end == BodyEnd::Complete && out.keep_alive
+        complete && out.keep_alive
     }
 }

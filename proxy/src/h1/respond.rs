@@ -50,7 +50,7 @@ where
         };
         return match r {
             Ok(()) => BodyEnd::Complete,
-            Err(RelayError::Source(_)) => BodyEnd::Error,
+            Err(RelayError::Source(_) | RelayError::Malformed(_)) => BodyEnd::Error,
             Err(RelayError::Sink(_)) => BodyEnd::ClientGone,
         };
     }

@@ -183,7 +183,6 @@ impl World<'_> {
             headers: &self.no_headers,
             peer: ip,
             tls: false,
-            framing: Ok(()),
             body: match body {
                 BodyKind::None => BodyInfo::Empty,
                 BodyKind::Sized(n) => BodyInfo::Sized(n),

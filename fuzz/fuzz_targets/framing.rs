@@ -1,6 +1,0 @@
-#![no_main]
-
-#[path = "../targets/mod.rs"]
-mod targets;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::framing::run(data));
