@@ -413,6 +413,22 @@ pub async fn dial(rt: Rt, host: &str, port: u16) -> io::Result<Box<dyn TcpConn>>
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
 }
 
+/// Write `bytes` on a just-connected stream before anything else (a PROXY header,
+/// `backends[].send_proxy_protocol`): all of them, flushed.
+///
+/// # Errors
+/// The write failed, or the peer took nothing.
+pub async fn write_preface(stream: &mut Box<dyn TcpConn>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = std::future::poll_fn(|cx| Pin::new(&mut **stream).poll_write(cx, bytes)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+    }
+    std::future::poll_fn(|cx| Pin::new(&mut **stream).poll_flush(cx)).await
+}
+
 /// Sleep for `d`.
 pub async fn sleep(rt: Rt, d: Duration) {
     rt.0.timer().sleep(d).await;
