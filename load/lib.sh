@@ -24,7 +24,8 @@ PROXY_CPUS="${PROXY_CPUS:-}"            # set: pin each proxy to these CPUs inst
 #   WRITE_TIMEOUT  weir's server.write_timeout and nginx's send_timeout (default: theirs)
 #   BIG_BYTES      body size of the backends' paths under /big (default: BODY_BYTES)
 # Set by load/tls-bench (unset: plain HTTP):
-#   TLS_CERT TLS_KEY  PEM certificate and key every proxy terminates TLS with (nginx, weir)
+#   TLS_CERT TLS_KEY  PEM certificate and key every proxy terminates TLS with (nginx, weir);
+#                     nginx gets `ssl_protocols TLSv1.2 TLSv1.3` (1.22's default has no 1.3)
 #   TLS_PEM           the same certificate and key in one file (HAProxy's `crt`)
 
 STARTED_PIDS=()
@@ -353,7 +354,7 @@ $(for p in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done)
   }
   server {
     listen 127.0.0.1:$PORT backlog=4096$([[ ${H2C:-0} == 1 ]] && echo ' http2')$([[ -n ${TLS_CERT:-} ]] && echo ' ssl');
-$([[ -n ${TLS_CERT:-} ]] && printf '    ssl_certificate %s;\n    ssl_certificate_key %s;\n' "$TLS_CERT" "$TLS_KEY")
+$([[ -n ${TLS_CERT:-} ]] && printf '    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n' "$TLS_CERT" "$TLS_KEY")
     location / {
       proxy_pass http://backends;
       proxy_http_version 1.1;
