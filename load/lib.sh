@@ -26,6 +26,10 @@ PROXY_CPUS="${PROXY_CPUS:-}"            # set: pin each proxy to these CPUs inst
 #   IDLE_TIMEOUT   weir's server.idle_timeout and nginx's keepalive_timeout (default 300s)
 #   WRITE_TIMEOUT  weir's server.write_timeout and nginx's send_timeout (default: theirs)
 #   BIG_BYTES      body size of the backends' paths under /big (default: BODY_BYTES)
+# Set by load/tls-bench (unset: plain HTTP):
+#   TLS_CERT TLS_KEY  PEM certificate and key every proxy terminates TLS with (nginx, weir);
+#                     nginx gets `ssl_protocols TLSv1.2 TLSv1.3` (1.22's default has no 1.3)
+#   TLS_PEM           the same certificate and key in one file (HAProxy's `crt`)
 
 STARTED_PIDS=()
 WORK="${WORK:-}"
@@ -270,9 +274,10 @@ start_proxy() {
   PROXY_PID=$PID
   wait_port "$PORT" 30 || die "$name did not open 127.0.0.1:$PORT (see $WORK/$name-w$workers.log)"
   # One request through it so that a dead backend path shows now, not in the numbers.
-  local status probe=()
+  local status probe=() scheme=http
   [[ ${H2C:-0} == 1 ]] && probe=(--http2-prior-knowledge)
-  status=$(curl -s "${probe[@]}" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/" 2>/dev/null || true)
+  [[ -n ${TLS_CERT:-} ]] && scheme=https probe=(--insecure --http1.1)
+  status=$(curl -s "${probe[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$PORT/" 2>/dev/null || true)
   [[ $status == 200 ]] || die "$name answered '$status' on 127.0.0.1:$PORT (see $WORK/$name-w$workers.log)"
   log "$name: $workers worker(s) on 127.0.0.1:$PORT, pid $PROXY_PID${pin:+ ($pin)}"
 }
@@ -285,6 +290,7 @@ write_weir_config() {
   cat >"$1" <<EOF
 server:
   port: "$PORT"
+$(weir_tls_block)
   # The client-connection cap nginx (worker_connections) and HAProxy (maxconn) get.
   max_connections: $maxconn
   access_log_sample_rate: 0
@@ -319,6 +325,12 @@ EOF
   done
 }
 
+# weir's server.tls block when TLS_CERT is set (nothing otherwise).
+weir_tls_block() {
+  [[ -n ${TLS_CERT:-} ]] || return 0
+  printf '  tls:\n    certificates:\n      - cert_file: %s\n        key_file: %s\n' "$TLS_CERT" "$TLS_KEY"
+}
+
 # nginx: upstream keepalive, the same forwarding headers weir writes (C-FWD-2, C-PATH-3),
 # retries on error/timeout/502-504 like weir's defaults, no access log.
 write_nginx_config() {
@@ -351,7 +363,8 @@ $(for p in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done)
     keepalive_timeout 60s;
   }
   server {
-    listen 127.0.0.1:$PORT backlog=4096$([[ ${H2C:-0} == 1 ]] && echo ' http2');
+    listen 127.0.0.1:$PORT backlog=4096$([[ ${H2C:-0} == 1 ]] && echo ' http2')$([[ -n ${TLS_CERT:-} ]] && echo ' ssl');
+$([[ -n ${TLS_CERT:-} ]] && printf '    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n' "$TLS_CERT" "$TLS_KEY")
     location / {
       proxy_pass http://backends;
       proxy_http_version 1.1;
@@ -393,14 +406,14 @@ defaults
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:$PORT backlog 4096
+  bind 127.0.0.1:$PORT backlog 4096${TLS_PEM:+ ssl crt $TLS_PEM}
   unique-id-format %[uuid()]
   unique-id-header X-Request-ID
   http-request del-header Forwarded
   http-request set-header X-Forwarded-For %[src]
   http-request set-header X-Real-IP %[src]
   http-request set-header X-Forwarded-Host %[req.hdr(host)]
-  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Proto $([[ -n ${TLS_PEM:-} ]] && echo https || echo http)
   http-response set-header X-Request-ID %[unique-id]
   default_backend be
 backend be

@@ -30,7 +30,8 @@ use hyper::rt::ReadBufCursor;
 use hyper::rt::Timer;
 use smol_hyper::rt::SmolTimer;
 use weir_proxy::rt::{
-    BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted, TlsConnect,
+    BoxFuture, Io, Listener, Negotiated, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted,
+    TlsConnect,
 };
 
 pub use weir_proxy::*;
@@ -132,17 +133,12 @@ impl weir_proxy::rt::Runtime for Smol {
             let stream = futures_rustls::TlsAcceptor::from(config)
                 .accept(tcp.0.into_inner())
                 .await?;
-            let conn = stream.get_ref().1;
-            let (alpn, version) = (
-                conn.alpn_protocol().map(<[u8]>::to_vec),
-                conn.protocol_version(),
-            );
+            let session = Negotiated::of(stream.get_ref().1);
             // rustls writes one slice at a time: hyper should flatten.
-            Ok(TlsAccepted {
-                io: Box::new(SmolIo::new(stream, false)),
-                alpn,
-                version,
-            })
+            Ok(TlsAccepted::new(
+                Box::new(SmolIo::new(stream, false)),
+                session,
+            ))
         })
     }
 

@@ -19,7 +19,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
 use weir_proxy::rt::{
-    BoxFuture, Io, Listener, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted, TlsConnect,
+    BoxFuture, Io, Listener, Negotiated, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted,
+    TlsConnect,
 };
 
 pub use weir_proxy::*;
@@ -99,16 +100,8 @@ impl weir_proxy::rt::Runtime for Tokio {
             let stream = tokio_rustls::TlsAcceptor::from(config)
                 .accept(tcp.0.into_inner())
                 .await?;
-            let conn = stream.get_ref().1;
-            let (alpn, version) = (
-                conn.alpn_protocol().map(<[u8]>::to_vec),
-                conn.protocol_version(),
-            );
-            Ok(TlsAccepted {
-                io: Box::new(TokioIo::new(stream)),
-                alpn,
-                version,
-            })
+            let session = Negotiated::of(stream.get_ref().1);
+            Ok(TlsAccepted::new(Box::new(TokioIo::new(stream)), session))
         })
     }
 

@@ -73,10 +73,10 @@ async fn keepalive_backend(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
 async fn c_retry_6_pool_reuses_only_finished_connections() {
     let (addr, accepted) = keepalive_backend(100_000).await;
     let up = Upstream::new(weir_tokio::rt(), config(), None);
-    let target = up.target("b", &format!("http://{addr}")).unwrap();
+    let target = up.target("b", &format!("http://{addr}"), None).unwrap();
     for _ in 0..3 {
         let (resp, mut conn) = up
-            .send(&target, get("b"), std::time::Instant::now())
+            .send(&target, get("b"), std::time::Instant::now(), client())
             .await
             .unwrap();
         let body = read_body(resp, &mut conn).await;
@@ -87,13 +87,13 @@ async fn c_retry_6_pool_reuses_only_finished_connections() {
     assert_eq!(up.idle_count(), 1);
     // Dropped unread: not returned, the next request needs a new connection.
     let (resp, conn) = up
-        .send(&target, get("b"), std::time::Instant::now())
+        .send(&target, get("b"), std::time::Instant::now(), client())
         .await
         .unwrap();
     drop(resp);
     drop(conn);
     let (resp, mut conn) = up
-        .send(&target, get("b"), std::time::Instant::now())
+        .send(&target, get("b"), std::time::Instant::now(), client())
         .await
         .unwrap();
     let _ = read_body(resp, &mut conn).await;
@@ -110,9 +110,10 @@ async fn refused_is_a_connect_error() {
     let addr = l.local_addr().unwrap();
     drop(l);
     let up = Upstream::new(weir_tokio::rt(), config(), None);
-    let target = up.target("b", &format!("http://{addr}")).unwrap();
+    let target = up.target("b", &format!("http://{addr}"), None).unwrap();
     assert!(matches!(
-        up.send(&target, get("b"), std::time::Instant::now()).await,
+        up.send(&target, get("b"), std::time::Instant::now(), client())
+            .await,
         Err(SendError::Connect(_))
     ));
 }
@@ -178,21 +179,26 @@ async fn https_backends_validate_certificates() {
     let bad = tls_backend(None).await;
     let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
     let t = up
-        .target("good", &format!("https://localhost:{good}"))
+        .target("good", &format!("https://localhost:{good}"), None)
         .unwrap();
     let (resp, mut conn) = up
-        .send(&t, get("localhost"), std::time::Instant::now())
+        .send(&t, get("localhost"), std::time::Instant::now(), client())
         .await
         .expect("tls ok");
     assert_eq!(resp.status(), 200);
     let body = read_body(resp, &mut conn).await;
     assert_eq!(body.as_ref(), b"secure");
     let t = up
-        .target("bad", &format!("https://localhost:{bad}"))
+        .target("bad", &format!("https://localhost:{bad}"), None)
         .unwrap();
     assert!(matches!(
-        up.send(&t, get("localhost"), std::time::Instant::now())
+        up.send(&t, get("localhost"), std::time::Instant::now(), client())
             .await,
         Err(SendError::Connect(_))
     ));
+}
+
+/// The client a request is sent for (no backend here asks for a PROXY header).
+fn client() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 1))
 }

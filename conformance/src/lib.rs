@@ -130,6 +130,8 @@ macro_rules! __with_cases {
             c_tls_2_mismatched_pair_keeps_the_old_certificate,
             c_tls_3_proxy_protocol_sets_the_client,
             c_tls_3_malformed_proxy_header_closes,
+            c_tls_3_proxy_header_then_tls_handshake,
+            c_tls_3_send_proxy_protocol_to_backends,
             c_pool_1_backend_id_is_given,
             c_pool_1_duplicate_ids_rejected,
             c_pool_3_unavailable_backends_are_skipped,

@@ -15,6 +15,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme, SupportedProtocolVersion};
+use tokio::io::AsyncWriteExt as _;
 
 use crate::backend::TestBody;
 use crate::client::{Resp, connect};
@@ -128,6 +129,8 @@ pub struct Client {
     pub versions: Vec<&'static SupportedProtocolVersion>,
     /// ALPN offered.
     pub alpn: Vec<Vec<u8>>,
+    /// Bytes written on the TCP connection before the ClientHello (a PROXY header).
+    pub preface: Vec<u8>,
 }
 
 impl Client {
@@ -137,7 +140,14 @@ impl Client {
             sni: sni.map(str::to_owned),
             versions: vec![&rustls::version::TLS13, &rustls::version::TLS12],
             alpn: vec![b"http/1.1".to_vec()],
+            preface: Vec::new(),
         }
+    }
+
+    /// Sends `header` (a PROXY v1 or v2 header) on the connection before the handshake.
+    pub fn proxy_header(mut self, header: &[u8]) -> Client {
+        self.preface = header.to_vec();
+        self
     }
 
     /// Only `version`.
@@ -194,9 +204,14 @@ pub async fn exchange(
     )
     .map_err(|e| e.to_string())?;
     let fut = async {
-        let tcp = connect(addr, None)
+        let mut tcp = connect(addr, None)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        if !client.preface.is_empty() {
+            tcp.write_all(&client.preface)
+                .await
+                .map_err(|e| format!("write the preface: {e}"))?;
+        }
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await
@@ -312,4 +327,134 @@ pub fn proxy_v2(src: std::net::SocketAddrV4) -> Vec<u8> {
     v.extend_from_slice(&src.port().to_be_bytes());
     v.extend_from_slice(&80u16.to_be_bytes());
     v
+}
+
+/// One connection a [`ProxyBackend`] accepted: the PROXY header it began with, and the paths
+/// of the requests served on it.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyConn {
+    /// The header's bytes (empty: the connection began with something else).
+    pub header: Vec<u8>,
+    /// Request paths, in order.
+    pub paths: Vec<String>,
+}
+
+/// A raw HTTP/1.1 backend on 127.0.0.1 that expects every connection to begin with a PROXY
+/// header (v1 or v2) and records it, as nginx's `listen ... proxy_protocol` would; it answers
+/// every request `200` with keep-alive. For `backends[].send_proxy_protocol`.
+#[derive(Debug, Clone)]
+pub struct ProxyBackend {
+    /// Its address.
+    pub addr: SocketAddr,
+    conns: Arc<Mutex<Vec<ProxyConn>>>,
+}
+
+impl ProxyBackend {
+    /// Listens on an ephemeral port of 127.0.0.1.
+    pub async fn start() -> ProxyBackend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the PROXY backend");
+        let addr = listener.local_addr().expect("local addr");
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let all = Arc::clone(&conns);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let all = Arc::clone(&all);
+                tokio::spawn(proxy_backend_conn(stream, all));
+            }
+        });
+        ProxyBackend { addr, conns }
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The connections so far.
+    pub fn conns(&self) -> Vec<ProxyConn> {
+        self.conns.lock().unwrap().clone()
+    }
+}
+
+/// The length of the PROXY header at the start of `buf`, once it is whole.
+fn proxy_header_len(buf: &[u8]) -> Option<usize> {
+    const V2: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
+    if buf.starts_with(V2) {
+        let len = usize::from(u16::from_be_bytes([*buf.get(14)?, *buf.get(15)?]));
+        return (buf.len() >= 16 + len).then_some(16 + len);
+    }
+    if buf.starts_with(b"PROXY ") {
+        return buf.windows(2).position(|w| w == b"\r\n").map(|i| i + 2);
+    }
+    // Not a header (or not yet one): wait for more unless it can no longer be one.
+    let n = buf.len().min(V2.len());
+    if buf[..n] != V2[..n] && buf[..buf.len().min(6)] != b"PROXY "[..buf.len().min(6)] {
+        return Some(0);
+    }
+    None
+}
+
+async fn proxy_backend_conn(mut stream: tokio::net::TcpStream, all: Arc<Mutex<Vec<ProxyConn>>>) {
+    use tokio::io::AsyncReadExt as _;
+    let index = {
+        let mut all = all.lock().unwrap();
+        all.push(ProxyConn::default());
+        all.len() - 1
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let mut header_done = false;
+    loop {
+        if !header_done && let Some(n) = proxy_header_len(&buf) {
+            all.lock().unwrap()[index].header = buf.drain(..n).collect();
+            header_done = true;
+            if n == 0 {
+                return; // no PROXY header: refused, as a strict receiver does
+            }
+        }
+        if header_done && let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+            all.lock().unwrap()[index].paths.push(path);
+            let answer =
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Backend: proxy-backend\r\n\r\nok";
+            if stream.write_all(answer).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The source address a PROXY header carries (`None`: `UNKNOWN`, `LOCAL`, or unreadable).
+pub fn proxy_header_source(header: &[u8]) -> Option<SocketAddr> {
+    if let Some(line) = header.strip_prefix(b"PROXY ") {
+        let line = std::str::from_utf8(line).ok()?.trim_end();
+        let parts: Vec<&str> = line.split(' ').collect();
+        if parts.len() != 5 || !matches!(parts[0], "TCP4" | "TCP6") {
+            return None;
+        }
+        let ip: std::net::IpAddr = parts[1].parse().ok()?;
+        return Some(SocketAddr::new(ip, parts[3].parse().ok()?));
+    }
+    // v2: the PROXY command (0x21), TCP over IPv4 (0x11) or IPv6 (0x21).
+    let p = header.get(16..)?;
+    match (header.get(12..14)?, p.len()) {
+        ([0x21, 0x11], 12) => {
+            let ip = std::net::Ipv4Addr::new(p[0], p[1], p[2], p[3]);
+            Some(SocketAddr::from((ip, u16::from_be_bytes([p[8], p[9]]))))
+        }
+        ([0x21, 0x21], 36) => {
+            let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[..16]).ok()?);
+            Some(SocketAddr::from((ip, u16::from_be_bytes([p[32], p[33]]))))
+        }
+        _ => None,
+    }
 }

@@ -32,6 +32,9 @@ pub struct BackendSpec {
     pub weight: u32,
     /// Declaratively disabled (`disabled: true`).
     pub disabled: bool,
+    /// `send_proxy_protocol`: the PROXY header version written at the start of each new
+    /// upstream connection (`None`: off, the default; docs/tls.md).
+    pub send_proxy: Option<crate::proxy_proto::Version>,
 }
 
 impl BackendSpec {
@@ -43,6 +46,7 @@ impl BackendSpec {
             url: url.into(),
             weight: 1,
             disabled: false,
+            send_proxy: None,
         }
     }
 }
@@ -81,6 +85,7 @@ pub struct Backend {
     id: Box<str>,
     url: Box<str>,
     weight: u32,
+    send_proxy: Option<crate::proxy_proto::Version>,
     flags: AtomicU32,
     /// In-flight slots (low 24 bits) and attempts ever sent (high 40 bits) in one word, so that
     /// reserving a slot and counting the attempt is a single atomic operation.
@@ -105,6 +110,7 @@ impl Backend {
             id: spec.id.as_str().into(),
             url: spec.url.as_str().into(),
             weight: spec.weight,
+            send_proxy: spec.send_proxy,
             flags: AtomicU32::new(flags),
             load: AtomicU64::new(0),
             passive_failures: AtomicU64::new(0),
@@ -129,6 +135,12 @@ impl Backend {
     #[must_use]
     pub fn weight(&self) -> u32 {
         self.weight
+    }
+
+    /// The PROXY header version sent to this backend (`None`: off).
+    #[must_use]
+    pub fn send_proxy(&self) -> Option<crate::proxy_proto::Version> {
+        self.send_proxy
     }
 
     /// Requests in flight on this backend (slots held).

@@ -494,6 +494,10 @@ mod unread {
                         ("url", required(&b.url)),
                         ("weight", int(b.weight)),
                         ("disabled", boolean(b.disabled)),
+                        (
+                            "send_proxy_protocol",
+                            opt_string(b.send_proxy_protocol.as_ref()),
+                        ),
                     ])
                 })
                 .collect(),

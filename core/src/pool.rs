@@ -72,9 +72,12 @@ pub fn carry_over(
         if out.iter().any(|b| b.id() == spec.id) {
             return Err(PoolError::DuplicateId(spec.id.clone()));
         }
-        let kept = previous
-            .iter()
-            .find(|b| b.id() == spec.id && b.url() == spec.url && b.weight() == spec.weight);
+        let kept = previous.iter().find(|b| {
+            b.id() == spec.id
+                && b.url() == spec.url
+                && b.weight() == spec.weight
+                && b.send_proxy() == spec.send_proxy
+        });
         let backend = match kept {
             Some(b) => {
                 b.set_enabled(!spec.disabled, now);

@@ -23,6 +23,10 @@
 //! wrong signature byte fails on that byte, not after a timeout).
 //!
 //! Nothing here does IO or allocates; the input is bounded by the two maxima.
+//!
+//! **Sending.** [`encode`] writes the header weir sends at the start of a new upstream
+//! connection to a backend with `send_proxy_protocol` on (docs/tls.md, "Sending the PROXY
+//! protocol to backends"): the `PROXY` command over TCP, the client's address as the source.
 
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -329,6 +333,133 @@ fn parse_v2(buf: &[u8]) -> Result<Parse, ProxyError> {
         source,
         len,
     }))
+}
+
+/// The longest header [`encode`] writes (v1 with two IPv6 addresses is 104 bytes).
+pub const ENCODED_MAX: usize = V1_MAX_LEN;
+
+/// A header written by [`encode`] (no allocation: a fixed buffer and its used length).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Encoded {
+    buf: [u8; ENCODED_MAX],
+    len: usize,
+}
+
+impl Encoded {
+    /// The header's bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Encoded")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Write for Encoded {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// An IPv4-mapped IPv6 address (a dual-stack socket's view of an IPv4 client) as IPv4.
+fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => a,
+        },
+        SocketAddr::V4(_) => a,
+    }
+}
+
+/// A sender's header, `version` 1 or 2, saying the connection came from `source` to
+/// `destination` (the `PROXY` command, TCP). IPv4-mapped IPv6 addresses are written as IPv4;
+/// a `destination` of the other family than `source` is written as the unspecified address of
+/// `source`'s family, port 0 (a header carries one family). [`parse`] reads what this writes.
+#[must_use]
+pub fn encode(version: Version, source: SocketAddr, destination: SocketAddr) -> Encoded {
+    let source = unmapped(source);
+    let mut destination = unmapped(destination);
+    if source.is_ipv4() != destination.is_ipv4() {
+        let ip = if source.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        };
+        destination = SocketAddr::new(ip, 0);
+    }
+    let mut out = Encoded {
+        buf: [0; ENCODED_MAX],
+        len: 0,
+    };
+    match version {
+        Version::V1 => {
+            let family = if source.is_ipv4() { "TCP4" } else { "TCP6" };
+            // At most 104 bytes (module constant): the buffer always holds it.
+            let _ = fmt::Write::write_fmt(
+                &mut out,
+                format_args!(
+                    "PROXY {family} {} {} {} {}\r\n",
+                    source.ip(),
+                    destination.ip(),
+                    source.port(),
+                    destination.port()
+                ),
+            );
+        }
+        Version::V2 => {
+            let mut put = |bytes: &[u8]| {
+                out.buf[out.len..out.len + bytes.len()].copy_from_slice(bytes);
+                out.len += bytes.len();
+            };
+            put(V2_SIG);
+            put(&[0x21]); // version 2, PROXY
+            match (source.ip(), destination.ip()) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    put(&[0x11, 0, 12]); // TCP over IPv4, 12 bytes
+                    put(&s.octets());
+                    put(&d.octets());
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    put(&[0x21, 0, 36]); // TCP over IPv6, 36 bytes
+                    put(&s.octets());
+                    put(&d.octets());
+                }
+                // One family by construction (above).
+                _ => {}
+            }
+            put(&source.port().to_be_bytes());
+            put(&destination.port().to_be_bytes());
+        }
+    }
+    out
+}
+
+/// A sender's header for a connection of its own, on behalf of no client (a health check):
+/// v1 `PROXY UNKNOWN`, v2 the `LOCAL` command. A receiver keeps the socket's own address.
+#[must_use]
+pub fn encode_local(version: Version) -> Encoded {
+    let mut out = Encoded {
+        buf: [0; ENCODED_MAX],
+        len: 0,
+    };
+    let bytes: &[u8] = match version {
+        Version::V1 => b"PROXY UNKNOWN\r\n",
+        Version::V2 => b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00",
+    };
+    out.buf[..bytes.len()].copy_from_slice(bytes);
+    out.len = bytes.len();
+    out
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! C-TLS-3: the PROXY protocol parser on arbitrary bytes, whole and split.
 
+use std::net::{IpAddr, SocketAddr};
+
 use weir_core::proxy_proto::{self, Accept, MAX_LEN, Parse};
 
 pub fn run(data: &[u8]) {
@@ -25,6 +27,24 @@ pub fn run(data: &[u8]) {
             proxy_proto::parse(&bytes[..cut], accept),
             Ok(Parse::Incomplete)
         );
+        // The sender's side (`send_proxy_protocol`): what weir would write for this source
+        // reads back as it (an IPv4-mapped address as IPv4).
+        if let Some(src) = h.source {
+            let want = match src {
+                SocketAddr::V6(a) => a
+                    .ip()
+                    .to_ipv4_mapped()
+                    .map_or(src, |ip| SocketAddr::new(IpAddr::V4(ip), a.port())),
+                SocketAddr::V4(_) => src,
+            };
+            let sent = proxy_proto::encode(h.version, src, src);
+            match proxy_proto::parse(sent.as_bytes(), Accept::Any) {
+                Ok(Parse::Complete(back)) => {
+                    assert_eq!((back.source, back.len), (Some(want), sent.as_bytes().len()));
+                }
+                other => panic!("an encoded header did not parse: {other:?}"),
+            }
+        }
     }
     if let Ok(Parse::Incomplete) = whole {
         assert!(bytes.len() < MAX_LEN, "an incomplete header is bounded");

@@ -21,7 +21,8 @@ pub fn targets(rt: &Runtime) -> (Vec<ProbeTarget>, Vec<Arc<Backend>>) {
     let mut targets = Vec::new();
     let mut backends = Vec::new();
     for (_, backend) in rt.backends() {
-        match ProbeTarget::new(backend.id(), backend.url(), hc.mode, &hc.path) {
+        let target = ProbeTarget::new(backend.id(), backend.url(), hc.mode, &hc.path);
+        match target.map(|t| t.with_send_proxy(backend.send_proxy())) {
             Ok(t) => {
                 targets.push(t);
                 backends.push(Arc::clone(backend));

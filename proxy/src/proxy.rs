@@ -288,7 +288,7 @@ impl<'a> Io<'a> {
         let target = self
             .x()
             .backend(s.backend)
-            .and_then(|b| shared.upstream.target(b.id(), b.url()).ok());
+            .and_then(|b| shared.upstream.target(b.id(), b.url(), b.send_proxy()).ok());
         let Some(target) = target else {
             self.feed(Input::SendFailed(SendFailure::Connect));
             return None;
@@ -305,7 +305,7 @@ impl<'a> Io<'a> {
         }
         let begun = shared.rt.now();
         let sent = {
-            let mut sent = pin!(shared.upstream.send(&target, req, begun));
+            let mut sent = pin!(shared.upstream.send(&target, req, begun, ctx.peer));
             self.bounded(sent.as_mut()).await
         };
         match sent? {

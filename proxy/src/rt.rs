@@ -38,7 +38,7 @@ pub use copy::copy_bidirectional;
 pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
 use hyper::rt::{Read, Sleep, Timer, Write};
-pub use tls::{TlsAccept, TlsAccepted, TlsConnect};
+pub use tls::{Negotiated, TlsAccept, TlsAccepted, TlsConnect};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -318,6 +318,22 @@ pub async fn dial(rt: Rt, host: &str, port: u16) -> io::Result<Box<dyn TcpConn>>
         }
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
+}
+
+/// Write `bytes` on a just-connected stream before anything else (a PROXY header,
+/// `backends[].send_proxy_protocol`): all of them, flushed.
+///
+/// # Errors
+/// The write failed, or the peer took nothing.
+pub async fn write_preface(stream: &mut Box<dyn TcpConn>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = std::future::poll_fn(|cx| Pin::new(&mut **stream).poll_write(cx, bytes)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+    }
+    std::future::poll_fn(|cx| Pin::new(&mut **stream).poll_flush(cx)).await
 }
 
 /// Sleep for `d`.

@@ -36,6 +36,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +56,7 @@ mod body;
 pub use body::{ClientBody, UpBody};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
+use weir_core::proxy_proto;
 use weir_core::upstream::{BackendBase, BackendUrlError};
 
 /// The error type of bodies that cross the proxy.
@@ -120,6 +122,9 @@ pub struct Target {
     port: u16,
     tls: Option<ServerName<'static>>,
     host_header: HeaderValue,
+    /// `send_proxy_protocol`: a PROXY header starts each new connection, which is then never
+    /// pooled (docs/tls.md, "Sending the PROXY protocol to backends").
+    send_proxy: Option<proxy_proto::Version>,
 }
 
 impl Target {
@@ -152,7 +157,31 @@ impl Target {
             port,
             tls,
             host_header,
+            send_proxy: None,
         })
+    }
+
+    /// The same target with a PROXY header of `version` at the start of each new connection
+    /// (`None`: none).
+    #[must_use]
+    pub fn with_send_proxy(mut self, version: Option<proxy_proto::Version>) -> Target {
+        self.send_proxy = version;
+        self
+    }
+
+    /// Whether a connection to this target may serve another client's request: not when it
+    /// began with a PROXY header naming one client (docs/tls.md).
+    #[must_use]
+    pub fn poolable(&self) -> bool {
+        self.send_proxy.is_none()
+    }
+
+    /// The PROXY header a new connection for `client` begins with, if any.
+    fn preface(&self, client: SocketAddr) -> Option<proxy_proto::Encoded> {
+        // The original destination is not known here: the unspecified address, port 0
+        // (receivers use the source; docs/tls.md).
+        let dst = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0));
+        self.send_proxy.map(|v| proxy_proto::encode(v, client, dst))
     }
 
     /// The backend id.
@@ -379,15 +408,22 @@ impl Upstream {
         weir_core::Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    /// The parsed target of backend `id` at `url` (cached per worker).
-    pub fn target(&self, id: &str, url: &str) -> Result<Arc<Target>, BackendUrlError> {
+    /// The parsed target of backend `id` at `url`, sending PROXY headers of `send_proxy`
+    /// (cached per worker).
+    pub fn target(
+        &self,
+        id: &str,
+        url: &str,
+        send_proxy: Option<proxy_proto::Version>,
+    ) -> Result<Arc<Target>, BackendUrlError> {
         self.with_pool(|pool| {
             if let Some(t) = pool.targets.get(url)
                 && t.id() == id
+                && t.send_proxy == send_proxy
             {
                 return Ok(Arc::clone(t));
             }
-            let t = Arc::new(Target::new(id, url)?);
+            let t = Arc::new(Target::new(id, url)?.with_send_proxy(send_proxy));
             pool.targets.insert(Box::from(url), Arc::clone(&t));
             Ok(t)
         })
@@ -395,6 +431,9 @@ impl Upstream {
 
     /// The most recently idle connection to `target` that has not expired at `now`.
     fn checkout(&self, target: &Target, now: std::time::Instant) -> Option<Conn> {
+        if !target.poolable() {
+            return None;
+        }
         let now = self.core_now(now);
         let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
         conn.lent = Some(self.id);
@@ -404,7 +443,7 @@ impl Upstream {
     /// Give a connection back after its response body ended at `now`. Closed connections, and
     /// any the idle policy does not keep, are dropped (closed).
     pub fn release(&self, mut conn: Conn, now: std::time::Instant) {
-        if conn.driver.is_none() || conn.tx.is_closed() {
+        if conn.driver.is_none() || conn.tx.is_closed() || !conn.target.poolable() {
             return; // dropped: the pool hears of it
         }
         conn.lent = None;
@@ -437,14 +476,15 @@ impl Upstream {
         self.with_pool(|pool| pool.idle.idle_count())
     }
 
-    /// Send `req` to `target` on a pooled or new connection, from `now` (idle connections that
-    /// expired by then are closed); the response head, and the connection to
-    /// [`release`](Self::release) once the body ended.
+    /// Send `req` from `client` (the C-FWD-1 peer) to `target` on a pooled or new connection,
+    /// from `now` (idle connections that expired by then are closed); the response head, and
+    /// the connection to [`release`](Self::release) once the body ended.
     pub async fn send(
         &self,
         target: &Arc<Target>,
         mut req: Request<UpBody>,
         now: std::time::Instant,
+        client: SocketAddr,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
         while let Some(mut conn) = self.checkout(target, now) {
             // Drive the idle connection once: a close by the backend shows now.
@@ -466,7 +506,7 @@ impl Upstream {
         }
         // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
         // connection never runs; unboxed, every request's future would carry and copy it.
-        let mut conn = Box::pin(self.connect(target)).await?;
+        let mut conn = Box::pin(self.connect(target, client)).await?;
         self.count_connection(target, false);
         let fut = conn.tx.send_request(req);
         match drive_until(&mut conn, fut).await {
@@ -477,9 +517,12 @@ impl Upstream {
 
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
-    async fn connect(&self, target: &Arc<Target>) -> Result<Conn, SendError> {
+    async fn connect(&self, target: &Arc<Target>, client: SocketAddr) -> Result<Conn, SendError> {
         let rt = self.rt;
-        let io = self.connect_io(target).await.map_err(SendError::Connect)?;
+        let io = self
+            .connect_io(target, client)
+            .await
+            .map_err(SendError::Connect)?;
         let (tx, conn) = self
             .h1
             .handshake(io)
@@ -497,20 +540,24 @@ impl Upstream {
         })
     }
 
-    /// A new byte stream to `target`: DNS, TCP within `dial_timeout`, TLS within
+    /// A new byte stream to `target` for a request from `client`: DNS, TCP within
+    /// `dial_timeout`, the PROXY header when the backend wants one, TLS within
     /// `tls_handshake_timeout` for an `https` backend.
     ///
     /// # Errors
     /// The connection could not be made (all of these are connect errors, C-RETRY-1).
-    pub async fn connect_io(&self, target: &Target) -> io::Result<Box<dyn Io>> {
+    pub async fn connect_io(&self, target: &Target, client: SocketAddr) -> io::Result<Box<dyn Io>> {
         let rt = self.rt;
-        let tcp = rt::timeout(
+        let mut tcp = rt::timeout(
             rt,
             self.config.dial_timeout,
             rt::dial(rt, &target.host, target.port),
         )
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;
+        if let Some(header) = target.preface(client) {
+            rt::write_preface(&mut tcp, header.as_bytes()).await?;
+        }
         let Some(name) = &target.tls else {
             return Ok(tcp);
         };

@@ -13,7 +13,10 @@ use crate::backend::Backend;
 use crate::client::{Raw, Req};
 use crate::config::Config;
 use crate::harness::{Binary, Proxy};
-use crate::tls::{Cert, Client, certificates, exchange, legacy_client_hello, proxy_v2};
+use crate::tls::{
+    Cert, Client, ProxyBackend, certificates, exchange, legacy_client_hello, proxy_header_source,
+    proxy_v2,
+};
 
 /// A proxy terminating TLS with `pairs` (the first is the default).
 async fn tls_proxy(
@@ -26,6 +29,19 @@ async fn tls_proxy(
         &Config::new(&[b]).set("server.tls.certificates", certificates(pairs)),
     )
     .await
+}
+
+/// A proxy terminating TLS with one new certificate for `localhost` (written into `dir`), and
+/// that certificate.
+async fn localhost_proxy(bin: &Binary, dir: &Path, config: Config) -> (Proxy, Cert) {
+    let cert = Cert::new(&["localhost"]);
+    let pairs = [cert.write(dir, "localhost")];
+    let p = Proxy::start(
+        bin,
+        &config.set("server.tls.certificates", certificates(&pairs)),
+    )
+    .await;
+    (p, cert)
 }
 
 async fn get_ok(p: &Proxy, client: &Client, what: &str) -> crate::tls::Seen {
@@ -41,8 +57,7 @@ async fn get_ok(p: &Proxy, client: &Client, what: &str) -> crate::tls::Seen {
 pub async fn c_tls_1_tls12_and_tls13_handshake_and_request(bin: Binary) {
     let b = Backend::start("b-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let cert = Cert::new(&["localhost"]);
-    let p = tls_proxy(&bin, &b, &[cert.write(dir.path(), "a")]).await;
+    let (p, cert) = localhost_proxy(&bin, dir.path(), Config::new(&[&b])).await;
     for (v, want) in [
         (&rustls::version::TLS12, ProtocolVersion::TLSv1_2),
         (&rustls::version::TLS13, ProtocolVersion::TLSv1_3),
@@ -101,12 +116,7 @@ pub async fn c_tls_1_sni_picks_the_certificate(bin: Binary) {
 pub async fn c_tls_1_h2_over_alpn(bin: Binary) {
     let b = Backend::start("b-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let p = tls_proxy(
-        &bin,
-        &b,
-        &[Cert::new(&["localhost"]).write(dir.path(), "a")],
-    )
-    .await;
+    let (p, _) = localhost_proxy(&bin, dir.path(), Config::new(&[&b])).await;
     let seen = get_ok(&p, &Client::new(Some("localhost")).h2(), "h2").await;
     assert_eq!(seen.alpn.as_deref(), Some(&b"h2"[..]));
     let r = seen.resp.unwrap();
@@ -122,12 +132,7 @@ pub async fn c_tls_1_h2_over_alpn(bin: Binary) {
 pub async fn c_tls_1_tls10_and_tls11_refused(bin: Binary) {
     let b = Backend::start("b-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let p = tls_proxy(
-        &bin,
-        &b,
-        &[Cert::new(&["localhost"]).write(dir.path(), "a")],
-    )
-    .await;
+    let (p, _) = localhost_proxy(&bin, dir.path(), Config::new(&[&b])).await;
     for minor in [1u8, 2] {
         let mut raw = Raw::connect(p.public).await;
         raw.write(&legacy_client_hello(minor))
@@ -345,4 +350,132 @@ pub async fn c_tls_3_malformed_proxy_header_closes(bin: Binary) {
         Some(200),
         "still serving"
     );
+}
+
+/// C-TLS-3 with C-TLS-1: a PROXY v2 header and then a TLS handshake on the same connection
+/// (a TCP load balancer in front of weir terminating TLS): the request's client is the address
+/// the header carries, and it is told `X-Forwarded-Proto: https`.
+pub async fn c_tls_3_proxy_header_then_tls_handshake(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (p, cert) = localhost_proxy(&bin, dir.path(), proxy_config(&b, "v2")).await;
+    let v2 = proxy_v2(SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 23), 6000));
+    let client = Client::new(Some("localhost")).proxy_header(&v2);
+    let seen = get_ok(&p, &client, "PROXY v2 then TLS").await;
+    assert_eq!(seen.cert, cert.der);
+    let up = b.last().expect("upstream request");
+    assert_eq!(
+        up.header("x-forwarded-for").as_deref(),
+        Some("198.51.100.23")
+    );
+    assert_eq!(up.header("x-forwarded-proto").as_deref(), Some("https"));
+    // Over h2 too (ALPN after the header).
+    get_ok(&p, &client.clone().h2(), "PROXY v2 then TLS, h2").await;
+    let up = b.last().expect("upstream request");
+    assert_eq!(
+        up.header("x-forwarded-for").as_deref(),
+        Some("198.51.100.23")
+    );
+    // Without the header the v2 listener closes the connection: the handshake fails.
+    let r = exchange(p.public, &Client::new(Some("localhost")), Some("/t")).await;
+    assert!(r.is_err(), "TLS without the PROXY header: {r:?}");
+}
+
+/// C-TLS-3 (sending): a backend with `send_proxy_protocol` gets a PROXY header naming the
+/// client (the C-FWD-1 peer, here itself set by the listener's PROXY header) at the start of
+/// each new connection, over HTTP/1.1 and from HTTP/2 clients; such a connection serves one
+/// request and is never reused for another (nor the same) client; HTTP health probes begin
+/// with a "no client" header (v1 `UNKNOWN`, v2 `LOCAL`).
+pub async fn c_tls_3_send_proxy_protocol_to_backends(bin: Binary) {
+    let a = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 7), 40000);
+    let b = SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 9), 5555);
+    let from = |c: SocketAddrV4| proxy_v2(c);
+    for (version, local) in [
+        ("v1", &b"PROXY UNKNOWN\r\n"[..]),
+        ("v2", &b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00"[..]),
+    ] {
+        let pb = ProxyBackend::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(&[])
+            .set(
+                "backends",
+                serde_json::json!([{"id": "pb", "url": pb.url(), "send_proxy_protocol": version}]),
+            )
+            .set("server.proxy_protocol", "v2")
+            .set(
+                "server.proxy_protocol_trusted",
+                serde_json::json!(["127.0.0.1"]),
+            );
+        let (p, _) = localhost_proxy(&bin, dir.path(), config).await;
+        // Until the first probe passed (a 503 never reaches the backend).
+        let start = Instant::now();
+        loop {
+            let seen = exchange(
+                p.public,
+                &Client::new(Some("localhost")).proxy_header(&from(a)),
+                Some("/t"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{version}: {e}"));
+            if seen.resp.as_ref().is_some_and(|r| r.status == 200) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{version}: the backend never became healthy: {:?}",
+                pb.conns()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        get_ok(
+            &p,
+            &Client::new(Some("localhost")).proxy_header(&from(a)),
+            "a again",
+        )
+        .await;
+        get_ok(
+            &p,
+            &Client::new(Some("localhost")).proxy_header(&from(b)),
+            "b",
+        )
+        .await;
+        get_ok(
+            &p,
+            &Client::new(Some("localhost")).proxy_header(&from(b)).h2(),
+            "b over h2",
+        )
+        .await;
+        let conns = pb.conns();
+        let (probes, requests): (Vec<_>, Vec<_>) = conns
+            .iter()
+            .filter(|c| !c.paths.is_empty())
+            .partition(|c| c.paths.iter().all(|p| p == "/health"));
+        assert!(!probes.is_empty(), "{version}: no probe seen");
+        for c in &probes {
+            assert_eq!(c.header, local, "{version}: a probe's header");
+        }
+        let sources: Vec<_> = requests
+            .iter()
+            .map(|c| {
+                assert_eq!(
+                    c.paths,
+                    ["/t"],
+                    "{version}: one request per connection: {c:?}"
+                );
+                proxy_header_source(&c.header)
+            })
+            .collect();
+        let (a, b) = (Some(SocketAddr::V4(a)), Some(SocketAddr::V4(b)));
+        assert_eq!(sources, [a, a, b, b], "{version}: {requests:?}");
+        assert!(
+            requests
+                .iter()
+                .all(|c| c.header.starts_with(if version == "v1" {
+                    b"PROXY TCP4 "
+                } else {
+                    b"\r\n\r\n"
+                })),
+            "{version}: header version"
+        );
+    }
 }

@@ -479,6 +479,8 @@ pub struct BackendConfig {
     pub weight: u32,
     /// `disabled` [false].
     pub disabled: bool,
+    /// `send_proxy_protocol` [off]: `off`, `v1` or `v2` (None: not given, off).
+    pub send_proxy_protocol: Option<String>,
 }
 
 /// `balancing` of a pool (weir).

@@ -647,6 +647,7 @@ fn schema_paths_cover_every_section() {
         "database.sslmode",
         "management.runtime_mutations",
         "backends[].weight",
+        "backends[].send_proxy_protocol",
         "balancing.hash_key",
         "pools.<name>.balancing.policy",
         "pools.<name>.backends[].url",
@@ -893,6 +894,41 @@ fn c_tls_1_tls_errors_name_their_field() {
     assert!(e.has("server.tls.certificates"), "{e}");
     let e = errs(&format!("server:\n  tls:\n    certificate: []\n{MIN}"));
     assert!(e.has("server.tls.certificate"), "unknown field: {e}");
+}
+
+#[test]
+fn c_tls_3_send_proxy_protocol_settings() {
+    for (text, want) in [
+        ("off", None),
+        ("v1", Some(proxy_proto::Version::V1)),
+        ("v2", Some(proxy_proto::Version::V2)),
+    ] {
+        let v = ok(&format!(
+            "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n    send_proxy_protocol: {text}\n\
+             pools:\n  p:\n    backends:\n      - id: b\n        url: http://127.0.0.1:9002\n        send_proxy_protocol: {text}\n"
+        ));
+        assert_eq!(v.pools[0].backends[0].send_proxy, want, "{text}");
+        assert_eq!(v.pools[1].backends[0].send_proxy, want, "{text}");
+    }
+    assert_eq!(
+        ok(MIN).pools[0].backends[0].send_proxy,
+        None,
+        "off by default"
+    );
+    let e = errs(
+        "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n    send_proxy_protocol: any\n",
+    );
+    assert!(
+        err_at(&e, "backends[0].send_proxy_protocol")
+            .message
+            .contains("off, v1, v2"),
+        "{e}"
+    );
+    let e = errs(
+        "backends:\n  - id: a\n    url: http://127.0.0.1:9001\npools:\n  p:\n    backends:\n      - id: b\n        url: http://127.0.0.1:9002\n        send_proxy_protocol: 2\n",
+    );
+    assert!(e.has("pools.p.backends[0].send_proxy_protocol"), "{e}");
+    assert_eq!(classify("backends[0].send_proxy_protocol"), Apply::Dynamic);
 }
 
 #[test]

@@ -239,3 +239,83 @@ proptest! {
         }
     }
 }
+
+/// C-TLS-3 (sending): what `encode` writes, `parse` reads back as the same source, for both
+/// versions and families; an IPv4-mapped source is written as IPv4.
+#[test]
+fn c_tls_3_encode_round_trips() {
+    for (src, dst) in [
+        ("203.0.113.7:40000", "127.0.0.1:8080"),
+        ("[2001:db8::1]:65535", "[::1]:443"),
+        ("[::ffff:198.51.100.9]:5555", "127.0.0.1:80"),
+        // Mixed families: the destination becomes the source family's unspecified address.
+        ("203.0.113.7:1", "[::1]:443"),
+        ("[2001:db8::2]:2", "127.0.0.1:443"),
+    ] {
+        let (src, dst) = (sa(src), sa(dst));
+        for v in [Version::V1, Version::V2] {
+            let e = encode(v, src, dst);
+            let bytes = e.as_bytes();
+            let h = complete(bytes, Accept::Any);
+            assert_eq!(h.version, v);
+            assert_eq!(h.len, bytes.len(), "{v} {src}");
+            let want = match src {
+                SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+                    Some(ip) => SocketAddr::new(IpAddr::V4(ip), a.port()),
+                    None => src,
+                },
+                SocketAddr::V4(_) => src,
+            };
+            assert_eq!(h.source, Some(want), "{v} {src} -> {dst}");
+        }
+    }
+    assert_eq!(
+        encode(Version::V1, sa("203.0.113.7:40000"), sa("127.0.0.1:8080")).as_bytes(),
+        b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 8080\r\n"
+    );
+    let v6 = encode(
+        Version::V1,
+        sa("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"),
+        sa("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:65535"),
+    );
+    assert_eq!(v6.as_bytes().len(), 104, "the longest v1 line");
+    assert_eq!(
+        &encode(Version::V2, sa("10.1.2.3:258"), sa("10.0.0.1:80")).as_bytes()[12..],
+        &[0x21, 0x11, 0, 12, 10, 1, 2, 3, 10, 0, 0, 1, 1, 2, 0, 80]
+    );
+}
+
+/// C-TLS-3 (sending): a health check's header says "no client" in both versions; `parse`
+/// keeps the socket peer for it.
+#[test]
+fn c_tls_3_encode_local_keeps_the_socket_peer() {
+    for v in [Version::V1, Version::V2] {
+        let e = encode_local(v);
+        let h = complete(e.as_bytes(), Accept::Any);
+        assert_eq!((h.version, h.source, h.len), (v, None, e.as_bytes().len()));
+    }
+    assert_eq!(encode_local(Version::V1).as_bytes(), b"PROXY UNKNOWN\r\n");
+}
+
+proptest! {
+    /// C-TLS-3 (sending): any source address round-trips through `encode` and `parse`.
+    #[test]
+    fn c_tls_3_encode_parse_any_address(
+        v6 in any::<bool>(),
+        bits in any::<u128>(),
+        port in any::<u16>(),
+        version_2 in any::<bool>(),
+    ) {
+        let ip = if v6 {
+            IpAddr::V6(Ipv6Addr::from(bits))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(u32::try_from(bits & 0xffff_ffff).unwrap()))
+        };
+        let src = unmapped(SocketAddr::new(ip, port));
+        let v = if version_2 { Version::V2 } else { Version::V1 };
+        let e = encode(v, src, sa("127.0.0.1:80"));
+        let h = complete(e.as_bytes(), Accept::Any);
+        prop_assert_eq!(h.source, Some(src));
+        prop_assert_eq!(h.len, e.as_bytes().len());
+    }
+}

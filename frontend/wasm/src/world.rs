@@ -107,6 +107,7 @@ fn config() -> Config {
                 url: format!("http://10.0.0.{i}:80"),
                 weight: 1,
                 disabled: i > 3,
+                send_proxy_protocol: None,
             })
             .collect(),
         ..Config::default()

@@ -47,6 +47,8 @@ pub(super) struct Side<'r> {
     pub(super) version: Version,
     /// The request body's bytes sent upstream so far (access log).
     pub(super) body_bytes: &'r mut u64,
+    /// The client, for a backend's PROXY header.
+    pub(super) peer: std::net::SocketAddr,
 }
 
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
@@ -75,7 +77,7 @@ pub(super) async fn attempt(
         Some(conn) => conn,
         None => {
             // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
-            let mut fresh = Box::pin(client::connect(up, target)).await?;
+            let mut fresh = Box::pin(client::connect(up, target, side.peer)).await?;
             up.count_connection(target, false);
             write_all(&mut fresh.io, &c.up_out)
                 .await

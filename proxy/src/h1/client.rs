@@ -7,7 +7,8 @@
 //! when its response was read to the end, the upstream did not ask to close, and its read
 //! buffer holds no byte more (a body on a HEAD/204/304 answer, or garbage after a response,
 //! makes it unusable). A pooled connection is checked before reuse: if the upstream closed it
-//! or sent anything while it was idle, it is dropped.
+//! or sent anything while it was idle, it is dropped. A connection that began with a PROXY
+//! header (`send_proxy_protocol`) names one client and is never pooled.
 
 use std::cell::RefCell;
 use std::io;
@@ -118,6 +119,9 @@ fn still_idle(conn: &mut UpConn) -> bool {
 /// The most recently idle usable connection to `target` (expired and stale ones are closed).
 #[must_use]
 pub fn checkout(up: &Upstream, target: &Target, now: std::time::Instant) -> Option<UpConn> {
+    if !target.poolable() {
+        return None;
+    }
     let now = up.core_now(now);
     loop {
         let mut conn = with_pool(up, |pool| pool.checkout(target.url(), now))?;
@@ -128,12 +132,19 @@ pub fn checkout(up: &Upstream, target: &Target, now: std::time::Instant) -> Opti
     }
 }
 
-/// A new connection to `target`.
+/// A new connection to `target` for `client`'s request.
 ///
 /// # Errors
 /// The connection could not be made.
-pub async fn connect(up: &Upstream, target: &Arc<Target>) -> Result<UpConn, UpError> {
-    let io = up.connect_io(target).await.map_err(UpError::Connect)?;
+pub async fn connect(
+    up: &Upstream,
+    target: &Arc<Target>,
+    client: std::net::SocketAddr,
+) -> Result<UpConn, UpError> {
+    let io = up
+        .connect_io(target, client)
+        .await
+        .map_err(UpError::Connect)?;
     with_pool(up, |pool| {
         pool.handle_opened(target.url(), up.core_now(up.rt().now()));
     });
@@ -148,7 +159,7 @@ pub async fn connect(up: &Upstream, target: &Arc<Target>) -> Result<UpConn, UpEr
 /// Give a connection back after its response ended at `now`; dropped (closed) if it holds
 /// bytes or the idle policy does not keep it.
 pub fn release(up: &Upstream, mut conn: UpConn, now: std::time::Instant) {
-    if !conn.buf.is_empty() {
+    if !conn.buf.is_empty() || !conn.target.poolable() {
         return;
     }
     conn.lent = None;

@@ -110,6 +110,7 @@ async fn serve_head(
     };
     let mut r = Req {
         shared,
+        peer: ctx.peer,
         x: Some(x),
         log: Log {
             method: &method,
@@ -181,6 +182,8 @@ struct Gone;
 /// One request and its exchange; dropping it before the end tells the engine the client left.
 struct Req<'a> {
     shared: &'a Arc<Shared>,
+    /// The client (C-FWD-1 peer): a backend's PROXY header names it.
+    peer: std::net::SocketAddr,
     /// `None` once the exchange moved into a response body or a tunnel.
     x: Option<Exchange>,
     log: Log<'a>,
@@ -346,7 +349,7 @@ impl Req<'_> {
         let target = self
             .x()
             .backend(s.backend)
-            .and_then(|b| shared.upstream.target(b.id(), b.url()).ok());
+            .and_then(|b| shared.upstream.target(b.id(), b.url(), b.send_proxy()).ok());
         let Some(target) = target else {
             self.feed(Input::SendFailed(SendFailure::Connect));
             return Ok(None);
@@ -370,6 +373,7 @@ impl Req<'_> {
             upgrade: self.x().upgrade_requested(),
         };
         let version = self.head.version;
+        let peer = self.peer;
         let sent = {
             let Req {
                 x,
@@ -390,6 +394,7 @@ impl Req<'_> {
                 body_malformed,
                 version,
                 body_bytes,
+                peer,
             };
             let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
             drive::bounded(shared, x, attempt).await

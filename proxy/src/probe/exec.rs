@@ -103,13 +103,19 @@ async fn attempt(
 ) -> ProbeOutcome {
     // `dial` sets TCP_NODELAY: probes send one small request.
     let (host, port) = target.addr();
-    let stream = match rt::dial(rt, host, port).await {
+    let mut stream = match rt::dial(rt, host, port).await {
         Ok(s) => s,
         Err(e) => return ProbeOutcome::Connect(e.kind()),
     };
     if target.uri().is_none() {
         // TCP mode: the connect is the probe; dropping the stream closes it.
         return ProbeOutcome::Connected;
+    }
+    if let Some(v) = target.send_proxy() {
+        let header = weir_core::proxy_proto::encode_local(v);
+        if let Err(e) = rt::write_preface(&mut stream, header.as_bytes()).await {
+            return ProbeOutcome::Http(format!("PROXY header: {e}").into_boxed_str());
+        }
     }
     let status = match target.server_name() {
         None => exchange(stream, target).await,

@@ -64,6 +64,8 @@ pub struct ProbeTarget {
     /// Why the latest probe failed (`None` after a success): the cause a `backend down` line
     /// gives (issue 20).
     last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// `send_proxy_protocol`: an HTTP probe begins with a PROXY header saying "no client".
+    send_proxy: Option<weir_core::proxy_proto::Version>,
 }
 
 impl ProbeTarget {
@@ -117,7 +119,25 @@ impl ProbeTarget {
             server_name,
             request,
             last_error: std::sync::Arc::default(),
+            send_proxy: None,
         })
+    }
+
+    /// The same target for a backend that wants a PROXY header of `version` (`None`: none).
+    /// The schedule knows it under another id: the pool starts such a backend over too.
+    #[must_use]
+    pub fn with_send_proxy(mut self, version: Option<weir_core::proxy_proto::Version>) -> Self {
+        if let Some(v) = version {
+            self.schedule_id = format!("{}\nproxy {v}", self.schedule_id).into_boxed_str();
+        }
+        self.send_proxy = version;
+        self
+    }
+
+    /// The PROXY header an HTTP probe begins with, if any.
+    #[must_use]
+    pub fn send_proxy(&self) -> Option<weir_core::proxy_proto::Version> {
+        self.send_proxy
     }
 
     /// Note a probe's result: `Some(why)` for a failure, `None` for a success.

@@ -96,6 +96,38 @@ pub struct TlsAccepted {
     pub version: Option<rustls::ProtocolVersion>,
 }
 
+impl TlsAccepted {
+    /// The decrypted stream `io` of `session`, with what `session` negotiated: the end of both
+    /// adapters' `tls_accept` (read `session` from the stream before boxing it, it is borrowed
+    /// from the stream).
+    #[must_use]
+    pub fn new(io: Box<dyn SyncIo>, session: Negotiated) -> TlsAccepted {
+        TlsAccepted {
+            io,
+            alpn: session.alpn,
+            version: session.version,
+        }
+    }
+}
+
+/// What a server handshake agreed, copied out of the rustls session (which the stream owns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    alpn: Option<Vec<u8>>,
+    version: Option<rustls::ProtocolVersion>,
+}
+
+impl Negotiated {
+    /// ALPN protocol and version of `session`.
+    #[must_use]
+    pub fn of(session: &rustls::ServerConnection) -> Negotiated {
+        Negotiated {
+            alpn: session.alpn_protocol().map(<[u8]>::to_vec),
+            version: session.protocol_version(),
+        }
+    }
+}
+
 impl fmt::Debug for TlsAccepted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsAccepted")

@@ -29,6 +29,7 @@ fn backends(s: &Setup, pool: usize) -> Vec<BackendConfig> {
             url: s.backends[i].url.clone(),
             weight: s.backends[i].weight,
             disabled: false,
+            send_proxy_protocol: None,
         })
         .collect()
 }

@@ -74,6 +74,7 @@ impl World<'_> {
                     url: b.url.clone(),
                     weight: b.weight,
                     disabled: false,
+                    send_proxy: None,
                 }
             })
             .collect()

@@ -231,11 +231,24 @@ pub(super) fn check_backends(
     let mut out = Vec::with_capacity(backends.len());
     for (i, b) in backends.iter().enumerate() {
         let path = format!("{base}[{i}]");
+        let send_proxy = match b.send_proxy_protocol.as_deref() {
+            None | Some("off") => None,
+            Some("v1") => Some(crate::proxy_proto::Version::V1),
+            Some("v2") => Some(crate::proxy_proto::Version::V2),
+            Some(other) => {
+                c.err(
+                    &format!("{path}.send_proxy_protocol"),
+                    format!("must be one of off, v1, v2; got {other:?}"),
+                );
+                None
+            }
+        };
         let spec = BackendSpec {
             id: b.id.clone(),
             url: b.url.clone(),
             weight: b.weight,
             disabled: b.disabled,
+            send_proxy,
         };
         // An empty id or url was already reported as missing by the reader.
         if !b.id.is_empty() {
