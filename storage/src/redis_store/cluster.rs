@@ -125,7 +125,10 @@ impl Cluster {
                     Some(ResponsePolicy::OneSucceeded),
                 )),
             )
-            .await;
+            .await
+            // An error reply (NOAUTH, LOADING) is a value here, as in `query`: the server's own
+            // error, not a protocol error, is what the probe reports.
+            .and_then(Value::extract_error);
         match r {
             Err(e) if e.code().is_none() => Err(self.why_unreachable().await.unwrap_or(e)),
             r => r,
