@@ -154,6 +154,22 @@ pub fn cells(rows: &[Row]) -> Cells {
     out
 }
 
+/// The largest of `f` over every bar of `cells` (0 when there is none).
+fn max_bar(cells: &Cells, f: impl Fn(&(String, f64, f64, f64)) -> f64) -> f64 {
+    cells.values().flatten().map(f).fold(0.0, f64::max)
+}
+
+/// The proxies of `cells`, each once, in the order they first appear.
+fn proxy_names(cells: &Cells) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (name, ..) in cells.values().flatten() {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
 /// Draws the side-by-side bars of `rows` into `out` (SVG).
 pub fn bench(rows: &[Row], title: &str, out: &Path) -> PlotResult {
     let cells = cells(rows);
@@ -163,31 +179,9 @@ pub fn bench(rows: &[Row], title: &str, out: &Path) -> PlotResult {
     head.draw(&Text::new(title.to_owned(), (10, 12), ("sans-serif", 18)))?;
     let (top, bottom) = body.split_vertically(360);
     let n = cells.len().max(1) as f64;
-    let max_rps = cells
-        .values()
-        .flatten()
-        .map(|b| b.1)
-        .fold(0.0, f64::max)
-        .max(1.0)
-        * 1.15;
-    let max_ms = cells
-        .values()
-        .flatten()
-        .map(|b| b.3 / 1000.0)
-        .fold(0.0, f64::max)
-        .max(0.01)
-        * 1.15;
-    let proxies: Vec<String> =
-        cells
-            .values()
-            .flatten()
-            .map(|b| b.0.clone())
-            .fold(Vec::new(), |mut v, p| {
-                if !v.contains(&p) {
-                    v.push(p);
-                }
-                v
-            });
+    let max_rps = max_bar(&cells, |b| b.1).max(1.0) * 1.15;
+    let max_ms = max_bar(&cells, |b| b.3 / 1000.0).max(0.01) * 1.15;
+    let proxies = proxy_names(&cells);
     let group_labels: Vec<String> = cells
         .keys()
         .map(|(w, c)| format!("{w} worker(s), {c} conns"))
@@ -231,16 +225,14 @@ pub fn bench(rows: &[Row], title: &str, out: &Path) -> PlotResult {
                 if !rps_panel {
                     let xm = x0 + width * 0.45;
                     let top = p99 / 1000.0;
-                    let whisker = vec![(xm, v), (xm, top)];
-                    chart.draw_series(std::iter::once(PathElement::new(
-                        whisker,
-                        BLACK.stroke_width(2),
-                    )))?;
-                    let cap = vec![(xm - width * 0.2, top), (xm + width * 0.2, top)];
-                    chart.draw_series(std::iter::once(PathElement::new(
-                        cap,
-                        BLACK.stroke_width(2),
-                    )))?;
+                    let whisker = [(xm, v), (xm, top)];
+                    let cap = [(xm - width * 0.2, top), (xm + width * 0.2, top)];
+                    for line in [whisker, cap] {
+                        chart.draw_series(std::iter::once(PathElement::new(
+                            line.to_vec(),
+                            BLACK.stroke_width(2),
+                        )))?;
+                    }
                 }
             }
         }
