@@ -220,33 +220,7 @@ impl Proxy {
         let config_path = dir.path().join("weir.yaml");
         std::fs::write(&config_path, yaml).expect("write config");
         let ready = dir.path().join("ready.json");
-        let mut cmd = match opts.nofile {
-            // prlimit sets the limit on itself and execs the binary: the pid is the proxy's.
-            Some(n) => {
-                let mut c = Command::new("prlimit");
-                c.arg(format!("--nofile={n}:{n}"))
-                    .arg("--")
-                    .arg(bin.path())
-                    .args(["run", "--config"])
-                    .stdin(Stdio::null());
-                c
-            }
-            None => bin.command(&["run", "--config"]),
-        };
-        cmd.arg(&config_path)
-            .arg("--public-bind")
-            .arg(&opts.public_bind);
-        if let Some(m) = &opts.management_bind {
-            cmd.arg("--management-bind").arg(m);
-        }
-        if let Some(n) = opts.workers {
-            cmd.arg("--workers").arg(n.to_string());
-        }
-        cmd.arg("--ready-file").arg(&ready);
-        cmd.env_remove("CONFIG_PATH");
-        for (k, v) in &opts.env {
-            cmd.env(k, v);
-        }
+        let mut cmd = run_command(bin, &config_path, &ready, &opts);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let logs = Logs::default();
         let mut child = match cmd.spawn() {
@@ -414,4 +388,35 @@ fn parse_ready(text: &str) -> Result<(SocketAddr, Option<SocketAddr>), String> {
         ),
     };
     Ok((public, management))
+}
+
+/// `weir run` of `bin` on `config`, with `opts`' binds, workers, environment and fd limit,
+/// writing its ready file to `ready`.
+fn run_command(bin: &Binary, config: &Path, ready: &Path, opts: &StartOptions) -> Command {
+    let mut cmd = match opts.nofile {
+        // prlimit sets the limit on itself and execs the binary: the pid is the proxy's.
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}"))
+                .arg("--")
+                .arg(bin.path())
+                .args(["run", "--config"])
+                .stdin(Stdio::null());
+            c
+        }
+        None => bin.command(&["run", "--config"]),
+    };
+    cmd.arg(config).arg("--public-bind").arg(&opts.public_bind);
+    if let Some(m) = &opts.management_bind {
+        cmd.arg("--management-bind").arg(m);
+    }
+    if let Some(n) = opts.workers {
+        cmd.arg("--workers").arg(n.to_string());
+    }
+    cmd.arg("--ready-file").arg(ready);
+    cmd.env_remove("CONFIG_PATH");
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd
 }
