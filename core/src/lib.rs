@@ -36,6 +36,7 @@ pub mod flow;
 pub mod forward;
 pub mod framing;
 pub mod h1;
+pub mod headers;
 pub mod health;
 pub mod idle_pool;
 pub mod method;

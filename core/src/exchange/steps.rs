@@ -17,7 +17,7 @@ use crate::bucket::Take;
 
 impl Exchange {
     /// From the head to the first wait: framing, health endpoints, the gate.
-    pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
+    pub(super) fn begin<H: ?Sized>(&mut self, head: &Head<'_, H>, now: Instant, rng: &mut dyn Rng) {
         // C-PATH-12: an ambiguous framing or Host: 400, Connection: close, nothing upstream.
         if let Err(e) = head.framing {
             return self.answer(Answer::Client(ClientError::Framing(e)), now, rng);
