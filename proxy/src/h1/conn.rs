@@ -98,20 +98,12 @@ enum Event {
     Timer,
     /// Shutdown began.
     Shutdown,
-    /// The active spell's rest timer fired.
-    Rest,
 }
-
-/// How long a connection stays in its active spell without a request (its large future boxed)
-/// before it waits small (its buffers kept until it parks): clients that send requests back
-/// to back keep the spell; a burst of connections that then go idle does not hold a spell each
-/// until they park (docs/proxy.md, "Idle connections").
-pub const REST_AFTER: Duration = Duration::from_millis(100);
 
 /// How an active spell of a connection ended.
 enum Step {
-    /// Idle for [`REST_AFTER`] (or the watchdog's park time came): wait small.
-    Rest,
+    /// Idle for [`PARK_AFTER`]: give the buffers back and wait small.
+    Park,
     /// Close (shut the write side down).
     Close,
     /// Closed already (after an answer with `Connection: close`, a refusal, a lingering read).
@@ -187,8 +179,11 @@ pub async fn serve(
         match step {
             Step::Closed => return,
             Step::Close => break,
-            Step::Rest => {
-                if !wait_idle(&ctx, &mut c, &mut t, &signal, stop.as_mut()).await {
+            Step::Park => {
+                // Only possible with nothing read ahead (then the spell goes on).
+                let parked = c.park();
+                crate::memory::note_freed();
+                if parked && !wait_parked(&ctx, &mut c, &mut t, &signal, stop.as_mut()).await {
                     break;
                 }
             }
@@ -197,9 +192,8 @@ pub async fn serve(
     super::shutdown(&mut c.io).await;
 }
 
-/// The wait of an idle connection out of its active spell, parked after [`PARK_AFTER`]:
-/// whether bytes arrived (then it is active again).
-async fn wait_idle<S: Future<Output = ()>>(
+/// The wait of a parked connection: whether bytes arrived (then it is active again).
+async fn wait_parked<S: Future<Output = ()>>(
     ctx: &ConnCtx,
     c: &mut Client,
     t: &mut Timers,
@@ -208,11 +202,10 @@ async fn wait_idle<S: Future<Output = ()>>(
 ) -> bool {
     let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
     let idle_timeout = ctx.shared.limits.idle_timeout;
-    let mut parked = false;
     loop {
+        // Parked: only idle_timeout (from the end of the last response) is left.
         let next = match t.phase {
-            // Parked: only idle_timeout (from the end of the last response) is left.
-            ConnPhase::Idle { since } if parked => since.saturating_add(idle_timeout),
+            ConnPhase::Idle { since } => since.saturating_add(idle_timeout),
             _ => t.watch.poll_timeout(t.phase, clock.now()),
         };
         let next = clock.deadline(next);
@@ -220,28 +213,24 @@ async fn wait_idle<S: Future<Output = ()>>(
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
         }
-        match wait_event(c, t, None, signal, stop.as_mut(), parked).await {
+        match wait_event(c, t, signal, stop.as_mut(), true).await {
             Event::Read(0) | Event::Shutdown => return false,
             Event::Read(_) => return true,
-            Event::Timer => match t.watch.poll_action(t.phase, clock.now()) {
-                Some(WatchAction::Close | WatchAction::Idle) => return false,
-                Some(WatchAction::Park) if !parked => {
-                    // Only possible with nothing read ahead.
-                    parked = c.park();
-                    crate::memory::note_freed();
+            Event::Timer => {
+                if let Some(WatchAction::Close | WatchAction::Idle) =
+                    t.watch.poll_action(t.phase, clock.now())
+                {
+                    return false;
                 }
-                _ => {}
-            },
-            Event::Rest => {}
+            }
         }
     }
 }
 
-/// Bytes, the timer, the rest timer (if any) or the shutdown signal, whichever comes first.
+/// Bytes, the timer or the shutdown signal, whichever comes first.
 async fn wait_event<S: Future<Output = ()>>(
     c: &mut Client,
     t: &mut Timers,
-    mut rest: Option<&mut Pin<Box<dyn hyper::rt::Sleep>>>,
     signal: &watch::Receiver<bool>,
     mut stop: Pin<&mut S>,
     parked: bool,
@@ -256,12 +245,9 @@ async fn wait_event<S: Future<Output = ()>>(
         if let Poll::Ready(n) = poll_read(c, parked, cx) {
             return Poll::Ready(Event::Read(n));
         }
-        if t.sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Event::Timer);
-        }
-        match rest.as_mut().map(|r| r.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(Event::Rest),
-            _ => Poll::Pending,
+        match t.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Event::Timer),
+            Poll::Pending => Poll::Pending,
         }
     })
     .await
@@ -277,11 +263,8 @@ async fn active<S: Future<Output = ()>>(
 ) -> Step {
     let shared = &ctx.shared;
     let (rt, clock) = (shared.rt, shared.clock);
-    // The request timer (`drive::bounded_in`), kept across this spell's requests; between
-    // requests, the rest timer.
+    // The request timer (`drive::bounded_in`), kept across this spell's requests.
     let mut timer: rt::TimerSlot = None;
-    // Whether `timer` is armed for the rest of the current idle wait.
-    let mut resting = false;
     loop {
         if !c.buf.is_empty() {
             if let ConnPhase::Idle { .. } = t.phase {
@@ -320,7 +303,6 @@ async fn active<S: Future<Output = ()>>(
                         return Step::Close;
                     }
                     t.phase = ConnPhase::Idle { since: clock.now() };
-                    resting = false;
                     continue;
                 }
                 Ok(None) => {}
@@ -336,29 +318,14 @@ async fn active<S: Future<Output = ()>>(
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
         }
-        let rest = match t.phase {
-            ConnPhase::Idle { .. } if c.buf.is_empty() => {
-                if !resting {
-                    resting = true;
-                    let at = rt.now() + REST_AFTER;
-                    match &mut timer {
-                        Some(s) => rt.reset(s, at),
-                        None => timer = Some(rt.sleep_until(at)),
-                    }
-                }
-                timer.as_mut()
-            }
-            _ => None,
-        };
-        match wait_event(c, t, rest, signal, stop.as_mut(), false).await {
+        match wait_event(c, t, signal, stop.as_mut(), false).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
             Event::Read(_) => {}
             Event::Timer => match t.watch.poll_action(t.phase, clock.now()) {
                 Some(WatchAction::Close | WatchAction::Idle) => return Step::Close,
-                Some(WatchAction::Park) => return Step::Rest,
+                Some(WatchAction::Park) => return Step::Park,
                 _ => {}
             },
-            Event::Rest => return Step::Rest,
         }
     }
 }
