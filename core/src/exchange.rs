@@ -60,6 +60,7 @@ pub use output::{
 use crate::admission::Gate;
 use crate::flow::{Flow, FlowTarget};
 use crate::forward::{Proto, forwarded_proto, resolve_client, wants_upgrade};
+use crate::headers::HeaderLines;
 use crate::pool::{Availability, Backend};
 use crate::rate::{Call, ClientKey, LocalStore, RateOutcome, StorageKind, StoreCircuit};
 use crate::request_id::{RequestId, request_id_in_force};
@@ -266,10 +267,10 @@ impl Exchange {
     /// Create the exchange of one request arriving at `now` and run it up to its first wait:
     /// the request id in force (C-PATH-3), then the steps of the module doc. Drain
     /// [`Exchange::poll_output`] afterwards.
-    pub fn new(
+    pub fn new<H: HeaderLines + ?Sized>(
         rt: Arc<Runtime>,
         services: Arc<Services>,
-        head: &Head<'_>,
+        head: &Head<'_, H>,
         now: Instant,
         rng: &mut dyn Rng,
     ) -> Exchange {

@@ -42,6 +42,8 @@ use http::header::{FORWARDED, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::{IpNet, Ipv4Net};
 
+use crate::headers::HeaderLines;
+
 mod chain;
 mod hop;
 mod node;
@@ -182,7 +184,11 @@ pub struct Resolution {
 /// Resolves the client address from the socket peer and the request headers as received
 /// (C-FWD-1, C-FWD-3). Never fails and never allocates; examines at most [`MAX_HOPS`] elements.
 #[must_use]
-pub fn resolve_client(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> Resolution {
+pub fn resolve_client<H: HeaderLines + ?Sized>(
+    peer: IpAddr,
+    headers: &H,
+    trusted: &TrustedProxies,
+) -> Resolution {
     let peer = peer.to_canonical();
     let peer_trusted = trusted.contains(peer);
     let resolved = |client, source| Resolution {
@@ -195,19 +201,18 @@ pub fn resolve_client(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxie
         return resolved(peer, AddressSource::Peer);
     }
     let is_trusted = |ip: IpAddr| trusted.contains(ip);
-    let xff = headers.get_all(&X_FORWARDED_FOR);
-    let (header, outcome) = if xff.iter().next().is_some() {
-        let lines = xff.iter().rev().map(HeaderValue::as_bytes);
+    let xff = X_FORWARDED_FOR;
+    let (header, outcome) = if headers.lines(&xff).next().is_some() {
+        let lines = headers.lines(&xff).rev();
         (
             ChainHeader::XForwardedFor,
             walk(XffRev::new(lines), is_trusted),
         )
     } else {
-        let fwd = headers.get_all(FORWARDED);
-        if fwd.iter().next().is_none() {
+        if headers.lines(&FORWARDED).next().is_none() {
             return resolved(peer, AddressSource::TrustedPeerNoChain);
         }
-        let lines = fwd.iter().rev().map(HeaderValue::as_bytes);
+        let lines = headers.lines(&FORWARDED).rev();
         (
             ChainHeader::Forwarded,
             walk(ForwardedRev::new(lines), is_trusted),
@@ -242,15 +247,15 @@ pub fn client_address_of(
 /// the rightmost `X-Forwarded-Proto` value (the one the peer wrote), or, when there is no
 /// `X-Forwarded-Proto`, `proto=https` in the last `Forwarded` element. Case-insensitive.
 #[must_use]
-pub fn forwarded_proto(peer_trusted: bool, headers: &HeaderMap) -> Proto {
+pub fn forwarded_proto<H: HeaderLines + ?Sized>(peer_trusted: bool, headers: &H) -> Proto {
     if !peer_trusted {
         return Proto::Http;
     }
-    let https = if let Some(last) = headers.get_all(&X_FORWARDED_PROTO).iter().next_back() {
+    let https = if let Some(last) = headers.lines(&X_FORWARDED_PROTO).next_back() {
         // A window of 32 bytes: room for `https` and its whitespace, O(1) on a huge line.
-        last_element(last.as_bytes(), 32).is_some_and(|v| v.eq_ignore_ascii_case(b"https"))
-    } else if let Some(last) = headers.get_all(FORWARDED).iter().next_back() {
-        forwarded_last_https(last.as_bytes())
+        last_element(last, 32).is_some_and(|v| v.eq_ignore_ascii_case(b"https"))
+    } else if let Some(last) = headers.lines(&FORWARDED).next_back() {
+        forwarded_last_https(last)
     } else {
         false
     };

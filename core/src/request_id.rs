@@ -26,6 +26,7 @@ use core::fmt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::Rng;
+use crate::headers::HeaderLines;
 
 /// The `X-Request-ID` header name.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -189,12 +190,16 @@ impl fmt::Display for RequestId {
 /// The id in force for a request (C-PATH-3): the client's `X-Request-ID` when there is exactly
 /// one such header line and it is valid, otherwise a generated one. Reads at most the first two
 /// header lines and at most 128 bytes of a value.
-pub fn request_id_in_force(headers: &HeaderMap, rng: &mut dyn Rng) -> (RequestId, IdOrigin) {
-    let mut lines = headers.get_all(&X_REQUEST_ID).iter();
+pub fn request_id_in_force<H: HeaderLines + ?Sized>(
+    headers: &H,
+    rng: &mut dyn Rng,
+) -> (RequestId, IdOrigin) {
+    let name = X_REQUEST_ID;
+    let mut lines = headers.lines(&name);
     let reason = match (lines.next(), lines.next()) {
         (None, _) => Replaced::Absent,
         (Some(_), Some(_)) => Replaced::Repeated,
-        (Some(value), None) => match RequestId::parse_header(value) {
+        (Some(value), None) => match RequestId::parse(value) {
             Some(id) => return (id, IdOrigin::Kept),
             None => Replaced::Invalid,
         },

@@ -30,7 +30,7 @@
 use core::fmt;
 use std::net::IpAddr;
 
-use http::HeaderMap;
+use crate::headers::HeaderLines;
 
 use crate::bulkhead::{Bulkhead, BulkheadError};
 use crate::config::{HashKey, ValidConfig};
@@ -334,7 +334,12 @@ impl Runtime {
     /// the key still spread across backends and one client stays on one backend. Allocates
     /// nothing.
     #[must_use]
-    pub fn pick_context(&self, pool: usize, client: IpAddr, headers: &HeaderMap) -> PickContext {
+    pub fn pick_context<H: HeaderLines + ?Sized>(
+        &self,
+        pool: usize,
+        client: IpAddr,
+        headers: &H,
+    ) -> PickContext {
         let key = self
             .config
             .pools
@@ -342,10 +347,7 @@ impl Runtime {
             .and_then(|p| p.hash_key.as_ref());
         let hash = key.map(|key| {
             let bytes = match key {
-                HashKey::Header(name) => headers
-                    .get(name)
-                    .map(http::HeaderValue::as_bytes)
-                    .filter(|v| !v.is_empty()),
+                HashKey::Header(name) => headers.first_line(name).filter(|v| !v.is_empty()),
                 HashKey::Cookie(name) => cookie_value(headers, name.as_bytes()),
                 HashKey::ClientAddress => None,
             };
@@ -415,9 +417,9 @@ fn address_hash(ip: IpAddr) -> u64 {
 
 /// The value of the first cookie named `name` in the `Cookie` headers, without surrounding
 /// double quotes; `None` when absent or empty.
-fn cookie_value<'h>(headers: &'h HeaderMap, name: &[u8]) -> Option<&'h [u8]> {
-    for value in headers.get_all(http::header::COOKIE) {
-        for pair in value.as_bytes().split(|b| *b == b';') {
+fn cookie_value<'h, H: HeaderLines + ?Sized>(headers: &'h H, name: &[u8]) -> Option<&'h [u8]> {
+    for value in headers.lines(&http::header::COOKIE) {
+        for pair in value.split(|b| *b == b';') {
             let pair = trim(pair);
             let Some(eq) = pair.iter().position(|b| *b == b'=') else {
                 continue;

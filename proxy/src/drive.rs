@@ -43,6 +43,32 @@ pub async fn bounded<F: Future>(
     }
 }
 
+/// [`bounded`] with the timer kept in `slot` across calls (the HTTP/1 path: one per
+/// connection, so that a request boxes no timer).
+pub async fn bounded_in<F: Future>(
+    shared: &Shared,
+    x: &mut Exchange,
+    slot: &mut rt::TimerSlot,
+    mut fut: Pin<&mut F>,
+) -> Option<F::Output> {
+    loop {
+        let stage = x.stage();
+        let Some(deadline) = x.poll_timeout() else {
+            return Some(fut.await);
+        };
+        let at = shared.clock.deadline(deadline);
+        match rt::timeout_at_in(shared.rt, at, slot, fut.as_mut()).await {
+            Ok(v) => return Some(v),
+            Err(_) => {
+                feed(shared, x, Input::Timeout);
+                if x.stage() != stage {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
 pub async fn gate_wait(shared: &Shared, x: &mut Exchange, ticket: u64) {
     while matches!(x.stage(), Stage::Queued { .. }) {

@@ -32,7 +32,9 @@ pub mod request;
 mod respond;
 
 /// A read buffer: bytes `start..end` of `data` are read and not consumed yet. The storage is
-/// allocated on first use, grows up to a cap, and is freed when a connection parks.
+/// taken on first use (from this thread's [`STASH`] of released buffers, or allocated), grows
+/// up to a cap, and is given back when a connection parks or an upstream connection goes back
+/// to its pool.
 #[derive(Debug, Default)]
 pub struct Buf {
     data: Vec<u8>,
@@ -42,6 +44,39 @@ pub struct Buf {
 
 /// The first allocation of a buffer.
 const INITIAL: usize = 4 * 1024;
+
+/// Released buffers of [`INITIAL`] bytes a worker thread keeps for reuse: a keep-alive request
+/// takes its upstream connection's buffer from here and gives it back with the connection, so
+/// the steady state allocates none (issue 14). Bounded, so that parked connections still cost
+/// no buffer each: at most `STASH_MAX × INITIAL` bytes per thread.
+const STASH_MAX: usize = 16;
+
+thread_local! {
+    static STASH: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer of [`INITIAL`] bytes, from the stash when it has one.
+fn take_storage() -> Vec<u8> {
+    STASH
+        .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| vec![0; INITIAL])
+}
+
+/// Give `data` back to the stash (only a buffer of [`INITIAL`] bytes; a grown one is freed).
+fn give_storage(data: Vec<u8>) {
+    if data.len() != INITIAL {
+        return;
+    }
+    let _ = STASH.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut()
+            && s.len() < STASH_MAX
+        {
+            s.push(data);
+        }
+    });
+}
 
 impl Buf {
     /// An empty buffer with no storage.
@@ -57,7 +92,11 @@ impl Buf {
     /// A buffer holding `bytes`.
     #[must_use]
     pub fn from_slice(bytes: &[u8]) -> Buf {
-        let mut data = vec![0; INITIAL.max(bytes.len())];
+        let mut data = if bytes.len() <= INITIAL {
+            take_storage()
+        } else {
+            vec![0; bytes.len()]
+        };
         data[..bytes.len()].copy_from_slice(bytes);
         Buf {
             data,
@@ -93,10 +132,10 @@ impl Buf {
         }
     }
 
-    /// Free the storage if nothing is waiting (parking).
+    /// Give the storage back if nothing is waiting (parking, pooling).
     pub fn release(&mut self) {
         if self.is_empty() {
-            self.data = Vec::new();
+            give_storage(std::mem::take(&mut self.data));
         }
     }
 
@@ -109,7 +148,10 @@ impl Buf {
     /// Room to read into, the buffer holding at most `cap` bytes (empty when full).
     fn room(&mut self, cap: usize) -> &mut [u8] {
         if self.data.is_empty() {
-            self.data = vec![0; INITIAL.min(cap.max(1))];
+            // Whole storage even for a small `cap` (a pooled connection's liveness check reads
+            // at most one byte): the next read of the same connection wants room for a head,
+            // and a storage sized to `cap` would grow a few bytes at a time, one read each.
+            self.data = take_storage();
         }
         if self.end == self.data.len() && self.start > 0 {
             self.data.copy_within(self.start..self.end, 0);
@@ -154,12 +196,20 @@ impl Buf {
             self.data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
-            if self.data.len() - self.end < bytes.len() {
+            if self.data.is_empty() && bytes.len() <= INITIAL {
+                self.data = take_storage();
+            } else if self.data.len() - self.end < bytes.len() {
                 self.data.resize(self.end + bytes.len().max(INITIAL), 0);
             }
         }
         self.data[self.end..self.end + bytes.len()].copy_from_slice(bytes);
         self.end += bytes.len();
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        give_storage(std::mem::take(&mut self.data));
     }
 }
 

@@ -414,6 +414,70 @@ impl<F: Future> Future for Timeout<F> {
     }
 }
 
+/// A timer slot a connection keeps across its requests: [`timeout_at_in`] arms the sleep in it
+/// (made once, then moved in place), so that a bounded request does not box a timer each time.
+pub type TimerSlot = Option<Pin<Box<dyn Sleep>>>;
+
+/// [`timeout_at`] with its sleep kept in `slot` (made on the first use, reset in place after).
+///
+/// # Errors
+/// [`Elapsed`] when the deadline passed first (`fut` is dropped).
+pub fn timeout_at_in<F: Future>(
+    rt: Rt,
+    deadline: Instant,
+    slot: &mut TimerSlot,
+    fut: F,
+) -> TimeoutIn<'_, F> {
+    TimeoutIn {
+        fut,
+        slot,
+        armed: false,
+        rt,
+        deadline,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`timeout_at_in`].
+    #[must_use = "futures do nothing unless polled"]
+    pub struct TimeoutIn<'s, F> {
+        #[pin]
+        fut: F,
+        slot: &'s mut TimerSlot,
+        armed: bool,
+        rt: Rt,
+        deadline: Instant,
+    }
+}
+
+impl<F: Future> Future for TimeoutIn<'_, F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.fut.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        let (rt, deadline) = (*this.rt, *this.deadline);
+        let s = match this.slot {
+            Some(s) if *this.armed => s,
+            Some(s) => {
+                rt.reset(s, deadline);
+                *this.armed = true;
+                s
+            }
+            None => {
+                *this.armed = true;
+                this.slot.insert(rt.sleep_until(deadline))
+            }
+        };
+        match s.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 /// A spawned task's result. Dropping the handle cancels the task (unlike tokio's, which
 /// detaches): keep it for as long as the task should run.
 #[derive(Debug)]

@@ -10,8 +10,11 @@ use crate::flow::BodyEnd;
 /// The parsed request head an exchange is created from, borrowed from the adapter for the
 /// duration of [`Exchange::new`](super::Exchange::new): the exchange keeps only the few values
 /// its decisions need (request id, client address, affinity hash, body kind).
-#[derive(Debug, Clone, Copy)]
-pub struct Head<'h> {
+///
+/// The headers are anything the engine can look up by name ([`HeaderLines`](crate::headers::HeaderLines)): an
+/// `http::HeaderMap` (the default), or the flat list weir's HTTP/1 codec parsed.
+#[derive(Debug)]
+pub struct Head<'h, H: ?Sized = HeaderMap> {
     /// The request method.
     pub method: &'h http::Method,
     /// The URI's path (routing and `/healthz`, C-ROUTE-1, C-OBS-4).
@@ -19,7 +22,7 @@ pub struct Head<'h> {
     /// The raw request target as received, path and query (empty for authority-form).
     pub target: &'h str,
     /// The request headers as received.
-    pub headers: &'h HeaderMap,
+    pub headers: &'h H,
     /// The socket peer (or the PROXY protocol's address, C-TLS-3).
     pub peer: IpAddr,
     /// The request arrived over weir's own TLS: the backend is told `X-Forwarded-Proto: https`
@@ -28,6 +31,14 @@ pub struct Head<'h> {
     /// What the codec knows of the body's length.
     pub body: BodyInfo,
 }
+
+impl<H: ?Sized> Clone for Head<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: ?Sized> Copy for Head<'_, H> {}
 
 /// The request body as its framing describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

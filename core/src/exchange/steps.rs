@@ -19,7 +19,7 @@ impl Exchange {
     /// From the head to the first wait: the method, health endpoints, the gate. (The framing
     /// rules of C-PATH-12 are the HTTP/1 codec's, `h1::parse_request`: a head that breaks one
     /// never makes an exchange.)
-    pub(super) fn begin(&mut self, head: &Head<'_>, now: Instant, rng: &mut dyn Rng) {
+    pub(super) fn begin<H: ?Sized>(&mut self, head: &Head<'_, H>, now: Instant, rng: &mut dyn Rng) {
         // Issue 21: TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
         // the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;

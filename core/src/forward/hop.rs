@@ -37,8 +37,12 @@ const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
 /// The comma-separated tokens of a header line, trimmed, empty ones skipped.
 fn tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+    byte_tokens(value.as_bytes())
+}
+
+/// The comma-separated, trimmed, non-empty elements of a header value.
+fn byte_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
-        .as_bytes()
         .split(|&b| b == b',')
         .map(|t| t.trim_ascii())
         .filter(|t| !t.is_empty())
@@ -106,15 +110,11 @@ pub fn offers_upgrade(value: &[u8]) -> bool {
 /// `h2c` ([`offers_upgrade`]). Read it before [`strip_hop_by_hop`]. The engine's
 /// `Exchange::upgrade_requested` is this.
 #[must_use]
-pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(UPGRADE)
-        .iter()
-        .any(|v| offers_upgrade(v.as_bytes()))
+pub fn wants_upgrade<H: crate::headers::HeaderLines + ?Sized>(headers: &H) -> bool {
+    headers.lines(&UPGRADE).any(offers_upgrade)
         && headers
-            .get_all(CONNECTION)
-            .iter()
-            .any(|line| tokens(line).any(|t| t.eq_ignore_ascii_case(b"upgrade")))
+            .lines(&CONNECTION)
+            .any(|line| byte_tokens(line).any(|t| t.eq_ignore_ascii_case(b"upgrade")))
 }
 
 /// Removes hop-by-hop headers, in place, from a request or a response (C-PATH-6):

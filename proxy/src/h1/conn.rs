@@ -100,7 +100,32 @@ enum Event {
     Shutdown,
 }
 
+/// How an active spell of a connection ended.
+enum Step {
+    /// Idle for [`PARK_AFTER`]: give the buffers back and wait small.
+    Park,
+    /// Close (shut the write side down).
+    Close,
+    /// Closed already (after an answer with `Connection: close`, a refusal, a lingering read).
+    Closed,
+}
+
+/// A connection's timers and phase, kept across its active spells.
+struct Timers {
+    watch: ConnWatch,
+    phase: ConnPhase,
+    /// The deadline `sleep` is armed for.
+    armed: std::time::Instant,
+    sleep: Pin<Box<dyn hyper::rt::Sleep>>,
+    /// Whether the shutdown signal was polled once (registered).
+    stop_armed: bool,
+}
+
 /// Serve the HTTP/1 connection `io` (its first bytes already in `buf`) until it closes.
+///
+/// The active part (reading heads and serving requests, whose future is large: the request's
+/// exchange, its attempts, its relays) is boxed once per active spell, not once per request;
+/// a parked connection holds only this function's small state (issue 14).
 pub async fn serve(
     ctx: Arc<ConnCtx>,
     io: Box<dyn Io>,
@@ -129,12 +154,17 @@ pub async fn serve(
         limits.idle_timeout,
         Some(PARK_AFTER),
     );
-    let mut phase = ConnPhase::Head {
+    let phase = ConnPhase::Head {
         started: clock.now(),
     };
-    let mut armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
-    let mut sleep = rt.sleep_until(armed);
-    let mut parked = false;
+    let armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
+    let mut t = Timers {
+        watch,
+        phase,
+        armed,
+        sleep: rt.sleep_until(armed),
+        stop_armed: false,
+    };
     // Polled once to register, then only when the lock-free check says the signal moved.
     let signal = shutdown.clone();
     let mut stop = pin!(async {
@@ -144,78 +174,160 @@ pub async fn serve(
             }
         }
     });
-    let mut stop_armed = false;
+    loop {
+        let step = Box::pin(active(&ctx, &mut c, &mut t, &signal, stop.as_mut())).await;
+        match step {
+            Step::Closed => return,
+            Step::Close => break,
+            Step::Park => {
+                // Only possible with nothing read ahead (then the spell goes on).
+                let parked = c.park();
+                crate::memory::note_freed();
+                if parked && !wait_parked(&ctx, &mut c, &mut t, &signal, stop.as_mut()).await {
+                    break;
+                }
+            }
+        }
+    }
+    super::shutdown(&mut c.io).await;
+}
+
+/// The wait of a parked connection: whether bytes arrived (then it is active again).
+async fn wait_parked<S: Future<Output = ()>>(
+    ctx: &ConnCtx,
+    c: &mut Client,
+    t: &mut Timers,
+    signal: &watch::Receiver<bool>,
+    mut stop: Pin<&mut S>,
+) -> bool {
+    let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
+    let idle_timeout = ctx.shared.limits.idle_timeout;
+    loop {
+        // Parked: only idle_timeout (from the end of the last response) is left.
+        let next = match t.phase {
+            ConnPhase::Idle { since } => since.saturating_add(idle_timeout),
+            _ => t.watch.poll_timeout(t.phase, clock.now()),
+        };
+        let next = clock.deadline(next);
+        if next < t.armed || t.armed <= rt.now() {
+            t.armed = next;
+            rt.reset(&mut t.sleep, t.armed);
+        }
+        match wait_event(c, t, signal, stop.as_mut(), true).await {
+            Event::Read(0) | Event::Shutdown => return false,
+            Event::Read(_) => return true,
+            Event::Timer => {
+                if let Some(WatchAction::Close | WatchAction::Idle) =
+                    t.watch.poll_action(t.phase, clock.now())
+                {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Bytes, the timer or the shutdown signal, whichever comes first.
+async fn wait_event<S: Future<Output = ()>>(
+    c: &mut Client,
+    t: &mut Timers,
+    signal: &watch::Receiver<bool>,
+    mut stop: Pin<&mut S>,
+    parked: bool,
+) -> Event {
+    poll_fn(|cx| {
+        if !t.stop_armed || signal.has_changed() {
+            t.stop_armed = true;
+            if stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Shutdown);
+            }
+        }
+        if let Poll::Ready(n) = poll_read(c, parked, cx) {
+            return Poll::Ready(Event::Read(n));
+        }
+        match t.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Event::Timer),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Read and answer heads until the connection closes or parks.
+async fn active<S: Future<Output = ()>>(
+    ctx: &Arc<ConnCtx>,
+    c: &mut Client,
+    t: &mut Timers,
+    signal: &watch::Receiver<bool>,
+    mut stop: Pin<&mut S>,
+) -> Step {
+    let shared = &ctx.shared;
+    let (rt, clock) = (shared.rt, shared.clock);
+    // The request timer (`drive::bounded_in`), kept across this spell's requests.
+    let mut timer: rt::TimerSlot = None;
     loop {
         if !c.buf.is_empty() {
-            if let ConnPhase::Idle { .. } = phase {
-                phase = ConnPhase::Head {
+            if let ConnPhase::Idle { .. } = t.phase {
+                t.phase = ConnPhase::Head {
                     started: clock.now(),
                 };
             }
-            match take_head(&mut c) {
-                Ok(true) => {
-                    let keep = Box::pin(request::serve(&ctx, &mut c, &signal)).await;
+            let head = match take_head(c) {
+                Ok(true) => match request::serve(ctx, c, &mut timer, signal).await {
+                    request::Served::Done(keep) => Ok(Some(keep)),
+                    request::Served::Refused(e) => Err(e),
+                    // A head the quick look took for whole (leading empty lines): parsed from
+                    // the buffer instead.
+                    request::Served::Partial => match take_whole_head(c) {
+                        Ok(true) => match request::serve(ctx, c, &mut timer, signal).await {
+                            request::Served::Done(keep) => Ok(Some(keep)),
+                            request::Served::Refused(e) => Err(e),
+                            request::Served::Partial => Ok(None),
+                        },
+                        Ok(false) => Ok(None),
+                        Err(e) => Err(e),
+                    },
+                },
+                Ok(false) => Ok(None),
+                Err(e) => Err(e),
+            };
+            match head {
+                Ok(Some(keep)) => {
                     if !keep {
                         // What the client still sends (a body weir did not read, pipelined
                         // requests) must not reset the answer away.
-                        linger(rt, &mut c).await;
-                        return;
+                        linger(rt, c).await;
+                        return Step::Closed;
                     }
                     if signal.get() {
-                        break;
+                        return Step::Close;
                     }
-                    phase = ConnPhase::Idle { since: clock.now() };
+                    t.phase = ConnPhase::Idle { since: clock.now() };
                     continue;
                 }
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(e) => {
-                    refuse(&mut c, e).await;
-                    linger(rt, &mut c).await;
-                    return;
+                    refuse(c, e).await;
+                    linger(rt, c).await;
+                    return Step::Closed;
                 }
             }
         }
-        let now = clock.now();
-        let next = match phase {
-            // Parked: only idle_timeout (from the end of the last response) is left.
-            ConnPhase::Idle { since } if parked => since.saturating_add(limits.idle_timeout),
-            _ => watch.poll_timeout(phase, now),
-        };
-        let next = clock.deadline(next);
-        if next < armed || armed <= rt.now() {
-            armed = next;
-            rt.reset(&mut sleep, armed);
+        let next = clock.deadline(t.watch.poll_timeout(t.phase, clock.now()));
+        if next < t.armed || t.armed <= rt.now() {
+            t.armed = next;
+            rt.reset(&mut t.sleep, t.armed);
         }
-        let event = poll_fn(|cx| {
-            if !stop_armed || signal.has_changed() {
-                stop_armed = true;
-                if stop.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::Shutdown);
-                }
-            }
-            if let Poll::Ready(n) = poll_read(&mut c, parked, cx) {
-                return Poll::Ready(Event::Read(n));
-            }
-            match sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Event::Timer),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
-        match event {
-            Event::Read(0) | Event::Shutdown => break,
-            Event::Read(_) => parked = false,
-            Event::Timer => match watch.poll_action(phase, clock.now()) {
-                Some(WatchAction::Close | WatchAction::Idle) => break,
-                Some(WatchAction::Park) if !parked => {
-                    parked = c.park();
-                    crate::memory::note_freed();
-                }
+        match wait_event(c, t, signal, stop.as_mut(), false).await {
+            Event::Read(0) | Event::Shutdown => return Step::Close,
+            Event::Read(_) => {}
+            Event::Timer => match t.watch.poll_action(t.phase, clock.now()) {
+                Some(WatchAction::Close | WatchAction::Idle) => return Step::Close,
+                Some(WatchAction::Park) => return Step::Park,
                 _ => {}
             },
         }
     }
-    super::shutdown(&mut c.io).await;
 }
 
 /// Read once (`0`: end of stream, a failure, or a head over the limit with nothing to parse).
@@ -244,9 +356,26 @@ fn poll_read(c: &mut Client, parked: bool, cx: &mut std::task::Context<'_>) -> P
     }
 }
 
-/// Whether `c.buf` starts with a whole head (then copied to `c.head` and consumed), or a
-/// refusal.
+/// Whether `c.buf` seems to start with a whole head (then its bytes are copied to `c.head`,
+/// parsed and consumed by `request::serve`), or a refusal.
+///
+/// The quick look: the bytes up to the first empty CRLF line (a head is parsed once, in
+/// `request::serve`; parsing a prefix that holds the whole head gives what parsing the buffer
+/// gives, limits included, since a limit crossed is crossed inside the prefix too). Without one
+/// (a partial head, or bare-LF line ends), the buffer itself is parsed.
 fn take_head(c: &mut Client) -> Result<bool, HeadError> {
+    let bytes = c.buf.bytes();
+    if let Some(i) = memchr::memmem::find(bytes, b"\r\n\r\n") {
+        c.head.clear();
+        c.head.extend_from_slice(&bytes[..i + 4]);
+        return Ok(true);
+    }
+    take_whole_head(c)
+}
+
+/// Whether `c.buf` starts with a whole head by the codec (then copied to `c.head`), or a
+/// refusal.
+fn take_whole_head(c: &mut Client) -> Result<bool, HeadError> {
     let mut headers = [EMPTY_HEADER; MAX_HEADERS];
     match h1::parse_request(c.buf.bytes(), &mut headers, &c.limits)? {
         Parsed::Partial => Ok(false),
@@ -254,7 +383,6 @@ fn take_head(c: &mut Client) -> Result<bool, HeadError> {
             let n = head.head_len;
             c.head.clear();
             c.head.extend_from_slice(&c.buf.bytes()[..n]);
-            c.buf.consume(n);
             Ok(true)
         }
     }

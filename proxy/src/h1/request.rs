@@ -19,14 +19,14 @@ use std::io;
 use std::pin::pin;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::Method;
 use weir_core::exchange::{
     Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure,
 };
 use weir_core::flow::BodyEnd;
 use weir_core::h1::{
-    self, BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, Parsed, RequestHead, ResponseContext,
-    UpstreamRequest, Version,
+    self, BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, HeadError, Parsed, RequestHead,
+    ResponseContext, UpstreamRequest, Version,
 };
 use weir_core::response::{ClientError, header};
 
@@ -42,24 +42,56 @@ use crate::rt::{self, watch};
 use crate::upstream::Target;
 use crate::{Shared, drive, effects, worker};
 
-/// Serve the request whose head is in `c.head`: whether the connection stays open after it.
-pub async fn serve(ctx: &Arc<ConnCtx>, c: &mut Client, shutdown: &watch::Receiver<bool>) -> bool {
+/// How [`serve`] ended.
+#[derive(Debug)]
+pub enum Served {
+    /// The request was answered: whether the connection stays open after it.
+    Done(bool),
+    /// The head breaks a parsing rule (nothing consumed; the connection refuses it).
+    Refused(HeadError),
+    /// `c.head` holds no whole head (nothing consumed).
+    Partial,
+}
+
+/// Parse the head whose bytes `c.head` holds (a prefix of `c.buf`, the head at least), consume
+/// it from `c.buf` and serve the request. `timer` is the connection's request timer
+/// (`drive::bounded_in`).
+pub async fn serve(
+    ctx: &Arc<ConnCtx>,
+    c: &mut Client,
+    timer: &mut rt::TimerSlot,
+    shutdown: &watch::Receiver<bool>,
+) -> Served {
     let raw = std::mem::take(&mut c.head);
-    let keep = serve_head(ctx, c, &raw, shutdown).await;
+    let served = serve_head(ctx, c, &raw, timer, shutdown).await;
     c.head = raw;
-    keep
+    served
 }
 
 async fn serve_head(
     ctx: &Arc<ConnCtx>,
     c: &mut Client,
     raw: &[u8],
+    timer: &mut rt::TimerSlot,
+    shutdown: &watch::Receiver<bool>,
+) -> Served {
+    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
+    let head = match h1::parse_request(raw, &mut headers, &c.limits) {
+        Ok(Parsed::Complete(head)) => head,
+        Ok(Parsed::Partial) => return Served::Partial,
+        Err(e) => return Served::Refused(e),
+    };
+    c.buf.consume(head.head_len);
+    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown).await)
+}
+
+async fn serve_parsed(
+    ctx: &Arc<ConnCtx>,
+    c: &mut Client,
+    head: &RequestHead<'_, '_>,
+    timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
 ) -> bool {
-    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
-    let Ok(Parsed::Complete(head)) = h1::parse_request(raw, &mut headers, &c.limits) else {
-        return false;
-    };
     let absolute =
         (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
             .then(|| head.target.parse::<http::Uri>().ok())
@@ -92,12 +124,12 @@ async fn serve_head(
     };
     let shared = &ctx.shared;
     let x = {
-        let map = header_map(head.headers);
+        // The engine reads the flat header list by name (`weir_core::headers`): no map.
         let engine_head = Head {
             method: &method,
             path,
             target: pq,
-            headers: &map,
+            headers: head.headers,
             peer: ctx.peer.ip(),
             tls: ctx.tls,
             body,
@@ -119,7 +151,7 @@ async fn serve_head(
             host,
         },
         pq,
-        head: &head,
+        head,
         reader: Reader::new(head.body),
         buffered: None,
         sent_continue: false,
@@ -127,24 +159,10 @@ async fn serve_head(
         body_malformed: false,
         body_bytes: 0,
         line: None,
+        timer,
         shutdown,
     };
     r.run(c).await
-}
-
-/// The headers for the engine's constructor (it reads a few by name: the request id, the
-/// forwarding headers, `Connection`/`Upgrade`, an affinity header).
-fn header_map(headers: &[h1::Header<'_>]) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(headers.len());
-    for h in headers {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 /// What the access-log line needs of the request.
@@ -206,6 +224,8 @@ struct Req<'a> {
     /// The access-log line once the engine's record says to log (issue 20), written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,
+    /// The connection's request timer.
+    timer: &'a mut rt::TimerSlot,
     shutdown: &'a watch::Receiver<bool>,
 }
 
@@ -325,12 +345,18 @@ impl Req<'_> {
         let mut body = Vec::new();
         let shared = self.shared;
         let read = {
-            let Req { x, reader, .. } = self;
+            let Req {
+                x,
+                reader,
+                timer,
+                body_bytes,
+                ..
+            } = self;
             let Some(x) = x.as_mut() else {
                 return;
             };
-            let read = pin!(read_body(c, reader, &mut body, &mut self.body_bytes));
-            drive::bounded(shared, x, read).await
+            let read = pin!(read_body(c, reader, &mut body, body_bytes));
+            drive::bounded_in(shared, x, timer, read).await
         };
         match read {
             Some(Ok(())) => {
@@ -382,6 +408,7 @@ impl Req<'_> {
                 client_failed,
                 body_malformed,
                 body_bytes,
+                timer,
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
@@ -397,7 +424,7 @@ impl Req<'_> {
                 peer,
             };
             let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
-            drive::bounded(shared, x, attempt).await
+            drive::bounded_in(shared, x, timer, attempt).await
         };
         match sent {
             None => Ok(None),
