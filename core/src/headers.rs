@@ -1,6 +1,7 @@
 //! The seam through which the engine reads request headers by name ([`HeaderLines`]): an
 //! `http::HeaderMap` (the HTTP/2 path, tests) or the flat, borrowed header list of weir's own
-//! HTTP/1 codec (`[h1::Header]`), so the HTTP/1 path builds no map per request (issue 14).
+//! HTTP/1 codec (`[h1::Header]`, which is `httparse::Header`: named here by its own crate, so
+//! this module does not import `h1`, which imports it), so the HTTP/1 path builds no map per request (issue 14).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -21,7 +22,7 @@ impl HeaderLines for HeaderMap {
     }
 }
 
-impl HeaderLines for [crate::h1::Header<'_>] {
+impl HeaderLines for [httparse::Header<'_>] {
     fn lines<'s>(&'s self, name: &HeaderName) -> impl DoubleEndedIterator<Item = &'s [u8]> {
         // `HeaderName`s are lower case; the list keeps the names as received.
         let name = name.as_str();
@@ -32,47 +33,4 @@ impl HeaderLines for [crate::h1::Header<'_>] {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::HeaderLines;
-    use crate::h1::Header;
-    use http::{HeaderMap, HeaderName, HeaderValue};
-
-    /// Both sides of the seam give the same lines for the same head.
-    #[test]
-    fn a_flat_list_reads_like_a_map() {
-        let list = [
-            Header {
-                name: "Host",
-                value: b"a",
-            },
-            Header {
-                name: "X-Forwarded-For",
-                value: b"1.1.1.1",
-            },
-            Header {
-                name: "x-forwarded-for",
-                value: b"2.2.2.2, 3.3.3.3",
-            },
-        ];
-        let mut map = HeaderMap::new();
-        for h in &list {
-            map.append(
-                HeaderName::from_bytes(h.name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(h.value).unwrap(),
-            );
-        }
-        let xff = HeaderName::from_static("x-forwarded-for");
-        let flat: Vec<&[u8]> = list[..].lines(&xff).collect();
-        let mapped: Vec<&[u8]> = map.lines(&xff).collect();
-        assert_eq!(flat, mapped);
-        assert_eq!(flat, [&b"1.1.1.1"[..], b"2.2.2.2, 3.3.3.3"]);
-        let rev: Vec<&[u8]> = list[..].lines(&xff).rev().collect();
-        assert_eq!(rev, [&b"2.2.2.2, 3.3.3.3"[..], b"1.1.1.1"]);
-        let host = HeaderName::from_static("host");
-        assert_eq!(list[..].first_line(&host), Some(&b"a"[..]));
-        assert_eq!(map.first_line(&host), Some(&b"a"[..]));
-        let absent = HeaderName::from_static("x-request-id");
-        assert_eq!(list[..].first_line(&absent), None);
-        assert_eq!(map.first_line(&absent), None);
-    }
-}
+mod tests;
