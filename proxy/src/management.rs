@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -43,7 +43,7 @@ use weir_core::mgmt::{
     self, Access, BucketFacts, Decision, Endpoint, FieldError, MgmtRequest, Reply, StatusFacts,
 };
 use weir_core::rate::{ClientKey, RateParams};
-use weir_core::request_id::{X_REQUEST_ID, request_id_in_force};
+use weir_core::request_id::request_id_in_force;
 use weir_core::runtime::Runtime;
 
 use crate::access_log::{self, Line};
@@ -52,6 +52,9 @@ use crate::metrics::{self, ReloadSource};
 use crate::reload;
 use crate::rt::{self, Listener as RtListener, Rt, watch};
 use crate::{Shared, StartError, server, worker};
+
+mod answer;
+use answer::{insert_rid, json, problem, reply};
 
 /// How long a mutating request's body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -561,56 +564,6 @@ fn summary(
         "body": String::from_utf8_lossy(body),
         "body_truncated": truncated,
     })
-}
-
-fn insert_rid(h: &mut HeaderMap, rid: &str) {
-    if let Ok(v) = HeaderValue::from_str(rid) {
-        h.insert(X_REQUEST_ID, v);
-    }
-}
-
-/// A JSON success with `Cache-Control: no-store` (C-MGMT-2).
-fn json(status: StatusCode, body: Bytes, rid: &str) -> MgmtResponse {
-    let mut resp = Response::new(Full::new(body));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    insert_rid(h, rid);
-    resp
-}
-
-/// A problem document (`{"code","message","request_id","errors"}`).
-fn problem(status: u16, message: &str, errors: Vec<FieldError>, rid: &str) -> MgmtResponse {
-    reply(
-        &Reply::Problem {
-            status,
-            message: message.to_owned(),
-            errors,
-        },
-        rid,
-    )
-}
-
-/// Core's reply as a hyper response.
-fn reply(r: &Reply, rid: &str) -> MgmtResponse {
-    let (parts, body) = r.to_http(rid).into_parts();
-    let mut resp = Response::from_parts(parts, Full::new(Bytes::from(body)));
-    // Core names its headers; make sure the id is the one in force.
-    insert_rid(resp.headers_mut(), rid);
-    if !resp.headers().contains_key(http::header::CACHE_CONTROL) {
-        resp.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-store"),
-        );
-    }
-    resp
 }
 
 #[cfg(test)]
