@@ -107,8 +107,8 @@ pub fn openapi_response(rid: &str) -> Response<Full<Bytes>> {
     resp
 }
 
-/// A JSON answer that no cache keeps.
-fn json_response(status: StatusCode, body: Bytes) -> ConsoleResponse {
+/// A JSON answer that no cache keeps (the management API's answers too, C-MGMT-2).
+pub(crate) fn json_response(status: StatusCode, body: Bytes) -> ConsoleResponse {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();

@@ -23,24 +23,9 @@ pub fn feed(shared: &Shared, x: &mut Exchange, input: Input) {
 pub async fn bounded<F: Future>(
     shared: &Shared,
     x: &mut Exchange,
-    mut fut: Pin<&mut F>,
+    fut: Pin<&mut F>,
 ) -> Option<F::Output> {
-    loop {
-        let stage = x.stage();
-        let Some(deadline) = x.poll_timeout() else {
-            return Some(fut.await);
-        };
-        let at = shared.clock.deadline(deadline);
-        match rt::timeout_at(shared.rt, at, fut.as_mut()).await {
-            Ok(v) => return Some(v),
-            Err(_) => {
-                feed(shared, x, Input::Timeout);
-                if x.stage() != stage {
-                    return None;
-                }
-            }
-        }
-    }
+    bounded_in(shared, x, &mut None, fut).await
 }
 
 /// [`bounded`] with the timer kept in `slot` across calls (the HTTP/1 path: one per

@@ -17,18 +17,8 @@ pub(super) fn insert_rid(h: &mut HeaderMap, rid: &str) {
 
 /// A JSON success with `Cache-Control: no-store` (C-MGMT-2).
 pub(super) fn json(status: StatusCode, body: Bytes, rid: &str) -> MgmtResponse {
-    let mut resp = Response::new(Full::new(body));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    insert_rid(h, rid);
+    let mut resp = crate::console::json_response(status, body);
+    insert_rid(resp.headers_mut(), rid);
     resp
 }
 
