@@ -12,7 +12,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::sync::atomic::AtomicUsize;
-use weir_tokio::upstream::{Conn, SendError, UpBody, Upstream, UpstreamConfig, drive_until};
+use weir_tokio::upstream::{
+    Conn, SendError, Target, UpBody, Upstream, UpstreamConfig, drive_until,
+};
 
 fn config() -> UpstreamConfig {
     UpstreamConfig {
@@ -73,10 +75,10 @@ async fn keepalive_backend(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
 async fn c_retry_6_pool_reuses_only_finished_connections() {
     let (addr, accepted) = keepalive_backend(100_000).await;
     let up = Upstream::new(weir_tokio::rt(), config(), None);
-    let target = up.target("b", &format!("http://{addr}"), None).unwrap();
+    let target = Arc::new(Target::new("b", &format!("http://{addr}")).unwrap());
     for _ in 0..3 {
         let (resp, mut conn) = up
-            .send(&target, get("b"), std::time::Instant::now(), client())
+            .send(&target, None, get("b"), std::time::Instant::now(), client())
             .await
             .unwrap();
         let body = read_body(resp, &mut conn).await;
@@ -87,13 +89,13 @@ async fn c_retry_6_pool_reuses_only_finished_connections() {
     assert_eq!(up.idle_count(), 1);
     // Dropped unread: not returned, the next request needs a new connection.
     let (resp, conn) = up
-        .send(&target, get("b"), std::time::Instant::now(), client())
+        .send(&target, None, get("b"), std::time::Instant::now(), client())
         .await
         .unwrap();
     drop(resp);
     drop(conn);
     let (resp, mut conn) = up
-        .send(&target, get("b"), std::time::Instant::now(), client())
+        .send(&target, None, get("b"), std::time::Instant::now(), client())
         .await
         .unwrap();
     let _ = read_body(resp, &mut conn).await;
@@ -110,9 +112,9 @@ async fn refused_is_a_connect_error() {
     let addr = l.local_addr().unwrap();
     drop(l);
     let up = Upstream::new(weir_tokio::rt(), config(), None);
-    let target = up.target("b", &format!("http://{addr}"), None).unwrap();
+    let target = Arc::new(Target::new("b", &format!("http://{addr}")).unwrap());
     assert!(matches!(
-        up.send(&target, get("b"), std::time::Instant::now(), client())
+        up.send(&target, None, get("b"), std::time::Instant::now(), client())
             .await,
         Err(SendError::Connect(_))
     ));
@@ -178,22 +180,30 @@ async fn https_backends_validate_certificates() {
     let good = tls_backend(Some(&issuer)).await;
     let bad = tls_backend(None).await;
     let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
-    let t = up
-        .target("good", &format!("https://localhost:{good}"), None)
-        .unwrap();
+    let t = Arc::new(Target::new("good", &format!("https://localhost:{good}")).unwrap());
     let (resp, mut conn) = up
-        .send(&t, get("localhost"), std::time::Instant::now(), client())
+        .send(
+            &t,
+            None,
+            get("localhost"),
+            std::time::Instant::now(),
+            client(),
+        )
         .await
         .expect("tls ok");
     assert_eq!(resp.status(), 200);
     let body = read_body(resp, &mut conn).await;
     assert_eq!(body.as_ref(), b"secure");
-    let t = up
-        .target("bad", &format!("https://localhost:{bad}"), None)
-        .unwrap();
+    let t = Arc::new(Target::new("bad", &format!("https://localhost:{bad}")).unwrap());
     assert!(matches!(
-        up.send(&t, get("localhost"), std::time::Instant::now(), client())
-            .await,
+        up.send(
+            &t,
+            None,
+            get("localhost"),
+            std::time::Instant::now(),
+            client()
+        )
+        .await,
         Err(SendError::Connect(_))
     ));
 }

@@ -235,6 +235,8 @@ pub struct Exchange {
     target: FlowTarget,
     /// The route that matched (`None`: the default pool).
     route: Option<usize>,
+    /// The index in `rt` of the pool `target` holds ([`Runtime::pool`]).
+    pool_index: usize,
     pick: PickContext,
     /// Why the target cannot be proxied, if it cannot (authority-form, `*` without OPTIONS).
     target_error: Option<ClientError>,
@@ -291,6 +293,7 @@ impl Exchange {
             upgrade: wants_upgrade(head.headers),
             target,
             route: m.route,
+            pool_index: m.pool,
             pick,
             target_error: target_error(head.method, head.target),
             body: head.body,
@@ -416,6 +419,14 @@ impl Exchange {
     #[must_use]
     pub fn pool(&self) -> &Arc<crate::pool::Pool> {
         &self.target.pool
+    }
+
+    /// The index of [`pool`](Self::pool) in [`runtime`](Self::runtime) ([`Runtime::pool`]): with
+    /// the index of a [`Send`] or [`Delivery`], where a data path keeps per-backend handles of
+    /// its own.
+    #[must_use]
+    pub fn pool_index(&self) -> usize {
+        self.pool_index
     }
 
     /// The route that matched (C-ROUTE-1), `None` for the default pool without a route.

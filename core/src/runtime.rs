@@ -308,10 +308,13 @@ impl Runtime {
     /// `Arc`s; allocates nothing.
     #[must_use]
     pub fn target(&self, raw_path: &str) -> (FlowTarget, RouteMatch) {
-        let m = self.config.route_table.lookup(raw_path);
+        let mut m = self.config.route_table.lookup(raw_path);
         // `pool` indexes `cfg.pools`, which `pools` mirrors one to one; `build` refuses a
-        // configuration without pools, so index 0 exists.
-        let pool = self.pools.get(m.pool).unwrap_or(&self.pools[0]);
+        // configuration without pools, so index 0 exists. The match names the pool used.
+        if m.pool >= self.pools.len() {
+            m.pool = 0;
+        }
+        let pool = &self.pools[m.pool];
         let bulkhead = m.route.and_then(|r| self.bulkhead(r)).map(Arc::clone);
         (
             FlowTarget {

@@ -26,6 +26,7 @@ use weir_core::flow::BodyEnd;
 use crate::conn::RequestGuard;
 use crate::effects::PendingLine;
 use crate::rt::Deadline;
+use crate::snapshot::Bound;
 use crate::upstream::{BoxError, Conn};
 use crate::{Shared, effects, worker};
 
@@ -156,7 +157,7 @@ impl Body for ResBody {
 #[derive(Debug)]
 pub struct Delivered {
     body: Incoming,
-    exchange: Exchange,
+    exchange: Bound,
     conn: Option<Conn>,
     shared: Arc<Shared>,
     deadline: Option<Deadline>,
@@ -168,7 +169,7 @@ impl Delivered {
     /// hand-off, metrics); give `conn` back to the upstream pool when the body was read to the
     /// end. The exchange's `poll_timeout` is the body's `write_timeout` (C-PATH-7).
     #[must_use]
-    pub fn new(body: Incoming, exchange: Exchange, conn: Conn, shared: Arc<Shared>) -> Delivered {
+    pub fn new(body: Incoming, exchange: Bound, conn: Conn, shared: Arc<Shared>) -> Delivered {
         let deadline = deadline(&shared, &exchange);
         Delivered {
             body,

@@ -13,7 +13,6 @@
 //! interface a data path needs: `perform` / `drain`, `PendingLine::finish`, `BodyTally`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::Method;
@@ -23,6 +22,8 @@ use crate::Shared;
 use crate::access_log::Line;
 use crate::exposition::Listener;
 use crate::rt::Rt;
+use crate::snapshot::Bound;
+pub use crate::upstream::BodyTally;
 
 /// What the access-log line says about the request that the engine does not keep.
 #[derive(Debug, Clone, Copy)]
@@ -35,39 +36,6 @@ pub struct Request<'a> {
     pub version: http::Version,
     /// The `Host` header, or the target's authority.
     pub host: Option<&'a str>,
-}
-
-/// The client's streamed request body as the data path read it (issue 20, C-PATH-9): the bytes
-/// passed upstream, and whether reading it failed (the client went away or `read_timeout`
-/// passed), shared by the body's stream and the request's pending access-log line.
-#[derive(Debug, Default)]
-pub struct BodyTally {
-    bytes: AtomicU64,
-    failed: AtomicBool,
-}
-
-impl BodyTally {
-    /// Count `n` more bytes read.
-    pub fn add(&self, n: usize) {
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
-    /// Reading the body failed.
-    pub fn fail(&self) {
-        self.failed.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether reading the body failed.
-    #[must_use]
-    pub fn failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
-    }
-
-    /// Bytes read so far.
-    #[must_use]
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
 }
 
 /// The request body bytes of a pending line: known when the record was made (none, or a
@@ -191,7 +159,7 @@ impl Drop for PendingLine {
 /// [`pending_line`] and keeps it with the response body.
 pub fn perform(
     shared: &Shared,
-    x: &Exchange,
+    x: &Bound,
     out: Output,
     request: Option<Request<'_>>,
 ) -> Option<Output> {
@@ -224,7 +192,7 @@ pub fn pending_line(
 /// response head the engine asks for nothing else but [`Output::AbortBody`], which the caller
 /// handles before draining). A logged record found here has no body to wait for: its line is
 /// written at once.
-pub fn drain(shared: &Shared, x: &mut Exchange, request: Option<Request<'_>>) {
+pub fn drain(shared: &Shared, x: &mut Bound, request: Option<Request<'_>>) {
     while let Some(out) = x.poll_output() {
         if let (Some(Output::Record(r)), Some(request)) =
             (perform(shared, x, out, request), request)
@@ -234,18 +202,15 @@ pub fn drain(shared: &Shared, x: &mut Exchange, request: Option<Request<'_>>) {
     }
 }
 
-fn metric(shared: &Shared, x: &Exchange, m: Metric) {
+fn metric(shared: &Shared, x: &Bound, m: Metric) {
     match m {
         Metric::Protection(reason) => {
             shared.metrics.protection(reason);
             crate::events::protection(reason);
         }
         Metric::PanicSelection { backend } => {
-            if let Some(b) = x
-                .backend(backend)
-                .and_then(|b| shared.metrics.backend(b.id()))
-            {
-                b.panic_selection();
+            if let Some(b) = x.handles(backend) {
+                b.metrics.panic_selection();
             }
         }
         Metric::Circuit {
@@ -253,8 +218,8 @@ fn metric(shared: &Shared, x: &Exchange, m: Metric) {
             transition,
             cause,
         } => {
-            if let Some(b) = x.backend(backend) {
-                crate::events::circuit(shared, x, b.id(), transition, cause);
+            if let Some(b) = x.handles(backend) {
+                crate::events::circuit(x, &b.metrics, transition, cause);
             }
         }
         Metric::QueueWait(waited) => shared.metrics.queue_wait(waited),
@@ -268,11 +233,8 @@ fn metric(shared: &Shared, x: &Exchange, m: Metric) {
             result,
             duration,
         } => {
-            if let Some(b) = x
-                .backend(backend)
-                .and_then(|b| shared.metrics.backend(b.id()))
-            {
-                b.attempt(result, duration);
+            if let Some(b) = x.handles(backend) {
+                b.metrics.attempt(result, duration);
             }
         }
     }

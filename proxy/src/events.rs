@@ -19,21 +19,15 @@ use weir_core::exchange::{AttemptResult, Exchange};
 use weir_core::response::ProtectionReason;
 
 use crate::Shared;
+use crate::metrics::BackendMetrics;
 
 /// At most one `weir::protection` line per reason in this interval.
 pub const PROTECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A circuit transition (C-HEALTH-3): log it and count it.
-pub fn circuit(
-    shared: &Shared,
-    x: &Exchange,
-    backend: &str,
-    transition: Transition,
-    cause: AttemptResult,
-) {
-    if let Some(m) = shared.metrics.backend(backend) {
-        m.circuit_transition(matches!(transition, Transition::Opened { .. }));
-    }
+pub fn circuit(x: &Exchange, m: &BackendMetrics, transition: Transition, cause: AttemptResult) {
+    m.circuit_transition(matches!(transition, Transition::Opened { .. }));
+    let backend = m.id();
     match transition {
         Transition::Opened { cooldown } => {
             let breaker = &x.pool().params().breaker;
@@ -81,7 +75,7 @@ pub fn health_changed(backend: &str, url: &str, healthy: bool, error: Option<&st
 
 /// At start, after the first check cycle: a `WARN` when no backend is healthy.
 pub fn first_cycle_done(shared: &Shared) {
-    let rt = shared.runtime.load();
+    let rt = shared.runtime();
     let mut total = 0usize;
     let mut down = Vec::new();
     for (_, b) in rt.backends() {

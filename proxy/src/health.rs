@@ -50,7 +50,7 @@ pub fn on_change(
 /// Start probing the backends of the runtime in force.
 #[must_use]
 pub fn spawn(shared: &Arc<Shared>, tls: Arc<ClientConfig>) -> HealthDriver {
-    let rt = shared.runtime.load();
+    let rt = shared.runtime();
     let (targets, backends) = targets(&rt);
     let metrics = Arc::clone(&shared.metrics);
     HealthDriver::spawn_observed(

@@ -58,6 +58,7 @@ pub mod rt;
 pub mod safe_read;
 pub mod secrets;
 pub mod server;
+pub mod snapshot;
 pub mod tls;
 pub mod upstream;
 pub mod uri;
@@ -69,6 +70,7 @@ use probe::HealthDriver;
 use ratelimit::{Limiter, RateLimitStatus, RateLimiter};
 use rt::{JoinHandle, Rt};
 use server::ServerLimits;
+use snapshot::Snapshot;
 use upstream::{Upstream, UpstreamConfig};
 
 /// Process-wide state of a running proxy, shared by every worker. The management plane (issue 5)
@@ -77,8 +79,9 @@ use upstream::{Upstream, UpstreamConfig};
 pub struct Shared {
     /// The async runtime everything runs on.
     pub rt: Rt,
-    /// The runtime snapshot in force (C-POOL-2): loaded once per request, swapped whole on reload.
-    pub runtime: ArcSwap<Runtime>,
+    /// The snapshot in force (C-POOL-2): weir-core's runtime and each backend's upstream target
+    /// and metrics ([`snapshot`]), loaded once per request, swapped whole on publish.
+    pub snapshot: ArcSwap<Snapshot>,
     /// The global overload gate (C-LOAD-1; restart-only).
     pub admission: Arc<Admission>,
     /// The rate limiter over the store `rate_limit.storage` selects (C-RATE-1..5).
@@ -104,12 +107,20 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// weir-core's runtime snapshot in force (the control plane's reads; a request takes the
+    /// whole [`Snapshot`] once instead).
+    #[must_use]
+    pub fn runtime(&self) -> Arc<Runtime> {
+        Arc::clone(self.snapshot.load().core())
+    }
+
     /// Readiness (C-OBS-4), as the request engine decides it for `/readyz`: not shutting down,
     /// the rate-limit store not down under `fail-closed` (C-RATE-5), and some backend available
     /// (enabled, not draining, healthy, circuit not open; saturated counts as up).
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.services.ready(&self.runtime.load(), self.clock.now())
+        self.services
+            .ready(self.snapshot.load().core(), self.clock.now())
     }
 
     /// The rate limiter's state under the settings in force: store, up, ready, degraded,
@@ -118,7 +129,8 @@ impl Shared {
     /// `_local_evictions_total`, and `/api/dashboard/status`; C-RATE-5, C-OBS-1, C-MGMT-4).
     #[must_use]
     pub fn rate_limit_status(&self) -> RateLimitStatus {
-        self.limiter.status(&self.runtime.load().config().rate)
+        self.limiter
+            .status(&self.snapshot.load().core().config().rate)
     }
 
     /// Whether a graceful shutdown has begun (C-PATH-10).
@@ -347,7 +359,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     health.first_cycle().await.map_err(|_| StartError::Health)?;
     events::first_cycle_done(&shared);
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
-    for (_, backend) in shared.runtime.load().backends() {
+    for (_, backend) in shared.runtime().backends() {
         backend.skip_initial_ramp();
     }
 
@@ -448,16 +460,14 @@ async fn build_shared(
     };
     let metrics = Arc::new(metrics::Metrics::new());
     metrics.set_backends(runtime.backend_ids());
+    let snapshot = Snapshot::build(Arc::new(runtime), &metrics, None);
     let shared = Arc::new(Shared {
         rt,
-        runtime: ArcSwap::from_pointee(runtime),
+        snapshot: ArcSwap::from_pointee(snapshot),
         admission,
         limiter,
         services,
-        upstream: Arc::new(
-            Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))
-                .with_metrics(Arc::clone(&metrics)),
-        ),
+        upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
         clock,
         limits,
         metrics,

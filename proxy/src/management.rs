@@ -131,7 +131,7 @@ pub async fn handle(
     let started = shared.rt.now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
     let (parts, body) = req.into_parts();
-    let rt = shared.runtime.load_full();
+    let rt = shared.runtime();
     let client = resolve_client(peer.ip(), &parts.headers, rt.trusted_proxies()).client;
     let mutation = parts.method != Method::GET && parts.method != Method::HEAD;
     let endpoint = mgmt::route(&parts.method, parts.uri.path())
@@ -173,7 +173,7 @@ pub async fn handle(
                         if mutation {
                             // One change at a time, built from the runtime in force (C-CONF-8).
                             let _one_at_a_time = shared.control.lock().await;
-                            let rt = shared.runtime.load_full();
+                            let rt = shared.runtime();
                             execute(shared, &rt, &req).await
                         } else {
                             execute(shared, &rt, &req).await
@@ -329,7 +329,7 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
 fn not_ready_message(shared: &Shared) -> &'static str {
     shared
         .services
-        .not_ready_reason(&shared.runtime.load(), shared.clock.now())
+        .not_ready_reason(&shared.runtime(), shared.clock.now())
         // Became ready between the two reads.
         .map_or("not ready a moment ago (transient); retry", |c| c.message())
 }

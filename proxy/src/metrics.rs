@@ -47,7 +47,7 @@ mod histogram;
 mod state;
 mod store;
 
-pub use backends::{AttemptTimer, BackendMetrics};
+pub use backends::BackendMetrics;
 pub use histogram::AtomicHistogram;
 
 use crate::exposition::{FamilySnapshot, Listener, counter, gauge, labels, seconds_histogram};
@@ -154,14 +154,6 @@ impl Metrics {
         self.store.call(storage, result, duration);
     }
 
-    /// Count an upstream request to backend `id` sent on a new connection (`reused: false`) or
-    /// a pooled idle one (`true`); no-op for an id not in the runtime in force.
-    pub fn upstream_connection(&self, id: &str, reused: bool) {
-        if let Some(b) = self.backends.load().by_id.get(id) {
-            b.upstream_connection(reused);
-        }
-    }
-
     /// Count one answered request of `listener` (C-OBS-1, C-OBS-2: every request, sampled for
     /// the log or not).
     pub fn request(&self, listener: Listener, status: u16, elapsed: Duration) {
@@ -183,6 +175,14 @@ impl Metrics {
     #[must_use]
     pub fn backend(&self, id: &str) -> Option<Arc<BackendMetrics>> {
         self.backends.load().by_id.get(id).cloned()
+    }
+
+    /// The handles of backend `id` for a snapshot (`snapshot::Snapshot::build`): the
+    /// registry's, or new ones (not exposed) for an id it does not have.
+    #[must_use]
+    pub fn backend_or_new(&self, id: &str) -> Arc<BackendMetrics> {
+        self.backend(id)
+            .unwrap_or_else(|| Arc::new(BackendMetrics::new(id)))
     }
 
     /// Make the per-backend handles those of `ids` (a reload or a warm-up): kept ids keep their
@@ -242,7 +242,7 @@ impl Snapshot {
     #[must_use]
     pub fn take(shared: &Shared) -> Snapshot {
         let m = &shared.metrics;
-        let rt = shared.runtime.load();
+        let rt = shared.runtime();
         let now = shared.clock.now();
         let table = m.backends.load();
         let mut families = Vec::with_capacity(16);

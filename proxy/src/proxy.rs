@@ -28,7 +28,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 use weir_core::bucket::BucketParams;
 use weir_core::exchange::{
-    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure,
+    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure,
 };
 use weir_core::flow::BodyEnd;
 use weir_core::forward::{rewrite_forwarding, strip_hop_by_hop};
@@ -39,6 +39,7 @@ use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 use crate::body::{Delivered, ResBody};
 use crate::conn::{ConnCtx, RequestGuard};
 use crate::effects::{BodyTally, PendingLine, RequestBytes};
+use crate::snapshot::Bound;
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
 use crate::uri::upstream_uri;
 use crate::worker;
@@ -75,7 +76,7 @@ pub async fn handle(
 struct Io<'a> {
     ctx: &'a Arc<ConnCtx>,
     /// `None` once the exchange moved into the response body or a tunnel.
-    x: Option<Exchange>,
+    x: Option<Bound>,
     method: Method,
     uri: Uri,
     /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
@@ -149,7 +150,7 @@ impl<'a> Io<'a> {
         };
         let x = worker::with_rng(|rng| {
             let services = Arc::clone(&shared.services);
-            Exchange::new(shared.runtime.load_full(), services, &head, now, rng)
+            Bound::new(shared.snapshot.load_full(), services, &head, now, rng)
         });
         let rid_value = x
             .request_id_kept()
@@ -173,7 +174,7 @@ impl<'a> Io<'a> {
     }
 
     /// The exchange (present until it moves into the response).
-    fn x(&self) -> &Exchange {
+    fn x(&self) -> &Bound {
         match &self.x {
             Some(x) => x,
             None => unreachable_exchange(),
@@ -285,11 +286,11 @@ impl<'a> Io<'a> {
     async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
         let ctx = self.ctx;
         let shared = &ctx.shared;
-        let target = self
-            .x()
-            .backend(s.backend)
-            .and_then(|b| shared.upstream.target(b.id(), b.url(), b.send_proxy()).ok());
-        let Some(target) = target else {
+        // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
+        let handles = self.x().handles(s.backend);
+        let Some((target, metrics)) =
+            handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
+        else {
             self.feed(Input::SendFailed(SendFailure::Connect));
             return None;
         };
@@ -305,7 +306,12 @@ impl<'a> Io<'a> {
         }
         let begun = shared.rt.now();
         let sent = {
-            let mut sent = pin!(shared.upstream.send(&target, req, begun, ctx.peer));
+            let mut sent =
+                pin!(
+                    shared
+                        .upstream
+                        .send(&target, Some(&metrics), req, begun, ctx.peer)
+                );
             self.bounded(sent.as_mut()).await
         };
         match sent? {
@@ -469,7 +475,7 @@ impl<'a> Io<'a> {
 /// held until the tunnel closes.
 fn tunnel(
     ctx: &Arc<ConnCtx>,
-    mut x: Exchange,
+    mut x: Bound,
     conn: Conn,
     backend_upgrade: hyper::upgrade::OnUpgrade,
     client_upgrade: hyper::upgrade::OnUpgrade,

@@ -263,7 +263,7 @@ pub async fn recovery_task(shared: Arc<Shared>, mut shutdown: watch::Receiver<bo
         if shutdown.get() {
             return;
         }
-        let rate = shared.runtime.load().config().rate.clone();
+        let rate = shared.runtime().config().rate.clone();
         let up = if rate.enabled() {
             limiter.probe(&rate, shared.clock.now()).await
         } else {

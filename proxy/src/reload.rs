@@ -51,6 +51,7 @@ use crate::Shared;
 use crate::config_file::{self, LoadError};
 use crate::metrics::ReloadSource;
 use crate::probe::{HealthReloader, ProbeTarget};
+use crate::snapshot::Snapshot;
 use crate::worker;
 
 /// Process state of the control plane: who serialises changes, how to reach the health
@@ -259,7 +260,7 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
         .control
         .newest_reload
         .store(ticket, Ordering::Release);
-    let current = shared.runtime.load_full();
+    let current = shared.runtime();
     let now = shared.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;
     let warmed_up = reload
@@ -290,10 +291,19 @@ pub async fn install(
         warm_up(shared, current, &next, &warmup).await?;
     }
     let next = Arc::new(next);
-    shared.runtime.store(Arc::clone(&next));
-    shared.metrics.set_backends(next.backend_ids());
+    publish(shared, Arc::clone(&next));
     point_health_at(shared, &[&next]);
     Ok(())
+}
+
+/// Make `next` the runtime in force: the metrics registry at its backends, then the whole
+/// proxy-side snapshot in one store (`snapshot::Snapshot`: the upstream targets and metrics of
+/// kept backends carry over).
+fn publish(shared: &Shared, next: Arc<Runtime>) {
+    shared.metrics.set_backends(next.backend_ids());
+    let previous = shared.snapshot.load();
+    let snapshot = Snapshot::build(next, &shared.metrics, Some(&previous));
+    shared.snapshot.store(Arc::new(snapshot));
 }
 
 /// Probe targets and the backends each reports on, for the backends of `runtimes` (deduplicated

@@ -33,7 +33,6 @@
 //!   `Connect`; every later error before the response head is `Transport` (C-RETRY-1).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -50,10 +49,11 @@ use hyper::client::conn::http1;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
+use crate::metrics::BackendMetrics;
 use crate::rt::{self, Io, Rt};
 
 mod body;
-pub use body::{ClientBody, UpBody};
+pub use body::{BodyTally, ClientBody, UpBody};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 use weir_core::proxy_proto;
@@ -176,6 +176,12 @@ impl Target {
         self.send_proxy.is_none()
     }
 
+    /// The PROXY protocol version each new connection begins with (`send_proxy_protocol`).
+    #[must_use]
+    pub fn send_proxy(&self) -> Option<proxy_proto::Version> {
+        self.send_proxy
+    }
+
     /// The PROXY header a new connection for `client` begins with, if any.
     fn preface(&self, client: SocketAddr) -> Option<proxy_proto::Encoded> {
         // The original destination is not known here: the unspecified address, port 0
@@ -227,8 +233,6 @@ pub struct Upstream {
     h1: http1::Builder,
     /// weir-core's clock starts here for the idle policy.
     epoch: std::time::Instant,
-    /// Where connections opened and reused are counted, per backend (issue 20).
-    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
@@ -242,10 +246,9 @@ thread_local! {
 /// policy: between one and two of these (`weir_core::idle_pool`, "Adaptive caps").
 const DEMAND_WINDOW: Duration = Duration::from_secs(10);
 
-/// The parsed targets and the idle connections of one worker; which connection is kept, reused
-/// or expired is weir-core's `IdlePool` decision.
+/// The idle connections of one worker; which connection is kept, reused or expired is
+/// weir-core's `IdlePool` decision.
 struct WorkerPool {
-    targets: HashMap<Box<str>, Arc<Target>, foldhash::fast::RandomState>,
     idle: IdlePool<Conn>,
 }
 
@@ -359,20 +362,6 @@ impl Upstream {
             tls,
             h1,
             epoch: rt.now(),
-            metrics: None,
-        }
-    }
-
-    /// The same connector, counting connections opened and reused per backend in `metrics`.
-    #[must_use]
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Upstream {
-        self.metrics = Some(metrics);
-        self
-    }
-
-    pub(crate) fn count_connection(&self, target: &Target, reused: bool) {
-        if let Some(m) = &self.metrics {
-            m.upstream_connection(target.id(), reused);
         }
     }
 
@@ -390,7 +379,6 @@ impl Upstream {
                 None => {
                     let params = self.idle_params();
                     let pool = WorkerPool {
-                        targets: HashMap::default(),
                         idle: IdlePool::new(params),
                     };
                     pools.push((self.id, pool));
@@ -406,27 +394,6 @@ impl Upstream {
     pub fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
         let nanos = now.saturating_duration_since(self.epoch).as_nanos();
         weir_core::Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-
-    /// The parsed target of backend `id` at `url`, sending PROXY headers of `send_proxy`
-    /// (cached per worker).
-    pub fn target(
-        &self,
-        id: &str,
-        url: &str,
-        send_proxy: Option<proxy_proto::Version>,
-    ) -> Result<Arc<Target>, BackendUrlError> {
-        self.with_pool(|pool| {
-            if let Some(t) = pool.targets.get(url)
-                && t.id() == id
-                && t.send_proxy == send_proxy
-            {
-                return Ok(Arc::clone(t));
-            }
-            let t = Arc::new(Target::new(id, url)?.with_send_proxy(send_proxy));
-            pool.targets.insert(Box::from(url), Arc::clone(&t));
-            Ok(t)
-        })
     }
 
     /// The most recently idle connection to `target` that has not expired at `now`.
@@ -477,11 +444,13 @@ impl Upstream {
     }
 
     /// Send `req` from `client` (the C-FWD-1 peer) to `target` on a pooled or new connection,
-    /// from `now` (idle connections that expired by then are closed); the response head, and
-    /// the connection to [`release`](Self::release) once the body ended.
+    /// from `now` (idle connections that expired by then are closed), counting it in `metrics`
+    /// (opened or reused, issue 20); the response head, and the connection to
+    /// [`release`](Self::release) once the body ended.
     pub async fn send(
         &self,
         target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
         mut req: Request<UpBody>,
         now: std::time::Instant,
         client: SocketAddr,
@@ -494,7 +463,9 @@ impl Upstream {
             let fut = conn.tx.try_send_request(req);
             match drive_until(&mut conn, fut).await {
                 Ok(resp) => {
-                    self.count_connection(target, true);
+                    if let Some(m) = metrics {
+                        m.upstream_connection(true);
+                    }
                     return Ok((resp, conn));
                 }
                 Err(mut e) => match e.take_message() {
@@ -507,7 +478,9 @@ impl Upstream {
         // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
         // connection never runs; unboxed, every request's future would carry and copy it.
         let mut conn = Box::pin(self.connect(target, client)).await?;
-        self.count_connection(target, false);
+        if let Some(m) = metrics {
+            m.upstream_connection(false);
+        }
         let fut = conn.tx.send_request(req);
         match drive_until(&mut conn, fut).await {
             Ok(resp) => Ok((resp, conn)),

@@ -20,6 +20,7 @@ use super::conn::Client;
 use super::relay::{self, Pump, Reader, RelayError};
 use super::{Extra, write_all};
 use crate::Shared;
+use crate::metrics::BackendMetrics;
 use crate::rt;
 use crate::upstream::Target;
 
@@ -59,6 +60,7 @@ pub(super) async fn attempt(
     shared: &Shared,
     c: &mut Client,
     target: &Arc<Target>,
+    metrics: &BackendMetrics,
     stream: Option<Option<std::time::Instant>>,
     side: &mut Side<'_>,
     rctx: ResponseContext,
@@ -68,7 +70,7 @@ pub(super) async fn attempt(
     let mut conn = None;
     while let Some(mut pooled) = client::checkout(up, target, now) {
         if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
-            up.count_connection(target, true);
+            metrics.upstream_connection(true);
             conn = Some(pooled);
             break;
         }
@@ -78,7 +80,7 @@ pub(super) async fn attempt(
         None => {
             // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
             let mut fresh = Box::pin(client::connect(up, target, side.peer)).await?;
-            up.count_connection(target, false);
+            metrics.upstream_connection(false);
             write_all(&mut fresh.io, &c.up_out)
                 .await
                 .map_err(UpError::Transport)?;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use http::Method;
 use weir_core::exchange::{
-    Answer, BodyInfo, Delivery, Exchange, Head, Input, Output, Send, SendBody, SendFailure,
+    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure,
 };
 use weir_core::flow::BodyEnd;
 use weir_core::h1::{
@@ -39,6 +39,7 @@ use super::{Extra, push_text, write_all};
 use crate::conn::ConnCtx;
 use crate::effects::{PendingLine, RequestBytes};
 use crate::rt::{self, watch};
+use crate::snapshot::Bound;
 use crate::upstream::Target;
 use crate::{Shared, drive, effects, worker};
 
@@ -139,7 +140,13 @@ async fn serve_parsed(
         worker::with_rng(|rng| {
             let services = Arc::clone(&shared.services);
             let now = shared.clock.now();
-            Exchange::new(shared.runtime.load_full(), services, &engine_head, now, rng)
+            Bound::new(
+                shared.snapshot.load_full(),
+                services,
+                &engine_head,
+                now,
+                rng,
+            )
         })
     };
     let mut r = Req {
@@ -205,7 +212,7 @@ struct Req<'a> {
     /// The client (C-FWD-1 peer): a backend's PROXY header names it.
     peer: std::net::SocketAddr,
     /// `None` once the exchange moved into a response body or a tunnel.
-    x: Option<Exchange>,
+    x: Option<Bound>,
     log: Log<'a>,
     /// The origin-form target (path and query) as received.
     pq: &'a str,
@@ -249,7 +256,7 @@ fn unreachable_exchange() -> ! {
 }
 
 impl Req<'_> {
-    fn x(&mut self) -> &mut Exchange {
+    fn x(&mut self) -> &mut Bound {
         match &mut self.x {
             Some(x) => x,
             None => unreachable_exchange(),
@@ -374,11 +381,11 @@ impl Req<'_> {
     /// a streamed body, the response head (interim ones relayed).
     async fn send(&mut self, c: &mut Client, s: &Send) -> Result<Option<Up>, Gone> {
         let shared = self.shared;
-        let target = self
-            .x()
-            .backend(s.backend)
-            .and_then(|b| shared.upstream.target(b.id(), b.url(), b.send_proxy()).ok());
-        let Some(target) = target else {
+        // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
+        let handles = self.x().handles(s.backend);
+        let Some((target, metrics)) =
+            handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
+        else {
             self.feed(Input::SendFailed(SendFailure::Connect));
             return Ok(None);
         };
@@ -425,7 +432,9 @@ impl Req<'_> {
                 body_bytes,
                 peer,
             };
-            let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
+            let attempt = pin!(attempt(
+                shared, c, &target, &metrics, stream, &mut side, rctx
+            ));
             drive::bounded_in(shared, x, timer, attempt).await
         };
         match sent {

@@ -5,7 +5,7 @@
 use std::future::poll_fn;
 use std::io;
 
-use weir_core::exchange::{Exchange, Input, Output};
+use weir_core::exchange::{Input, Output};
 use weir_core::flow::BodyEnd;
 use weir_core::h1::Version;
 
@@ -13,12 +13,13 @@ use super::client::UpConn;
 use super::conn::Client;
 use super::relay::{BODY_CHUNK, Reader, RelayError};
 use super::write_all;
+use crate::snapshot::Bound;
 use crate::{Shared, drive, effects, rt};
 
 /// Relay a delivered body under the engine's `write_timeout` (C-PATH-7): how it ended.
 pub(super) async fn stream_body<F>(
     shared: &Shared,
-    x: &mut Exchange,
+    x: &mut Bound,
     mut relay: std::pin::Pin<&mut F>,
 ) -> BodyEnd
 where
@@ -57,14 +58,14 @@ where
 }
 
 /// Report the body's end and perform what it releases.
-pub(super) fn finish(shared: &Shared, x: &mut Exchange, end: BodyEnd) {
+pub(super) fn finish(shared: &Shared, x: &mut Bound, end: BodyEnd) {
     drive::feed(shared, x, Input::BodyEnd(end));
     effects::drain(shared, x, None);
 }
 
 /// C-PATH-8: write the `101` head, then tunnel both ways (bytes already read on either side
 /// first); the exchange (backend slot, gate slot) is held until the tunnel closes.
-pub(super) async fn tunnel(shared: &Shared, c: &mut Client, mut conn: UpConn, mut x: Exchange) {
+pub(super) async fn tunnel(shared: &Shared, c: &mut Client, mut conn: UpConn, mut x: Bound) {
     let r = async {
         write_all(&mut c.io, &c.out).await?;
         if !c.buf.is_empty() {

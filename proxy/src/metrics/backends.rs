@@ -35,7 +35,7 @@ pub struct BackendMetrics {
 }
 
 impl BackendMetrics {
-    fn new(id: &str) -> BackendMetrics {
+    pub(crate) fn new(id: &str) -> BackendMetrics {
         BackendMetrics {
             id: Box::from(id),
             attempts: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -70,6 +70,12 @@ impl BackendMetrics {
         self.duration.observe(elapsed);
     }
 
+    /// Attempts with `outcome` counted so far.
+    #[must_use]
+    pub fn attempts(&self, outcome: AttemptOutcome) -> u64 {
+        self.attempts[outcome as usize].load(Ordering::Relaxed)
+    }
+
     /// Count a slot granted by panic routing (every eligible circuit open).
     pub fn panic_selection(&self) {
         self.panic.fetch_add(1, Ordering::Relaxed);
@@ -78,52 +84,6 @@ impl BackendMetrics {
     /// Count one active health check (not an upstream attempt, C-OBS-1).
     pub fn health_check(&self, success: bool) {
         self.checks[usize::from(!success)].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Times one upstream attempt and counts it exactly once: with its outcome when
-/// [`finish`](Self::finish) is called, or as [`AttemptOutcome::Cancelled`] when dropped first
-/// (hyper dropped the request because the client went away, C-PATH-9).
-#[derive(Debug)]
-pub struct AttemptTimer {
-    backend: Option<Arc<BackendMetrics>>,
-    rt: crate::rt::Rt,
-    started: std::time::Instant,
-}
-
-impl AttemptTimer {
-    /// Start timing an attempt to `backend` (no-op when `None`) that started at `started` (a
-    /// clock reading the caller already has).
-    #[must_use]
-    pub fn start(
-        rt: crate::rt::Rt,
-        backend: Option<Arc<BackendMetrics>>,
-        started: std::time::Instant,
-    ) -> AttemptTimer {
-        AttemptTimer {
-            backend,
-            rt,
-            started,
-        }
-    }
-
-    fn elapsed(&self) -> std::time::Duration {
-        self.rt.now().saturating_duration_since(self.started)
-    }
-
-    /// Count the attempt with `outcome`, ended at `now`.
-    pub fn finish(mut self, outcome: AttemptOutcome, now: std::time::Instant) {
-        if let Some(b) = self.backend.take() {
-            b.attempt(outcome, now.saturating_duration_since(self.started));
-        }
-    }
-}
-
-impl Drop for AttemptTimer {
-    fn drop(&mut self) {
-        if let Some(b) = self.backend.take() {
-            b.attempt(AttemptOutcome::Cancelled, self.elapsed());
-        }
     }
 }
 

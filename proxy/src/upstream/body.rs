@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -10,6 +11,39 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::BoxError;
 use crate::rt::{self, Rt};
+
+/// The client's streamed request body as the data path read it (issue 20, C-PATH-9): the bytes
+/// passed upstream, and whether reading it failed (the client went away or `read_timeout`
+/// passed), shared by the body's stream and the request's pending access-log line.
+#[derive(Debug, Default)]
+pub struct BodyTally {
+    bytes: AtomicU64,
+    failed: AtomicBool,
+}
+
+impl BodyTally {
+    /// Count `n` more bytes read.
+    pub fn add(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Reading the body failed.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether reading the body failed.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes read so far.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
 
 /// The body of an upstream request.
 #[derive(Debug)]
@@ -72,7 +106,7 @@ impl Body for UpBody {
 #[derive(Debug)]
 pub struct ClientBody {
     inner: Incoming,
-    failed: Arc<crate::effects::BodyTally>,
+    failed: Arc<BodyTally>,
     deadline: Option<rt::Deadline>,
 }
 
@@ -82,7 +116,7 @@ impl ClientBody {
     pub fn new(
         rt: Rt,
         inner: Incoming,
-        failed: Arc<crate::effects::BodyTally>,
+        failed: Arc<BodyTally>,
         deadline: Option<std::time::Instant>,
     ) -> ClientBody {
         ClientBody {
