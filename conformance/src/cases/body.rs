@@ -188,60 +188,78 @@ async fn serve_raw(mut stream: TcpStream, conn: Arc<RawConn>, script: Script, dr
                 return read_to_end(&mut stream, &conn, &mut buf).await;
             }
             Script::Echo => {
-                if stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-                    .await
-                    .is_err()
-                {
+                if !echo_chunked(&mut stream, &conn, &mut buf).await {
                     return;
-                }
-                // weir's own chunked framing (canonical, no trailers) is echoed as the
-                // response's: it ends with the last chunk.
-                let mut body = Vec::new();
-                loop {
-                    if !buf.is_empty() {
-                        if stream.write_all(&buf).await.is_err() {
-                            return;
-                        }
-                        body.append(&mut buf);
-                    }
-                    if body == b"0\r\n\r\n" || body.ends_with(b"\r\n0\r\n\r\n") {
-                        break;
-                    }
-                    if !fill(&mut stream, &conn, &mut buf).await {
-                        return;
-                    }
                 }
             }
             Script::Continue => {
-                if stream
-                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                let len = lower
-                    .split("\r\n")
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-                    .unwrap_or(0);
-                while buf.len() < len {
-                    if !fill(&mut stream, &conn, &mut buf).await {
-                        return;
-                    }
-                }
-                buf.drain(..len);
-                if stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n")
-                    .await
-                    .is_err()
-                {
+                if !continue_then_ok(&mut stream, &conn, &mut buf, &lower).await {
                     return;
                 }
             }
         }
     }
+}
+
+/// `Script::Echo`: a chunked `200` whose body is the request's chunked body as received.
+/// `false`: the connection ended.
+async fn echo_chunked(stream: &mut TcpStream, conn: &RawConn, buf: &mut Vec<u8>) -> bool {
+    if stream
+        .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    // weir's own chunked framing (canonical, no trailers) is echoed as the response's: it
+    // ends with the last chunk.
+    let mut body = Vec::new();
+    loop {
+        if !buf.is_empty() {
+            if stream.write_all(buf).await.is_err() {
+                return false;
+            }
+            body.append(buf);
+        }
+        if body == b"0\r\n\r\n" || body.ends_with(b"\r\n0\r\n\r\n") {
+            return true;
+        }
+        if !fill(stream, conn, buf).await {
+            return false;
+        }
+    }
+}
+
+/// `Script::Continue`: `100 Continue`, the body of the head's (`lower`, lowercased)
+/// `content-length`, then `200 ok`. `false`: the connection ended.
+async fn continue_then_ok(
+    stream: &mut TcpStream,
+    conn: &RawConn,
+    buf: &mut Vec<u8>,
+    lower: &str,
+) -> bool {
+    if stream
+        .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let len = lower
+        .split("\r\n")
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    while buf.len() < len {
+        if !fill(stream, conn, buf).await {
+            return false;
+        }
+    }
+    buf.drain(..len);
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n")
+        .await
+        .is_ok()
 }
 
 /// Reads from `c` until the bytes read contain `needle`: all of them.
