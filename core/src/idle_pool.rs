@@ -34,6 +34,15 @@ use foldhash::quality::FixedState;
 
 use crate::Instant;
 
+/// Whether a connection to a backend may be kept idle and serve another client's request: not
+/// when it began with a PROXY header (`send_proxy`, the backend's `send_proxy_protocol`), which
+/// names one client for the connection's whole life (docs/tls.md, "Sending the PROXY protocol
+/// to backends"). Such a connection is closed after its response and never checked out.
+#[must_use]
+pub fn poolable(send_proxy: Option<crate::proxy_proto::Version>) -> bool {
+    send_proxy.is_none()
+}
+
 /// The configured bounds (`server.upstream.*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleParams {

@@ -169,11 +169,11 @@ impl Target {
         self
     }
 
-    /// Whether a connection to this target may serve another client's request: not when it
-    /// began with a PROXY header naming one client (docs/tls.md).
+    /// Whether a connection to this target may serve another client's request (weir-core's
+    /// `idle_pool::poolable`: not when it began with a PROXY header naming one client).
     #[must_use]
     pub fn poolable(&self) -> bool {
-        self.send_proxy.is_none()
+        weir_core::idle_pool::poolable(self.send_proxy)
     }
 
     /// The PROXY protocol version each new connection begins with (`send_proxy_protocol`).

@@ -194,3 +194,11 @@ fn clear_drops_everything() {
         (0, 0, None)
     );
 }
+
+#[test]
+fn a_connection_that_began_with_a_proxy_header_is_never_pooled() {
+    use crate::proxy_proto::Version;
+    assert!(poolable(None));
+    assert!(!poolable(Some(Version::V1)));
+    assert!(!poolable(Some(Version::V2)));
+}
