@@ -369,6 +369,7 @@ pub fn timeout_at<F: Future>(rt: Rt, deadline: Instant, fut: F) -> Timeout<F> {
     Timeout {
         fut,
         sleep: None,
+        armed: false,
         rt,
         deadline,
     }
@@ -391,7 +392,8 @@ pin_project_lite::pin_project! {
     pub struct Timeout<F> {
         #[pin]
         fut: F,
-        sleep: Option<Pin<Box<dyn Sleep>>>,
+        sleep: TimerSlot,
+        armed: bool,
         rt: Rt,
         deadline: Instant,
     }
@@ -402,15 +404,8 @@ impl<F: Future> Future for Timeout<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(v) = this.fut.poll(cx) {
-            return Poll::Ready(Ok(v));
-        }
-        let (rt, deadline) = (*this.rt, *this.deadline);
-        let s = this.sleep.get_or_insert_with(|| rt.sleep_until(deadline));
-        match s.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
-            Poll::Pending => Poll::Pending,
-        }
+        let bound = (*this.rt, *this.deadline);
+        poll_bounded(this.fut, this.sleep, this.armed, bound, cx)
     }
 }
 
@@ -455,26 +450,39 @@ impl<F: Future> Future for TimeoutIn<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(v) = this.fut.poll(cx) {
-            return Poll::Ready(Ok(v));
+        let bound = (*this.rt, *this.deadline);
+        poll_bounded(this.fut, this.slot, this.armed, bound, cx)
+    }
+}
+
+/// The poll of [`Timeout`] and [`TimeoutIn`]: `fut`, else the sleep in `slot` until the
+/// deadline of `(rt, deadline)`, armed at the first pending poll (made, or reset in place when
+/// the slot already holds one from an earlier use).
+fn poll_bounded<F: Future>(
+    fut: Pin<&mut F>,
+    slot: &mut TimerSlot,
+    armed: &mut bool,
+    (rt, deadline): (Rt, Instant),
+    cx: &mut Context<'_>,
+) -> Poll<Result<F::Output, Elapsed>> {
+    if let Poll::Ready(v) = fut.poll(cx) {
+        return Poll::Ready(Ok(v));
+    }
+    let s = match slot {
+        Some(s) if *armed => s,
+        Some(s) => {
+            rt.reset(s, deadline);
+            *armed = true;
+            s
         }
-        let (rt, deadline) = (*this.rt, *this.deadline);
-        let s = match this.slot {
-            Some(s) if *this.armed => s,
-            Some(s) => {
-                rt.reset(s, deadline);
-                *this.armed = true;
-                s
-            }
-            None => {
-                *this.armed = true;
-                this.slot.insert(rt.sleep_until(deadline))
-            }
-        };
-        match s.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
-            Poll::Pending => Poll::Pending,
+        None => {
+            *armed = true;
+            slot.insert(rt.sleep_until(deadline))
         }
+    };
+    match s.as_mut().poll(cx) {
+        Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+        Poll::Pending => Poll::Pending,
     }
 }
 
