@@ -54,6 +54,9 @@ async fn c_obs_4_readiness_follows_fail_closed_store_and_shutdown() {
     let h = get(public, "/healthz").await;
     assert!(resp_ok(&h));
     handle.shutdown();
-    assert!(!handle.shared().ready(), "not ready while shutting down");
+    assert!(
+        !handle.shared().data.ready(),
+        "not ready while shutting down"
+    );
     handle.wait().await;
 }

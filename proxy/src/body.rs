@@ -28,7 +28,7 @@ use crate::effects::PendingLine;
 use crate::rt::Deadline;
 use crate::snapshot::Bound;
 use crate::upstream::{BoxError, Conn};
-use crate::{Shared, effects, worker};
+use crate::{Data, effects, worker};
 
 /// The response body type of the data plane.
 #[derive(Debug)]
@@ -159,7 +159,7 @@ pub struct Delivered {
     body: Incoming,
     exchange: Bound,
     conn: Option<Conn>,
-    shared: Arc<Shared>,
+    shared: Arc<Data>,
     deadline: Option<Deadline>,
     done: bool,
 }
@@ -169,7 +169,7 @@ impl Delivered {
     /// hand-off, metrics); give `conn` back to the upstream pool when the body was read to the
     /// end. The exchange's `poll_timeout` is the body's `write_timeout` (C-PATH-7).
     #[must_use]
-    pub fn new(body: Incoming, exchange: Bound, conn: Conn, shared: Arc<Shared>) -> Delivered {
+    pub fn new(body: Incoming, exchange: Bound, conn: Conn, shared: Arc<Data>) -> Delivered {
         let deadline = deadline(&shared, &exchange);
         Delivered {
             body,
@@ -271,7 +271,7 @@ impl Drop for Delivered {
 }
 
 /// The exchange's deadline as a runtime timer.
-fn deadline(shared: &Shared, x: &Exchange) -> Option<Deadline> {
+fn deadline(shared: &Data, x: &Exchange) -> Option<Deadline> {
     x.poll_timeout()
         .map(|d| Deadline::new(shared.rt, shared.clock.deadline(d)))
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::Shared;
+use crate::Data;
 use crate::limits::ConnPermit;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
@@ -42,7 +42,7 @@ pub struct ConnState {
 #[derive(Debug)]
 pub struct ConnCtx {
     /// Process-wide state.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Data>,
     /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
     pub peer: SocketAddr,
     /// The connection came over weir's TLS (C-TLS-1).
@@ -65,7 +65,7 @@ impl Drop for ConnCtx {
 
 impl ConnCtx {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<Data>,
         info: ConnInfo,
         alive: Alive,
         open: Arc<AtomicUsize>,

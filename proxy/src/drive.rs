@@ -10,10 +10,10 @@ use weir_core::exchange::{Exchange, Input, Stage, StoreFailure};
 use weir_core::rate::ClientKey;
 
 use crate::ratelimit::StoreError;
-use crate::{Shared, rt, worker};
+use crate::{Data, rt, worker};
 
 /// Feed `input` now.
-pub fn feed(shared: &Shared, x: &mut Exchange, input: Input) {
+pub fn feed(shared: &Data, x: &mut Exchange, input: Input) {
     let now = shared.clock.now();
     worker::with_rng(|rng| x.handle_input(input, now, rng));
 }
@@ -21,7 +21,7 @@ pub fn feed(shared: &Shared, x: &mut Exchange, input: Input) {
 /// `fut`, bounded by the engine's deadline: `None` when the deadline came and the engine moved
 /// on (its `Input::Timeout` was fed); a timer that fired early waits again.
 pub async fn bounded<F: Future>(
-    shared: &Shared,
+    shared: &Data,
     x: &mut Exchange,
     fut: Pin<&mut F>,
 ) -> Option<F::Output> {
@@ -31,7 +31,7 @@ pub async fn bounded<F: Future>(
 /// [`bounded`] with the timer kept in `slot` across calls (the HTTP/1 path: one per
 /// connection, so that a request boxes no timer).
 pub async fn bounded_in<F: Future>(
-    shared: &Shared,
+    shared: &Data,
     x: &mut Exchange,
     slot: &mut rt::TimerSlot,
     mut fut: Pin<&mut F>,
@@ -55,7 +55,7 @@ pub async fn bounded_in<F: Future>(
 }
 
 /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
-pub async fn gate_wait(shared: &Shared, x: &mut Exchange, ticket: u64) {
+pub async fn gate_wait(shared: &Data, x: &mut Exchange, ticket: u64) {
     while matches!(x.stage(), Stage::Queued { .. }) {
         let deadline = x.poll_timeout();
         let woken = shared.admission.wait(ticket, deadline).await;
@@ -72,7 +72,7 @@ pub async fn gate_wait(shared: &Shared, x: &mut Exchange, ticket: u64) {
 }
 
 /// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
-pub async fn store_take(shared: &Shared, x: &mut Exchange, key: ClientKey, bucket: BucketParams) {
+pub async fn store_take(shared: &Data, x: &mut Exchange, key: ClientKey, bucket: BucketParams) {
     let limiter = shared.limiter.inner();
     let now = shared.clock.now();
     // Boxed: the store clients' futures are kilobytes that a local-store request never runs.

@@ -18,7 +18,7 @@ use std::time::Instant;
 use http::Method;
 use weir_core::exchange::{Exchange, Metric, Output, Record};
 
-use crate::Shared;
+use crate::Data;
 use crate::access_log::Line;
 use crate::exposition::Listener;
 use crate::rt::Rt;
@@ -80,7 +80,7 @@ pub struct PendingLine {
 
 impl PendingLine {
     /// The line of `r` (a logged record of `x`), made when the record was emitted.
-    fn new(shared: &Shared, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
+    fn new(shared: &Data, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
         let now = shared.rt.now();
         PendingLine {
             record: *r,
@@ -158,7 +158,7 @@ impl Drop for PendingLine {
 /// is given back too when `request` is known: the caller makes it a [`PendingLine`] with
 /// [`pending_line`] and keeps it with the response body.
 pub fn perform(
-    shared: &Shared,
+    shared: &Data,
     x: &Bound,
     out: Output,
     request: Option<Request<'_>>,
@@ -180,7 +180,7 @@ pub fn perform(
 /// The pending access-log line of a logged record `r` given back by [`perform`].
 #[must_use]
 pub fn pending_line(
-    shared: &Shared,
+    shared: &Data,
     x: &Exchange,
     r: &Record,
     request: Request<'_>,
@@ -192,7 +192,7 @@ pub fn pending_line(
 /// response head the engine asks for nothing else but [`Output::AbortBody`], which the caller
 /// handles before draining). A logged record found here has no body to wait for: its line is
 /// written at once.
-pub fn drain(shared: &Shared, x: &mut Bound, request: Option<Request<'_>>) {
+pub fn drain(shared: &Data, x: &mut Bound, request: Option<Request<'_>>) {
     while let Some(out) = x.poll_output() {
         if let (Some(Output::Record(r)), Some(request)) =
             (perform(shared, x, out, request), request)
@@ -202,7 +202,7 @@ pub fn drain(shared: &Shared, x: &mut Bound, request: Option<Request<'_>>) {
     }
 }
 
-fn metric(shared: &Shared, x: &Bound, m: Metric) {
+fn metric(shared: &Data, x: &Bound, m: Metric) {
     match m {
         Metric::Protection(reason) => {
             shared.metrics.protection(reason);
@@ -241,7 +241,7 @@ fn metric(shared: &Shared, x: &Bound, m: Metric) {
 }
 
 /// The request metric of `r` (every request, logged or not, C-OBS-2).
-fn record(shared: &Shared, r: &Record) {
+fn record(shared: &Data, r: &Record) {
     shared
         .metrics
         .request(Listener::Public, r.status, r.duration);

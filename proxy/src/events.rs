@@ -18,7 +18,7 @@ use weir_core::breaker::Transition;
 use weir_core::exchange::{AttemptResult, Exchange};
 use weir_core::response::ProtectionReason;
 
-use crate::Shared;
+use crate::Data;
 use crate::metrics::BackendMetrics;
 
 /// At most one `weir::protection` line per reason in this interval.
@@ -74,7 +74,7 @@ pub fn health_changed(backend: &str, url: &str, healthy: bool, error: Option<&st
 }
 
 /// At start, after the first check cycle: a `WARN` when no backend is healthy.
-pub fn first_cycle_done(shared: &Shared) {
+pub fn first_cycle_done(shared: &Data) {
     let rt = shared.runtime();
     let mut total = 0usize;
     let mut down = Vec::new();

@@ -50,14 +50,14 @@ pub fn on_change(
 /// Start probing the backends of the runtime in force.
 #[must_use]
 pub fn spawn(shared: &Arc<Shared>, tls: Arc<ClientConfig>) -> HealthDriver {
-    let rt = shared.runtime();
+    let rt = shared.data.runtime();
     let (targets, backends) = targets(&rt);
-    let metrics = Arc::clone(&shared.metrics);
+    let metrics = Arc::clone(&shared.data.metrics);
     HealthDriver::spawn_observed(
         targets,
         rt.config().health.params,
         tls,
-        shared.clock,
+        shared.data.clock,
         on_change(backends),
         move |target: &ProbeTarget, ok| {
             if let Some(m) = metrics.backend(target.key()) {

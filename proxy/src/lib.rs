@@ -13,6 +13,8 @@
 //! Modules: `server` (listeners, workers, the protocol sniff, the HTTP/2 watchdog, shutdown),
 //! `conn` (one client connection's context and request guard), `h1` (weir's HTTP/1 on both
 //! sides), `proxy` (the HTTP/2 request handler), `upstream` (backend connections and their pool),
+//! `snapshot` (the proxy-side snapshot: core's runtime and each backend's upstream target and
+//! metrics, behind one `ArcSwap` in [`Data`]),
 //! `body` (response bodies), `admission` (waiting at the gate), `ratelimit` (the store seam),
 //! `health` (probe wiring), `probe` (probe executors and driver), `management` (the management
 //! listener), `metrics` (Prometheus counters and the scrape) over `exposition` (owned families
@@ -73,10 +75,12 @@ use server::ServerLimits;
 use snapshot::Snapshot;
 use upstream::{Upstream, UpstreamConfig};
 
-/// Process-wide state of a running proxy, shared by every worker. The management plane (issue 5)
-/// reads and swaps the runtime here.
+/// What the data path uses (the workers, the protocol loops, the exchange's side effects): the
+/// snapshot in force, the gate, the limiter, the upstream client, the clock, the client-side
+/// limits and the metrics it counts. Shared by every worker; the control plane reaches it
+/// through [`Shared::data`].
 #[derive(Debug)]
-pub struct Shared {
+pub struct Data {
     /// The async runtime everything runs on.
     pub rt: Rt,
     /// The snapshot in force (C-POOL-2): weir-core's runtime and each backend's upstream target
@@ -97,6 +101,14 @@ pub struct Shared {
     pub limits: ServerLimits,
     /// Prometheus metrics (C-OBS-1, C-OBS-2).
     pub metrics: Arc<metrics::Metrics>,
+}
+
+/// Process-wide state of a running proxy: the data path's [`Data`] and what only the control
+/// plane (reload, management, the acceptor's caps, the listener front) uses.
+#[derive(Debug)]
+pub struct Shared {
+    /// What the data path uses.
+    pub data: Arc<Data>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: reload::Control,
     /// Both listeners' connection caps and counts (issue 21, `limits`).
@@ -106,7 +118,7 @@ pub struct Shared {
     pub front: tls::Front,
 }
 
-impl Shared {
+impl Data {
     /// weir-core's runtime snapshot in force (the control plane's reads; a request takes the
     /// whole [`Snapshot`] once instead).
     #[must_use]
@@ -237,7 +249,7 @@ impl ProxyHandle {
     /// orchestrator removes the endpoint before connections are refused, then calls
     /// [`shutdown`](Self::shutdown).
     pub fn withdraw(&self) {
-        self.shared.services.begin_shutdown();
+        self.shared.data.services.begin_shutdown();
     }
 
     /// `server.shutdown_delay`: how long the listeners keep accepting after
@@ -250,7 +262,7 @@ impl ProxyHandle {
     /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
     /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
     pub fn shutdown(&self) {
-        self.shared.services.begin_shutdown();
+        self.shared.data.services.begin_shutdown();
         self.shutdown.send(true);
     }
 
@@ -260,7 +272,7 @@ impl ProxyHandle {
             let _ = t.await;
         }
         let workers = std::mem::take(&mut self.workers);
-        let _ = rt::unblock(self.shared.rt, move || {
+        let _ = rt::unblock(self.shared.data.rt, move || {
             for w in workers {
                 let _ = w.join();
             }
@@ -357,9 +369,9 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let health = health::spawn(&shared, tls);
     shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
-    events::first_cycle_done(&shared);
+    events::first_cycle_done(&shared.data);
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
-    for (_, backend) in shared.runtime().backends() {
+    for (_, backend) in shared.data.runtime().backends() {
         backend.skip_initial_ramp();
     }
 
@@ -461,7 +473,7 @@ async fn build_shared(
     let metrics = Arc::new(metrics::Metrics::new());
     metrics.set_backends(runtime.backend_ids());
     let snapshot = Snapshot::build(Arc::new(runtime), &metrics, None);
-    let shared = Arc::new(Shared {
+    let data = Arc::new(Data {
         rt,
         snapshot: ArcSwap::from_pointee(snapshot),
         admission,
@@ -471,6 +483,9 @@ async fn build_shared(
         clock,
         limits,
         metrics,
+    });
+    let shared = Arc::new(Shared {
+        data,
         control: reload::Control::new(),
         connections,
         front,
@@ -504,7 +519,7 @@ fn spawn_all(
     management: Option<Box<dyn rt::Listener>>,
     shutdown_rx: &watch::Receiver<bool>,
 ) -> Result<Running, StartError> {
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let mut handles = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for i in 0..workers {

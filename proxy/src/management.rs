@@ -92,11 +92,11 @@ pub async fn serve(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let mut builder = http1::Builder::new();
     builder
         .timer(rt)
-        .header_read_timeout(shared.limits.read_header_timeout);
+        .header_read_timeout(shared.data.limits.read_header_timeout);
     // Its own cap (`limits::MANAGEMENT_MAX_CONNECTIONS`): a flood on the data plane never takes
     // management's descriptors, nor the other way round.
     let limit = Arc::clone(&shared.connections.management);
@@ -128,10 +128,10 @@ pub async fn handle(
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> MgmtResponse {
-    let started = shared.rt.now();
+    let started = shared.data.rt.now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
     let (parts, body) = req.into_parts();
-    let rt = shared.runtime();
+    let rt = shared.data.runtime();
     let client = resolve_client(peer.ip(), &parts.headers, rt.trusted_proxies()).client;
     let mutation = parts.method != Method::GET && parts.method != Method::HEAD;
     let endpoint = mgmt::route(&parts.method, parts.uri.path())
@@ -156,7 +156,7 @@ pub async fn handle(
             }
             Ok(()) => {
                 let body = if mutation {
-                    read_body(shared.rt, body).await
+                    read_body(shared.data.rt, body).await
                 } else {
                     Ok(Bytes::new())
                 };
@@ -173,7 +173,7 @@ pub async fn handle(
                         if mutation {
                             // One change at a time, built from the runtime in force (C-CONF-8).
                             let _one_at_a_time = shared.control.lock().await;
-                            let rt = shared.runtime();
+                            let rt = shared.data.runtime();
                             execute(shared, &rt, &req).await
                         } else {
                             execute(shared, &rt, &req).await
@@ -216,14 +216,16 @@ fn account(
     if seen.mutation && status >= 400 {
         // Issue 20: every refused mutation is counted (and logged below: mutations always are).
         shared
+            .data
             .metrics
             .rejected_mutation(seen.endpoint.unwrap_or("unknown"));
         if seen.endpoint == Some("patch_config") && status == 400 {
-            shared.metrics.reload(ReloadSource::Management, false);
+            shared.data.metrics.reload(ReloadSource::Management, false);
         }
     }
-    let elapsed = shared.rt.now().saturating_duration_since(started);
+    let elapsed = shared.data.rt.now().saturating_duration_since(started);
     shared
+        .data
         .metrics
         .request(Listener::Management, status, elapsed);
     let server = &rt.config().server;
@@ -272,7 +274,7 @@ struct Authorized<'a> {
 
 /// `mgmt::handle` against `rt`, and what its decision asks for.
 async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) -> MgmtResponse {
-    let now = shared.clock.now();
+    let now = shared.data.clock.now();
     let mreq = MgmtRequest {
         method: &req.parts.method,
         path: req.parts.uri.path(),
@@ -296,7 +298,7 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
             let result = reload::install(shared, rt, *runtime).await;
             // A rejection is counted with every other refused PATCH in `handle`.
             if result.is_ok() {
-                shared.metrics.reload(ReloadSource::Management, true);
+                shared.data.metrics.reload(ReloadSource::Management, true);
             }
             match result {
                 Ok(()) => {
@@ -328,8 +330,9 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
 /// Which cause holds, in words and by name (issue 20): core's wording, as the data plane's.
 fn not_ready_message(shared: &Shared) -> &'static str {
     shared
+        .data
         .services
-        .not_ready_reason(&shared.runtime(), shared.clock.now())
+        .not_ready_reason(&shared.data.runtime(), shared.data.clock.now())
         // Became ready between the two reads.
         .map_or("not ready a moment ago (transient); retry", |c| c.message())
 }
@@ -347,7 +350,7 @@ async fn read(
             Bytes::from_static(b"{\"status\":\"ok\"}"),
             req.rid,
         ),
-        Endpoint::Readyz if shared.ready() => json(
+        Endpoint::Readyz if shared.data.ready() => json(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"ready\"}"),
             req.rid,
@@ -369,11 +372,11 @@ async fn read(
             resp
         }
         Endpoint::Status => {
-            let now = shared.clock.now();
-            let gate = shared.admission.gate();
+            let now = shared.data.clock.now();
+            let gate = shared.data.admission.gate();
             let facts = StatusFacts {
                 instance_id: shared.control.instance_id(),
-                ready: shared.ready(),
+                ready: shared.data.ready(),
                 client: req.client,
                 bucket: bucket_facts(shared, &rt.config().rate, req.client).await,
                 gate_in_flight: gate.in_flight(),
@@ -412,8 +415,13 @@ async fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> Buc
         return BucketFacts::default();
     }
     let key = rate.key().key(client);
-    let degraded = shared.rate_limit_status().degraded;
-    match shared.limiter.peek(key, rate, shared.clock.now()).await {
+    let degraded = shared.data.rate_limit_status().degraded;
+    match shared
+        .data
+        .limiter
+        .peek(key, rate, shared.data.clock.now())
+        .await
+    {
         Ok(milli) => BucketFacts {
             tokens: milli / 1000,
             degraded,
@@ -434,8 +442,9 @@ async fn refill(
     rate: &RateParams,
 ) -> Result<(), String> {
     shared
+        .data
         .limiter
-        .set_tokens(key, rate, tokens, shared.clock.now())
+        .set_tokens(key, rate, tokens, shared.data.clock.now())
         .await
         .map_err(|e| format!("the rate-limit store did not answer: {e}"))
 }
@@ -473,12 +482,12 @@ async fn dashboard_request(
     req: &Authorized<'_>,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let (near, far) = rt::duplex(64 * 1024);
     let as_from = SocketAddr::new(req.client, req.peer.port());
     let server = rt::spawn_handle(
         rt,
-        server::serve_in_process(Arc::clone(shared), as_from, far),
+        server::serve_in_process(Arc::clone(&shared.data), as_from, far),
     );
     let exchange = async {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(near)

@@ -241,9 +241,9 @@ impl Snapshot {
     /// Read every metric of `shared` now.
     #[must_use]
     pub fn take(shared: &Shared) -> Snapshot {
-        let m = &shared.metrics;
-        let rt = shared.runtime();
-        let now = shared.clock.now();
+        let m = &shared.data.metrics;
+        let rt = shared.data.runtime();
+        let now = shared.data.clock.now();
         let table = m.backends.load();
         let mut families = Vec::with_capacity(16);
 

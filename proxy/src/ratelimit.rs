@@ -14,7 +14,7 @@
 //! [`RateLimiter::probe`] every [`RateLimiter::retry_interval`] (so a replica without traffic,
 //! such as a fail-closed one taken out of rotation by its readiness, returns to the store by
 //! itself), and reports the state for readiness, metrics and the status endpoint
-//! ([`RateLimitStatus`], read through [`Shared::rate_limit_status`](crate::Shared::rate_limit_status)).
+//! ([`RateLimitStatus`], read through [`Data::rate_limit_status`](crate::Data::rate_limit_status)).
 //!
 //! Runtimes: the store clients are tokio's and are runtime-agnostic once built. The limiter is
 //! built on the control runtime; each Redis or PostgreSQL connection is driven by the runtime
@@ -246,14 +246,14 @@ fn prepare_limit(cfg: &ValidConfig) -> Duration {
 /// health when it is up or a trial is due; logs each change of the store's state. Ends at
 /// shutdown. Does nothing for the local store.
 pub async fn recovery_task(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let limiter = Arc::clone(shared.limiter.inner());
+    let limiter = Arc::clone(shared.data.limiter.inner());
     if !limiter.storage().is_shared() {
         return;
     }
     let mut was_up = limiter.store_up();
     let every = limiter.retry_interval();
     loop {
-        let tick = rt::sleep(shared.rt, every);
+        let tick = rt::sleep(shared.data.rt, every);
         let stop = shutdown.changed();
         if let futures_util::future::Either::Right(_) =
             futures_util::future::select(std::pin::pin!(tick), std::pin::pin!(stop)).await
@@ -263,9 +263,9 @@ pub async fn recovery_task(shared: Arc<Shared>, mut shutdown: watch::Receiver<bo
         if shutdown.get() {
             return;
         }
-        let rate = shared.runtime().config().rate.clone();
+        let rate = shared.data.runtime().config().rate.clone();
         let up = if rate.enabled() {
-            limiter.probe(&rate, shared.clock.now()).await
+            limiter.probe(&rate, shared.data.clock.now()).await
         } else {
             limiter.store_up()
         };

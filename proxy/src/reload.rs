@@ -190,12 +190,16 @@ pub struct Applied {
 pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
     // C-TLS-2: SIGHUP reloads the listener's certificates too, whatever the file's fate.
     let s = Arc::clone(shared);
-    let _ = crate::rt::unblock(shared.rt, move || s.front.reload("signal")).await;
+    let _ = crate::rt::unblock(shared.data.rt, move || s.front.reload("signal")).await;
     let result = reload_file_inner(shared, path).await;
-    shared.metrics.reload(ReloadSource::Signal, result.is_ok());
+    shared
+        .data
+        .metrics
+        .reload(ReloadSource::Signal, result.is_ok());
     match &result {
         Ok(a) => {
             shared
+                .data
                 .metrics
                 .set_restart_required(!a.restart_required.is_empty());
             tracing::info!(
@@ -241,7 +245,8 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
     // Read, parse and validate outside the lock, on a thread of its own under a deadline: a
     // FIFO, a device or a hung file system never holds up a mutation, another reload or the
     // shutdown (config_file, issue 21).
-    let valid = match config_file::load_async(shared.rt, path, config_file::READ_TIMEOUT).await {
+    let valid = match config_file::load_async(shared.data.rt, path, config_file::READ_TIMEOUT).await
+    {
         Ok(valid) => valid,
         Err(LoadError::File(e)) => return Err(Rejected::Read(e.to_string())),
         Err(LoadError::Invalid(errors)) => {
@@ -260,8 +265,8 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
         .control
         .newest_reload
         .store(ticket, Ordering::Release);
-    let current = shared.runtime();
-    let now = shared.clock.now();
+    let current = shared.data.runtime();
+    let now = shared.data.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;
     let warmed_up = reload
         .warmup
@@ -300,10 +305,10 @@ pub async fn install(
 /// proxy-side snapshot in one store (`snapshot::Snapshot`: the upstream targets and metrics of
 /// kept backends carry over).
 fn publish(shared: &Shared, next: Arc<Runtime>) {
-    shared.metrics.set_backends(next.backend_ids());
-    let previous = shared.snapshot.load();
-    let snapshot = Snapshot::build(next, &shared.metrics, Some(&previous));
-    shared.snapshot.store(Arc::new(snapshot));
+    shared.data.metrics.set_backends(next.backend_ids());
+    let previous = shared.data.snapshot.load();
+    let snapshot = Snapshot::build(next, &shared.data.metrics, Some(&previous));
+    shared.data.snapshot.store(Arc::new(snapshot));
 }
 
 /// Probe targets and the backends each reports on, for the backends of `runtimes` (deduplicated
@@ -402,16 +407,17 @@ async fn warm_up(
     tracing::info!(target: "weir::reload", pools = %crate::log_json::list(&names), "warming up pools before publishing");
     // Count the candidates' probes too (health checks of backends not yet in force).
     shared
+        .data
         .metrics
         .set_backends(current.backend_ids().chain(next.backend_ids()));
     point_health_at(shared, &[next, current]);
     let ready = |rt: &Runtime| {
-        let now = shared.clock.now();
+        let now = shared.data.clock.now();
         pools
             .iter()
             .all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
     };
-    let clock = shared.rt;
+    let clock = shared.data.rt;
     let deadline = clock.now() + warmup_deadline(next);
     let mut warmed = ready(next);
     while !warmed && clock.now() < deadline {
@@ -422,9 +428,9 @@ async fn warm_up(
         return Ok(());
     }
     // Back to the running backends only; they were checked all along.
-    shared.metrics.set_backends(current.backend_ids());
+    shared.data.metrics.set_backends(current.backend_ids());
     point_health_at(shared, &[current]);
-    let now = shared.clock.now();
+    let now = shared.data.clock.now();
     let failed = pools
         .iter()
         .filter(|i| next.pool(**i).is_some_and(|p| !pool_warm(p, now)))

@@ -49,12 +49,12 @@ use hyper::rt::{Read, Write};
 
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
-use crate::Shared;
 use crate::conn::{Alive, ConnCtx, ConnInfo, IDLE};
 use crate::h1::Buf;
 use crate::limits::{ConnLimit, ConnPermit};
 use crate::rt::watch::{Wake, next_or_shutdown};
 use crate::rt::{self, Io, Listener, Rt, TcpConn, watch};
+use crate::{Data, Shared};
 
 pub(crate) mod accept;
 pub mod h2;
@@ -125,7 +125,13 @@ async fn serve(
         peer: front.peer,
         tls: front.tls.is_some(),
     };
-    let ctx = Arc::new(ConnCtx::new(shared, info, alive, open, Some(permit)));
+    let ctx = Arc::new(ConnCtx::new(
+        Arc::clone(&shared.data),
+        info,
+        alive,
+        open,
+        Some(permit),
+    ));
     let io: Box<dyn Io> = stream;
     serve_io(&builders, ctx, io, front.tls.map(|t| t.h2), shutdown).await;
 }
@@ -190,7 +196,7 @@ async fn serve_h2(
 /// Serve one in-process HTTP/1.1 connection `io` with the data-plane handler, as if it came
 /// from `peer`: the management plane's synthetic request (C-MGMT-4) passes the same gate, client
 /// address resolution, limiter, routing and flow as any request. The caller bounds the exchange.
-pub(crate) async fn serve_in_process<I>(shared: Arc<Shared>, peer: SocketAddr, io: I)
+pub(crate) async fn serve_in_process<I>(data: Arc<Data>, peer: SocketAddr, io: I)
 where
     I: Read + Write + Unpin + Send + 'static,
 {
@@ -198,7 +204,7 @@ where
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
     let open = Arc::new(AtomicUsize::new(1));
     let info = ConnInfo { peer, tls: false };
-    let ctx = Arc::new(ConnCtx::new(shared, info, alive, open, None));
+    let ctx = Arc::new(ConnCtx::new(data, info, alive, open, None));
     let (_never, shutdown) = watch::channel(false);
     crate::h1::conn::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
@@ -332,13 +338,13 @@ pub(crate) fn spawn_worker(
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
         .spawn(move || {
-            let rt = shared.rt;
+            let rt = shared.data.rt;
             let main = worker_main(Arc::clone(&shared), rx, open2, shutdown);
             if let Err(e) = rt.block_on(Box::pin(main)) {
                 tracing::error!(error = %e, worker = index, "cannot build the worker's executor");
             }
-            shared.upstream.clear();
-            crate::h1::client::clear(&shared.upstream);
+            shared.data.upstream.clear();
+            crate::h1::client::clear(&shared.data.upstream);
         })?;
     Ok(WorkerHandle {
         conns: tx,
@@ -353,12 +359,13 @@ async fn worker_main(
     open: Arc<AtomicUsize>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let builders = Arc::new(Builders {
-        h2: h2::builder(rt, &shared.limits),
+        h2: h2::builder(rt, &shared.data.limits),
     });
     let (alive_tx, alive_rx) = async_channel::bounded::<()>(1);
     let sweep_every = shared
+        .data
         .upstream
         .config()
         .idle_conn_timeout
@@ -370,8 +377,8 @@ async fn worker_main(
         rt::spawn_handle(rt, async move {
             loop {
                 rt::sleep(rt, sweep_every).await;
-                shared.upstream.sweep();
-                crate::h1::client::sweep(&shared.upstream);
+                shared.data.upstream.sweep();
+                crate::h1::client::sweep(&shared.data.upstream);
             }
         })
     };
@@ -421,9 +428,9 @@ async fn worker_main(
         drop(s);
     }
     drop(alive_tx);
-    shared.upstream.clear();
-    crate::h1::client::clear(&shared.upstream);
-    let grace = shared.limits.shutdown_timeout;
+    shared.data.upstream.clear();
+    crate::h1::client::clear(&shared.data.upstream);
+    let grace = shared.data.limits.shutdown_timeout;
     // Every sender gone: `recv` errs (closed).
     if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {
         tracing::warn!(

@@ -19,7 +19,7 @@ use super::client::{self, HeadInfo, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpCon
 use super::conn::Client;
 use super::relay::{self, Pump, Reader, RelayError};
 use super::{Extra, write_all};
-use crate::Shared;
+use crate::Data;
 use crate::metrics::BackendMetrics;
 use crate::rt;
 use crate::upstream::Target;
@@ -57,7 +57,7 @@ pub(super) struct Side<'r> {
 /// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
 /// the head came first).
 pub(super) async fn attempt(
-    shared: &Shared,
+    shared: &Data,
     c: &mut Client,
     target: &Arc<Target>,
     metrics: &BackendMetrics,

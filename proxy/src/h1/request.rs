@@ -41,7 +41,7 @@ use crate::effects::{PendingLine, RequestBytes};
 use crate::rt::{self, watch};
 use crate::snapshot::Bound;
 use crate::upstream::Target;
-use crate::{Shared, drive, effects, worker};
+use crate::{Data, drive, effects, worker};
 
 mod reply;
 
@@ -208,7 +208,7 @@ struct Gone;
 
 /// One request and its exchange; dropping it before the end tells the engine the client left.
 struct Req<'a> {
-    shared: &'a Arc<Shared>,
+    shared: &'a Arc<Data>,
     /// The client (C-FWD-1 peer): a backend's PROXY header names it.
     peer: std::net::SocketAddr,
     /// `None` once the exchange moved into a response body or a tunnel.

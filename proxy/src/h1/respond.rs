@@ -14,11 +14,11 @@ use super::conn::Client;
 use super::relay::{BODY_CHUNK, Reader, RelayError};
 use super::write_all;
 use crate::snapshot::Bound;
-use crate::{Shared, drive, effects, rt};
+use crate::{Data, drive, effects, rt};
 
 /// Relay a delivered body under the engine's `write_timeout` (C-PATH-7): how it ended.
 pub(super) async fn stream_body<F>(
-    shared: &Shared,
+    shared: &Data,
     x: &mut Bound,
     mut relay: std::pin::Pin<&mut F>,
 ) -> BodyEnd
@@ -58,14 +58,14 @@ where
 }
 
 /// Report the body's end and perform what it releases.
-pub(super) fn finish(shared: &Shared, x: &mut Bound, end: BodyEnd) {
+pub(super) fn finish(shared: &Data, x: &mut Bound, end: BodyEnd) {
     drive::feed(shared, x, Input::BodyEnd(end));
     effects::drain(shared, x, None);
 }
 
 /// C-PATH-8: write the `101` head, then tunnel both ways (bytes already read on either side
 /// first); the exchange (backend slot, gate slot) is held until the tunnel closes.
-pub(super) async fn tunnel(shared: &Shared, c: &mut Client, mut conn: UpConn, mut x: Bound) {
+pub(super) async fn tunnel(shared: &Data, c: &mut Client, mut conn: UpConn, mut x: Bound) {
     let r = async {
         write_all(&mut c.io, &c.out).await?;
         if !c.buf.is_empty() {

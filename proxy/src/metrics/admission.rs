@@ -22,7 +22,7 @@ pub(super) fn families(
     queue_wait: &AtomicHistogram,
     out: &mut Vec<FamilySnapshot>,
 ) {
-    let gate = shared.admission.gate();
+    let gate = shared.data.admission.gate();
     out.push(gauge(
         "load_balancer_inflight_requests",
         "Data-plane requests inside the global overload gate now.",

@@ -108,14 +108,14 @@ fn one(v: f64) -> Vec<(crate::exposition::Labels, f64)> {
 }
 
 fn build_and_process(shared: &Shared, out: &mut Vec<FamilySnapshot>) {
-    let ops = &shared.metrics.ops;
+    let ops = &shared.data.metrics.ops;
     out.push(gauge(
         "weir_build_info",
         "Always 1; the labels say which weir build and runtime is running.",
         vec![(
             labels([
                 ("version", env!("CARGO_PKG_VERSION")),
-                ("runtime", shared.rt.name()),
+                ("runtime", shared.data.rt.name()),
             ]),
             1.0,
         )],
@@ -200,7 +200,7 @@ fn backends(shared: &Shared, rt: &Runtime, now: Instant, out: &mut Vec<FamilySna
         "Share of its full weight the backend gets now: below 1 while the slow-start ramp runs.",
         share,
     ));
-    let table = shared.metrics.backends.load();
+    let table = shared.data.metrics.backends.load();
     let mut transitions = Vec::new();
     for b in &table.order {
         for (i, to) in ["open", "closed"].into_iter().enumerate() {
@@ -222,7 +222,7 @@ pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<Famil
     let mut out = Vec::with_capacity(20);
     build_and_process(shared, &mut out);
     backends(shared, rt, now, &mut out);
-    let ops = &shared.metrics.ops;
+    let ops = &shared.data.metrics.ops;
     out.push(counter(
         "load_balancer_retries",
         "Retries sent: attempts beyond the first of each data-plane request.",

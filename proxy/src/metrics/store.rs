@@ -52,7 +52,7 @@ impl StoreMetrics {
 }
 
 /// The rate-limit store's gauges (C-OBS-1), from the limiter's own state
-/// ([`Shared::rate_limit_status`]).
+/// ([`Data::rate_limit_status`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RateGauges {
     storage: StorageKind,
@@ -64,7 +64,7 @@ pub(super) struct RateGauges {
 
 impl RateGauges {
     fn read(shared: &Shared) -> RateGauges {
-        let status = shared.rate_limit_status();
+        let status = shared.data.rate_limit_status();
         RateGauges {
             storage: if status.enabled {
                 status.storage
@@ -106,7 +106,7 @@ pub(super) fn families(shared: &Shared, m: &StoreMetrics, out: &mut Vec<FamilySn
         "Buckets evicted from the full local rate-limit store.",
         vec![(Vec::new(), store.local_evictions)],
     ));
-    let built = shared.limiter.storage();
+    let built = shared.data.limiter.storage();
     let mut calls = Vec::new();
     let mut latency = Vec::new();
     for (si, kind) in STORES.iter().enumerate() {

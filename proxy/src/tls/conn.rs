@@ -48,7 +48,7 @@ pub async fn prepare(
     peer: SocketAddr,
 ) -> Option<(Box<dyn TcpConn>, ConnInfo)> {
     let front = &shared.front;
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let mut info = ConnInfo { peer, tls: None };
     if let Some(accept) = front.proxy_protocol {
         let refused = |reason: ProxyRefusal, detail: &dyn std::fmt::Display| {
@@ -68,7 +68,7 @@ pub async fn prepare(
             );
             return None;
         }
-        let deadline = rt.now() + shared.limits.read_header_timeout;
+        let deadline = rt.now() + shared.data.limits.read_header_timeout;
         match read_proxy_header(rt, &mut stream, accept, deadline).await {
             Ok(source) => {
                 front.metrics.proxy_accepted();

@@ -85,7 +85,7 @@ fn fingerprint(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<Identity> {
 
 /// Watch until `shutdown`; reload on every settled change.
 pub async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let rt = shared.rt;
+    let rt = shared.data.rt;
     let (files, dirs) = watched(&shared);
     if files.is_empty() {
         return;
