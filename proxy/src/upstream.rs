@@ -197,7 +197,7 @@ impl Target {
     }
 
     /// The backend id as a header value (`X-Balancer-Backend`, `X-Balancer-Backend-Attempt`),
-    /// made once per worker and backend.
+    /// made once per backend when a snapshot is built (`snapshot::Snapshot::build`).
     #[must_use]
     pub fn id_value(&self) -> &HeaderValue {
         &self.id_value
