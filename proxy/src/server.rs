@@ -117,30 +117,26 @@ struct Opened {
 /// and freed once it is done), then its protocol. A connection's task holds only this
 /// function's state and the protocol loop's: an idle HTTP/1 connection's stays small (issue
 /// 14; the HTTP/2 session and the opening are boxed).
-fn serve(
-    open: Pin<Box<impl Future<Output = Option<Opened>> + Send>>,
-) -> impl Future<Output = ()> + Send {
-    async move {
-        let Some(Opened {
-            builders,
-            ctx,
-            io,
-            buf,
-            h2,
-            shutdown,
-        }) = open.await
-        else {
-            return;
-        };
-        if h2 {
-            let io = Rewind { first: buf, io };
-            Box::pin(serve_h2(&builders, ctx, io, shutdown)).await;
-        } else {
-            drop(builders);
-            crate::h1::conn::serve(ctx, io, buf, shutdown).await;
-        }
-        crate::memory::note_freed();
+async fn serve(open: Pin<Box<impl Future<Output = Option<Opened>> + Send>>) {
+    let Some(Opened {
+        builders,
+        ctx,
+        io,
+        buf,
+        h2,
+        shutdown,
+    }) = open.await
+    else {
+        return;
+    };
+    if h2 {
+        let io = Rewind { first: buf, io };
+        Box::pin(serve_h2(&builders, ctx, io, shutdown)).await;
+    } else {
+        drop(builders);
+        crate::h1::conn::serve(ctx, io, buf, shutdown).await;
     }
+    crate::memory::note_freed();
 }
 
 /// A connection's opening: the front (C-TLS-1, C-TLS-3: a PROXY header and a TLS handshake,

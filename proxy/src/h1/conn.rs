@@ -118,7 +118,6 @@ enum Step {
 
 /// A connection's timers and phase, kept across its active spells.
 struct Timers {
-    watch: ConnWatch,
     phase: ConnPhase,
     /// The deadline `sleep` is armed for.
     armed: std::time::Instant,
@@ -127,19 +126,35 @@ struct Timers {
     stop_armed: bool,
 }
 
+/// The connection watchdog of `ctx`'s listener (rebuilt where it is used rather than kept in
+/// every connection's state).
+fn watch_of(ctx: &ConnCtx) -> ConnWatch {
+    let limits = &ctx.shared.limits;
+    ConnWatch::new(
+        limits.read_header_timeout,
+        limits.idle_timeout,
+        Some(PARK_AFTER),
+    )
+}
+
 /// Serve the HTTP/1 connection `io` (its first bytes already in `buf`) until it closes.
 ///
 /// The active part (reading heads and serving requests, whose future is large: the request's
 /// exchange, its attempts, its relays) is boxed once per active spell, not once per request;
 /// a parked connection holds only this function's small state (issue 14).
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn's future keeps each argument twice (rustc 1.95), this one once"
+)]
 pub fn serve(
     ctx: Arc<ConnCtx>,
     mut io: Box<dyn Io>,
     mut buf: Buf,
     mut shutdown: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send {
-    // An `async` block over the arguments rather than an `async fn`, whose future would keep
-    // each argument twice (the argument, and the local it is moved into).
+    // An `async` block over the arguments rather than an `async fn`, whose future keeps each
+    // argument twice (the argument, and the local it is moved into): 80 bytes in every
+    // parked connection's task.
     async move {
         let shared = &ctx.shared;
         let (rt, clock) = (shared.rt, shared.clock);
@@ -150,17 +165,12 @@ pub fn serve(
                 .min(limits.max_header_bytes),
             max_head_bytes: limits.max_header_bytes,
         };
-        let watch = ConnWatch::new(
-            limits.read_header_timeout,
-            limits.idle_timeout,
-            Some(PARK_AFTER),
-        );
+        let watch = watch_of(&ctx);
         let phase = ConnPhase::Head {
             started: clock.now(),
         };
         let armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
         let mut t = Timers {
-            watch,
             phase,
             armed,
             sleep: rt.sleep_until(armed),
@@ -219,7 +229,7 @@ fn wait_parked<'a, S: Future<Output = ()>>(
             // Parked: only idle_timeout (from the end of the last response) is left.
             let next = match t.phase {
                 ConnPhase::Idle { since } => since.saturating_add(ctx.shared.limits.idle_timeout),
-                _ => t.watch.poll_timeout(t.phase, clock.now()),
+                _ => watch_of(ctx).poll_timeout(t.phase, clock.now()),
             };
             let next = clock.deadline(next);
             if next < t.armed || t.armed <= rt.now() {
@@ -233,7 +243,7 @@ fn wait_parked<'a, S: Future<Output = ()>>(
                 Poll::Ready(Event::Read(_)) => return Poll::Ready(true),
                 Poll::Ready(Event::Timer) => {
                     if let Some(WatchAction::Close | WatchAction::Idle) =
-                        t.watch.poll_action(t.phase, clock.now())
+                        watch_of(ctx).poll_action(t.phase, clock.now())
                     {
                         return Poll::Ready(false);
                     }
@@ -348,7 +358,7 @@ async fn spell<S: Future<Output = ()>>(
                 }
             }
         }
-        let next = clock.deadline(t.watch.poll_timeout(t.phase, clock.now()));
+        let next = clock.deadline(watch_of(ctx).poll_timeout(t.phase, clock.now()));
         if next < t.armed || t.armed <= rt.now() {
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
@@ -357,7 +367,7 @@ async fn spell<S: Future<Output = ()>>(
         match wait_event(read, t, signal, stop.as_mut()).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
             Event::Read(_) => {}
-            Event::Timer => match t.watch.poll_action(t.phase, clock.now()) {
+            Event::Timer => match watch_of(ctx).poll_action(t.phase, clock.now()) {
                 Some(WatchAction::Close | WatchAction::Idle) => return Step::Close,
                 Some(WatchAction::Park) => return Step::Park,
                 _ => {}

@@ -34,3 +34,23 @@ fn print_connection_state_sizes() {
         std::mem::size_of::<watch::Receiver<bool>>()
     );
 }
+
+/// What parking relies on: a connection's read buffer, released with nothing waiting, goes
+/// back to the worker's stash (and the next connection to read takes it from there).
+#[test]
+fn a_released_read_buffer_goes_back_to_the_stash() {
+    let mut buf = Buf::from_slice(b"GET / HTTP/1.1\r\n\r\n");
+    let before = super::super::stash_len();
+    buf.release();
+    assert_eq!(super::super::stash_len(), before, "bytes waiting: kept");
+    buf.consume(buf.len());
+    buf.release();
+    assert_eq!(super::super::stash_len(), before + 1, "empty: given back");
+    let again = Buf::from_slice(b"x");
+    assert_eq!(
+        super::super::stash_len(),
+        before,
+        "taken again from the stash"
+    );
+    drop(again);
+}
