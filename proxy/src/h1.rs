@@ -64,6 +64,12 @@ fn take_storage() -> Vec<u8> {
         .unwrap_or_else(|| vec![0; INITIAL])
 }
 
+/// How many released buffers this thread's stash holds.
+#[cfg(test)]
+fn stash_len() -> usize {
+    STASH.with(|s| s.borrow().len())
+}
+
 /// Give `data` back to the stash (only a buffer of [`INITIAL`] bytes; a grown one is freed).
 fn give_storage(data: Vec<u8>) {
     if data.len() != INITIAL {

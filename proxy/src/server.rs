@@ -11,7 +11,7 @@
 //! **Protocol.** The first bytes are read into the connection's buffer under
 //! `read_header_timeout`: HTTP/2's preface (h2c, prior knowledge) goes to hyper's HTTP/2 server
 //! (`server::h2`, the bytes read handed back through a rewinding IO); anything else is HTTP/1,
-//! served by weir's own codec and IO loop ([`crate::h1`]). The entry ([`serve_io`]) takes any
+//! served by weir's own codec and IO loop ([`crate::h1`]). The entry (`opening`, then `serve`) takes any
 //! byte stream (`Box<dyn Io>`: TCP, or TLS over it) and a [`ConnInfo`].
 //! Before that, the listener's front runs ([`crate::tls::conn::prepare`]): a PROXY protocol
 //! header and a TLS handshake when configured (C-TLS-1, C-TLS-3); over TLS, ALPN chooses
@@ -102,16 +102,53 @@ struct Builders {
     h2: http2::Builder<Rt>,
 }
 
-/// Serve one accepted client connection to its end.
-async fn serve(
+/// A connection whose front ran and whose protocol is known.
+struct Opened {
+    builders: Arc<Builders>,
+    ctx: Arc<ConnCtx>,
+    io: Box<dyn Io>,
+    /// The first bytes, read to tell the protocol.
+    buf: Buf,
+    h2: bool,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Serve one accepted client connection to its end: its opening (`opening`, boxed by the caller
+/// and freed once it is done), then its protocol. A connection's task holds only this
+/// function's state and the protocol loop's: an idle HTTP/1 connection's stays small (issue
+/// 14; the HTTP/2 session and the opening are boxed).
+async fn serve(open: Pin<Box<impl Future<Output = Option<Opened>> + Send>>) {
+    let Some(Opened {
+        builders,
+        ctx,
+        io,
+        buf,
+        h2,
+        shutdown,
+    }) = open.await
+    else {
+        return;
+    };
+    if h2 {
+        let io = Rewind { first: buf, io };
+        Box::pin(serve_h2(&builders, ctx, io, shutdown)).await;
+    } else {
+        drop(builders);
+        crate::h1::conn::serve(ctx, io, buf, shutdown).await;
+    }
+    crate::memory::note_freed();
+}
+
+/// A connection's opening: the front (C-TLS-1, C-TLS-3: a PROXY header and a TLS handshake,
+/// when configured), then the protocol (from ALPN over TLS, else from the first bytes).
+async fn opening(
     builders: Arc<Builders>,
     stream: Box<dyn TcpConn>,
     peer: SocketAddr,
     ctx_parts: (Arc<Shared>, Alive, Arc<AtomicUsize>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
-) {
+) -> Option<Opened> {
     let (shared, alive, open, permit) = ctx_parts;
-    // The front (C-TLS-1, C-TLS-3): a PROXY header and a TLS handshake, when configured.
     let prepared = next_or_shutdown(
         &mut shutdown,
         crate::tls::conn::prepare(&shared, stream, peer),
@@ -119,7 +156,7 @@ async fn serve(
     .await;
     let Wake::Next(Some((stream, front))) = prepared else {
         open.fetch_sub(1, Ordering::Relaxed);
-        return;
+        return None;
     };
     let info = ConnInfo {
         peer: front.peer,
@@ -132,25 +169,12 @@ async fn serve(
         open,
         Some(permit),
     ));
-    let io: Box<dyn Io> = stream;
-    serve_io(&builders, ctx, io, front.tls.map(|t| t.h2), shutdown).await;
-}
-
-/// The accept → serve seam: tell the protocol (from ALPN, `alpn_h2`, over TLS; else from the
-/// first bytes) and serve the connection.
-async fn serve_io(
-    builders: &Builders,
-    ctx: Arc<ConnCtx>,
-    mut io: Box<dyn Io>,
-    alpn_h2: Option<bool>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+    let mut io: Box<dyn Io> = stream;
     let rt = ctx.shared.rt;
-    let limits = ctx.shared.limits.clone();
-    let first_deadline = rt.now() + limits.read_header_timeout;
+    let first_deadline = rt.now() + ctx.shared.limits.read_header_timeout;
     let mut buf = Buf::new();
     // Over TLS, ALPN says which protocol follows; otherwise the first bytes do.
-    let proto = match alpn_h2 {
+    let proto = match front.tls.map(|t| t.h2) {
         Some(h2) => Some(h2),
         None => match futures_util::future::select(
             std::pin::pin!(sniff(rt, &mut io, &mut buf, first_deadline)),
@@ -162,12 +186,18 @@ async fn serve_io(
             Either::Right(_) => None,
         },
     };
-    match proto {
-        None => {}
-        Some(false) => crate::h1::conn::serve(ctx, io, buf, shutdown).await,
-        Some(true) => serve_h2(builders, ctx, Rewind { first: buf, io }, shutdown).await,
-    }
-    crate::memory::note_freed();
+    let Some(h2) = proto else {
+        crate::memory::note_freed();
+        return None;
+    };
+    Some(Opened {
+        builders,
+        ctx,
+        io,
+        buf,
+        h2,
+        shutdown,
+    })
 }
 
 /// Serve an HTTP/2 connection with hyper's server and the handler of `crate::proxy`.
@@ -413,13 +443,13 @@ async fn worker_main(
             Arc::clone(&open),
             permit,
         );
-        rt.spawn(serve(
+        rt.spawn(serve(Box::pin(opening(
             Arc::clone(&builders),
             stream,
             peer,
             parts,
             shutdown.clone(),
-        ));
+        ))));
     }
     // Connections handed over but not yet taken are closed (they were never served).
     conns.close();

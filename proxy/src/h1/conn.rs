@@ -21,7 +21,7 @@
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::rt::Read;
@@ -76,17 +76,23 @@ impl Client {
         self.limits.max_head_bytes.saturating_add(1).max(16 * 1024)
     }
 
-    /// Free every buffer (parking); only possible with nothing read ahead.
-    fn park(&mut self) -> bool {
-        if !self.buf.is_empty() {
-            return false;
+    /// An active spell's state around `io` and what was read of it (`buf`): the write and
+    /// scratch buffers start empty and are dropped with the spell.
+    fn new(io: Box<dyn Io>, buf: Buf, limits: h1::Limits) -> Client {
+        Client {
+            io,
+            buf,
+            head: Vec::new(),
+            out: Vec::new(),
+            up_out: Vec::new(),
+            scratch: Vec::new(),
+            limits,
         }
-        self.buf.release();
-        self.head = Vec::new();
-        self.out = Vec::new();
-        self.up_out = Vec::new();
-        self.scratch = Vec::new();
-        true
+    }
+
+    /// The socket and what was read ahead; the other buffers are freed.
+    fn into_parts(self) -> (Box<dyn Io>, Buf) {
+        (self.io, self.buf)
     }
 }
 
@@ -112,7 +118,6 @@ enum Step {
 
 /// A connection's timers and phase, kept across its active spells.
 struct Timers {
-    watch: ConnWatch,
     phase: ConnPhase,
     /// The deadline `sleep` is armed for.
     armed: std::time::Instant,
@@ -121,140 +126,180 @@ struct Timers {
     stop_armed: bool,
 }
 
+/// The connection watchdog of `ctx`'s listener (rebuilt where it is used rather than kept in
+/// every connection's state).
+fn watch_of(ctx: &ConnCtx) -> ConnWatch {
+    let limits = &ctx.shared.limits;
+    ConnWatch::new(
+        limits.read_header_timeout,
+        limits.idle_timeout,
+        Some(PARK_AFTER),
+    )
+}
+
 /// Serve the HTTP/1 connection `io` (its first bytes already in `buf`) until it closes.
 ///
 /// The active part (reading heads and serving requests, whose future is large: the request's
 /// exchange, its attempts, its relays) is boxed once per active spell, not once per request;
 /// a parked connection holds only this function's small state (issue 14).
-pub async fn serve(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn's future keeps each argument twice (rustc 1.95), this one once"
+)]
+pub fn serve(
     ctx: Arc<ConnCtx>,
-    io: Box<dyn Io>,
-    buf: Buf,
+    mut io: Box<dyn Io>,
+    mut buf: Buf,
     mut shutdown: watch::Receiver<bool>,
-) {
-    let shared = &ctx.shared;
-    let (rt, clock) = (shared.rt, shared.clock);
-    let limits = &shared.limits;
-    let mut c = Client {
-        io,
-        buf,
-        head: Vec::new(),
-        out: Vec::new(),
-        up_out: Vec::new(),
-        scratch: Vec::new(),
-        limits: h1::Limits {
+) -> impl Future<Output = ()> + Send {
+    // An `async` block over the arguments rather than an `async fn`, whose future keeps each
+    // argument twice (the argument, and the local it is moved into): 80 bytes in every
+    // parked connection's task.
+    async move {
+        let shared = &ctx.shared;
+        let (rt, clock) = (shared.rt, shared.clock);
+        let limits = &shared.limits;
+        let head_limits = h1::Limits {
             max_request_line: h1::Limits::default()
                 .max_request_line
                 .min(limits.max_header_bytes),
             max_head_bytes: limits.max_header_bytes,
-        },
-    };
-    let watch = ConnWatch::new(
-        limits.read_header_timeout,
-        limits.idle_timeout,
-        Some(PARK_AFTER),
-    );
-    let phase = ConnPhase::Head {
-        started: clock.now(),
-    };
-    let armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
-    let mut t = Timers {
-        watch,
-        phase,
-        armed,
-        sleep: rt.sleep_until(armed),
-        stop_armed: false,
-    };
-    // Polled once to register, then only when the lock-free check says the signal moved.
-    let signal = shutdown.clone();
-    let mut stop = pin!(async {
-        loop {
-            if shutdown.changed().await.is_err() || shutdown.get() {
-                return;
+        };
+        let watch = watch_of(&ctx);
+        let phase = ConnPhase::Head {
+            started: clock.now(),
+        };
+        let armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
+        let mut t = Timers {
+            phase,
+            armed,
+            sleep: rt.sleep_until(armed),
+            stop_armed: false,
+        };
+        // Polled once to register, then only when the lock-free check says the signal moved.
+        let signal = shutdown.clone();
+        let mut stop = pin!(async {
+            loop {
+                if shutdown.changed().await.is_err() || shutdown.get() {
+                    return;
+                }
             }
-        }
-    });
-    loop {
-        let step = Box::pin(active(&ctx, &mut c, &mut t, &signal, stop.as_mut())).await;
-        match step {
-            Step::Closed => return,
-            Step::Close => break,
-            Step::Park => {
-                // Only possible with nothing read ahead (then the spell goes on).
-                let parked = c.park();
-                crate::memory::note_freed();
-                if parked && !wait_parked(&ctx, &mut c, &mut t, &signal, stop.as_mut()).await {
-                    break;
+        });
+        loop {
+            // The spell owns the client state (its buffers die with it); the socket and what was
+            // read ahead come back.
+            let c = Client::new(io, buf, head_limits);
+            let (step, c) = Box::pin(active(&ctx, c, &mut t, &signal, stop.as_mut())).await;
+            (io, buf) = c.into_parts();
+            match step {
+                Step::Closed => return,
+                Step::Close => break,
+                Step::Park => {
+                    // Only possible with nothing read ahead (then the spell goes on).
+                    let parked = buf.is_empty();
+                    buf.release();
+                    crate::memory::note_freed();
+                    if parked
+                        && !wait_parked(&ctx, &mut io, &mut buf, &mut t, &signal, stop.as_mut())
+                            .await
+                    {
+                        break;
+                    }
                 }
             }
         }
+        super::shutdown(&mut io).await;
     }
-    super::shutdown(&mut c.io).await;
 }
 
-/// The wait of a parked connection: whether bytes arrived (then it is active again).
-async fn wait_parked<S: Future<Output = ()>>(
-    ctx: &ConnCtx,
-    c: &mut Client,
-    t: &mut Timers,
-    signal: &watch::Receiver<bool>,
-    mut stop: Pin<&mut S>,
-) -> bool {
-    let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
-    let idle_timeout = ctx.shared.limits.idle_timeout;
-    loop {
-        // Parked: only idle_timeout (from the end of the last response) is left.
-        let next = match t.phase {
-            ConnPhase::Idle { since } => since.saturating_add(idle_timeout),
-            _ => t.watch.poll_timeout(t.phase, clock.now()),
-        };
-        let next = clock.deadline(next);
-        if next < t.armed || t.armed <= rt.now() {
-            t.armed = next;
-            rt.reset(&mut t.sleep, t.armed);
-        }
-        match wait_event(c, t, signal, stop.as_mut(), true).await {
-            Event::Read(0) | Event::Shutdown => return false,
-            Event::Read(_) => return true,
-            Event::Timer => {
-                if let Some(WatchAction::Close | WatchAction::Idle) =
-                    t.watch.poll_action(t.phase, clock.now())
-                {
-                    return false;
+/// The wait of a parked connection: whether bytes arrived (then it is active again). A plain
+/// poll function rather than an `async fn`: a parked connection's task holds its state, so it
+/// holds the references it works on and nothing more (issue 14).
+fn wait_parked<'a, S: Future<Output = ()>>(
+    ctx: &'a ConnCtx,
+    io: &'a mut Box<dyn Io>,
+    buf: &'a mut Buf,
+    t: &'a mut Timers,
+    signal: &'a watch::Receiver<bool>,
+    mut stop: Pin<&'a mut S>,
+) -> impl Future<Output = bool> + 'a {
+    poll_fn(move |cx| {
+        let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
+        loop {
+            // Parked: only idle_timeout (from the end of the last response) is left.
+            let next = match t.phase {
+                ConnPhase::Idle { since } => since.saturating_add(ctx.shared.limits.idle_timeout),
+                _ => watch_of(ctx).poll_timeout(t.phase, clock.now()),
+            };
+            let next = clock.deadline(next);
+            if next < t.armed || t.armed <= rt.now() {
+                t.armed = next;
+                rt.reset(&mut t.sleep, t.armed);
+            }
+            let read = |cx: &mut Context<'_>| poll_read_parked(io, buf, cx);
+            match poll_event(cx, read, t, signal, stop.as_mut()) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Event::Read(0) | Event::Shutdown) => return Poll::Ready(false),
+                Poll::Ready(Event::Read(_)) => return Poll::Ready(true),
+                Poll::Ready(Event::Timer) => {
+                    if let Some(WatchAction::Close | WatchAction::Idle) =
+                        watch_of(ctx).poll_action(t.phase, clock.now())
+                    {
+                        return Poll::Ready(false);
+                    }
                 }
             }
         }
-    }
+    })
 }
 
 /// Bytes, the timer or the shutdown signal, whichever comes first.
-async fn wait_event<S: Future<Output = ()>>(
-    c: &mut Client,
+fn wait_event<'a, S: Future<Output = ()>>(
+    mut read: impl FnMut(&mut Context<'_>) -> Poll<usize> + 'a,
+    t: &'a mut Timers,
+    signal: &'a watch::Receiver<bool>,
+    mut stop: Pin<&'a mut S>,
+) -> impl Future<Output = Event> + 'a {
+    poll_fn(move |cx| poll_event(cx, &mut read, t, signal, stop.as_mut()))
+}
+
+/// One look at the shutdown signal, the socket (`read`) and the timer, in this order.
+fn poll_event<S: Future<Output = ()>>(
+    cx: &mut Context<'_>,
+    mut read: impl FnMut(&mut Context<'_>) -> Poll<usize>,
     t: &mut Timers,
     signal: &watch::Receiver<bool>,
-    mut stop: Pin<&mut S>,
-    parked: bool,
-) -> Event {
-    poll_fn(|cx| {
-        if !t.stop_armed || signal.has_changed() {
-            t.stop_armed = true;
-            if stop.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Shutdown);
-            }
+    stop: Pin<&mut S>,
+) -> Poll<Event> {
+    if !t.stop_armed || signal.has_changed() {
+        t.stop_armed = true;
+        if stop.poll(cx).is_ready() {
+            return Poll::Ready(Event::Shutdown);
         }
-        if let Poll::Ready(n) = poll_read(c, parked, cx) {
-            return Poll::Ready(Event::Read(n));
-        }
-        match t.sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Event::Timer),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
+    }
+    if let Poll::Ready(n) = read(cx) {
+        return Poll::Ready(Event::Read(n));
+    }
+    match t.sleep.as_mut().poll(cx) {
+        Poll::Ready(()) => Poll::Ready(Event::Timer),
+        Poll::Pending => Poll::Pending,
+    }
 }
 
 /// Read and answer heads until the connection closes or parks.
 async fn active<S: Future<Output = ()>>(
+    ctx: &Arc<ConnCtx>,
+    mut c: Client,
+    t: &mut Timers,
+    signal: &watch::Receiver<bool>,
+    stop: Pin<&mut S>,
+) -> (Step, Client) {
+    let step = spell(ctx, &mut c, t, signal, stop).await;
+    (step, c)
+}
+
+/// The loop of [`active`].
+async fn spell<S: Future<Output = ()>>(
     ctx: &Arc<ConnCtx>,
     c: &mut Client,
     t: &mut Timers,
@@ -313,15 +358,16 @@ async fn active<S: Future<Output = ()>>(
                 }
             }
         }
-        let next = clock.deadline(t.watch.poll_timeout(t.phase, clock.now()));
+        let next = clock.deadline(watch_of(ctx).poll_timeout(t.phase, clock.now()));
         if next < t.armed || t.armed <= rt.now() {
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
         }
-        match wait_event(c, t, signal, stop.as_mut(), false).await {
+        let read = |cx: &mut Context<'_>| poll_read(c, cx);
+        match wait_event(read, t, signal, stop.as_mut()).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
             Event::Read(_) => {}
-            Event::Timer => match t.watch.poll_action(t.phase, clock.now()) {
+            Event::Timer => match watch_of(ctx).poll_action(t.phase, clock.now()) {
                 Some(WatchAction::Close | WatchAction::Idle) => return Step::Close,
                 Some(WatchAction::Park) => return Step::Park,
                 _ => {}
@@ -330,21 +376,24 @@ async fn active<S: Future<Output = ()>>(
     }
 }
 
-/// Read once (`0`: end of stream, a failure, or a head over the limit with nothing to parse).
-fn poll_read(c: &mut Client, parked: bool, cx: &mut std::task::Context<'_>) -> Poll<usize> {
-    if parked {
-        let mut tmp = [0u8; 1024];
-        let mut rb = hyper::rt::ReadBuf::new(&mut tmp);
-        return match Pin::new(&mut c.io).poll_read(cx, rb.unfilled()) {
-            Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
-                c.buf.extend(&tmp[..n]);
-                Poll::Ready(n)
-            }
-            Poll::Ready(Err(_)) => Poll::Ready(0),
-            Poll::Pending => Poll::Pending,
-        };
+/// Read once while parked: through a stack buffer, so that the read buffer is taken only when
+/// bytes came (`0`: end of stream or a failure).
+fn poll_read_parked(io: &mut Box<dyn Io>, buf: &mut Buf, cx: &mut Context<'_>) -> Poll<usize> {
+    let mut tmp = [0u8; 1024];
+    let mut rb = hyper::rt::ReadBuf::new(&mut tmp);
+    match Pin::new(io).poll_read(cx, rb.unfilled()) {
+        Poll::Ready(Ok(())) => {
+            let n = rb.filled().len();
+            buf.extend(&tmp[..n]);
+            Poll::Ready(n)
+        }
+        Poll::Ready(Err(_)) => Poll::Ready(0),
+        Poll::Pending => Poll::Pending,
     }
+}
+
+/// Read once (`0`: end of stream, a failure, or a head over the limit with nothing to parse).
+fn poll_read(c: &mut Client, cx: &mut Context<'_>) -> Poll<usize> {
     let cap = c.cap();
     if c.buf.is_full(cap) {
         return Poll::Ready(0);
@@ -430,3 +479,6 @@ pub async fn linger(rt: rt::Rt, c: &mut Client) {
     };
     let _ = rt::timeout(rt, LINGER, drain).await;
 }
+
+#[cfg(test)]
+mod tests;

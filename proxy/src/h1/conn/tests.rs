@@ -1,0 +1,56 @@
+//! The sizes that decide what a parked connection's task holds (issue 14, docs/benchmarks.md
+//! "What an idle connection holds"): printed for the accounting, never asserted.
+
+use super::*;
+
+/// The size of what `f` returns (an async fn's future), without calling it.
+fn returned<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
+    std::mem::size_of::<R>()
+}
+
+/// The same for six arguments.
+fn returned6<A, B, C, D, E, F, R>(_: fn(A, B, C, D, E, F) -> R) -> usize {
+    std::mem::size_of::<R>()
+}
+
+#[test]
+fn print_connection_state_sizes() {
+    eprintln!("h1::conn::serve future: {} B", returned(serve));
+    eprintln!(
+        "wait_parked future: {} B",
+        returned6(wait_parked::<std::future::Pending<()>>)
+    );
+    let (_tx, mut rx) = watch::channel(false);
+    eprintln!(
+        "watch::Receiver::changed future: {} B",
+        std::mem::size_of_val(&rx.changed())
+    );
+    eprintln!("Client: {} B", std::mem::size_of::<Client>());
+    eprintln!("Timers: {} B", std::mem::size_of::<Timers>());
+    eprintln!("Buf: {} B", std::mem::size_of::<Buf>());
+    eprintln!("ConnCtx: {} B", std::mem::size_of::<ConnCtx>());
+    eprintln!(
+        "watch::Receiver: {} B",
+        std::mem::size_of::<watch::Receiver<bool>>()
+    );
+}
+
+/// What parking relies on: a connection's read buffer, released with nothing waiting, goes
+/// back to the worker's stash (and the next connection to read takes it from there).
+#[test]
+fn a_released_read_buffer_goes_back_to_the_stash() {
+    let mut buf = Buf::from_slice(b"GET / HTTP/1.1\r\n\r\n");
+    let before = super::super::stash_len();
+    buf.release();
+    assert_eq!(super::super::stash_len(), before, "bytes waiting: kept");
+    buf.consume(buf.len());
+    buf.release();
+    assert_eq!(super::super::stash_len(), before + 1, "empty: given back");
+    let again = Buf::from_slice(b"x");
+    assert_eq!(
+        super::super::stash_len(),
+        before,
+        "taken again from the stash"
+    );
+    drop(again);
+}
