@@ -15,7 +15,7 @@ use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use weir_core::h1::{self, BadResponse, EMPTY_HEADER, Parsed, ResponseContext};
+use weir_core::h1::{self, BadResponse, Parsed, ResponseContext};
 use weir_core::idle_pool::IdlePool;
 
 use super::Buf;
@@ -187,6 +187,10 @@ pub fn idle_count(up: &Upstream) -> usize {
     with_pool(up, |pool| pool.idle_count())
 }
 
+/// Header lines of a response head kept from its first parse ([`HeadInfo::kept`]); a head with
+/// more is parsed again when it is written.
+pub const KEPT_LINES: usize = 24;
+
 /// A response head at the start of a buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadInfo {
@@ -196,6 +200,8 @@ pub struct HeadInfo {
     pub head_len: usize,
     /// 1xx other than `101`.
     pub interim: bool,
+    /// The parse, to write the head from without parsing it again (issue 14).
+    pub kept: Option<h1::KeptHead<KEPT_LINES>>,
 }
 
 /// Whether `buf` starts with a whole response head.
@@ -203,13 +209,14 @@ pub struct HeadInfo {
 /// # Errors
 /// The head breaks a parsing rule.
 pub fn peek_head(buf: &Buf, ctx: ResponseContext) -> Result<Option<HeadInfo>, BadResponse> {
-    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    match h1::parse_response(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
+    let mut headers = h1::header_slots::<MAX_RESPONSE_HEADERS>();
+    match h1::parse_response_in(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
         Parsed::Partial => Ok(None),
         Parsed::Complete(h) => Ok(Some(HeadInfo {
             status: h.status,
             head_len: h.head_len,
             interim: h.is_interim(),
+            kept: h.keep(),
         })),
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use hyper::rt::Read;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
-use weir_core::h1::{self, EMPTY_HEADER, HeadError, Parsed};
+use weir_core::h1::{self, HeadError, Parsed};
 
 use super::{Buf, request, write_all};
 use crate::conn::ConnCtx;
@@ -376,8 +376,8 @@ fn take_head(c: &mut Client) -> Result<bool, HeadError> {
 /// Whether `c.buf` starts with a whole head by the codec (then copied to `c.head`), or a
 /// refusal.
 fn take_whole_head(c: &mut Client) -> Result<bool, HeadError> {
-    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
-    match h1::parse_request(c.buf.bytes(), &mut headers, &c.limits)? {
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    match h1::parse_request_in(c.buf.bytes(), &mut headers, &c.limits)? {
         Parsed::Partial => Ok(false),
         Parsed::Complete(head) => {
             let n = head.head_len;

@@ -25,8 +25,8 @@ use weir_core::exchange::{
 };
 use weir_core::flow::BodyEnd;
 use weir_core::h1::{
-    self, BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, HeadError, Parsed, RequestHead,
-    ResponseContext, UpstreamRequest, Version,
+    self, BodyFraming, BodyOut, ClientSide, HeadError, Parsed, RequestHead, ResponseContext,
+    UpstreamRequest, Version,
 };
 use weir_core::response::{ClientError, header};
 
@@ -77,8 +77,8 @@ async fn serve_head(
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
 ) -> Served {
-    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
-    let head = match h1::parse_request(raw, &mut headers, &c.limits) {
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
         Ok(Parsed::Complete(head)) => head,
         Ok(Parsed::Partial) => return Served::Partial,
         Err(e) => return Served::Refused(e),
