@@ -200,36 +200,46 @@ pub struct HeadInfo {
     pub head_len: usize,
     /// 1xx other than `101`.
     pub interim: bool,
-    /// The parse, to write the head from without parsing it again (issue 14).
-    pub kept: Option<h1::KeptHead<KEPT_LINES>>,
 }
 
-/// Whether `buf` starts with a whole response head.
+/// A response head's parse, kept to write the head from without parsing it again (issue 14):
+/// a slot in the request (not moved with every [`HeadInfo`]).
+pub type Kept = Option<h1::KeptHead<KEPT_LINES>>;
+
+/// Whether `buf` starts with a whole response head (then its parse is in `kept`, if it has at
+/// most [`KEPT_LINES`] lines).
 ///
 /// # Errors
 /// The head breaks a parsing rule.
-pub fn peek_head(buf: &Buf, ctx: ResponseContext) -> Result<Option<HeadInfo>, BadResponse> {
+pub fn peek_head(
+    buf: &Buf,
+    ctx: ResponseContext,
+    kept: &mut Kept,
+) -> Result<Option<HeadInfo>, BadResponse> {
     let mut headers = h1::header_slots::<MAX_RESPONSE_HEADERS>();
     match h1::parse_response_in(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
         Parsed::Partial => Ok(None),
-        Parsed::Complete(h) => Ok(Some(HeadInfo {
-            status: h.status,
-            head_len: h.head_len,
-            interim: h.is_interim(),
-            kept: h.keep(),
-        })),
+        Parsed::Complete(h) => {
+            *kept = h.keep();
+            Ok(Some(HeadInfo {
+                status: h.status,
+                head_len: h.head_len,
+                interim: h.is_interim(),
+            }))
+        }
     }
 }
 
-/// Read until a whole response head is buffered.
+/// Read until a whole response head is buffered (its parse kept in `kept`).
 pub fn poll_head(
     conn: &mut UpConn,
     cx: &mut Context<'_>,
     ctx: ResponseContext,
+    kept: &mut Kept,
 ) -> Poll<Result<HeadInfo, UpError>> {
     loop {
         if !conn.buf.is_empty()
-            && let Some(info) = peek_head(&conn.buf, ctx).map_err(UpError::Bad)?
+            && let Some(info) = peek_head(&conn.buf, ctx, kept).map_err(UpError::Bad)?
         {
             return Poll::Ready(Ok(info));
         }

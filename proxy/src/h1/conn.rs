@@ -365,12 +365,26 @@ fn poll_read(c: &mut Client, parked: bool, cx: &mut std::task::Context<'_>) -> P
 /// (a partial head, or bare-LF line ends), the buffer itself is parsed.
 fn take_head(c: &mut Client) -> Result<bool, HeadError> {
     let bytes = c.buf.bytes();
-    if let Some(i) = memchr::memmem::find(bytes, b"\r\n\r\n") {
+    if let Some(i) = empty_line(bytes) {
         c.head.clear();
         c.head.extend_from_slice(&bytes[..i + 4]);
         return Ok(true);
     }
     take_whole_head(c)
+}
+
+/// Where the first `\r\n\r\n` of `bytes` starts (`memmem::find`'s answer, from the line ends:
+/// a head has a few, and a searcher built for each call costs more than the search).
+fn empty_line(bytes: &[u8]) -> Option<usize> {
+    let mut at = 3;
+    while at < bytes.len() {
+        let lf = at + memchr::memchr(b'\n', &bytes[at..])?;
+        if bytes[lf - 3..lf] == *b"\r\n\r" {
+            return Some(lf - 3);
+        }
+        at = lf + 1;
+    }
+    None
 }
 
 /// Whether `c.buf` starts with a whole head by the codec (then copied to `c.head`), or a
@@ -429,4 +443,28 @@ pub async fn linger(rt: rt::Rt, c: &mut Client) {
         }
     };
     let _ = rt::timeout(rt, LINGER, drain).await;
+}
+
+#[cfg(test)]
+mod tests {
+    /// `empty_line` answers what `memmem::find` does, for every string of up to 8 bytes over
+    /// CR, LF and one other byte.
+    #[test]
+    fn empty_line_is_memmem_find() {
+        let alphabet = [b'\r', b'\n', b'a'];
+        for len in 0..=8u32 {
+            for mut n in 0..3usize.pow(len) {
+                let mut s = Vec::new();
+                for _ in 0..len {
+                    s.push(alphabet[n % 3]);
+                    n /= 3;
+                }
+                assert_eq!(
+                    super::empty_line(&s),
+                    memchr::memmem::find(&s, b"\r\n\r\n"),
+                    "{s:?}"
+                );
+            }
+        }
+    }
 }

@@ -160,6 +160,7 @@ async fn serve_parsed(
         client_failed: false,
         body_malformed: false,
         body_bytes: 0,
+        kept: None,
         line: None,
         timer,
         shutdown,
@@ -223,6 +224,8 @@ struct Req<'a> {
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
+    /// The latest response head's parse, kept to write it from (issue 14).
+    kept: client::Kept,
     /// The access-log line once the engine's record says to log (issue 20), written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,
@@ -411,6 +414,7 @@ impl Req<'_> {
                 body_malformed,
                 body_bytes,
                 timer,
+                kept,
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
@@ -424,6 +428,7 @@ impl Req<'_> {
                 version,
                 body_bytes,
                 peer,
+                kept,
             };
             let attempt = pin!(attempt(shared, c, &target, stream, &mut side, rctx));
             drive::bounded_in(shared, x, timer, attempt).await
