@@ -193,7 +193,7 @@ proptest! {
 }
 
 /// Header lines as sent, spacing and line ends included (the writers' run copying keys on
-/// them).
+/// them), values with UTF-8 and non-UTF-8 bytes.
 fn loose_line() -> impl Strategy<Value = String> {
     prop_oneof![
         Just("Host: a\r\n".to_owned()),
@@ -208,6 +208,8 @@ fn loose_line() -> impl Strategy<Value = String> {
         Just("X-E:\r\n".to_owned()),
         Just("X-E: \r\n".to_owned()),
         Just("X-F: v\n".to_owned()),
+        Just("X-U: caf\u{e9}\r\n".to_owned()),
+        Just("X-O: a`b\r\n".to_owned()),
         "[A-Za-z-]{1,8}:[ \t]{0,2}[!-~]{0,6}[ \t]{0,2}\r\n",
     ]
 }
@@ -219,7 +221,10 @@ fn loose_head(first: &'static str, lines: &[String]) -> Vec<u8> {
         s.push_str(l);
     }
     s.push_str("\r\n");
-    s.into_bytes()
+    // A backquote stands for a byte that is not UTF-8 (obs-text in a value).
+    s.bytes()
+        .map(|b| if b == b'`' { 0xff } else { b })
+        .collect()
 }
 
 proptest! {

@@ -269,15 +269,22 @@ impl<const N: usize> KeptHead<N> {
         storage: &'h mut [Header<'b>; N],
     ) -> Option<ResponseHead<'h, 'b>> {
         let raw = buf.get(..self.head_len)?;
+        // One check of the whole head (names are tokens, so a head of UTF-8 values needs no
+        // other), else one per name.
+        let text = core::str::from_utf8(raw).ok();
+        let str_of = |s: Span| match text {
+            Some(t) => t.get(s.at as usize..s.at as usize + s.len as usize),
+            None => core::str::from_utf8(s.get(raw)?).ok(),
+        };
         for (slot, (name, value)) in storage.iter_mut().zip(&self.lines[..self.count]) {
             *slot = Header {
-                name: core::str::from_utf8(name.get(raw)?).ok()?,
+                name: str_of(*name)?,
                 value: value.get(raw)?,
             };
         }
         Some(ResponseHead {
             status: self.status,
-            reason: core::str::from_utf8(self.reason.get(raw)?).ok()?,
+            reason: str_of(self.reason)?,
             version: self.version,
             headers: &storage[..self.count],
             head_len: self.head_len,
