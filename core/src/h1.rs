@@ -30,7 +30,9 @@ mod rules;
 mod write;
 
 pub use httparse::Header;
-pub use response::{BadResponse, ResponseContext, ResponseHead, parse_response};
+pub use response::{
+    BadResponse, KeptHead, ResponseContext, ResponseHead, parse_response, parse_response_in,
+};
 pub use rules::{BodyFraming, Facts, FramingError, valid_host};
 pub use write::{
     BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
@@ -38,6 +40,7 @@ pub use write::{
 };
 
 use core::fmt;
+use core::mem::MaybeUninit;
 
 /// An empty header slot, to build the storage a parser fills (`[EMPTY_HEADER; N]`).
 pub const EMPTY_HEADER: Header<'static> = httparse::EMPTY_HEADER;
@@ -145,6 +148,8 @@ pub struct RequestHead<'h, 'b> {
     pub headers: &'h [Header<'b>],
     /// Bytes of the buffer the head took (leading empty lines included).
     pub head_len: usize,
+    /// Those bytes (the writers copy runs of lines that stand as they would write them).
+    pub raw: &'b [u8],
     /// How the body is framed.
     pub body: BodyFraming,
     /// What the headers said.
@@ -202,13 +207,52 @@ pub fn parse_request<'h, 'b>(
     headers: &'h mut [Header<'b>],
     limits: &Limits,
 ) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
+    let (view, over_line) = request_view(buf, limits);
+    let mut req = httparse::Request::new(headers);
+    let status = req.parse(view);
+    request_head(req, status, view, over_line, limits)
+}
+
+/// [`parse_request`] into storage that need not be initialised first ([`header_slots`]): the
+/// same answers, without writing every slot before the parse (the proxy's hot path).
+pub fn parse_request_in<'h, 'b>(
+    buf: &'b [u8],
+    slots: &'h mut [MaybeUninit<Header<'b>>],
+    limits: &Limits,
+) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
+    let (view, over_line) = request_view(buf, limits);
+    let mut req = httparse::Request::new(&mut []);
+    let status = req.parse_with_uninit_headers(view, slots);
+    request_head(req, status, view, over_line, limits)
+}
+
+/// Header storage for [`parse_request_in`] and [`parse_response_in`], left uninitialised.
+#[must_use]
+pub const fn header_slots<'b, const N: usize>() -> [MaybeUninit<Header<'b>>; N] {
+    [const { MaybeUninit::uninit() }; N]
+}
+
+/// The bytes httparse may see, and where the request line crosses its limit.
+fn request_view<'b>(buf: &'b [u8], limits: &Limits) -> (&'b [u8], usize) {
     // Errors are reported in stream order, so the answer never depends on how the bytes were
     // split into reads: httparse sees only the bytes up to the point where a limit is crossed,
     // and a syntax error before that point wins over the limit.
     let over_line = line_over_at(buf, limits.max_request_line);
-    let view = &buf[..buf.len().min(over_line).min(limits.max_head_bytes)];
-    let mut req = httparse::Request::new(headers);
-    let head_len = match req.parse(view) {
+    (
+        &buf[..buf.len().min(over_line).min(limits.max_head_bytes)],
+        over_line,
+    )
+}
+
+/// The request head httparse read (its answer `status` on `view_len` bytes), by weir's rules.
+fn request_head<'h, 'b>(
+    req: httparse::Request<'h, 'b>,
+    status: httparse::Result<usize>,
+    view: &'b [u8],
+    over_line: usize,
+    limits: &Limits,
+) -> Result<Parsed<RequestHead<'h, 'b>>, HeadError> {
+    let head_len = match status {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if view.len() == over_line => {
             return Err(HeadError::RequestLineTooLong);
@@ -248,6 +292,7 @@ pub fn parse_request<'h, 'b>(
         version,
         headers,
         head_len,
+        raw: &view[..head_len],
         body,
         facts,
     }))

@@ -192,6 +192,95 @@ proptest! {
     }
 }
 
+/// Header lines as sent, spacing and line ends included (the writers' run copying keys on
+/// them), values with UTF-8 and non-UTF-8 bytes.
+fn loose_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("Host: a\r\n".to_owned()),
+        Just("Host:a\r\n".to_owned()),
+        Just("Connection: x-y\r\n".to_owned()),
+        Just("Connection: upgrade\r\n".to_owned()),
+        Just("Upgrade: websocket, h2c\r\n".to_owned()),
+        Just("X-Y: 1\r\n".to_owned()),
+        Just("Content-Length: 3\r\n".to_owned()),
+        Just("TE: trailers\r\n".to_owned()),
+        Just("x-request-id: 7\r\n".to_owned()),
+        Just("X-E:\r\n".to_owned()),
+        Just("X-E: \r\n".to_owned()),
+        Just("X-F: v\n".to_owned()),
+        Just("X-U: caf\u{e9}\r\n".to_owned()),
+        Just("X-O: a`b\r\n".to_owned()),
+        "[A-Za-z-]{1,8}:[ \t]{0,2}[!-~]{0,6}[ \t]{0,2}\r\n",
+    ]
+}
+
+/// A head (request line or status line first) of such lines.
+fn loose_head(first: &'static str, lines: &[String]) -> Vec<u8> {
+    let mut s = first.to_owned();
+    for l in lines {
+        s.push_str(l);
+    }
+    s.push_str("\r\n");
+    // A backquote stands for a byte that is not UTF-8 (obs-text in a value).
+    s.bytes()
+        .map(|b| if b == b'`' { 0xff } else { b })
+        .collect()
+}
+
+proptest! {
+    /// Copying runs of lines whole writes the same bytes as one line at a time (a head whose
+    /// `raw` is empty gives no run), parsing into uninitialised storage reads the same, and a
+    /// kept response head is the head parsed.
+    #[test]
+    fn head_writers_copy_runs_as_lines(
+        lines in prop::collection::vec(loose_line(), 0..8),
+        http10 in any::<bool>(),
+    ) {
+        let req = loose_head("GET /a HTTP/1.1\r\n", &lines);
+        let mut h = [EMPTY_HEADER; 32];
+        let mut slots = header_slots::<32>();
+        let parsed = parse_request(&req, &mut h, &Limits::default());
+        prop_assert_eq!(parsed, parse_request_in(&req, &mut slots, &Limits::default()));
+        if let Ok(Parsed::Complete(r)) = parsed {
+            let up = UpstreamRequest {
+                target: b"/a",
+                client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                proto: Proto::Http,
+                extra: &[("x-request-id", b"1"), ("host", b"up")],
+            };
+            let (mut runs, mut lines) = (Vec::new(), Vec::new());
+            write_upstream_request(&r, &up, &mut runs);
+            write_upstream_request(&RequestHead { raw: &[], ..r }, &up, &mut lines);
+            prop_assert_eq!(runs, lines);
+        }
+        let res = loose_head("HTTP/1.1 200 OK\r\n", &lines);
+        let ctx = ResponseContext::default();
+        let mut h = [EMPTY_HEADER; 32];
+        let mut slots = header_slots::<32>();
+        let parsed = parse_response(&res, &mut h, &Limits::default(), ctx);
+        prop_assert_eq!(parsed, parse_response_in(&res, &mut slots, &Limits::default(), ctx));
+        if let Ok(Parsed::Complete(r)) = parsed {
+            let mut lines = [EMPTY_HEADER; 8];
+            let kept = r.keep::<8>().and_then(|k| k.head(&res, &mut lines));
+            prop_assert_eq!(kept, Some(r));
+            let client = ClientSide {
+                version: if http10 { Version::Http10 } else { Version::Http11 },
+                keep_alive: true,
+            };
+            let extra: &[(&str, &[u8])] = &[("x-request-id", b"1")];
+            let (mut runs, mut lines) = (Vec::new(), Vec::new());
+            let a = write_response_head(&r, client, extra, &mut runs);
+            let b = write_response_head(&ResponseHead { raw: &[], ..r }, client, extra, &mut lines);
+            prop_assert_eq!(a, b);
+            prop_assert_eq!(runs, lines);
+            let (mut runs, mut lines) = (Vec::new(), Vec::new());
+            write_interim(&r, &mut runs);
+            write_interim(&ResponseHead { raw: &[], ..r }, &mut lines);
+            prop_assert_eq!(runs, lines);
+        }
+    }
+}
+
 /// The chunked decoder over pieces: the data and the bytes used until done.
 fn decode(pieces: &[&[u8]]) -> Result<(Vec<u8>, usize), ChunkError> {
     let mut d = ChunkedDecoder::new();

@@ -3,6 +3,7 @@
 //! a transport-class failure for retries, C-RETRY-1).
 
 use core::fmt;
+use core::mem::MaybeUninit;
 
 use super::{
     BodyFraming, Facts, FramingError, Header, Limits, Parsed, Version, facts_of, malformed,
@@ -69,6 +70,8 @@ pub struct ResponseHead<'h, 'b> {
     pub headers: &'h [Header<'b>],
     /// Bytes of the buffer the head took.
     pub head_len: usize,
+    /// Those bytes (the writers copy runs of lines that stand as they would write them).
+    pub raw: &'b [u8],
     /// How the body is framed.
     pub body: BodyFraming,
     /// What the headers said.
@@ -109,7 +112,34 @@ pub fn parse_response<'h, 'b>(
     // As for requests: httparse sees the bytes up to the limit only (stream order).
     let view = &buf[..buf.len().min(limits.max_head_bytes)];
     let mut res = httparse::Response::new(headers);
-    let head_len = match res.parse(view) {
+    let status = res.parse(view);
+    response_head(res, status, view, limits, ctx)
+}
+
+/// [`parse_response`] into storage that need not be initialised first
+/// ([`super::header_slots`]): the same answers.
+pub fn parse_response_in<'h, 'b>(
+    buf: &'b [u8],
+    slots: &'h mut [MaybeUninit<Header<'b>>],
+    limits: &Limits,
+    ctx: ResponseContext,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, BadResponse> {
+    let view = &buf[..buf.len().min(limits.max_head_bytes)];
+    let mut res = httparse::Response::new(&mut []);
+    let status =
+        httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut res, view, slots);
+    response_head(res, status, view, limits, ctx)
+}
+
+/// The response head httparse read (its answer `status` on `view_len` bytes), by weir's rules.
+fn response_head<'h, 'b>(
+    res: httparse::Response<'h, 'b>,
+    status: httparse::Result<usize>,
+    view: &'b [u8],
+    limits: &Limits,
+    ctx: ResponseContext,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, BadResponse> {
+    let head_len = match status {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if view.len() >= limits.max_head_bytes => {
             return Err(BadResponse::TooLarge);
@@ -152,7 +182,115 @@ pub fn parse_response<'h, 'b>(
         version,
         headers,
         head_len,
+        raw: &view[..head_len],
         body,
         facts,
     }))
+}
+
+/// Where a slice of a head's bytes stands in them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+impl Span {
+    /// `s`'s place in `raw` (empty slices anywhere: an empty span).
+    fn of(raw: &[u8], s: &[u8]) -> Option<Span> {
+        if s.is_empty() {
+            return Some(Span::default());
+        }
+        let at = (s.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+        if at.checked_add(s.len())? > raw.len() {
+            return None;
+        }
+        Some(Span {
+            at: u32::try_from(at).ok()?,
+            len: u32::try_from(s.len()).ok()?,
+        })
+    }
+
+    fn get(self, buf: &[u8]) -> Option<&[u8]> {
+        let at = self.at as usize;
+        buf.get(at..at + self.len as usize)
+    }
+}
+
+/// A [`ResponseHead`] kept as places in the bytes it was parsed from (no borrow), for a head
+/// of at most `N` lines: the proxy checks that a head is whole and valid when it arrives and
+/// writes it once the engine has decided, from this, without parsing it a second time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptHead<const N: usize> {
+    status: u16,
+    version: Version,
+    head_len: usize,
+    body: BodyFraming,
+    facts: Facts,
+    reason: Span,
+    lines: [(Span, Span); N],
+    count: usize,
+}
+
+impl ResponseHead<'_, '_> {
+    /// This head as places in its bytes; `None` with more than `N` lines.
+    #[must_use]
+    pub fn keep<const N: usize>(&self) -> Option<KeptHead<N>> {
+        if self.headers.len() > N {
+            return None;
+        }
+        let mut lines = [(Span::default(), Span::default()); N];
+        for (slot, h) in lines.iter_mut().zip(self.headers) {
+            *slot = (
+                Span::of(self.raw, h.name.as_bytes())?,
+                Span::of(self.raw, h.value)?,
+            );
+        }
+        Some(KeptHead {
+            status: self.status,
+            version: self.version,
+            head_len: self.head_len,
+            body: self.body,
+            facts: self.facts,
+            reason: Span::of(self.raw, self.reason.as_bytes())?,
+            lines,
+            count: self.headers.len(),
+        })
+    }
+}
+
+impl<const N: usize> KeptHead<N> {
+    /// The head again, from `buf`, the bytes it was kept from (still at its start), its lines
+    /// in `storage`: what [`parse_response`] gives for them. `None` if `buf` is not those bytes
+    /// any more.
+    pub fn head<'h, 'b>(
+        &self,
+        buf: &'b [u8],
+        storage: &'h mut [Header<'b>; N],
+    ) -> Option<ResponseHead<'h, 'b>> {
+        let raw = buf.get(..self.head_len)?;
+        // One check of the whole head (names are tokens, so a head of UTF-8 values needs no
+        // other), else one per name.
+        let text = core::str::from_utf8(raw).ok();
+        let str_of = |s: Span| match text {
+            Some(t) => t.get(s.at as usize..s.at as usize + s.len as usize),
+            None => core::str::from_utf8(s.get(raw)?).ok(),
+        };
+        for (slot, (name, value)) in storage.iter_mut().zip(&self.lines[..self.count]) {
+            *slot = Header {
+                name: str_of(*name)?,
+                value: value.get(raw)?,
+            };
+        }
+        Some(ResponseHead {
+            status: self.status,
+            reason: str_of(self.reason)?,
+            version: self.version,
+            headers: &storage[..self.count],
+            head_len: self.head_len,
+            raw,
+            body: self.body,
+            facts: self.facts,
+        })
+    }
 }

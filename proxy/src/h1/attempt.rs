@@ -15,7 +15,9 @@ use weir_core::h1::{
 };
 use weir_core::upstream::BackendBase;
 
-use super::client::{self, HeadInfo, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError};
+use super::client::{
+    self, HeadInfo, KEPT_LINES, Kept, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError,
+};
 use super::conn::Client;
 use super::relay::{self, Pump, Reader, RelayError};
 use super::{Extra, write_all};
@@ -50,6 +52,8 @@ pub(super) struct Side<'r> {
     pub(super) body_bytes: &'r mut u64,
     /// The client, for a backend's PROXY header.
     pub(super) peer: std::net::SocketAddr,
+    /// The latest response head's parse ([`client::poll_head`]).
+    pub(super) kept: &'r mut Kept,
 }
 
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
@@ -99,7 +103,7 @@ pub(super) async fn attempt(
         let swallow = info.status == 100 && *side.sent_continue;
         if !swallow && h1::relay_interim(side.version) {
             c.out.clear();
-            interim_head(&conn, rctx, &mut c.out);
+            interim_head(&conn, side.kept, rctx, &mut c.out);
             let out = std::mem::take(&mut c.out);
             let r = write_all(&mut c.io, &out).await;
             c.out = out;
@@ -144,7 +148,7 @@ fn wait_head(
             }
         }
     }
-    if let Poll::Ready(r) = client::poll_head(conn, cx, rctx) {
+    if let Poll::Ready(r) = client::poll_head(conn, cx, rctx, side.kept) {
         return Poll::Ready(r);
     }
     if sending {
@@ -166,28 +170,42 @@ fn wait_head(
 /// upstream body's framing, and whether the upstream connection is reusable after it.
 pub(super) fn response_head(
     conn: &UpConn,
+    kept: &Kept,
     rctx: ResponseContext,
     client: ClientSide,
     extra: &Extra,
     out: &mut Vec<u8>,
 ) -> Option<(h1::ResponseOut, BodyFraming, bool)> {
-    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    let Ok(Parsed::Complete(head)) =
-        h1::parse_response(conn.buf.bytes(), &mut headers, &RESPONSE_LIMITS, rctx)
-    else {
-        return None;
-    };
-    let written = extra.with_pairs(|pairs| h1::write_response_head(&head, client, pairs, out));
-    Some((written, head.body, head.reusable()))
+    with_head(conn, kept, rctx, |head| {
+        let written = extra.with_pairs(|pairs| h1::write_response_head(head, client, pairs, out));
+        (written, head.body, head.reusable())
+    })
 }
 
 /// An interim head for the client.
-pub(super) fn interim_head(conn: &UpConn, rctx: ResponseContext, out: &mut Vec<u8>) {
-    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    if let Ok(Parsed::Complete(head)) =
-        h1::parse_response(conn.buf.bytes(), &mut headers, &RESPONSE_LIMITS, rctx)
-    {
-        h1::write_interim(&head, out);
+pub(super) fn interim_head(conn: &UpConn, kept: &Kept, rctx: ResponseContext, out: &mut Vec<u8>) {
+    with_head(conn, kept, rctx, |head| h1::write_interim(head, out));
+}
+
+/// `f` of the response head at the start of `conn.buf`: from its kept parse, or parsed again
+/// when none was kept (a head of many lines).
+fn with_head<R>(
+    conn: &UpConn,
+    kept: &Kept,
+    rctx: ResponseContext,
+    f: impl FnOnce(&h1::ResponseHead<'_, '_>) -> R,
+) -> Option<R> {
+    let buf = conn.buf.bytes();
+    if let Some(kept) = kept {
+        let mut lines = [EMPTY_HEADER; KEPT_LINES];
+        if let Some(head) = kept.head(buf, &mut lines) {
+            return Some(f(&head));
+        }
+    }
+    let mut headers = h1::header_slots::<MAX_RESPONSE_HEADERS>();
+    match h1::parse_response_in(buf, &mut headers, &RESPONSE_LIMITS, rctx) {
+        Ok(Parsed::Complete(head)) => Some(f(&head)),
+        _ => None,
     }
 }
 

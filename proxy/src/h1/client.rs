@@ -15,7 +15,7 @@ use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use weir_core::h1::{self, BadResponse, EMPTY_HEADER, Parsed, ResponseContext};
+use weir_core::h1::{self, BadResponse, Parsed, ResponseContext};
 use weir_core::idle_pool::IdlePool;
 
 use super::Buf;
@@ -187,6 +187,10 @@ pub fn idle_count(up: &Upstream) -> usize {
     with_pool(up, |pool| pool.idle_count())
 }
 
+/// Header lines of a response head kept from its first parse ([`HeadInfo::kept`]); a head with
+/// more is parsed again when it is written.
+pub const KEPT_LINES: usize = 24;
+
 /// A response head at the start of a buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadInfo {
@@ -198,31 +202,44 @@ pub struct HeadInfo {
     pub interim: bool,
 }
 
-/// Whether `buf` starts with a whole response head.
+/// A response head's parse, kept to write the head from without parsing it again (issue 14):
+/// a slot in the request (not moved with every [`HeadInfo`]).
+pub type Kept = Option<h1::KeptHead<KEPT_LINES>>;
+
+/// Whether `buf` starts with a whole response head (then its parse is in `kept`, if it has at
+/// most [`KEPT_LINES`] lines).
 ///
 /// # Errors
 /// The head breaks a parsing rule.
-pub fn peek_head(buf: &Buf, ctx: ResponseContext) -> Result<Option<HeadInfo>, BadResponse> {
-    let mut headers = [EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    match h1::parse_response(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
+pub fn peek_head(
+    buf: &Buf,
+    ctx: ResponseContext,
+    kept: &mut Kept,
+) -> Result<Option<HeadInfo>, BadResponse> {
+    let mut headers = h1::header_slots::<MAX_RESPONSE_HEADERS>();
+    match h1::parse_response_in(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
         Parsed::Partial => Ok(None),
-        Parsed::Complete(h) => Ok(Some(HeadInfo {
-            status: h.status,
-            head_len: h.head_len,
-            interim: h.is_interim(),
-        })),
+        Parsed::Complete(h) => {
+            *kept = h.keep();
+            Ok(Some(HeadInfo {
+                status: h.status,
+                head_len: h.head_len,
+                interim: h.is_interim(),
+            }))
+        }
     }
 }
 
-/// Read until a whole response head is buffered.
+/// Read until a whole response head is buffered (its parse kept in `kept`).
 pub fn poll_head(
     conn: &mut UpConn,
     cx: &mut Context<'_>,
     ctx: ResponseContext,
+    kept: &mut Kept,
 ) -> Poll<Result<HeadInfo, UpError>> {
     loop {
         if !conn.buf.is_empty()
-            && let Some(info) = peek_head(&conn.buf, ctx).map_err(UpError::Bad)?
+            && let Some(info) = peek_head(&conn.buf, ctx, kept).map_err(UpError::Bad)?
         {
             return Poll::Ready(Ok(info));
         }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use hyper::rt::Read;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
-use weir_core::h1::{self, EMPTY_HEADER, HeadError, Parsed};
+use weir_core::h1::{self, HeadError, Parsed};
 
 use super::{Buf, request, write_all};
 use crate::conn::ConnCtx;
@@ -414,7 +414,7 @@ fn poll_read(c: &mut Client, cx: &mut Context<'_>) -> Poll<usize> {
 /// (a partial head, or bare-LF line ends), the buffer itself is parsed.
 fn take_head(c: &mut Client) -> Result<bool, HeadError> {
     let bytes = c.buf.bytes();
-    if let Some(i) = memchr::memmem::find(bytes, b"\r\n\r\n") {
+    if let Some(i) = empty_line(bytes) {
         c.head.clear();
         c.head.extend_from_slice(&bytes[..i + 4]);
         return Ok(true);
@@ -422,11 +422,25 @@ fn take_head(c: &mut Client) -> Result<bool, HeadError> {
     take_whole_head(c)
 }
 
+/// Where the first `\r\n\r\n` of `bytes` starts (`memmem::find`'s answer, from the line ends:
+/// a head has a few, and a searcher built for each call costs more than the search).
+fn empty_line(bytes: &[u8]) -> Option<usize> {
+    let mut at = 3;
+    while at < bytes.len() {
+        let lf = at + memchr::memchr(b'\n', &bytes[at..])?;
+        if bytes[lf - 3..lf] == *b"\r\n\r" {
+            return Some(lf - 3);
+        }
+        at = lf + 1;
+    }
+    None
+}
+
 /// Whether `c.buf` starts with a whole head by the codec (then copied to `c.head`), or a
 /// refusal.
 fn take_whole_head(c: &mut Client) -> Result<bool, HeadError> {
-    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
-    match h1::parse_request(c.buf.bytes(), &mut headers, &c.limits)? {
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    match h1::parse_request_in(c.buf.bytes(), &mut headers, &c.limits)? {
         Parsed::Partial => Ok(false),
         Parsed::Complete(head) => {
             let n = head.head_len;

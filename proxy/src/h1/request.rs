@@ -25,8 +25,8 @@ use weir_core::exchange::{
 };
 use weir_core::flow::BodyEnd;
 use weir_core::h1::{
-    self, BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, HeadError, Parsed, RequestHead,
-    ResponseContext, UpstreamRequest, Version,
+    self, BodyFraming, BodyOut, ClientSide, HeadError, Parsed, RequestHead, ResponseContext,
+    UpstreamRequest, Version,
 };
 use weir_core::response::{ClientError, header};
 
@@ -78,8 +78,8 @@ async fn serve_head(
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
 ) -> Served {
-    let mut headers = [EMPTY_HEADER; MAX_HEADERS];
-    let head = match h1::parse_request(raw, &mut headers, &c.limits) {
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
         Ok(Parsed::Complete(head)) => head,
         Ok(Parsed::Partial) => return Served::Partial,
         Err(e) => return Served::Refused(e),
@@ -167,6 +167,7 @@ async fn serve_parsed(
         client_failed: false,
         body_malformed: false,
         body_bytes: 0,
+        kept: None,
         line: None,
         timer,
         shutdown,
@@ -230,6 +231,8 @@ struct Req<'a> {
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
+    /// The latest response head's parse, kept to write it from (issue 14).
+    kept: client::Kept,
     /// The access-log line once the engine's record says to log (issue 20), written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,
@@ -418,6 +421,7 @@ impl Req<'_> {
                 body_malformed,
                 body_bytes,
                 timer,
+                kept,
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
@@ -431,6 +435,7 @@ impl Req<'_> {
                 version,
                 body_bytes,
                 peer,
+                kept,
             };
             let attempt = pin!(attempt(
                 shared, c, &target, &metrics, stream, &mut side, rctx

@@ -54,3 +54,24 @@ fn a_released_read_buffer_goes_back_to_the_stash() {
     );
     drop(again);
 }
+
+/// `empty_line` answers what `memmem::find` does, for every string of up to 8 bytes over
+/// CR, LF and one other byte.
+#[test]
+fn empty_line_is_memmem_find() {
+    let alphabet = [b'\r', b'\n', b'a'];
+    for len in 0..=8u32 {
+        for mut n in 0..3usize.pow(len) {
+            let mut s = Vec::new();
+            for _ in 0..len {
+                s.push(alphabet[n % 3]);
+                n /= 3;
+            }
+            assert_eq!(
+                super::empty_line(&s),
+                memchr::memmem::find(&s, b"\r\n\r\n"),
+                "{s:?}"
+            );
+        }
+    }
+}

@@ -99,7 +99,7 @@ impl Req<'_> {
             version: self.head.version,
             keep_alive: keep,
         };
-        let written = response_head(&up.conn, rctx, client, &extra, &mut c.out);
+        let written = response_head(&up.conn, &self.kept, rctx, client, &extra, &mut c.out);
         c.scratch = extra.into_scratch();
         let shared = self.shared;
         let Some((out, framing, reusable)) = written else {
