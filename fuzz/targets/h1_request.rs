@@ -1,13 +1,15 @@
 //! `weir_core::h1::parse_request` (issue 14, C-PATH-12): never panics; a head parsed whole is
 //! parsed the same from any prefix on (a prefix is `Partial` or the same refusal); the head
 //! length is within the buffer; the upstream head weir writes from it parses back with the same
-//! method and framing.
+//! method and framing; the parse into uninitialised storage (the proxy's, `parse_request_in`)
+//! gives the same answer.
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use weir_core::forward::Proto;
 use weir_core::h1::{
-    EMPTY_HEADER, Limits, Parsed, UpstreamRequest, parse_request, write_upstream_request,
+    EMPTY_HEADER, Limits, Parsed, UpstreamRequest, header_slots, parse_request, parse_request_in,
+    write_upstream_request,
 };
 
 pub fn run(data: &[u8]) {
@@ -17,6 +19,12 @@ pub fn run(data: &[u8]) {
     };
     let mut h = [EMPTY_HEADER; 16];
     let whole = parse_request(data, &mut h, &limits);
+    let mut slots = header_slots::<16>();
+    assert_eq!(
+        parse_request_in(data, &mut slots, &limits),
+        whole,
+        "uninit parse differs"
+    );
     let cut = data
         .first()
         .map_or(0, |&b| usize::from(b) % (data.len() + 1));

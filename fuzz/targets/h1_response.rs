@@ -1,10 +1,12 @@
 //! `weir_core::h1::parse_response` (issue 14, C-PATH-12): never panics; prefixes agree with the
 //! whole; a parsed status is 100–599; the client head weir writes parses back as a response
-//! with the same status and a framing the client can follow.
+//! with the same status and a framing the client can follow; the parse into uninitialised
+//! storage (`parse_response_in`) gives the same answer, and a head kept as places in its bytes
+//! (`ResponseHead::keep`, what the proxy writes from) reads back as the parsed head.
 
 use weir_core::h1::{
     BodyFraming, BodyOut, ClientSide, EMPTY_HEADER, Limits, Parsed, ResponseContext, Version,
-    parse_response, write_response_head,
+    header_slots, parse_response, parse_response_in, write_response_head,
 };
 
 pub fn run(data: &[u8]) {
@@ -29,6 +31,21 @@ pub fn run(data: &[u8]) {
     };
     let mut h = [EMPTY_HEADER; 16];
     let whole = parse_response(rest, &mut h, &limits, ctx);
+    let mut slots = header_slots::<16>();
+    assert_eq!(
+        parse_response_in(rest, &mut slots, &limits, ctx),
+        whole,
+        "uninit parse differs"
+    );
+    if let Ok(Parsed::Complete(r)) = &whole {
+        let mut storage = [EMPTY_HEADER; 16];
+        let kept = r.keep::<16>().expect("16 lines fit");
+        assert_eq!(
+            kept.head(rest, &mut storage).as_ref(),
+            Some(r),
+            "kept head differs"
+        );
+    }
     let cut = usize::from(flags >> 4) * rest.len() / 16;
     let mut h2 = [EMPTY_HEADER; 16];
     match (&whole, parse_response(&rest[..cut], &mut h2, &limits, ctx)) {
