@@ -169,6 +169,16 @@ impl RequestHead<'_, '_> {
         self.facts.persistent(self.version == Version::Http10)
     }
 
+    /// Whether the client connection carries another request after this exchange: the client
+    /// wants it kept ([`keep_alive`](Self::keep_alive)), weir is not `shutting_down` (a
+    /// draining connection closes after its response), and the request body was read to its
+    /// end (`body_read`): unread body bytes would be read as the next request's head, so a
+    /// connection whose body was not consumed closes (C-PATH-7, docs/proxy.md).
+    #[must_use]
+    pub fn persists(&self, shutting_down: bool, body_read: bool) -> bool {
+        self.keep_alive() && !shutting_down && body_read
+    }
+
     /// An upgrade request (HTTP/1.1 only: RFC 9110 §7.8 ignores `Upgrade` in HTTP/1.0).
     #[must_use]
     pub fn upgrade(&self) -> bool {

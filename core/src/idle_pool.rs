@@ -43,6 +43,36 @@ pub fn poolable(send_proxy: Option<crate::proxy_proto::Version>) -> bool {
     send_proxy.is_none()
 }
 
+/// How an upstream HTTP/1 exchange ended, as the proxy saw it: what decides whether its
+/// connection goes back to the pool ([`reusable_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The response was relayed to its end (its body complete, nothing failed on either side).
+    pub response_complete: bool,
+    /// The response's framing and both sides' persistence leave the connection usable for
+    /// another request (`h1::ResponseHead::reusable`: a delimited body, no `Connection: close`).
+    pub response_reusable: bool,
+    /// The request was sent whole, body included. A backend that answered before it read the
+    /// whole body (full duplex, C-PATH-7) has the rest of it pending or refused.
+    pub request_sent: bool,
+    /// Bytes arrived after the response's end (a backend that sent more than it framed).
+    pub stray_bytes: bool,
+    /// The connection began with a PROXY header ([`poolable`]).
+    pub send_proxy: Option<crate::proxy_proto::Version>,
+}
+
+/// Whether the connection of an exchange that `ended` so is released to the idle pool (C-POOL,
+/// C-PATH-7, docs/proxy.md): only when every message on it was complete and framed, so the next
+/// request starts on a clean byte stream; otherwise it is closed.
+#[must_use]
+pub fn reusable_after(ended: Ended) -> bool {
+    ended.response_complete
+        && ended.response_reusable
+        && ended.request_sent
+        && !ended.stray_bytes
+        && poolable(ended.send_proxy)
+}
+
 /// The configured bounds (`server.upstream.*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleParams {

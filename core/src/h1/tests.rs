@@ -944,3 +944,29 @@ fn chunk_size_lines_are_canonical_and_allocate_nothing() {
     assert_eq!(out, b"3\r\nabc\r\n3\r\ndef\r\n0\r\nX: y\r\n\r\n".to_vec());
     assert_eq!(out.as_ptr(), at);
 }
+
+#[test]
+fn c_path_7_a_client_connection_persists_only_when_wanted_drained_and_not_draining() {
+    let persists = |raw: &[u8], shutting_down, body_read| {
+        let mut h = [EMPTY_HEADER; 16];
+        match parse_request(raw, &mut h, &Limits::default()) {
+            Ok(Parsed::Complete(r)) => r.persists(shutting_down, body_read),
+            other => panic!("{other:?}"),
+        }
+    };
+    let get11 = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert!(persists(get11, false, true));
+    assert!(!persists(get11, true, true), "weir is draining");
+    assert!(!persists(get11, false, false), "body bytes left unread");
+    assert!(!persists(
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        false,
+        true
+    ));
+    assert!(!persists(b"GET / HTTP/1.0\r\n\r\n", false, true));
+    assert!(persists(
+        b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        false,
+        true
+    ));
+}

@@ -202,3 +202,40 @@ fn a_connection_that_began_with_a_proxy_header_is_never_pooled() {
     assert!(!poolable(Some(Version::V1)));
     assert!(!poolable(Some(Version::V2)));
 }
+
+#[test]
+fn c_path_7_a_connection_is_reused_only_after_a_complete_clean_exchange() {
+    let clean = Ended {
+        response_complete: true,
+        response_reusable: true,
+        request_sent: true,
+        stray_bytes: false,
+        send_proxy: None,
+    };
+    assert!(reusable_after(clean));
+    for broken in [
+        Ended {
+            response_complete: false,
+            ..clean
+        },
+        Ended {
+            response_reusable: false,
+            ..clean
+        },
+        // The backend answered early; the rest of the request body is still owed.
+        Ended {
+            request_sent: false,
+            ..clean
+        },
+        Ended {
+            stray_bytes: true,
+            ..clean
+        },
+        Ended {
+            send_proxy: Some(crate::proxy_proto::Version::V2),
+            ..clean
+        },
+    ] {
+        assert!(!reusable_after(broken), "{broken:?}");
+    }
+}

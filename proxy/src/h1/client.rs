@@ -156,12 +156,10 @@ pub async fn connect(
     })
 }
 
-/// Give a connection back after its response ended at `now`; dropped (closed) if it holds
-/// bytes or the idle policy does not keep it.
+/// Give a connection back after its response ended at `now` (the caller asked core whether
+/// it may be reused: `idle_pool::reusable_after`); dropped (closed) if the idle policy does not
+/// keep it.
 pub fn release(up: &Upstream, mut conn: UpConn, now: std::time::Instant) {
-    if !conn.buf.is_empty() || !conn.target.poolable() {
-        return;
-    }
     conn.lent = None;
     conn.buf.release();
     let now = up.core_now(now);

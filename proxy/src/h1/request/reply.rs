@@ -3,6 +3,7 @@
 //! and whether the connection stays open.
 
 use super::*;
+use weir_core::idle_pool;
 
 impl Req<'_> {
     /// weir's own response (C-PATH-11, C-OBS-4), with `X-Request-ID` and the rate headers of an
@@ -66,7 +67,8 @@ impl Req<'_> {
     /// Whether the client connection can carry another request after this one: the client
     /// allows it, weir is not shutting down, and the request body was read to its end.
     pub(super) fn keep_alive(&self) -> bool {
-        self.head.keep_alive() && !self.shutdown.get() && self.reader.is_done()
+        self.head
+            .persists(self.shutdown.get(), self.reader.is_done())
     }
 
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
@@ -150,8 +152,14 @@ impl Req<'_> {
             // write deadline.
             let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
             finish(shared, &mut x, end);
-            let request_sent = pump.as_ref().is_none_or(Pump::is_sent);
-            if end == BodyEnd::Complete && reusable && request_sent {
+            let ended = idle_pool::Ended {
+                response_complete: end == BodyEnd::Complete,
+                response_reusable: reusable,
+                request_sent: pump.as_ref().is_none_or(Pump::is_sent),
+                stray_bytes: !up.conn.buf.is_empty(),
+                send_proxy: up.target.send_proxy(),
+            };
+            if idle_pool::reusable_after(ended) {
                 client::release(&shared.upstream, up.conn, shared.rt.now());
             }
             let mut written = true;
