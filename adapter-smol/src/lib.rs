@@ -7,7 +7,7 @@
 //!   current thread's executor, as tokio's current-thread runtimes do. A panicking task is
 //!   caught and logged (tokio isolates task panics the same way).
 //! - IO and timers: async-io's reactor (`Async<TcpStream>`, `async_io::Timer` through
-//!   smol-hyper's `SmolTimer`); streams reach hyper through [`SmolIo`] (not smol-hyper's
+//!   [`timer`]'s lazily reset sleeps); streams reach hyper through [`SmolIo`] (not smol-hyper's
 //!   `FuturesIo`, which zeroes hyper's whole free read buffer before every read).
 //! - TLS: futures-rustls; DNS and blocking work: the `blocking` thread pool; signals:
 //!   async-signal.
@@ -20,7 +20,7 @@ use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use async_executor::Executor;
@@ -28,13 +28,14 @@ use async_io::Async;
 use futures_lite::{AsyncRead, AsyncWrite, FutureExt as _, StreamExt as _};
 use hyper::rt::ReadBufCursor;
 use hyper::rt::Timer;
-use smol_hyper::rt::SmolTimer;
 use weir_proxy::rt::{
     BoxFuture, Io, Listener, Negotiated, Rt, Signal, Signals, TcpConn, TlsAccept, TlsAccepted,
     TlsConnect,
 };
 
 pub use weir_proxy::*;
+
+mod timer;
 
 /// The smol runtime, as weir-proxy uses it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,10 +74,10 @@ impl weir_proxy::rt::Runtime for Smol {
         "smol"
     }
 
-    /// smol-hyper's: async-io's timers.
+    /// async-io's timers, reset lazily ([`timer::LazyTimer`]).
     fn timer(&self) -> &'static (dyn Timer + Send + Sync) {
-        static TIMER: LazyLock<SmolTimer> = LazyLock::new(SmolTimer::new);
-        &*TIMER
+        static TIMER: timer::LazyTimer = timer::LazyTimer;
+        &TIMER
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
