@@ -199,7 +199,9 @@ start_backends() {
 # One nginx backend (1 worker, pinned to CPUs $1 when given) answering BODY_BYTES bytes on every
 # path (/health included), for the shared-CPU layout of load/bench.sh; sets BACKEND_PORTS=(p).
 start_nginx_backend() {
-  local cpus=${1:-} dir="$WORK/backend-nginx" body pin=()
+  # Absolute: nginx reads -c and -e relative to its -p prefix.
+  local cpus=${1:-} dir body pin=()
+  dir=$(realpath -m "$WORK/backend-nginx")
   mkdir -p "$dir/tmp"
   mapfile -t BACKEND_PORTS < <(free_ports 1)
   body=$(head -c "$BODY_BYTES" /dev/zero | tr '\0' x)
@@ -242,7 +244,7 @@ weir_workers_flag() {
 # PROXY_PID (the process whose tree is measured).
 start_proxy() {
   local name=$1 workers=$2 maxconn=${3:-4096} dir pin
-  dir="$WORK/$name-w$workers"
+  dir=$(realpath -m "$WORK/$name-w$workers")
   mkdir -p "$dir"
   PORT=$(free_ports 1)
   pin=$(pin_prefix "$workers")
@@ -254,6 +256,13 @@ start_proxy() {
       [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
       [[ $name == weir-base ]] && bin=$WEIR_BASE_BIN
       write_weir_config "$dir/weir.yaml" "$workers" "$maxconn"
+      # An older build rejects keys it does not know (strict config): weir-base runs without
+      # the ones added since (WEIR_BASE_DROP, `server.` keys; e8861d1 had no client-connection
+      # cap, so it runs uncapped).
+      if [[ $name == weir-base ]]; then
+        local key
+        for key in ${WEIR_BASE_DROP-max_connections}; do sed -i "/^  $key:/d" "$dir/weir.yaml"; done
+      fi
       local args=(run --config "$dir/weir.yaml" --public-bind "127.0.0.1:$PORT" --ready-file "$dir/ready.json")
       weir_workers_flag && args+=(--workers "$workers")
       # shellcheck disable=SC2086 # $pin is empty or a command prefix
