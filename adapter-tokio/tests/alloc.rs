@@ -10,11 +10,11 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use weir_core::config::MapSecrets;
-use weir_tokio::Options;
+#[path = "support/keepalive.rs"]
+mod support;
 
 struct Counting;
 
@@ -47,42 +47,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const RESPONSE: &[u8] =
-    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-type: text/plain\r\n\r\nhello";
-
-/// Whether `buf` holds a whole head (the backend's requests carry no body).
-fn has_head(buf: &[u8]) -> bool {
-    buf.windows(4).any(|w| w == b"\r\n\r\n")
-}
-
-/// A keep-alive backend answering every head with [`RESPONSE`], one thread per connection.
-fn backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 8192];
-                let mut n = 0;
-                loop {
-                    match s.read(&mut buf[n..]) {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => n += k,
-                    }
-                    if has_head(&buf[..n]) {
-                        n = 0;
-                        if s.write_all(RESPONSE).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// One keep-alive `GET /` on `s`: whether weir's `200` with the backend's body came back.
 fn get(s: &mut TcpStream, buf: &mut [u8]) -> bool {
     if s.write_all(b"GET / HTTP/1.1\r\nhost: alloc.test\r\n\r\n")
@@ -107,21 +71,7 @@ fn get(s: &mut TcpStream, buf: &mut [u8]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn h1_keep_alive_get_allocates_nothing_per_request_end_to_end() {
-    let backend = backend();
-    let text = format!(
-        "health_check:\n  interval: 3600s\nbackends:\n  - id: b1\n    url: http://{backend}\n"
-    );
-    let cfg = weir_core::config::load(&text, &MapSecrets::new()).expect("valid test config");
-    let proxy = weir_tokio::start(
-        cfg,
-        Options {
-            public_bind: Some("127.0.0.1:0".parse().unwrap()),
-            workers: Some(1),
-            ..Options::default()
-        },
-    )
-    .await
-    .expect("proxy starts");
+    let proxy = support::weir_in_front_of_a_backend().await;
     let addr = proxy.public_addr();
     const WARM: usize = 200;
     const N: u64 = 2000;

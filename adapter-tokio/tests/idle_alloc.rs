@@ -10,12 +10,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use weir_core::config::MapSecrets;
-use weir_tokio::Options;
+#[path = "support/keepalive.rs"]
+mod support;
 
 struct Tracking;
 
@@ -60,37 +60,6 @@ fn snapshot() -> Vec<i64> {
     LIVE.iter().map(|c| c.load(Ordering::Relaxed)).collect()
 }
 
-const RESPONSE: &[u8] =
-    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-type: text/plain\r\n\r\nhello";
-
-/// A keep-alive backend answering every head with [`RESPONSE`], one thread per connection.
-fn backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 8192];
-                let mut n = 0;
-                loop {
-                    match s.read(&mut buf[n..]) {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => n += k,
-                    }
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        n = 0;
-                        if s.write_all(RESPONSE).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// One `GET /` on a new connection, answered `200`; the connection stays open.
 fn open(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -109,21 +78,7 @@ fn open(addr: SocketAddr) -> TcpStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_parked_connection_holds_no_buffer() {
-    let backend = backend();
-    let text = format!(
-        "health_check:\n  interval: 3600s\nbackends:\n  - id: b1\n    url: http://{backend}\n"
-    );
-    let cfg = weir_core::config::load(&text, &MapSecrets::new()).expect("valid test config");
-    let proxy = weir_tokio::start(
-        cfg,
-        Options {
-            public_bind: Some("127.0.0.1:0".parse().unwrap()),
-            workers: Some(1),
-            ..Options::default()
-        },
-    )
-    .await
-    .expect("proxy starts");
+    let proxy = support::weir_in_front_of_a_backend().await;
     let addr = proxy.public_addr();
     const N: i64 = 200;
     let (before, after) = tokio::task::spawn_blocking(move || {
