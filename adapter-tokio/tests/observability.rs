@@ -481,6 +481,69 @@ async fn c_obs_3_access_log_every_success_with_path_never_query() {
     assert!(!p.logs().stdout().contains("querysecret"));
 }
 
+/// C-OBS-2, C-OBS-3, C-PATH-12: a head weir refuses without reading it (`400`, `414`, `431`)
+/// is counted and access-logged like any other error, with its reason, the method of its
+/// request line and no path; the backend sees none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_obs_3_a_refused_head_is_counted_and_logged_with_its_reason() {
+    let a = Backend::start("r-a").await;
+    let cfg = Config::new(&[&a])
+        .management()
+        .set("server.access_log_sample_rate", 0.0)
+        .set("server.access_log_include_path", true);
+    let p = Proxy::start(&bin(), &cfg).await;
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(9000));
+    let cases: [(&[u8], u16, &str, &str, &str); 3] = [
+        (
+            b"POST /secret-path HTTP/1.0\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            400,
+            "malformed_request",
+            "POST",
+            "HTTP/1.0",
+        ),
+        (long.as_bytes(), 414, "uri_too_long", "GET", "HTTP/1.1"),
+        (b"\x01\x02 / HTTP/1.1\r\n\r\n", 400, "malformed_request", "-", "HTTP/1.1"),
+    ];
+    let mut ids = Vec::new();
+    for (raw, status, ..) in &cases {
+        let mut c = weir_conformance::client::Raw::connect(p.public).await;
+        c.write(raw).await.expect("write");
+        let head = c
+            .read_head(Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert_eq!(head.status, *status);
+        ids.push(head.header("x-request-id").expect("a request id"));
+    }
+    let lines = wait_lines(&p, cases.len()).await;
+    assert_eq!(lines.len(), cases.len(), "{lines:?}");
+    for (i, (_, status, reason, method, version)) in cases.iter().enumerate() {
+        let f = &lines
+            .iter()
+            .find(|l| l["fields"]["request_id"] == ids[i].as_str())
+            .unwrap_or_else(|| panic!("no line for case {i}: {lines:?}"))["fields"];
+        assert_eq!(f["status"], *status, "{f}");
+        assert_eq!(f["reason"], *reason, "{f}");
+        assert_eq!(f["method"], *method, "{f}");
+        assert_eq!(f["protocol"], *version, "{f}");
+        assert_eq!(f["path"], "[redacted]", "{f}");
+        assert_eq!(f["listener"], "public");
+        assert_eq!(f["client"], "127.0.0.1");
+        assert_eq!(f["attempts"], 0);
+        assert!(f.get("backend").is_none_or(Value::is_null), "{f}");
+    }
+    assert!(!p.logs().stdout().contains("secret-path"));
+    let e = scrape(p.management.expect("management listener")).await;
+    let count = |code: &str| {
+        e.value(
+            "load_balancer_http_requests_total",
+            &[("listener", "public"), ("code", code)],
+        )
+    };
+    assert_eq!((count("400"), count("414")), (2.0, 1.0));
+    assert_eq!(a.count(), 0, "nothing reached the backend");
+}
+
 async fn wait_lines(p: &Proxy, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

@@ -115,6 +115,18 @@ impl HeadError {
         }
     }
 
+    /// The access log's `reason` for the refusal (docs/operations.md): `malformed_request`
+    /// (syntax or framing), `bad_target`, `uri_too_long` (`414`) or `header_too_large` (`431`).
+    #[must_use]
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            HeadError::Malformed(_) | HeadError::Framing(_) => "malformed_request",
+            HeadError::Target => "bad_target",
+            HeadError::RequestLineTooLong => "uri_too_long",
+            HeadError::HeadTooLarge | HeadError::TooManyHeaders => "header_too_large",
+        }
+    }
+
     /// A lower-case description for the error body.
     #[must_use]
     pub const fn message(&self) -> &'static str {

@@ -970,3 +970,40 @@ fn c_path_7_a_client_connection_persists_only_when_wanted_drained_and_not_draini
         true
     ));
 }
+
+/// C-OBS-3, C-PATH-12: a refused head's status and access-log reason go together.
+#[test]
+fn c_obs_3_a_refused_head_has_a_reason_for_its_status() {
+    let limits = Limits {
+        max_request_line: 32,
+        max_head_bytes: 128,
+    };
+    let mut h = [EMPTY_HEADER; 4];
+    let cases: [(&[u8], u16, &str); 5] = [
+        (
+            b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+            400,
+            "malformed_request",
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            400,
+            "malformed_request",
+        ),
+        (b"GET x HTTP/1.1\r\nHost: a\r\n\r\n", 400, "bad_target"),
+        (
+            b"GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\n\r\n",
+            414,
+            "uri_too_long",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\na: 1\r\nb: 1\r\nc: 1\r\nd: 1\r\n\r\n",
+            431,
+            "header_too_large",
+        ),
+    ];
+    for (raw, status, reason) in cases {
+        let e = parse_request(raw, &mut h, &limits).unwrap_err();
+        assert_eq!((e.status(), e.reason()), (status, reason), "{e:?}");
+    }
+}

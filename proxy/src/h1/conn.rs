@@ -29,7 +29,9 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use weir_core::h1::{self, HeadError, Parsed};
 
 use super::{Buf, request, write_all};
+use crate::access_log::{self, Line};
 use crate::conn::ConnCtx;
+use crate::exposition::Listener;
 use crate::rt::{self, Io, watch};
 
 /// How long a keep-alive connection stays idle before it is parked (docs/proxy.md, "Idle
@@ -352,7 +354,11 @@ async fn spell<S: Future<Output = ()>>(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    refuse(c, e).await;
+                    let started = match t.phase {
+                        ConnPhase::Head { started } => started,
+                        _ => clock.now(),
+                    };
+                    refuse(ctx, c, e, clock.now() - started).await;
                     linger(rt, c).await;
                     return Step::Closed;
                 }
@@ -451,8 +457,11 @@ fn take_whole_head(c: &mut Client) -> Result<bool, HeadError> {
     }
 }
 
-/// Answer a refused head (C-PATH-11's JSON shape, a fresh request id) and close.
-async fn refuse(c: &mut Client, e: HeadError) {
+/// Answer a refused head (C-PATH-11's JSON shape, a fresh request id) and close. It is counted
+/// and access-logged like any other error (C-OBS-2, C-OBS-3), with the reason `e` gives
+/// (`HeadError::reason`); the head was not read, so the line has no host, its path is never
+/// logged, and its method and version are read from the request line when they can be.
+async fn refuse(ctx: &ConnCtx, c: &mut Client, e: HeadError, waited: Duration) {
     let status = e.status();
     let id = crate::worker::with_rng(|rng| weir_core::request_id::RequestId::generate(rng));
     let body = format!(
@@ -475,6 +484,62 @@ async fn refuse(c: &mut Client, e: HeadError) {
     c.out.extend_from_slice(body.as_bytes());
     let out = std::mem::take(&mut c.out);
     let _ = write_all(&mut c.io, &out).await;
+    let shared = &ctx.shared;
+    shared.metrics.request(Listener::Public, status, waited);
+    let (method, version) = request_line_of(c.buf.bytes());
+    let sample_rate = shared
+        .snapshot
+        .load()
+        .core()
+        .config()
+        .server
+        .access_log_sample_rate;
+    let log =
+        crate::worker::with_rng(|rng| access_log::should_log(status, false, sample_rate, rng));
+    if log {
+        Line {
+            request_id: id.as_str(),
+            listener: Listener::Public,
+            method: &method,
+            path: "",
+            include_path: false,
+            status,
+            duration: waited,
+            head_duration: None,
+            backend: None,
+            attempts: 0,
+            client: ctx.peer.ip(),
+            endpoint: None,
+            version,
+            scheme: if ctx.tls { "https" } else { "http" },
+            host: None,
+            route: None,
+            reason: Some(e.reason()),
+            upstream_status: None,
+            request_bytes: None,
+            response_bytes: Some(body.len() as u64),
+        }
+        .emit();
+    }
+}
+
+/// The method and version of a refused head's request line, as far as they can be read: the
+/// method when the line starts with a token of at most 32 bytes (else `-`), `HTTP/1.0` when the
+/// line ends so (else `HTTP/1.1`, the version weir answers with).
+fn request_line_of(bytes: &[u8]) -> (http::Method, http::Version) {
+    let line = &bytes[..memchr::memchr(b'\n', bytes).unwrap_or(bytes.len())];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let token = &line[..memchr::memchr(b' ', line).unwrap_or(line.len())];
+    let method = (!token.is_empty() && token.len() <= 32)
+        .then(|| http::Method::from_bytes(token).ok())
+        .flatten()
+        .unwrap_or_else(|| http::Method::from_bytes(b"-").expect("a token"));
+    let version = if line.ends_with(b" HTTP/1.0") {
+        http::Version::HTTP_10
+    } else {
+        http::Version::HTTP_11
+    };
+    (method, version)
 }
 
 /// End the write side, then read (and drop) what the client still sends for a moment, so that
