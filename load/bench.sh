@@ -99,8 +99,10 @@ RESULTS="$OUT/results.tsv"
   "$WEIR_LOAD_BIN" wrk-header
 } >"$RESULTS"
 
+BACKEND_PID=
 if [[ $LAYOUT == shared ]]; then
   start_nginx_backend "$BACKEND_CPUS"
+  BACKEND_PID=$PID
 else
   start_backends
 fi
@@ -126,12 +128,21 @@ for w in $WORKERS; do
       for p in "${order[@]}"; do
         out="$WORK/wrk-$p-w$w-c$c-r$r.txt"
         cpu0=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
+        sw0=$(context_switches "${pid_of[$p]}")
+        [[ -z $BACKEND_PID ]] || bcpu0=$("$WEIR_LOAD_BIN" cpu-seconds "$BACKEND_PID")
         "${WRK_PIN[@]}" wrk -t "$WRK_THREADS" -c "$c" -d "${DURATION}s" --latency "http://127.0.0.1:${port_of[$p]}/" >"$out" 2>&1 || true
         cpu1=$("$WEIR_LOAD_BIN" cpu-seconds "${pid_of[$p]}")
+        sw1=$(context_switches "${pid_of[$p]}")
+        [[ -z $BACKEND_PID ]] || bcpu1=$("$WEIR_LOAD_BIN" cpu-seconds "$BACKEND_PID")
         cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }')
         if row=$("$WEIR_LOAD_BIN" wrk-row --proxy "$p" --workers "$w" --connections "$c" --round "$r" --cpu-seconds "$cpu" <"$out"); then
           echo "$row" >>"$RESULTS"
           awk -F'\t' '{printf "  %-9s w=%s c=%-3s round %s: %8.0f req/s  p50 %7.0fus  p99 %7.0fus  CPU/req %5.1fus  errors %d\n", $1, $2, $3, $4, $5, $6, $7, $11, $9 + $10}' <<<"$row" >&2
+          # What the proxy costs around it (not in the table): its context switches per request
+          # and, in the shared layout, the backend's CPU per request (it shares the proxy's CPU).
+          awk -F'\t' -v d="$DURATION" -v s0="$sw0" -v s1="$sw1" -v b0="${bcpu0:-0}" -v b1="${bcpu1:-0}" \
+            '{ n = $5 * d; if (n > 0) printf "# around %s w=%s c=%s round %s: proxy context switches/req %.3f, backend CPU/req %.1fus\n", $1, $2, $3, $4, (s1 - s0) / n, (b1 - b0) * 1e6 / n }' \
+            <<<"$row" | tee -a "$RESULTS" >&2
         else
           log "$p w=$w c=$c round $r: wrk failed (see $out)"
         fi

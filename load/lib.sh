@@ -126,6 +126,16 @@ raise_nofile() {
 }
 
 # min of two integers
+# Context switches (voluntary + involuntary) of every thread of a process and its children.
+context_switches() {
+  local pids=("$1") f total=0
+  mapfile -t -O 1 pids < <(cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep .)
+  for f in $(for p in "${pids[@]}"; do echo /proc/"$p"/task/*/status; done); do
+    total=$((total + $(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' "$f" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
 min() { if (($1 < $2)); then echo "$1"; else echo "$2"; fi; }
 
 free_ports() { "$WEIR_LOAD_BIN" free-ports "$1"; }
