@@ -102,7 +102,12 @@ async fn serve_parsed(
     let (path, pq) = match &absolute {
         Some(u) => (u.path(), u.path_and_query().map_or("/", |p| p.as_str())),
         None if head.method == "CONNECT" => ("", ""),
-        None => (head.target.split('?').next().unwrap_or(""), head.target),
+        // The path is the target up to its `?` (a byte search: no `char` searcher per request).
+        None => {
+            let t = head.target;
+            let end = t.bytes().position(|b| b == b'?').unwrap_or(t.len());
+            (&t[..end], t)
+        }
     };
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
         return false;
