@@ -119,9 +119,28 @@ impl Flow {
         now: Instant,
         rng: &mut dyn Rng,
     ) -> (Flow, Action) {
+        let mut slot = None;
+        let action = Flow::start_in(&mut slot, target, policy, budget, meta, now, rng);
+        let Some(flow) = slot else {
+            unreachable!("start_in fills its slot")
+        };
+        (flow, action)
+    }
+
+    /// [`Flow::start`] made in `slot` (the exchange's) rather than returned, so that the flow is
+    /// not copied on its way there (issue 14); returns the first action.
+    pub fn start_in(
+        slot: &mut Option<Flow>,
+        target: FlowTarget,
+        policy: &Arc<RetryPolicy>,
+        budget: &Arc<RetryBudget>,
+        meta: RequestMeta,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Action {
         let FlowTarget { pool, bulkhead } = target;
         let RequestMeta { method, body, ctx } = meta;
-        let mut flow = Flow {
+        let flow = slot.insert(Flow {
             pool,
             policy: Arc::clone(policy),
             budget: Arc::clone(budget),
@@ -136,21 +155,20 @@ impl Flow {
             phase: Phase::Finished,
             now,
             transition: None,
-        };
+        });
         if let Some(bulkhead) = &bulkhead {
             match Bulkhead::try_acquire(bulkhead) {
                 Ok(permit) => flow.permit = Some(permit),
-                Err(full) => return (flow, Action::Reject(Reject::BulkheadFull(full))),
+                Err(full) => return Action::Reject(Reject::BulkheadFull(full)),
             }
         }
-        let action = match flow.pool.select(&flow.ctx, &flow.tried, now, rng) {
+        match flow.pool.select(&flow.ctx, &flow.tried, now, rng) {
             Selection::Selected { index, slot } => Action::Attempt(flow.begin(index, slot, now)),
             Selection::Unavailable(why) => {
                 flow.finish();
                 Action::Reject(Reject::NoBackend(why))
             }
-        };
-        (flow, action)
+        }
     }
 
     /// A response head with `status` arrived for the current attempt. Records passive health by

@@ -224,7 +224,16 @@ impl<C> IdlePool<C> {
         let (per_host, total) = (self.params.per_host, self.params.total);
         let demand_total: usize = self.hosts.values().map(Host::demand).sum();
         let idle_total = self.idle_total;
-        let h = self.host(host, now);
+        // One look-up when the host is known (every release but its first), not two.
+        let window = self.params.window;
+        let h = match self.hosts.get_mut(host) {
+            Some(h) => h,
+            None => self
+                .hosts
+                .entry(Box::from(host))
+                .or_insert_with(|| Host::new(now)),
+        };
+        h.roll(now, window);
         h.lent = h.lent.saturating_sub(1);
         if per_host == 0 || total == 0 {
             return Some(conn);

@@ -261,6 +261,9 @@ pub fn push_text(out: &mut Vec<u8>, text: &weir_core::response::Text<'_>) {
 /// Up to this many extra header lines are written by weir on one head.
 pub const MAX_EXTRA: usize = 16;
 
+/// Lines [`Extra::with_pairs`] lends from a small array.
+const FEW_EXTRA: usize = 4;
+
 /// Extra header lines being collected: names and value spans into one scratch buffer, so the
 /// head writers get `(&str, &[u8])` pairs without an allocation per line.
 #[derive(Debug)]
@@ -316,12 +319,24 @@ impl Extra {
 
     /// The lines, for a head writer.
     pub fn with_pairs<R>(&self, f: impl FnOnce(&[(&str, &[u8])]) -> R) -> R {
+        // Most heads carry a few lines: a small array then (issue 14: the full one is 512 bytes
+        // to initialise, twice per request).
+        if self.n <= FEW_EXTRA {
+            let mut pairs: [(&str, &[u8]); FEW_EXTRA] = [("", &[]); FEW_EXTRA];
+            self.fill(&mut pairs);
+            return f(&pairs[..self.n]);
+        }
         let mut pairs: [(&str, &[u8]); MAX_EXTRA] = [("", &[]); MAX_EXTRA];
+        self.fill(&mut pairs);
+        f(&pairs[..self.n])
+    }
+
+    /// The first lines into `pairs` (as many as it holds).
+    fn fill<'s>(&'s self, pairs: &mut [(&'s str, &'s [u8])]) {
         for (i, pair) in pairs.iter_mut().enumerate().take(self.n) {
             let (a, b) = self.spans[i];
             *pair = (self.names[i], &self.scratch[a..b]);
         }
-        f(&pairs[..self.n])
     }
 
     /// The scratch buffer back, for reuse.

@@ -126,6 +126,25 @@ impl Bound {
         Bound { x, snap }
     }
 
+    /// [`Bound::new`] made in `place` (the request's slot) rather than returned, so that the
+    /// exchange (about 1.5 KB) is not copied through return values (issue 14).
+    pub fn new_in<'p, H: HeaderLines + ?Sized>(
+        place: &'p mut Option<Bound>,
+        snap: Arc<Snapshot>,
+        services: Arc<Services>,
+        head: &Head<'_, H>,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> &'p mut Bound {
+        let core = Arc::clone(&snap.core);
+        let b = place.insert(Bound {
+            x: Exchange::arrive(core, services, head, now, rng),
+            snap,
+        });
+        b.x.start(head, now, rng);
+        b
+    }
+
     /// The handles of backend `index` of the request's pool.
     #[must_use]
     pub fn handles(&self, index: usize) -> Option<&BackendHandles> {

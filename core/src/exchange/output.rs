@@ -322,9 +322,11 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    pub(super) const fn new() -> Outbox {
+    pub(super) fn new() -> Outbox {
         Outbox {
-            items: [const { None }; OUTBOX],
+            // Element by element: only each slot's discriminant is written (a constant array
+            // was copied whole, 800 bytes, into every new exchange; issue 14).
+            items: core::array::from_fn(|_| None),
             head: 0,
             len: 0,
         }

@@ -281,7 +281,8 @@ impl Exchange {
             body: self.body_kind,
             ctx: self.pick,
         };
-        let (flow, action) = Flow::start(
+        let action = Flow::start_in(
+            &mut self.flow,
             self.target.clone(),
             self.rt.retry(),
             self.rt.budget(),
@@ -289,7 +290,6 @@ impl Exchange {
             now,
             rng,
         );
-        self.flow = Some(flow);
         self.apply(action, now, rng);
     }
 

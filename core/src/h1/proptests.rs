@@ -261,6 +261,15 @@ proptest! {
         prop_assert_eq!(parsed, parse_response_in(&res, &mut slots, &Limits::default(), ctx));
         if let Ok(Parsed::Complete(r)) = parsed {
             let mut lines = [EMPTY_HEADER; 8];
+            // Kept in place, the same value, over an empty or a filled slot.
+            let mut slot = None;
+            r.keep_in::<8>(&mut slot);
+            prop_assert_eq!(slot, r.keep::<8>());
+            r.keep_in::<8>(&mut slot);
+            prop_assert_eq!(slot, r.keep::<8>());
+            let mut small = r.keep::<2>();
+            r.keep_in::<2>(&mut small);
+            prop_assert_eq!(small, r.keep::<2>());
             let kept = r.keep::<8>().and_then(|k| k.head(&res, &mut lines));
             prop_assert_eq!(kept, Some(r));
             let client = ClientSide {

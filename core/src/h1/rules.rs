@@ -278,6 +278,8 @@ fn reg_name(h: &[u8]) -> bool {
     let mut i = 0;
     while i < h.len() {
         match h[i] {
+            // One table look-up per byte (issue 14): unreserved or a sub-delim.
+            b if REG_NAME[b as usize] => {}
             b'%' => {
                 if !(i + 2 < h.len()
                     && h[i + 1].is_ascii_hexdigit()
@@ -288,13 +290,23 @@ fn reg_name(h: &[u8]) -> bool {
                 i += 3;
                 continue;
             }
-            b if unreserved(b) || sub_delim(b) => {}
             _ => return false,
         }
         i += 1;
     }
     true
 }
+
+/// The bytes of a reg-name other than `%`: [`unreserved`] or [`sub_delim`].
+static REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = unreserved(b as u8) || sub_delim(b as u8);
+        b += 1;
+    }
+    t
+};
 
 /// Inside `[...]`: an IPv6 address (no zone id) or an IPvFuture (`v1.x`).
 fn ip_literal(l: &[u8]) -> bool {

@@ -4,7 +4,7 @@ use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 
 use super::*;
-use crate::WyRand;
+use crate::{Rng, WyRand};
 
 fn headers(lines: &[&[u8]]) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -128,6 +128,16 @@ fn reference_valid(bytes: &[u8]) -> bool {
 }
 
 proptest! {
+    /// A generated id is its two draws in hex, most significant nibble first (`hex8` against
+    /// `format!`).
+    #[test]
+    fn generated_id_is_the_draws_in_hex(seed in any::<u64>()) {
+        let (mut a, mut b) = (WyRand::new(seed), WyRand::new(seed));
+        let id = RequestId::generate(&mut a);
+        let expected = format!("{:016x}{:016x}", b.next_u64(), b.next_u64());
+        prop_assert_eq!(id.as_str(), expected.as_str());
+    }
+
     /// C-PATH-3: parse accepts exactly 1–128 bytes of `[A-Za-z0-9._:-]` and keeps them verbatim.
     #[test]
     fn c_path_3_parse_accepts_exactly_the_alphabet(bytes in prop::collection::vec(any::<u8>(), 0..200)) {

@@ -218,7 +218,7 @@ pub fn peek_head(
     match h1::parse_response_in(buf.bytes(), &mut headers, &RESPONSE_LIMITS, ctx)? {
         Parsed::Partial => Ok(None),
         Parsed::Complete(h) => {
-            *kept = h.keep();
+            h.keep_in(kept);
             Ok(Some(HeadInfo {
                 status: h.status,
                 head_len: h.head_len,

@@ -312,8 +312,13 @@ async fn spell<S: Future<Output = ()>>(
     let (rt, clock) = (shared.rt, shared.clock);
     // The request timer (`drive::bounded_in`), kept across this spell's requests.
     let mut timer: rt::TimerSlot = None;
+    // The clock read when the latest request ended, for the wait that follows it (one reading
+    // of the clock, not three, per keep-alive request).
+    let mut ended: Option<(std::time::Instant, weir_core::Instant)> = None;
     loop {
         if !c.buf.is_empty() {
+            // Bytes to parse: the wait, if one follows, reads the clock afresh.
+            ended = None;
             if let ConnPhase::Idle { .. } = t.phase {
                 t.phase = ConnPhase::Head {
                     started: clock.now(),
@@ -349,7 +354,10 @@ async fn spell<S: Future<Output = ()>>(
                     if signal.get() {
                         return Step::Close;
                     }
-                    t.phase = ConnPhase::Idle { since: clock.now() };
+                    let at = rt.now();
+                    let since = clock.at(at);
+                    t.phase = ConnPhase::Idle { since };
+                    ended = Some((at, since));
                     continue;
                 }
                 Ok(None) => {}
@@ -364,8 +372,12 @@ async fn spell<S: Future<Output = ()>>(
                 }
             }
         }
-        let next = clock.deadline(watch_of(ctx).poll_timeout(t.phase, clock.now()));
-        if next < t.armed || t.armed <= rt.now() {
+        let (at, now) = ended.take().unwrap_or_else(|| {
+            let at = rt.now();
+            (at, clock.at(at))
+        });
+        let next = clock.deadline(watch_of(ctx).poll_timeout(t.phase, now));
+        if next < t.armed || t.armed <= at {
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
         }

@@ -102,7 +102,12 @@ async fn serve_parsed(
     let (path, pq) = match &absolute {
         Some(u) => (u.path(), u.path_and_query().map_or("/", |p| p.as_str())),
         None if head.method == "CONNECT" => ("", ""),
-        None => (head.target.split('?').next().unwrap_or(""), head.target),
+        // The path is the target up to its `?` (a byte search: no `char` searcher per request).
+        None => {
+            let t = head.target;
+            let end = t.bytes().position(|b| b == b'?').unwrap_or(t.len());
+            (&t[..end], t)
+        }
     };
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
         return false;
@@ -126,33 +131,11 @@ async fn serve_parsed(
         BodyFraming::Chunked => BodyInfo::Unsized,
     };
     let shared = &ctx.shared;
-    let x = {
-        // The engine reads the flat header list by name (`weir_core::headers`): no map.
-        let engine_head = Head {
-            method: &method,
-            path,
-            target: pq,
-            headers: head.headers,
-            peer: ctx.peer.ip(),
-            tls: ctx.tls,
-            body,
-        };
-        worker::with_rng(|rng| {
-            let services = Arc::clone(&shared.services);
-            let now = shared.clock.now();
-            Bound::new(
-                shared.snapshot.load_full(),
-                services,
-                &engine_head,
-                now,
-                rng,
-            )
-        })
-    };
     let mut r = Req {
         shared,
         peer: ctx.peer,
-        x: Some(x),
+        x: None,
+        delivered: false,
         log: Log {
             method: &method,
             path,
@@ -172,6 +155,32 @@ async fn serve_parsed(
         timer,
         shutdown,
     };
+    {
+        // The engine reads the flat header list by name (`weir_core::headers`): no map.
+        let engine_head = Head {
+            method: &method,
+            path,
+            target: pq,
+            headers: head.headers,
+            peer: ctx.peer.ip(),
+            tls: ctx.tls,
+            body,
+        };
+        // Built in the request's slot, not returned (issue 14: the exchange is 1.5 KB).
+        let place = &mut r.x;
+        worker::with_rng(|rng| {
+            let services = Arc::clone(&shared.services);
+            let now = shared.clock.now();
+            Bound::new_in(
+                place,
+                shared.snapshot.load_full(),
+                services,
+                &engine_head,
+                now,
+                rng,
+            );
+        });
+    }
     r.run(c).await
 }
 
@@ -212,8 +221,11 @@ struct Req<'a> {
     shared: &'a Arc<Data>,
     /// The client (C-FWD-1 peer): a backend's PROXY header names it.
     peer: std::net::SocketAddr,
-    /// `None` once the exchange moved into a response body or a tunnel.
+    /// `None` before the exchange is made and once it moved into a tunnel.
     x: Option<Bound>,
+    /// The exchange is the response's (being delivered): dropping the request drops it without
+    /// a word, as the response would.
+    delivered: bool,
     log: Log<'a>,
     /// The origin-form target (path and query) as received.
     pq: &'a str,
@@ -243,6 +255,9 @@ struct Req<'a> {
 
 impl Drop for Req<'_> {
     fn drop(&mut self) {
+        if self.delivered {
+            return;
+        }
         let Some(x) = self.x.as_mut() else {
             return;
         };

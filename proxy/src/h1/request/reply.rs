@@ -85,9 +85,12 @@ impl Req<'_> {
             head: self.head.is_head(),
             upgrade: self.x().upgrade_requested(),
         };
-        let Some(mut x) = self.x.take() else {
+        // The exchange is the response's from here (borrowed in place, not moved out: 1.5 KB).
+        let shared = self.shared;
+        let Some(x) = self.x.as_mut() else {
             return false;
         };
+        self.delivered = true;
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
         for (name, value) in x.response_headers(Some(d), d.deliver.status) {
             match name {
@@ -103,9 +106,8 @@ impl Req<'_> {
         };
         let written = response_head(&up.conn, &self.kept, rctx, client, &extra, &mut c.out);
         c.scratch = extra.into_scratch();
-        let shared = self.shared;
         let Some((out, framing, reusable)) = written else {
-            finish(shared, &mut x, BodyEnd::Error);
+            finish(shared, x, BodyEnd::Error);
             return false;
         };
         up.conn.buf.consume(up.info.head_len);
@@ -116,12 +118,15 @@ impl Req<'_> {
         if out.body == BodyOut::Tunnel && pump.as_ref().is_some_and(Pump::is_sending) {
             // A switch of protocols before the request's own body ended: no byte stream to
             // join them at; both connections close.
-            finish(shared, &mut x, BodyEnd::Error);
+            finish(shared, x, BodyEnd::Error);
             return false;
         }
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
+            let Some(x) = self.x.take() else {
+                return false;
+            };
             tunnel(shared, c, up.conn, x).await;
             return false;
         }
@@ -145,13 +150,13 @@ impl Req<'_> {
                 &mut w,
                 &mut sent,
             );
-            let end = stream_body(shared, &mut x, pin!(relay)).await;
+            let end = stream_body(shared, x, pin!(relay)).await;
             // The end is reported before the last bytes are written (C-LOAD-1: the gate slot
             // is released at the point HTTP/2 releases it, so a keep-alive client's next
             // request does not queue behind this one); the last write keeps the response's
             // write deadline.
             let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
-            finish(shared, &mut x, end);
+            finish(shared, x, end);
             let ended = idle_pool::Ended {
                 response_complete: end == BodyEnd::Complete,
                 response_reusable: reusable,
