@@ -6,9 +6,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use crate::Data;
+use crate::h1::park::Worker;
 use crate::limits::ConnPermit;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
@@ -51,15 +52,15 @@ pub struct ConnCtx {
     pub state: ConnState,
     /// Dropped with the last reference: tells the worker this connection is done.
     _alive: Alive,
-    /// Open connections of this worker (for the acceptor's choice).
-    open: Arc<AtomicUsize>,
+    /// This worker's open connections (for the acceptor's choice) and parked ones.
+    pub(crate) worker: Arc<Worker>,
     /// The connection's place under `server.max_connections` (`None`: in-process).
     _permit: Option<ConnPermit>,
 }
 
 impl Drop for ConnCtx {
     fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.worker.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -68,7 +69,7 @@ impl ConnCtx {
         shared: Arc<Data>,
         info: ConnInfo,
         alive: Alive,
-        open: Arc<AtomicUsize>,
+        worker: Arc<Worker>,
         permit: Option<ConnPermit>,
     ) -> ConnCtx {
         let now = shared.clock.now().as_nanos();
@@ -82,7 +83,7 @@ impl ConnCtx {
                 last_idle: AtomicU64::new(now),
             },
             _alive: alive,
-            open,
+            worker,
             _permit: permit,
         }
     }

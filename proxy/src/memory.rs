@@ -38,10 +38,13 @@ use std::time::Duration;
 pub const TICK: Duration = Duration::from_secs(1);
 
 /// Ticks after the last park or close that still collect: enough for mimalloc's delayed purge
-/// (1 s) to come due and run.
+/// (1 s) to come due and run. The last of them forces the purge (`collect(true)`): mimalloc
+/// extends its delay as more is freed, and without the forced call about 4 MiB freed at the
+/// parks of 10,000 connections could stay resident for longer (400 B per connection measured,
+/// gone with `MIMALLOC_PURGE_DELAY=0`; docs/benchmarks.md, "What an idle connection holds").
 pub const TRAILING_TICKS: u32 = 3;
 
-static COLLECT: OnceLock<fn()> = OnceLock::new();
+static COLLECT: OnceLock<fn(bool)> = OnceLock::new();
 
 thread_local! {
     /// Connections parked or closed on this thread since its last tick.
@@ -60,9 +63,10 @@ pub fn limit_huge_pages() -> bool {
 }
 
 /// Register the allocator's collection: a function that, called on a thread, returns that
-/// thread's freed memory to the OS as far as the allocator's purge policy allows. Called once by
+/// thread's freed memory to the OS as far as the allocator's purge policy allows (with `true`:
+/// all of it, whatever the policy's delay). Called once by
 /// the binary before it starts the proxy; later calls are ignored.
-pub fn set_collect(collect: fn()) {
+pub fn set_collect(collect: fn(bool)) {
     let _ = COLLECT.set(collect);
 }
 
@@ -83,7 +87,7 @@ pub fn tick() -> bool {
     tick_with(COLLECT.get().copied())
 }
 
-fn tick_with(collect: Option<fn()>) -> bool {
+fn tick_with(collect: Option<fn(bool)>) -> bool {
     let freed = FREED.with(|f| f.replace(0));
     let left = TRAILING.with(|t| {
         let left = if freed > 0 {
@@ -96,7 +100,8 @@ fn tick_with(collect: Option<fn()>) -> bool {
     });
     match collect {
         Some(collect) if freed > 0 || left > 0 => {
-            collect();
+            // The last trailing tick (activity stopped): purge what is left, delay or not.
+            collect(freed == 0 && left == 1);
             true
         }
         _ => false,
@@ -170,12 +175,12 @@ unsafe impl std::alloc::GlobalAlloc for MiMalloc {
 
 /// The collector to register with [`set_collect`] when [`MiMalloc`] is the global allocator:
 /// hands this thread's freed pages to mimalloc's purge schedule and purges those whose delay
-/// (1 s) has passed.
+/// (1 s) has passed, or (`force`) all of them.
 #[cfg(feature = "mimalloc")]
 #[allow(unsafe_code)]
-pub fn mimalloc_collect() {
+pub fn mimalloc_collect(force: bool) {
     // SAFETY: `mi_collect` takes no pointers and may be called on any thread at any time.
-    unsafe { libmimalloc_sys::mi_collect(false) }
+    unsafe { libmimalloc_sys::mi_collect(force) }
 }
 
 #[cfg(test)]

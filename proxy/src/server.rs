@@ -36,7 +36,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -51,6 +51,7 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
 use crate::conn::{Alive, ConnCtx, ConnInfo, IDLE};
 use crate::h1::Buf;
+use crate::h1::park::Worker;
 use crate::limits::{ConnLimit, ConnPermit};
 use crate::rt::watch::{Wake, next_or_shutdown};
 use crate::rt::{self, Io, Listener, Rt, TcpConn, watch};
@@ -145,7 +146,7 @@ async fn opening(
     builders: Arc<Builders>,
     stream: Box<dyn TcpConn>,
     peer: SocketAddr,
-    ctx_parts: (Arc<Shared>, Alive, Arc<AtomicUsize>, ConnPermit),
+    ctx_parts: (Arc<Shared>, Alive, Arc<Worker>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Opened> {
     let (shared, alive, open, permit) = ctx_parts;
@@ -155,7 +156,7 @@ async fn opening(
     )
     .await;
     let Wake::Next(Some((stream, front))) = prepared else {
-        open.fetch_sub(1, Ordering::Relaxed);
+        open.open.fetch_sub(1, Ordering::Relaxed);
         return None;
     };
     let info = ConnInfo {
@@ -231,11 +232,11 @@ where
     I: Read + Write + Unpin + Send + 'static,
 {
     let (alive, _unused) = async_channel::bounded(1);
+    let (_never, shutdown) = watch::channel(false);
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
-    let open = Arc::new(AtomicUsize::new(1));
+    let open = Worker::new(1, shutdown.clone());
     let info = ConnInfo { peer, tls: false };
     let ctx = Arc::new(ConnCtx::new(data, info, alive, open, None));
-    let (_never, shutdown) = watch::channel(false);
     crate::h1::conn::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
 
@@ -351,7 +352,7 @@ pub(crate) type ConnSender = async_channel::Sender<Accepted>;
 #[derive(Debug)]
 pub(crate) struct WorkerHandle {
     pub(crate) conns: ConnSender,
-    pub(crate) open: Arc<AtomicUsize>,
+    pub(crate) open: Arc<Worker>,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -363,7 +364,7 @@ pub(crate) fn spawn_worker(
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<WorkerHandle> {
     let (tx, rx) = async_channel::unbounded();
-    let open = Arc::new(AtomicUsize::new(0));
+    let open = Worker::new(0, shutdown.clone());
     let open2 = Arc::clone(&open);
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
@@ -386,7 +387,7 @@ pub(crate) fn spawn_worker(
 async fn worker_main(
     shared: Arc<Shared>,
     conns: async_channel::Receiver<Accepted>,
-    open: Arc<AtomicUsize>,
+    open: Arc<Worker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let rt = shared.data.rt;
@@ -431,7 +432,7 @@ async fn worker_main(
         let stream = match rt.register(std_stream) {
             Ok(s) => s,
             Err(e) => {
-                open.fetch_sub(1, Ordering::Relaxed);
+                open.open.fetch_sub(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "cannot register an accepted connection");
                 continue;
             }
@@ -454,7 +455,7 @@ async fn worker_main(
     // Connections handed over but not yet taken are closed (they were never served).
     conns.close();
     while let Ok((s, _, _)) = conns.try_recv() {
-        open.fetch_sub(1, Ordering::Relaxed);
+        open.open.fetch_sub(1, Ordering::Relaxed);
         drop(s);
     }
     drop(alive_tx);
@@ -464,7 +465,7 @@ async fn worker_main(
     // Every sender gone: `recv` errs (closed).
     if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {
         tracing::warn!(
-            open = open.load(Ordering::Relaxed),
+            open = open.open.load(Ordering::Relaxed),
             "shutdown_timeout passed with requests in flight; closing them"
         );
     }
@@ -479,7 +480,7 @@ async fn worker_main(
 pub(crate) async fn accept_loop(
     rt: Rt,
     listener: Box<dyn Listener>,
-    workers: Vec<(ConnSender, Arc<AtomicUsize>)>,
+    workers: Vec<(ConnSender, Arc<Worker>)>,
     limit: Arc<ConnLimit>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -492,20 +493,20 @@ pub(crate) async fn accept_loop(
         let mut best_open = usize::MAX;
         for k in 0..n {
             let i = (next + k) % n;
-            let o = workers[i].1.load(Ordering::Relaxed);
+            let o = workers[i].1.open.load(Ordering::Relaxed);
             if o < best_open {
                 best = i;
                 best_open = o;
             }
         }
         next = next.wrapping_add(1);
-        workers[best].1.fetch_add(1, Ordering::Relaxed);
+        workers[best].1.open.fetch_add(1, Ordering::Relaxed);
         if workers[best]
             .0
             .try_send((std_stream, peer, permit))
             .is_err()
         {
-            workers[best].1.fetch_sub(1, Ordering::Relaxed);
+            workers[best].1.open.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

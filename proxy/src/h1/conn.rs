@@ -28,6 +28,7 @@ use hyper::rt::Read;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use weir_core::h1::{self, HeadError, Parsed};
 
+use super::park;
 use super::{Buf, request, write_all};
 use crate::access_log::{self, Line};
 use crate::conn::ConnCtx;
@@ -118,9 +119,9 @@ enum Step {
     Closed,
 }
 
-/// A connection's timers and phase, kept across its active spells.
+/// An active spell's timer: one per spell (a parked connection has none: its worker's
+/// [`park::Lot`] watches its `idle_timeout`), and whether the shutdown signal was polled.
 struct Timers {
-    phase: ConnPhase,
     /// The deadline `sleep` is armed for.
     armed: std::time::Instant,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
@@ -142,8 +143,9 @@ fn watch_of(ctx: &ConnCtx) -> ConnWatch {
 /// Serve the HTTP/1 connection `io` (its first bytes already in `buf`) until it closes.
 ///
 /// The active part (reading heads and serving requests, whose future is large: the request's
-/// exchange, its attempts, its relays) is boxed once per active spell, not once per request;
-/// a parked connection holds only this function's small state (issue 14).
+/// exchange, its attempts, its relays; the spell's timer and its look at the shutdown signal)
+/// is boxed once per active spell, not once per request; a parked connection holds only this
+/// function's small state and a place in its worker's [`park::Lot`] (issue 14).
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn's future keeps each argument twice (rustc 1.95), this one once"
@@ -152,46 +154,20 @@ pub fn serve(
     ctx: Arc<ConnCtx>,
     mut io: Box<dyn Io>,
     mut buf: Buf,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send {
     // An `async` block over the arguments rather than an `async fn`, whose future keeps each
     // argument twice (the argument, and the local it is moved into): 80 bytes in every
     // parked connection's task.
     async move {
-        let shared = &ctx.shared;
-        let (rt, clock) = (shared.rt, shared.clock);
-        let limits = &shared.limits;
-        let head_limits = h1::Limits {
-            max_request_line: h1::Limits::default()
-                .max_request_line
-                .min(limits.max_header_bytes),
-            max_head_bytes: limits.max_header_bytes,
+        let mut phase = ConnPhase::Head {
+            started: ctx.shared.clock.now(),
         };
-        let watch = watch_of(&ctx);
-        let phase = ConnPhase::Head {
-            started: clock.now(),
-        };
-        let armed = clock.deadline(watch.poll_timeout(phase, clock.now()));
-        let mut t = Timers {
-            phase,
-            armed,
-            sleep: rt.sleep_until(armed),
-            stop_armed: false,
-        };
-        // Polled once to register, then only when the lock-free check says the signal moved.
-        let signal = shutdown.clone();
-        let mut stop = pin!(async {
-            loop {
-                if shutdown.changed().await.is_err() || shutdown.get() {
-                    return;
-                }
-            }
-        });
         loop {
             // The spell owns the client state (its buffers die with it); the socket and what was
             // read ahead come back.
-            let c = Client::new(io, buf, head_limits);
-            let (step, c) = Box::pin(active(&ctx, c, &mut t, &signal, stop.as_mut())).await;
+            let c = Client::new(io, buf, head_limits(&ctx));
+            let (step, c) = Box::pin(active(&ctx, c, &mut phase, &shutdown)).await;
             (io, buf) = c.into_parts();
             match step {
                 Step::Closed => return,
@@ -201,10 +177,7 @@ pub fn serve(
                     let parked = buf.is_empty();
                     buf.release();
                     crate::memory::note_freed();
-                    if parked
-                        && !wait_parked(&ctx, &mut io, &mut buf, &mut t, &signal, stop.as_mut())
-                            .await
-                    {
+                    if parked && !wait_parked(&ctx, &mut io, &mut buf, &phase).await {
                         break;
                     }
                 }
@@ -214,43 +187,51 @@ pub fn serve(
     }
 }
 
+/// The codec's limits under `ctx`'s listener's `max_header_bytes`.
+fn head_limits(ctx: &ConnCtx) -> h1::Limits {
+    let max = ctx.shared.limits.max_header_bytes;
+    h1::Limits {
+        max_request_line: h1::Limits::default().max_request_line.min(max),
+        max_head_bytes: max,
+    }
+}
+
 /// The wait of a parked connection: whether bytes arrived (then it is active again). A plain
 /// poll function rather than an `async fn`: a parked connection's task holds its state, so it
-/// holds the references it works on and nothing more (issue 14).
-fn wait_parked<'a, S: Future<Output = ()>>(
-    ctx: &'a ConnCtx,
+/// holds the references it works on and its place in the worker's lot, nothing more (issue
+/// 14). Its timeout and the shutdown signal are the lot's ([`park`]).
+fn wait_parked<'a>(
+    ctx: &'a Arc<ConnCtx>,
     io: &'a mut Box<dyn Io>,
     buf: &'a mut Buf,
-    t: &'a mut Timers,
-    signal: &'a watch::Receiver<bool>,
-    mut stop: Pin<&'a mut S>,
+    phase: &'a ConnPhase,
 ) -> impl Future<Output = bool> + 'a {
+    let mut place = park::Place::new(&ctx.worker);
     poll_fn(move |cx| {
-        let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
-        loop {
-            // Parked: only idle_timeout (from the end of the last response) is left.
-            let next = match t.phase {
-                ConnPhase::Idle { since } => since.saturating_add(ctx.shared.limits.idle_timeout),
-                _ => watch_of(ctx).poll_timeout(t.phase, clock.now()),
-            };
-            let next = clock.deadline(next);
-            if next < t.armed || t.armed <= rt.now() {
-                t.armed = next;
-                rt.reset(&mut t.sleep, t.armed);
-            }
-            let read = |cx: &mut Context<'_>| poll_read_parked(io, buf, cx);
-            match poll_event(cx, read, t, signal, stop.as_mut()) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Event::Read(0) | Event::Shutdown) => return Poll::Ready(false),
-                Poll::Ready(Event::Read(_)) => return Poll::Ready(true),
-                Poll::Ready(Event::Timer) => {
-                    if let Some(WatchAction::Close | WatchAction::Idle) =
-                        watch_of(ctx).poll_action(t.phase, clock.now())
-                    {
-                        return Poll::Ready(false);
-                    }
-                }
-            }
+        let shared = &ctx.shared;
+        if place.is_closing() {
+            return Poll::Ready(false);
+        }
+        match poll_read_parked(io, buf, cx) {
+            Poll::Ready(0) => return Poll::Ready(false),
+            Poll::Ready(_) => return Poll::Ready(true),
+            Poll::Pending => {}
+        }
+        let now = shared.clock.now();
+        if let Some(WatchAction::Close | WatchAction::Idle) = watch_of(ctx).poll_action(*phase, now)
+        {
+            return Poll::Ready(false);
+        }
+        // Parked: only idle_timeout (from the end of the last response) is left.
+        let deadline = match *phase {
+            ConnPhase::Idle { since } => since.saturating_add(shared.limits.idle_timeout),
+            _ => watch_of(ctx).poll_timeout(*phase, now),
+        };
+        let tick = park::tick(shared.limits.idle_timeout);
+        if place.hold(shared.clock, tick, cx.waker(), deadline) {
+            Poll::Pending
+        } else {
+            Poll::Ready(false)
         }
     })
 }
@@ -288,15 +269,32 @@ fn poll_event<S: Future<Output = ()>>(
     }
 }
 
-/// Read and answer heads until the connection closes or parks.
-async fn active<S: Future<Output = ()>>(
+/// Read and answer heads until the connection closes or parks: the spell's timer and its
+/// watch on the shutdown signal (polled once to register, then only when the lock-free check
+/// says the signal moved) live as long as the spell.
+async fn active(
     ctx: &Arc<ConnCtx>,
     mut c: Client,
-    t: &mut Timers,
-    signal: &watch::Receiver<bool>,
-    stop: Pin<&mut S>,
+    phase: &mut ConnPhase,
+    shutdown: &watch::Receiver<bool>,
 ) -> (Step, Client) {
-    let step = spell(ctx, &mut c, t, signal, stop).await;
+    let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
+    let armed = clock.deadline(watch_of(ctx).poll_timeout(*phase, clock.now()));
+    let mut t = Timers {
+        armed,
+        sleep: rt.sleep_until(armed),
+        stop_armed: false,
+    };
+    let mut shutdown = shutdown.clone();
+    let signal = shutdown.clone();
+    let stop = pin!(async {
+        loop {
+            if shutdown.changed().await.is_err() || shutdown.get() {
+                return;
+            }
+        }
+    });
+    let step = spell(ctx, &mut c, phase, &mut t, &signal, stop).await;
     (step, c)
 }
 
@@ -304,6 +302,7 @@ async fn active<S: Future<Output = ()>>(
 async fn spell<S: Future<Output = ()>>(
     ctx: &Arc<ConnCtx>,
     c: &mut Client,
+    phase: &mut ConnPhase,
     t: &mut Timers,
     signal: &watch::Receiver<bool>,
     mut stop: Pin<&mut S>,
@@ -319,8 +318,8 @@ async fn spell<S: Future<Output = ()>>(
         if !c.buf.is_empty() {
             // Bytes to parse: the wait, if one follows, reads the clock afresh.
             ended = None;
-            if let ConnPhase::Idle { .. } = t.phase {
-                t.phase = ConnPhase::Head {
+            if let ConnPhase::Idle { .. } = *phase {
+                *phase = ConnPhase::Head {
                     started: clock.now(),
                 };
             }
@@ -356,13 +355,13 @@ async fn spell<S: Future<Output = ()>>(
                     }
                     let at = rt.now();
                     let since = clock.at(at);
-                    t.phase = ConnPhase::Idle { since };
+                    *phase = ConnPhase::Idle { since };
                     ended = Some((at, since));
                     continue;
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    let started = match t.phase {
+                    let started = match *phase {
                         ConnPhase::Head { started } => started,
                         _ => clock.now(),
                     };
@@ -376,7 +375,7 @@ async fn spell<S: Future<Output = ()>>(
             let at = rt.now();
             (at, clock.at(at))
         });
-        let next = clock.deadline(watch_of(ctx).poll_timeout(t.phase, now));
+        let next = clock.deadline(watch_of(ctx).poll_timeout(*phase, now));
         if next < t.armed || t.armed <= at {
             t.armed = next;
             rt.reset(&mut t.sleep, t.armed);
@@ -385,7 +384,7 @@ async fn spell<S: Future<Output = ()>>(
         match wait_event(read, t, signal, stop.as_mut()).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
             Event::Read(_) => {}
-            Event::Timer => match watch_of(ctx).poll_action(t.phase, clock.now()) {
+            Event::Timer => match watch_of(ctx).poll_action(*phase, clock.now()) {
                 Some(WatchAction::Close | WatchAction::Idle) => return Step::Close,
                 Some(WatchAction::Park) => return Step::Park,
                 _ => {}

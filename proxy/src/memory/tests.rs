@@ -2,9 +2,13 @@ use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
+static FORCED: AtomicUsize = AtomicUsize::new(0);
 
-fn count() {
+fn count(force: bool) {
     CALLS.fetch_add(1, Ordering::Relaxed);
+    if force {
+        FORCED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Runs on its own thread: the counters are thread-local.
@@ -42,6 +46,19 @@ fn c_path_12_collects_only_after_parks_and_for_the_trailing_ticks() {
     let before = CALLS.load(Ordering::Relaxed);
     assert_eq!(calls_over(&[2, 0]), [true, true]);
     assert!(CALLS.load(Ordering::Relaxed) >= before + 2);
+    // The last trailing tick forces the purge; the others do not.
+    let forced = FORCED.load(Ordering::Relaxed);
+    assert_eq!(calls_over(&[1, 0]), [true, true]);
+    assert_eq!(
+        FORCED.load(Ordering::Relaxed),
+        forced,
+        "activity, one quiet tick"
+    );
+    assert_eq!(calls_over(&[1, 0, 0, 0]), [true, true, true, false]);
+    assert!(
+        FORCED.load(Ordering::Relaxed) > forced,
+        "the last trailing tick"
+    );
 }
 
 /// Issue 21: the process-wide THP switch is set (and reads back as set).
