@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use crate::Data;
-use crate::h1::park::Worker;
 use crate::limits::ConnPermit;
+use crate::park::Worker;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
 /// waits until every clone is dropped (C-PATH-10).

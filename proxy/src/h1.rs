@@ -27,7 +27,6 @@ use crate::rt::Io;
 mod attempt;
 pub mod client;
 pub mod conn;
-pub mod park;
 pub mod relay;
 pub mod request;
 mod respond;

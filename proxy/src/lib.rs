@@ -52,6 +52,7 @@ pub mod log_json;
 pub mod management;
 pub mod memory;
 pub mod metrics;
+pub mod park;
 pub mod probe;
 pub mod proxy;
 pub mod ratelimit;

@@ -51,8 +51,8 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
 use crate::conn::{Alive, ConnCtx, ConnInfo, IDLE};
 use crate::h1::Buf;
-use crate::h1::park::Worker;
 use crate::limits::{ConnLimit, ConnPermit};
+use crate::park::Worker;
 use crate::rt::watch::{Wake, next_or_shutdown};
 use crate::rt::{self, Io, Listener, Rt, TcpConn, watch};
 use crate::{Data, Shared};

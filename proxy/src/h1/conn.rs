@@ -28,11 +28,11 @@ use hyper::rt::Read;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 use weir_core::h1::{self, HeadError, Parsed};
 
-use super::park;
 use super::{Buf, request, write_all};
 use crate::access_log::{self, Line};
 use crate::conn::ConnCtx;
 use crate::exposition::Listener;
+use crate::park;
 use crate::rt::{self, Io, watch};
 
 /// How long a keep-alive connection stays idle before it is parked (docs/proxy.md, "Idle
