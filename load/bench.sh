@@ -141,7 +141,8 @@ for w in $WORKERS; do
           # What the proxy costs around it (not in the table): its context switches per request
           # and, in the shared layout, the backend's CPU per request (it shares the proxy's CPU).
           awk -F'\t' -v d="$DURATION" -v s0="$sw0" -v s1="$sw1" -v b0="${bcpu0:-0}" -v b1="${bcpu1:-0}" \
-            '{ n = $5 * d; if (n > 0) printf "# around %s w=%s c=%s round %s: proxy context switches/req %.3f, backend CPU/req %.1fus\n", $1, $2, $3, $4, (s1 - s0) / n, (b1 - b0) * 1e6 / n }' \
+            -v shared="${BACKEND_PID:+1}" \
+            '{ n = $5 * d; if (n > 0) { printf "# around %s w=%s c=%s round %s: proxy context switches/req %.3f", $1, $2, $3, $4, (s1 - s0) / n; if (shared) printf ", backend CPU/req %.1fus", (b1 - b0) * 1e6 / n; printf "\n" } }' \
             <<<"$row" | tee -a "$RESULTS" >&2
         else
           log "$p w=$w c=$c round $r: wrk failed (see $out)"
