@@ -89,23 +89,37 @@ fn ratios_pair_rounds_and_cancel_drift() {
     assert_eq!(nginx.pairs, 3);
     let haproxy = &c.ratios[1];
     assert!((haproxy.rps - 1.0).abs() < 1e-9);
-    // 50 connections: no p99 goal; 1.2 >= 1.10 and 1.0 >= 1.0 are met.
+    // 50 connections: req/s 1.2 >= 1.10 and 1.0 >= 1.0, p99 0.8 <= 1.0, CPU/req 0.83 <= 1.0 are
+    // met; CPU/req against HAProxy (1.0 > 0.8) is missed.
     let g = goals(c);
-    assert_eq!(g.len(), 2);
-    assert!(g.iter().all(|(_, ok)| *ok));
+    let got: Vec<(&str, bool)> = g.iter().map(|(w, ok)| (w.as_str(), *ok)).collect();
+    assert_eq!(
+        got,
+        [
+            ("req/s weir/nginx = 1.20 (goal >= 1.10)", true),
+            ("p99 weir/nginx = 0.80 (goal <= 1.00)", true),
+            ("CPU/req weir/nginx = 0.83 (goal <= 1.00)", true),
+            ("req/s weir/haproxy = 1.00 (goal >= 1.00)", true),
+            ("CPU/req weir/haproxy = 1.00 (goal <= 0.80)", false),
+        ]
+    );
 }
 
 #[test]
-fn goals_at_256_include_p99_and_can_miss() {
+fn goals_at_256_ask_level_req_s_and_p99_and_can_miss() {
     let rows = vec![
         row("nginx", 2, 256, 1, 100.0, 1000.0),
         row("weir", 2, 256, 1, 105.0, 1100.0),
     ];
     let cells = summarize(&rows);
     let g = goals(&cells[0]);
-    assert_eq!(g.len(), 2);
-    assert!(!g[0].1, "1.05 < 1.10");
+    assert_eq!(g.len(), 3, "{g:?}");
+    assert!(
+        g[0].1,
+        "1.05 >= 1.0: at 256 connections weir needs to match nginx, not beat it"
+    );
     assert!(!g[1].1, "p99 1.1 > 1.0");
+    assert!(g[2].1, "CPU/req 0.95 <= 1.0");
     let text = render(&cells);
     assert!(text.contains("2 workers, 256 connections"));
     assert!(text.contains("[missed]"));
