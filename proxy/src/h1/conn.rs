@@ -58,8 +58,8 @@ pub struct Client {
     pub out: Vec<u8>,
     /// The write buffer towards the upstream.
     pub up_out: Vec<u8>,
-    /// Scratch for header values.
-    pub scratch: Vec<u8>,
+    /// Scratch for extra header lines and their values.
+    pub scratch: super::Scratch,
     /// The codec's limits.
     pub limits: h1::Limits,
 }
@@ -88,7 +88,7 @@ impl Client {
             head: Vec::new(),
             out: Vec::new(),
             up_out: Vec::new(),
-            scratch: Vec::new(),
+            scratch: super::Scratch::default(),
             limits,
         }
     }
