@@ -20,6 +20,7 @@ use super::client::{
 };
 use super::conn::Client;
 use super::relay::{self, Pump, Reader, RelayError};
+use super::request::Up;
 use super::{Extra, write_all};
 use crate::Data;
 use crate::metrics::BackendMetrics;
@@ -59,7 +60,9 @@ pub(super) struct Side<'r> {
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
 /// the body if `stream` (its read deadline) while reading the response head, relaying interim
 /// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
-/// the head came first).
+/// the head came first) into `last` (issue 14: written in place, not moved out through the
+/// bound and the send), the head's status returned.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn attempt(
     shared: &Data,
     c: &mut Client,
@@ -68,7 +71,8 @@ pub(super) async fn attempt(
     stream: Option<Option<std::time::Instant>>,
     side: &mut Side<'_>,
     rctx: ResponseContext,
-) -> Result<(UpConn, HeadInfo, Option<Pump>), UpError> {
+    last: &mut Option<Up>,
+) -> Result<u16, UpError> {
     let up = &shared.upstream;
     let now = shared.rt.now();
     let mut conn = None;
@@ -98,7 +102,14 @@ pub(super) async fn attempt(
     loop {
         let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
         if !info.interim {
-            return Ok((conn, info, pump));
+            let status = info.status;
+            *last = Some(Up {
+                conn,
+                info,
+                target: Arc::clone(target),
+                pump,
+            });
+            return Ok(status);
         }
         let swallow = info.status == 100 && *side.sent_continue;
         if !swallow && h1::relay_interim(side.version) {

@@ -205,12 +205,12 @@ impl<'a> Log<'a> {
 }
 
 /// The latest attempt's response head on its connection.
-struct Up {
-    conn: UpConn,
-    info: HeadInfo,
-    target: Arc<Target>,
+pub(super) struct Up {
+    pub(super) conn: UpConn,
+    pub(super) info: HeadInfo,
+    pub(super) target: Arc<Target>,
     /// The streamed request body, if it was still being sent when the head came (full duplex).
-    pump: Option<Pump>,
+    pub(super) pump: Option<Pump>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
@@ -339,9 +339,8 @@ impl Req<'_> {
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes).
                     drop(last.take());
-                    match self.send(c, &s).await {
-                        Ok(up) => last = up,
-                        Err(Gone) => return false,
+                    if let Err(Gone) = self.send(c, &s, &mut last).await {
+                        return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
@@ -396,8 +395,9 @@ impl Req<'_> {
     }
 
     /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,
-    /// a streamed body, the response head (interim ones relayed).
-    async fn send(&mut self, c: &mut Client, s: &Send) -> Result<Option<Up>, Gone> {
+    /// a streamed body, the response head (interim ones relayed): the head and its connection
+    /// into `last` (written there by the attempt, not returned: issue 14).
+    async fn send(&mut self, c: &mut Client, s: &Send, last: &mut Option<Up>) -> Result<(), Gone> {
         let shared = self.shared;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.x().handles(s.backend);
@@ -405,11 +405,11 @@ impl Req<'_> {
             handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
         else {
             self.feed(Input::SendFailed(SendFailure::Connect));
-            return Ok(None);
+            return Ok(());
         };
         let Ok(upstream_target) = upstream_target(target.base(), self.log.method, self.pq) else {
             self.feed(Input::TargetTooLong);
-            return Ok(None);
+            return Ok(());
         };
         self.write_head(c, &target, &upstream_target, s.body);
         let stream = match s.body {
@@ -440,7 +440,7 @@ impl Req<'_> {
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
-                return Ok(None);
+                return Ok(());
             };
             let mut side = Side {
                 reader,
@@ -453,35 +453,30 @@ impl Req<'_> {
                 kept,
             };
             let attempt = pin!(attempt(
-                shared, c, &target, &metrics, stream, &mut side, rctx
+                shared, c, &target, &metrics, stream, &mut side, rctx, last
             ));
             drive::bounded_in(shared, x, timer, attempt).await
         };
         match sent {
-            None => Ok(None),
-            Some(Ok((conn, info, pump))) => {
-                self.feed(Input::ResponseHead {
-                    status: info.status,
-                });
-                Ok(Some(Up {
-                    conn,
-                    info,
-                    target,
-                    pump,
-                }))
+            // The attempt writes `last` only as it completes: a deadline that came first left
+            // it empty.
+            None => Ok(()),
+            Some(Ok(status)) => {
+                self.feed(Input::ResponseHead { status });
+                Ok(())
             }
             Some(Err(UpError::ClientGone)) => Err(Gone),
             Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
                 // The engine classifies a status outside 100..=599 (an invalid response); the
                 // connection that carried it is dropped.
                 self.feed(Input::ResponseHead { status });
-                Ok(None)
+                Ok(())
             }
             Some(Err(_)) if self.body_malformed => {
                 // The client's error, not the backend's: `400`; the upstream connection the
                 // body was written to was dropped with the attempt.
                 self.feed(Input::BodyUnreadable);
-                Ok(None)
+                Ok(())
             }
             Some(Err(e)) => {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
@@ -492,7 +487,7 @@ impl Req<'_> {
                     },
                 };
                 self.feed(Input::SendFailed(failure));
-                Ok(None)
+                Ok(())
             }
         }
     }
