@@ -58,15 +58,17 @@ pub enum Served {
 
 /// Parse the head whose bytes `c.head` holds (a prefix of `c.buf`, the head at least), consume
 /// it from `c.buf` and serve the request. `timer` is the connection's request timer
-/// (`drive::bounded_in`).
+/// (`drive::bounded_in`); `now`, the clock read as the head began to be served, if it was
+/// (else the exchange reads it).
 pub async fn serve(
     ctx: &Arc<ConnCtx>,
     c: &mut Client,
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> Served {
     let raw = std::mem::take(&mut c.head);
-    let served = serve_head(ctx, c, &raw, timer, shutdown).await;
+    let served = serve_head(ctx, c, &raw, timer, shutdown, now).await;
     c.head = raw;
     served
 }
@@ -77,6 +79,7 @@ async fn serve_head(
     raw: &[u8],
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> Served {
     let mut headers = h1::header_slots::<MAX_HEADERS>();
     let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
@@ -85,7 +88,7 @@ async fn serve_head(
         Err(e) => return Served::Refused(e),
     };
     c.buf.consume(head.head_len);
-    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown).await)
+    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
 }
 
 async fn serve_parsed(
@@ -94,6 +97,7 @@ async fn serve_parsed(
     head: &RequestHead<'_, '_>,
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> bool {
     let absolute =
         (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
@@ -170,7 +174,7 @@ async fn serve_parsed(
         let place = &mut r.x;
         worker::with_rng(|rng| {
             let services = Arc::clone(&shared.services);
-            let now = shared.clock.now();
+            let now = now.unwrap_or_else(|| shared.clock.now());
             Bound::new_in(
                 place,
                 shared.snapshot.load_full(),
