@@ -20,7 +20,6 @@ use super::client::{
 };
 use super::conn::Client;
 use super::relay::{self, Pump, Reader, RelayError};
-use super::request::Up;
 use super::{Extra, write_all};
 use crate::Data;
 use crate::metrics::BackendMetrics;
@@ -39,6 +38,15 @@ pub(super) async fn or_gone(
         futures_util::future::select(pin!(fut), pin!(gone)).await,
         futures_util::future::Either::Left(_)
     )
+}
+
+/// The latest attempt's response head on its connection.
+pub(super) struct Up {
+    pub(super) conn: UpConn,
+    pub(super) info: HeadInfo,
+    pub(super) target: Arc<Target>,
+    /// The streamed request body, if it was still being sent when the head came (full duplex).
+    pub(super) pump: Option<Pump>,
 }
 
 /// The parts of a request an attempt changes.

@@ -30,8 +30,8 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{Side, attempt, or_gone, response_head, upstream_target};
-use super::client::{self, HeadInfo, UpConn, UpError};
+use super::attempt::{Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::client::{self, UpError};
 use super::conn::{Client, MAX_HEADERS};
 use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
@@ -206,15 +206,6 @@ impl<'a> Log<'a> {
             host: self.host,
         }
     }
-}
-
-/// The latest attempt's response head on its connection.
-pub(super) struct Up {
-    pub(super) conn: UpConn,
-    pub(super) info: HeadInfo,
-    pub(super) target: Arc<Target>,
-    /// The streamed request body, if it was still being sent when the head came (full duplex).
-    pub(super) pump: Option<Pump>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
