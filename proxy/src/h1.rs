@@ -264,43 +264,50 @@ pub const MAX_EXTRA: usize = 16;
 /// Lines [`Extra::with_pairs`] lends from a small array.
 const FEW_EXTRA: usize = 4;
 
+/// The buffers an [`Extra`] reuses from head to head on a connection: the values' bytes and the
+/// lines (name, value span), both cleared, never initialised again (issue 14: two 16-line
+/// arrays were 512 bytes written twice per request).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    bytes: Vec<u8>,
+    lines: Vec<(&'static str, (usize, usize))>,
+}
+
 /// Extra header lines being collected: names and value spans into one scratch buffer, so the
 /// head writers get `(&str, &[u8])` pairs without an allocation per line.
 #[derive(Debug)]
 pub struct Extra {
-    names: [&'static str; MAX_EXTRA],
-    spans: [(usize, usize); MAX_EXTRA],
-    n: usize,
+    lines: Vec<(&'static str, (usize, usize))>,
     scratch: Vec<u8>,
 }
 
 impl Extra {
     /// No lines, `scratch` (cleared) holding the values.
     #[must_use]
-    pub fn new(mut scratch: Vec<u8>) -> Extra {
+    pub fn new(scratch: Scratch) -> Extra {
+        let Scratch {
+            bytes: mut scratch,
+            mut lines,
+        } = scratch;
         scratch.clear();
-        Extra {
-            names: [""; MAX_EXTRA],
-            spans: [(0, 0); MAX_EXTRA],
-            n: 0,
-            scratch,
-        }
+        lines.clear();
+        Extra { lines, scratch }
     }
 
-    /// Set `name` (a later value for the same name replaces an earlier one).
+    /// Set `name` (a later value for the same name replaces an earlier one; up to
+    /// [`MAX_EXTRA`] names, later ones are dropped).
     pub fn set(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
         let start = self.scratch.len();
         value(&mut self.scratch);
         let span = (start, self.scratch.len());
-        if let Some(i) = self.names[..self.n]
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(name))
+        if let Some(line) = self
+            .lines
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
         {
-            self.spans[i] = span;
-        } else if self.n < MAX_EXTRA {
-            self.names[self.n] = name;
-            self.spans[self.n] = span;
-            self.n += 1;
+            line.1 = span;
+        } else if self.lines.len() < MAX_EXTRA {
+            self.lines.push((name, span));
         }
     }
 
@@ -312,36 +319,37 @@ impl Extra {
     /// Whether `name` is set.
     #[must_use]
     pub fn has(&self, name: &str) -> bool {
-        self.names[..self.n]
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case(name))
+        self.lines.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
 
     /// The lines, for a head writer.
     pub fn with_pairs<R>(&self, f: impl FnOnce(&[(&str, &[u8])]) -> R) -> R {
         // Most heads carry a few lines: a small array then (issue 14: the full one is 512 bytes
         // to initialise, twice per request).
-        if self.n <= FEW_EXTRA {
+        let n = self.lines.len();
+        if n <= FEW_EXTRA {
             let mut pairs: [(&str, &[u8]); FEW_EXTRA] = [("", &[]); FEW_EXTRA];
             self.fill(&mut pairs);
-            return f(&pairs[..self.n]);
+            return f(&pairs[..n]);
         }
         let mut pairs: [(&str, &[u8]); MAX_EXTRA] = [("", &[]); MAX_EXTRA];
         self.fill(&mut pairs);
-        f(&pairs[..self.n])
+        f(&pairs[..n])
     }
 
     /// The first lines into `pairs` (as many as it holds).
     fn fill<'s>(&'s self, pairs: &mut [(&'s str, &'s [u8])]) {
-        for (i, pair) in pairs.iter_mut().enumerate().take(self.n) {
-            let (a, b) = self.spans[i];
-            *pair = (self.names[i], &self.scratch[a..b]);
+        for (pair, &(name, (a, b))) in pairs.iter_mut().zip(&self.lines) {
+            *pair = (name, &self.scratch[a..b]);
         }
     }
 
-    /// The scratch buffer back, for reuse.
+    /// The scratch buffers back, for reuse.
     #[must_use]
-    pub fn into_scratch(self) -> Vec<u8> {
-        self.scratch
+    pub fn into_scratch(self) -> Scratch {
+        Scratch {
+            bytes: self.scratch,
+            lines: self.lines,
+        }
     }
 }

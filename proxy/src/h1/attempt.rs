@@ -40,6 +40,15 @@ pub(super) async fn or_gone(
     )
 }
 
+/// The latest attempt's response head on its connection.
+pub(super) struct Up {
+    pub(super) conn: UpConn,
+    pub(super) info: HeadInfo,
+    pub(super) target: Arc<Target>,
+    /// The streamed request body, if it was still being sent when the head came (full duplex).
+    pub(super) pump: Option<Pump>,
+}
+
 /// The parts of a request an attempt changes.
 pub(super) struct Side<'r> {
     pub(super) reader: &'r mut Reader,
@@ -59,7 +68,9 @@ pub(super) struct Side<'r> {
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
 /// the body if `stream` (its read deadline) while reading the response head, relaying interim
 /// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
-/// the head came first).
+/// the head came first) into `last` (issue 14: written in place, not moved out through the
+/// bound and the send), the head's status returned.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn attempt(
     shared: &Data,
     c: &mut Client,
@@ -68,7 +79,8 @@ pub(super) async fn attempt(
     stream: Option<Option<std::time::Instant>>,
     side: &mut Side<'_>,
     rctx: ResponseContext,
-) -> Result<(UpConn, HeadInfo, Option<Pump>), UpError> {
+    last: &mut Option<Up>,
+) -> Result<u16, UpError> {
     let up = &shared.upstream;
     let now = shared.rt.now();
     let mut conn = None;
@@ -98,7 +110,14 @@ pub(super) async fn attempt(
     loop {
         let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
         if !info.interim {
-            return Ok((conn, info, pump));
+            let status = info.status;
+            *last = Some(Up {
+                conn,
+                info,
+                target: Arc::clone(target),
+                pump,
+            });
+            return Ok(status);
         }
         let swallow = info.status == 100 && *side.sent_continue;
         if !swallow && h1::relay_interim(side.version) {

@@ -58,8 +58,8 @@ pub struct Client {
     pub out: Vec<u8>,
     /// The write buffer towards the upstream.
     pub up_out: Vec<u8>,
-    /// Scratch for header values.
-    pub scratch: Vec<u8>,
+    /// Scratch for extra header lines and their values.
+    pub scratch: super::Scratch,
     /// The codec's limits.
     pub limits: h1::Limits,
 }
@@ -88,7 +88,7 @@ impl Client {
             head: Vec::new(),
             out: Vec::new(),
             up_out: Vec::new(),
-            scratch: Vec::new(),
+            scratch: super::Scratch::default(),
             limits,
         }
     }
@@ -318,19 +318,22 @@ async fn spell<S: Future<Output = ()>>(
         if !c.buf.is_empty() {
             // Bytes to parse: the wait, if one follows, reads the clock afresh.
             ended = None;
+            // A head that begins now: its exchange starts at the same reading (one reading of
+            // the clock, not two, per keep-alive request); one begun earlier reads it afresh.
+            let mut begun = None;
             if let ConnPhase::Idle { .. } = *phase {
-                *phase = ConnPhase::Head {
-                    started: clock.now(),
-                };
+                let now = clock.now();
+                begun = Some(now);
+                *phase = ConnPhase::Head { started: now };
             }
             let head = match take_head(c) {
-                Ok(true) => match request::serve(ctx, c, &mut timer, signal).await {
+                Ok(true) => match request::serve(ctx, c, &mut timer, signal, begun).await {
                     request::Served::Done(keep) => Ok(Some(keep)),
                     request::Served::Refused(e) => Err(e),
                     // A head the quick look took for whole (leading empty lines): parsed from
                     // the buffer instead.
                     request::Served::Partial => match take_whole_head(c) {
-                        Ok(true) => match request::serve(ctx, c, &mut timer, signal).await {
+                        Ok(true) => match request::serve(ctx, c, &mut timer, signal, begun).await {
                             request::Served::Done(keep) => Ok(Some(keep)),
                             request::Served::Refused(e) => Err(e),
                             request::Served::Partial => Ok(None),

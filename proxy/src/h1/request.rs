@@ -30,8 +30,8 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{Side, attempt, or_gone, response_head, upstream_target};
-use super::client::{self, HeadInfo, UpConn, UpError};
+use super::attempt::{Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::client::{self, UpError};
 use super::conn::{Client, MAX_HEADERS};
 use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
@@ -58,15 +58,17 @@ pub enum Served {
 
 /// Parse the head whose bytes `c.head` holds (a prefix of `c.buf`, the head at least), consume
 /// it from `c.buf` and serve the request. `timer` is the connection's request timer
-/// (`drive::bounded_in`).
+/// (`drive::bounded_in`); `now`, the clock read as the head began to be served, if it was
+/// (else the exchange reads it).
 pub async fn serve(
     ctx: &Arc<ConnCtx>,
     c: &mut Client,
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> Served {
     let raw = std::mem::take(&mut c.head);
-    let served = serve_head(ctx, c, &raw, timer, shutdown).await;
+    let served = serve_head(ctx, c, &raw, timer, shutdown, now).await;
     c.head = raw;
     served
 }
@@ -77,6 +79,7 @@ async fn serve_head(
     raw: &[u8],
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> Served {
     let mut headers = h1::header_slots::<MAX_HEADERS>();
     let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
@@ -85,7 +88,7 @@ async fn serve_head(
         Err(e) => return Served::Refused(e),
     };
     c.buf.consume(head.head_len);
-    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown).await)
+    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
 }
 
 async fn serve_parsed(
@@ -94,6 +97,7 @@ async fn serve_parsed(
     head: &RequestHead<'_, '_>,
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
 ) -> bool {
     let absolute =
         (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
@@ -170,7 +174,7 @@ async fn serve_parsed(
         let place = &mut r.x;
         worker::with_rng(|rng| {
             let services = Arc::clone(&shared.services);
-            let now = shared.clock.now();
+            let now = now.unwrap_or_else(|| shared.clock.now());
             Bound::new_in(
                 place,
                 shared.snapshot.load_full(),
@@ -202,15 +206,6 @@ impl<'a> Log<'a> {
             host: self.host,
         }
     }
-}
-
-/// The latest attempt's response head on its connection.
-struct Up {
-    conn: UpConn,
-    info: HeadInfo,
-    target: Arc<Target>,
-    /// The streamed request body, if it was still being sent when the head came (full duplex).
-    pump: Option<Pump>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
@@ -339,9 +334,8 @@ impl Req<'_> {
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes).
                     drop(last.take());
-                    match self.send(c, &s).await {
-                        Ok(up) => last = up,
-                        Err(Gone) => return false,
+                    if let Err(Gone) = self.send(c, &s, &mut last).await {
+                        return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
@@ -396,8 +390,9 @@ impl Req<'_> {
     }
 
     /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,
-    /// a streamed body, the response head (interim ones relayed).
-    async fn send(&mut self, c: &mut Client, s: &Send) -> Result<Option<Up>, Gone> {
+    /// a streamed body, the response head (interim ones relayed): the head and its connection
+    /// into `last` (written there by the attempt, not returned: issue 14).
+    async fn send(&mut self, c: &mut Client, s: &Send, last: &mut Option<Up>) -> Result<(), Gone> {
         let shared = self.shared;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.x().handles(s.backend);
@@ -405,11 +400,11 @@ impl Req<'_> {
             handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
         else {
             self.feed(Input::SendFailed(SendFailure::Connect));
-            return Ok(None);
+            return Ok(());
         };
         let Ok(upstream_target) = upstream_target(target.base(), self.log.method, self.pq) else {
             self.feed(Input::TargetTooLong);
-            return Ok(None);
+            return Ok(());
         };
         self.write_head(c, &target, &upstream_target, s.body);
         let stream = match s.body {
@@ -440,7 +435,7 @@ impl Req<'_> {
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
-                return Ok(None);
+                return Ok(());
             };
             let mut side = Side {
                 reader,
@@ -453,35 +448,30 @@ impl Req<'_> {
                 kept,
             };
             let attempt = pin!(attempt(
-                shared, c, &target, &metrics, stream, &mut side, rctx
+                shared, c, &target, &metrics, stream, &mut side, rctx, last
             ));
             drive::bounded_in(shared, x, timer, attempt).await
         };
         match sent {
-            None => Ok(None),
-            Some(Ok((conn, info, pump))) => {
-                self.feed(Input::ResponseHead {
-                    status: info.status,
-                });
-                Ok(Some(Up {
-                    conn,
-                    info,
-                    target,
-                    pump,
-                }))
+            // The attempt writes `last` only as it completes: a deadline that came first left
+            // it empty.
+            None => Ok(()),
+            Some(Ok(status)) => {
+                self.feed(Input::ResponseHead { status });
+                Ok(())
             }
             Some(Err(UpError::ClientGone)) => Err(Gone),
             Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
                 // The engine classifies a status outside 100..=599 (an invalid response); the
                 // connection that carried it is dropped.
                 self.feed(Input::ResponseHead { status });
-                Ok(None)
+                Ok(())
             }
             Some(Err(_)) if self.body_malformed => {
                 // The client's error, not the backend's: `400`; the upstream connection the
                 // body was written to was dropped with the attempt.
                 self.feed(Input::BodyUnreadable);
-                Ok(None)
+                Ok(())
             }
             Some(Err(e)) => {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
@@ -492,7 +482,7 @@ impl Req<'_> {
                     },
                 };
                 self.feed(Input::SendFailed(failure));
-                Ok(None)
+                Ok(())
             }
         }
     }
