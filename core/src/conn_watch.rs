@@ -116,6 +116,16 @@ impl ConnWatch {
             (ConnPhase::Busy | ConnPhase::Parking, Some(p)) => now.saturating_add(rht.min(p)),
         }
     }
+
+    /// When a parked connection must be looked at again: idle, only its `idle_timeout` (from the
+    /// end of its last response) is left; in any other phase, [`Self::poll_timeout`].
+    #[must_use]
+    pub fn parked_timeout(&self, phase: ConnPhase, now: Instant) -> Instant {
+        match phase {
+            ConnPhase::Idle { since } => since.saturating_add(self.idle_timeout),
+            _ => self.poll_timeout(phase, now),
+        }
+    }
 }
 
 #[cfg(test)]

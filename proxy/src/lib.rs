@@ -529,7 +529,7 @@ fn spawn_all(
         if let Some(t) = h.thread.take() {
             threads.push(t);
         }
-        handles.push((h.conns, h.open));
+        handles.push((h.conns, h.worker));
     }
     let mut tasks = vec![rt::spawn_handle(
         rt,

@@ -149,14 +149,14 @@ async fn opening(
     ctx_parts: (Arc<Shared>, Alive, Arc<Worker>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Opened> {
-    let (shared, alive, open, permit) = ctx_parts;
+    let (shared, alive, worker, permit) = ctx_parts;
     let prepared = next_or_shutdown(
         &mut shutdown,
         crate::tls::conn::prepare(&shared, stream, peer),
     )
     .await;
     let Wake::Next(Some((stream, front))) = prepared else {
-        open.open.fetch_sub(1, Ordering::Relaxed);
+        worker.open.fetch_sub(1, Ordering::Relaxed);
         return None;
     };
     let info = ConnInfo {
@@ -167,7 +167,7 @@ async fn opening(
         Arc::clone(&shared.data),
         info,
         alive,
-        open,
+        worker,
         Some(permit),
     ));
     let mut io: Box<dyn Io> = stream;
@@ -234,9 +234,9 @@ where
     let (alive, _unused) = async_channel::bounded(1);
     let (_never, shutdown) = watch::channel(false);
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
-    let open = Worker::new(1, shutdown.clone());
+    let worker = Worker::new(1, shutdown.clone());
     let info = ConnInfo { peer, tls: false };
-    let ctx = Arc::new(ConnCtx::new(data, info, alive, open, None));
+    let ctx = Arc::new(ConnCtx::new(data, info, alive, worker, None));
     crate::h1::conn::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
 
@@ -352,7 +352,7 @@ pub(crate) type ConnSender = async_channel::Sender<Accepted>;
 #[derive(Debug)]
 pub(crate) struct WorkerHandle {
     pub(crate) conns: ConnSender,
-    pub(crate) open: Arc<Worker>,
+    pub(crate) worker: Arc<Worker>,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -364,13 +364,13 @@ pub(crate) fn spawn_worker(
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<WorkerHandle> {
     let (tx, rx) = async_channel::unbounded();
-    let open = Worker::new(0, shutdown.clone());
-    let open2 = Arc::clone(&open);
+    let worker = Worker::new(0, shutdown.clone());
+    let worker2 = Arc::clone(&worker);
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
         .spawn(move || {
             let rt = shared.data.rt;
-            let main = worker_main(Arc::clone(&shared), rx, open2, shutdown);
+            let main = worker_main(Arc::clone(&shared), rx, worker2, shutdown);
             if let Err(e) = rt.block_on(Box::pin(main)) {
                 tracing::error!(error = %e, worker = index, "cannot build the worker's executor");
             }
@@ -379,7 +379,7 @@ pub(crate) fn spawn_worker(
         })?;
     Ok(WorkerHandle {
         conns: tx,
-        open,
+        worker,
         thread: Some(thread),
     })
 }
@@ -387,7 +387,7 @@ pub(crate) fn spawn_worker(
 async fn worker_main(
     shared: Arc<Shared>,
     conns: async_channel::Receiver<Accepted>,
-    open: Arc<Worker>,
+    worker: Arc<Worker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let rt = shared.data.rt;
@@ -432,7 +432,7 @@ async fn worker_main(
         let stream = match rt.register(std_stream) {
             Ok(s) => s,
             Err(e) => {
-                open.open.fetch_sub(1, Ordering::Relaxed);
+                worker.open.fetch_sub(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "cannot register an accepted connection");
                 continue;
             }
@@ -441,7 +441,7 @@ async fn worker_main(
         let parts = (
             Arc::clone(&shared),
             alive_tx.clone(),
-            Arc::clone(&open),
+            Arc::clone(&worker),
             permit,
         );
         rt.spawn(serve(Box::pin(opening(
@@ -455,7 +455,7 @@ async fn worker_main(
     // Connections handed over but not yet taken are closed (they were never served).
     conns.close();
     while let Ok((s, _, _)) = conns.try_recv() {
-        open.open.fetch_sub(1, Ordering::Relaxed);
+        worker.open.fetch_sub(1, Ordering::Relaxed);
         drop(s);
     }
     drop(alive_tx);
@@ -465,7 +465,7 @@ async fn worker_main(
     // Every sender gone: `recv` errs (closed).
     if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {
         tracing::warn!(
-            open = open.open.load(Ordering::Relaxed),
+            open = worker.open.load(Ordering::Relaxed),
             "shutdown_timeout passed with requests in flight; closing them"
         );
     }

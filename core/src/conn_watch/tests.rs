@@ -67,3 +67,13 @@ fn deadlines_saturate_instead_of_overflowing() {
     assert_eq!(w.poll_action(far, at(2)), None);
     assert!(w.poll_timeout(far, at(2)) > at(2));
 }
+
+#[test]
+fn c_path_12_a_parked_connection_waits_for_its_idle_timeout_only() {
+    let w = ConnWatch::new(RHT, IDLE, Some(PARK));
+    let idle = ConnPhase::Idle { since: at(100) };
+    // Not the park look, nor the read_header_timeout one: idle_timeout from `since`.
+    assert_eq!(w.parked_timeout(idle, at(102)), at(100) + IDLE);
+    let head = ConnPhase::Head { started: at(5) };
+    assert_eq!(w.parked_timeout(head, at(5)), w.poll_timeout(head, at(5)));
+}

@@ -236,26 +236,9 @@ impl ResponseHead<'_, '_> {
     /// This head as places in its bytes; `None` with more than `N` lines.
     #[must_use]
     pub fn keep<const N: usize>(&self) -> Option<KeptHead<N>> {
-        if self.headers.len() > N {
-            return None;
-        }
-        let mut lines = [(Span::default(), Span::default()); N];
-        for (slot, h) in lines.iter_mut().zip(self.headers) {
-            *slot = (
-                Span::of(self.raw, h.name.as_bytes())?,
-                Span::of(self.raw, h.value)?,
-            );
-        }
-        Some(KeptHead {
-            status: self.status,
-            version: self.version,
-            head_len: self.head_len,
-            body: self.body,
-            facts: self.facts,
-            reason: Span::of(self.raw, self.reason.as_bytes())?,
-            lines,
-            count: self.headers.len(),
-        })
+        let mut slot = None;
+        self.keep_in(&mut slot);
+        slot
     }
 
     /// [`keep`](Self::keep) into `slot` (the same value), written in place rather than returned

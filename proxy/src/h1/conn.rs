@@ -222,11 +222,7 @@ fn wait_parked<'a>(
         {
             return Poll::Ready(false);
         }
-        // Parked: only idle_timeout (from the end of the last response) is left.
-        let deadline = match *phase {
-            ConnPhase::Idle { since } => since.saturating_add(shared.limits.idle_timeout),
-            _ => watch_of(ctx).poll_timeout(*phase, now),
-        };
+        let deadline = watch_of(ctx).parked_timeout(*phase, now);
         let tick = park::tick(shared.limits.idle_timeout);
         if place.hold(shared.clock, tick, cx.waker(), deadline) {
             Poll::Pending
