@@ -1,5 +1,6 @@
 //! One client connection as its requests see it: the context they share ([`ConnCtx`]), the
-//! phase an HTTP/2 watchdog reads ([`ConnState`]), and the guard a request holds while it lives
+//! phase an HTTP/2 watchdog reads ([`ConnState`], an HTTP/2 connection's own: an HTTP/1
+//! connection keeps its phase in its loop), and the guard an HTTP/2 request holds while it lives
 //! ([`RequestGuard`]). [`crate::server`] creates these at accept; the protocol loops
 //! ([`crate::h1`], `server::h2`), the handler ([`crate::proxy`]) and response bodies
 //! ([`crate::body`]) use them, without depending on the server that accepts.
@@ -29,13 +30,33 @@ pub struct ConnInfo {
     pub tls: bool,
 }
 
-/// What an HTTP/2 connection's watchdog and handler know about it.
+/// What an HTTP/2 connection's watchdog and handler know about it: not in [`ConnCtx`], which
+/// every parked HTTP/1 connection keeps (issue 14: 16 bytes there moved `ConnCtx` into the
+/// allocator's size class of the timers a connection frees when it parks, docs/benchmarks.md
+/// "What an idle connection holds").
 #[derive(Debug)]
 pub struct ConnState {
     pub(crate) phase: AtomicU8,
     in_flight: AtomicU32,
     /// When the connection last became idle.
     last_idle: AtomicU64,
+}
+
+impl ConnState {
+    /// An idle connection, idle since `now`.
+    #[must_use]
+    pub fn new(now: weir_core::Instant) -> ConnState {
+        ConnState {
+            phase: AtomicU8::new(IDLE),
+            in_flight: AtomicU32::new(0),
+            last_idle: AtomicU64::new(now.as_nanos()),
+        }
+    }
+
+    /// When the idle connection closes: `idle_timeout` after the end of its last response.
+    pub(crate) fn idle_since(&self) -> weir_core::Instant {
+        weir_core::Instant::from_nanos(self.last_idle.load(Ordering::Relaxed))
+    }
 }
 
 /// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
@@ -48,8 +69,6 @@ pub struct ConnCtx {
     pub peer: SocketAddr,
     /// The connection came over weir's TLS (C-TLS-1).
     pub tls: bool,
-    /// Phase and timers (HTTP/2).
-    pub state: ConnState,
     /// Dropped with the last reference: tells the worker this connection is done.
     _alive: Alive,
     /// This worker's open connections (for the acceptor's choice) and parked ones.
@@ -72,25 +91,14 @@ impl ConnCtx {
         worker: Arc<Worker>,
         permit: Option<ConnPermit>,
     ) -> ConnCtx {
-        let now = shared.clock.now().as_nanos();
         ConnCtx {
             shared,
             peer: info.peer,
             tls: info.tls,
-            state: ConnState {
-                phase: AtomicU8::new(IDLE),
-                in_flight: AtomicU32::new(0),
-                last_idle: AtomicU64::new(now),
-            },
             _alive: alive,
             worker,
             _permit: permit,
         }
-    }
-
-    /// When the idle connection closes: `idle_timeout` after the end of its last response.
-    pub(crate) fn idle_since(&self) -> weir_core::Instant {
-        weir_core::Instant::from_nanos(self.state.last_idle.load(Ordering::Relaxed))
     }
 
     /// A sender that keeps the worker waiting while a tunnel outlives its connection.
@@ -100,27 +108,30 @@ impl ConnCtx {
     }
 }
 
-/// Marks its connection busy for as long as one request (its response body included) lives.
+/// Marks its HTTP/2 connection busy for as long as one request (its response body included)
+/// lives.
 #[derive(Debug)]
 pub struct RequestGuard {
     ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
 }
 
 impl RequestGuard {
-    /// The request on `ctx` has started (its head is complete).
+    /// The request on `ctx`, whose phase `state` holds, has started (its head is complete).
     #[must_use]
-    pub fn new(ctx: &Arc<ConnCtx>) -> RequestGuard {
-        ctx.state.in_flight.fetch_add(1, Ordering::Relaxed);
-        ctx.state.phase.store(BUSY, Ordering::Relaxed);
+    pub fn new(ctx: &Arc<ConnCtx>, state: &Arc<ConnState>) -> RequestGuard {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.phase.store(BUSY, Ordering::Relaxed);
         RequestGuard {
             ctx: Arc::clone(ctx),
+            state: Arc::clone(state),
         }
     }
 }
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        let s = &self.ctx.state;
+        let s = &self.state;
         if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
             s.last_idle
                 .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);

@@ -273,6 +273,25 @@ pub struct Scratch {
     lines: Vec<(&'static str, (usize, usize))>,
 }
 
+/// The first allocation of each of an active spell's write and scratch buffers
+/// ([`Scratch::for_spell`], `conn::Client`): room for a common head, so that the buffers are not
+/// grown a few bytes at a time (a dozen small allocations per spell), and in a size class no
+/// object a parked connection keeps uses. Small buffers freed at every park, in the size
+/// classes of what the parked connections keep, left allocator pages partly used and resident
+/// after a burst of connections (docs/benchmarks.md, "What an idle connection holds").
+pub const SPELL_BUF: usize = 1024;
+
+impl Scratch {
+    /// An active spell's scratch: [`SPELL_BUF`] bytes for values, room for [`MAX_EXTRA`] lines.
+    #[must_use]
+    pub fn for_spell() -> Scratch {
+        Scratch {
+            bytes: Vec::with_capacity(SPELL_BUF),
+            lines: Vec::with_capacity(MAX_EXTRA),
+        }
+    }
+}
+
 /// Extra header lines being collected: names and value spans into one scratch buffer, so the
 /// head writers get `(&str, &[u8])` pairs without an allocation per line.
 #[derive(Debug)]

@@ -37,7 +37,7 @@ use weir_core::request_id::X_REQUEST_ID;
 use weir_core::response::{ClientError, SyntheticResponse, Text, header};
 
 use crate::body::{Delivered, ResBody};
-use crate::conn::{ConnCtx, RequestGuard};
+use crate::conn::{ConnCtx, ConnState, RequestGuard};
 use crate::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::snapshot::Bound;
 use crate::upstream::{ClientBody, Conn, SendError, Target, UpBody};
@@ -51,9 +51,10 @@ const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTE
 /// The hyper service function of the data plane.
 pub async fn handle(
     ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
     mut req: Request<Incoming>,
 ) -> Result<Response<ResBody>, Infallible> {
-    let guard = RequestGuard::new(&ctx);
+    let guard = RequestGuard::new(&ctx, &state);
     let mut io = Io::new(&ctx, &req);
     // C-PATH-8: keep the client's upgrade handle before the request is taken apart.
     let client_upgrade = io

@@ -49,7 +49,7 @@ use hyper::rt::{Read, Write};
 
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
-use crate::conn::{Alive, ConnCtx, ConnInfo, IDLE};
+use crate::conn::{Alive, ConnCtx, ConnInfo, ConnState, IDLE};
 use crate::h1::Buf;
 use crate::limits::{ConnLimit, ConnPermit};
 use crate::park::Worker;
@@ -209,12 +209,16 @@ async fn serve_h2(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limits = ctx.shared.limits.clone();
+    let state = Arc::new(ConnState::new(ctx.shared.clock.now()));
     let watchdog = Watchdog {
         ctx: &ctx,
+        state: &state,
         limits: &limits,
     };
-    let svc_ctx = Arc::clone(&ctx);
-    let svc = service_fn(move |req| crate::proxy::handle(Arc::clone(&svc_ctx), req));
+    let (svc_ctx, svc_state) = (Arc::clone(&ctx), Arc::clone(&state));
+    let svc = service_fn(move |req| {
+        crate::proxy::handle(Arc::clone(&svc_ctx), Arc::clone(&svc_state), req)
+    });
     // Boxed: a task's size is that of its largest state, and every connection's task would
     // otherwise carry room for an HTTP/2 session.
     let mut conn = Box::pin(builders.h2.serve_connection(io, svc));
@@ -243,6 +247,7 @@ where
 /// The per-connection deadlines (module doc).
 struct Watchdog<'a> {
     ctx: &'a Arc<ConnCtx>,
+    state: &'a ConnState,
     limits: &'a ServerLimits,
 }
 
@@ -260,9 +265,9 @@ impl Watchdog<'_> {
     fn check(&self) -> Check {
         let clock = &self.ctx.shared.clock;
         let now = clock.now();
-        let phase = match self.ctx.state.phase.load(Ordering::Relaxed) {
+        let phase = match self.state.phase.load(Ordering::Relaxed) {
             IDLE => ConnPhase::Idle {
-                since: self.ctx.idle_since(),
+                since: self.state.idle_since(),
             },
             _ => ConnPhase::Busy,
         };

@@ -80,15 +80,16 @@ impl Client {
     }
 
     /// An active spell's state around `io` and what was read of it (`buf`): the write and
-    /// scratch buffers start empty and are dropped with the spell.
+    /// scratch buffers start with room for a common head ([`super::SPELL_BUF`]) and are dropped
+    /// with the spell.
     fn new(io: Box<dyn Io>, buf: Buf, limits: h1::Limits) -> Client {
         Client {
             io,
             buf,
-            head: Vec::new(),
-            out: Vec::new(),
-            up_out: Vec::new(),
-            scratch: super::Scratch::default(),
+            head: Vec::with_capacity(super::SPELL_BUF),
+            out: Vec::with_capacity(super::SPELL_BUF),
+            up_out: Vec::with_capacity(super::SPELL_BUF),
+            scratch: super::Scratch::for_spell(),
             limits,
         }
     }
