@@ -11,7 +11,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::LazyLock;
 use std::task::{Context, Poll};
 
 use hyper::rt::Timer;
@@ -56,8 +55,8 @@ impl weir_proxy::rt::Runtime for Tokio {
 
     /// hyper-util's: tokio's clock, so that tests pausing tokio's time move weir's too.
     fn timer(&self) -> &'static (dyn Timer + Send + Sync) {
-        static TIMER: LazyLock<TokioTimer> = LazyLock::new(TokioTimer::new);
-        &*TIMER
+        static TIMER: TokioClock = TokioClock;
+        &TIMER
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
@@ -126,6 +125,30 @@ impl weir_proxy::rt::Runtime for Tokio {
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
         }))
+    }
+}
+
+/// hyper-util's [`TokioTimer`], method for method, as a plain static: `TokioTimer` cannot be
+/// built in a `static` (`non_exhaustive`), and a `LazyLock` around it was checked on every
+/// clock reading (issue 14).
+#[derive(Debug, Clone, Copy)]
+struct TokioClock;
+
+impl Timer for TokioClock {
+    fn sleep(&self, duration: std::time::Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        TokioTimer::new().sleep(duration)
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        TokioTimer::new().sleep_until(deadline)
+    }
+
+    fn now(&self) -> std::time::Instant {
+        TokioTimer::new().now()
+    }
+
+    fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: std::time::Instant) {
+        TokioTimer::new().reset(sleep, new_deadline);
     }
 }
 

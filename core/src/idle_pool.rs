@@ -27,6 +27,8 @@
 //! Methods: facts in (`handle_opened`, `handle_closed`, `release`), commands (`checkout`,
 //! `sweep`, `clear`), getters.
 
+use core::borrow::Borrow;
+use core::hash::Hash;
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 
@@ -111,10 +113,10 @@ impl<C> Host<C> {
         self.peak[0].max(self.peak[1])
     }
 
-    fn roll(&mut self, now: Instant, window: Duration) {
-        let elapsed = now.saturating_since(self.window_start);
-        if elapsed >= window {
-            self.peak = if elapsed >= window.saturating_mul(2) {
+    fn roll(&mut self, now: Instant, window: Spans) {
+        let elapsed = u128::from(now.as_nanos().saturating_sub(self.window_start.as_nanos()));
+        if elapsed >= window.window {
+            self.peak = if elapsed >= window.double {
                 [self.lent, 0]
             } else {
                 [self.lent, self.peak[0]]
@@ -129,20 +131,53 @@ impl<C> Host<C> {
     }
 }
 
-/// The idle connections of one worker, per backend (module doc).
+/// `params`' spans in nanoseconds, so that the per-request checks compare integers and never
+/// divide a nanosecond count into a `Duration` (issue 14). `u128`: a `Duration`'s whole range.
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    /// `window`.
+    window: u128,
+    /// `window * 2` (saturating, as `Duration::saturating_mul`).
+    double: u128,
+    /// `timeout`.
+    timeout: Option<u128>,
+}
+
+impl Spans {
+    fn of(params: &IdleParams) -> Spans {
+        Spans {
+            window: params.window.as_nanos(),
+            double: params.window.saturating_mul(2).as_nanos(),
+            timeout: params.timeout.map(|t| t.as_nanos()),
+        }
+    }
+}
+
+/// Whether `span` (nanoseconds) has passed from `since` to `now`: `now.saturating_since(since)
+/// >= span` without making a `Duration`.
+fn passed(now: Instant, since: Instant, span: u128) -> bool {
+    u128::from(now.as_nanos().saturating_sub(since.as_nanos())) >= span
+}
+
+/// The idle connections of one worker, per backend (module doc), each backend known by a key
+/// `K` (its URL by default; the proxy's is a URL with its hash made once per backend, so that a
+/// request's look-ups do not hash the URL's bytes: issue 14). Keys equal as `K` are one
+/// backend.
 #[derive(Debug)]
-pub struct IdlePool<C> {
+pub struct IdlePool<C, K = Box<str>> {
     params: IdleParams,
-    hosts: HashMap<Box<str>, Host<C>, FixedState>,
+    spans: Spans,
+    hosts: HashMap<K, Host<C>, FixedState>,
     idle_total: usize,
 }
 
-impl<C> IdlePool<C> {
+impl<C, K: Hash + Eq> IdlePool<C, K> {
     /// An empty pool.
     #[must_use]
-    pub fn new(params: IdleParams) -> IdlePool<C> {
+    pub fn new(params: IdleParams) -> IdlePool<C, K> {
         IdlePool {
             params,
+            spans: Spans::of(&params),
             hosts: HashMap::with_hasher(FixedState::default()),
             idle_total: 0,
         }
@@ -162,39 +197,50 @@ impl<C> IdlePool<C> {
 
     /// Idle connections held for `host`.
     #[must_use]
-    pub fn idle_for(&self, host: &str) -> usize {
+    pub fn idle_for<Q: Hash + Eq + ?Sized>(&self, host: &Q) -> usize
+    where
+        K: Borrow<Q>,
+    {
         self.hosts.get(host).map_or(0, |h| h.idle.len())
     }
 
     /// The cap `host` has now: `per_host`, or its demand when that is larger (module doc).
     #[must_use]
-    pub fn cap_for(&self, host: &str) -> usize {
+    pub fn cap_for<Q: Hash + Eq + ?Sized>(&self, host: &Q) -> usize
+    where
+        K: Borrow<Q>,
+    {
         let demand = self.hosts.get(host).map_or(0, Host::demand);
         self.params.per_host.max(demand)
     }
 
-    fn host(&mut self, host: &str, now: Instant) -> &mut Host<C> {
+    fn host<Q: Hash + Eq + ?Sized>(&mut self, host: &Q, now: Instant) -> &mut Host<C>
+    where
+        K: Borrow<Q> + for<'q> From<&'q Q>,
+    {
         if !self.hosts.contains_key(host) {
-            self.hosts.insert(Box::from(host), Host::new(now));
+            self.hosts.insert(K::from(host), Host::new(now));
         }
         let h = self.hosts.get_mut(host).expect("inserted above");
-        h.roll(now, self.params.window);
+        h.roll(now, self.spans);
         h
     }
 
     /// The newest idle connection to `host` that has not expired at `now`, lent to the caller
     /// (give it back with [`Self::release`] or report it with [`Self::handle_closed`]).
     /// Expired ones met on the way are dropped (closed).
-    pub fn checkout(&mut self, host: &str, now: Instant) -> Option<C> {
-        let timeout = self.params.timeout;
-        let window = self.params.window;
+    pub fn checkout<Q: Hash + Eq + ?Sized>(&mut self, host: &Q, now: Instant) -> Option<C>
+    where
+        K: Borrow<Q>,
+    {
+        let spans = self.spans;
         let h = self.hosts.get_mut(host)?;
-        h.roll(now, window);
+        h.roll(now, spans);
         let before = h.idle.len();
         while h
             .idle
             .front()
-            .is_some_and(|(_, since)| timeout.is_some_and(|t| now.saturating_since(*since) >= t))
+            .is_some_and(|(_, since)| spans.timeout.is_some_and(|t| passed(now, *since, t)))
         {
             h.idle.pop_front();
         }
@@ -207,12 +253,18 @@ impl<C> IdlePool<C> {
     }
 
     /// A new connection to `host` was opened for a request (it is lent).
-    pub fn handle_opened(&mut self, host: &str, now: Instant) {
+    pub fn handle_opened<Q: Hash + Eq + ?Sized>(&mut self, host: &Q, now: Instant)
+    where
+        K: Borrow<Q> + for<'q> From<&'q Q>,
+    {
         self.host(host, now).lend();
     }
 
     /// A lent connection to `host` was closed (or kept by a tunnel) instead of released.
-    pub fn handle_closed(&mut self, host: &str) {
+    pub fn handle_closed<Q: Hash + Eq + ?Sized>(&mut self, host: &Q)
+    where
+        K: Borrow<Q>,
+    {
         if let Some(h) = self.hosts.get_mut(host) {
             h.lent = h.lent.saturating_sub(1);
         }
@@ -220,17 +272,23 @@ impl<C> IdlePool<C> {
 
     /// A lent connection comes back at `now`, reusable. Kept when the caps allow it, else
     /// returned to be closed.
-    pub fn release(&mut self, host: &str, conn: C, now: Instant) -> Option<C> {
+    pub fn release<Q: Hash + Eq + ?Sized>(&mut self, host: &Q, conn: C, now: Instant) -> Option<C>
+    where
+        K: Borrow<Q> + for<'q> From<&'q Q>,
+    {
         let (per_host, total) = (self.params.per_host, self.params.total);
-        let demand_total: usize = self.hosts.values().map(Host::demand).sum();
+        // The summed demand matters only once the idle total reaches `total` (the cap is the
+        // larger of the two): summed then, not on every release.
         let idle_total = self.idle_total;
+        let over_total = idle_total >= total
+            && idle_total >= self.hosts.values().map(Host::demand).sum::<usize>();
         // One look-up when the host is known (every release but its first), not two.
-        let window = self.params.window;
+        let window = self.spans;
         let h = match self.hosts.get_mut(host) {
             Some(h) => h,
             None => self
                 .hosts
-                .entry(Box::from(host))
+                .entry(K::from(host))
                 .or_insert_with(|| Host::new(now)),
         };
         h.roll(now, window);
@@ -239,7 +297,7 @@ impl<C> IdlePool<C> {
             return Some(conn);
         }
         let cap = per_host.max(h.demand());
-        if h.idle.len() >= cap || idle_total >= total.max(demand_total) {
+        if h.idle.len() >= cap || over_total {
             return Some(conn);
         }
         h.idle.push_back((conn, now));
@@ -253,18 +311,14 @@ impl<C> IdlePool<C> {
     /// falls, whatever the timeout: with `timeout: None` (`idle_conn_timeout: 0s`) nothing
     /// expires by age, so without it a burst's connections would stay idle forever.
     pub fn sweep(&mut self, now: Instant, mut alive: impl FnMut(&mut C) -> bool) {
-        let IdleParams {
-            per_host,
-            total,
-            timeout,
-            window,
-        } = self.params;
+        let (per_host, total) = (self.params.per_host, self.params.total);
+        let spans = self.spans;
         let mut held = 0;
         let mut demand_total = 0;
         for h in self.hosts.values_mut() {
-            h.roll(now, window);
+            h.roll(now, spans);
             h.idle.retain_mut(|(c, since)| {
-                timeout.is_none_or(|t| now.saturating_since(*since) < t) && alive(c)
+                spans.timeout.is_none_or(|t| !passed(now, *since, t)) && alive(c)
             });
             let cap = if per_host == 0 || total == 0 {
                 0

@@ -111,12 +111,56 @@ impl std::fmt::Display for SendError {
     }
 }
 
+/// A backend's key in the HTTP/1 idle pools (`h1::client`): its URL, with the URL's hash made
+/// once when the [`Target`] is built, so that a request's pool look-ups hash one number rather
+/// than the URL's bytes (issue 14). Equal exactly when the URLs are (the same backend URL
+/// shares its idle connections across reloads, as before); the URL itself is compared only
+/// when the hashes are equal and the two keys are not the same allocation.
+#[derive(Debug, Clone)]
+pub struct PoolKey {
+    hash: u64,
+    url: Arc<str>,
+}
+
+impl PoolKey {
+    /// The key of the backend at `url`.
+    #[must_use]
+    pub fn new(url: &str) -> PoolKey {
+        use std::hash::BuildHasher;
+        PoolKey {
+            hash: foldhash::quality::FixedState::default().hash_one(url),
+            url: Arc::from(url),
+        }
+    }
+}
+
+impl PartialEq for PoolKey {
+    fn eq(&self, other: &PoolKey) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.url, &other.url) || self.url == other.url)
+    }
+}
+
+impl Eq for PoolKey {}
+
+impl std::hash::Hash for PoolKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl From<&PoolKey> for PoolKey {
+    fn from(key: &PoolKey) -> PoolKey {
+        key.clone()
+    }
+}
+
 /// One backend as the pool sees it: the parsed base URL, where to connect, and how.
 #[derive(Debug)]
 pub struct Target {
     id: Box<str>,
     id_value: HeaderValue,
     url: Box<str>,
+    pool_key: PoolKey,
     base: BackendBase,
     host: Box<str>,
     port: u16,
@@ -152,6 +196,7 @@ impl Target {
             id: Box::from(id),
             id_value,
             url: Box::from(url),
+            pool_key: PoolKey::new(url),
             base,
             host,
             port,
@@ -207,6 +252,12 @@ impl Target {
     #[must_use]
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Its key in the HTTP/1 idle pools.
+    #[must_use]
+    pub fn pool_key(&self) -> &PoolKey {
+        &self.pool_key
     }
 
     /// The parsed base (scheme, authority, path prefix) for [`BackendBase::upstream_uri`].
@@ -571,3 +622,6 @@ impl Upstream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,7 @@ fn open(pool: &mut IdlePool<u32>, host: &str, first: u32, n: u32, now: Instant) 
 
 #[test]
 fn c_pool_idle_reuse_is_last_in_first_out() {
-    let mut pool = IdlePool::new(params(8, 16));
+    let mut pool = IdlePool::<_>::new(params(8, 16));
     for c in open(&mut pool, "a", 1, 3, at(1)) {
         assert_eq!(pool.release("a", c, at(1)), None);
     }
@@ -43,7 +43,7 @@ fn c_pool_idle_reuse_is_last_in_first_out() {
 
 #[test]
 fn c_pool_expired_idle_connections_are_never_reused() {
-    let mut pool = IdlePool::new(params(8, 16));
+    let mut pool = IdlePool::<_>::new(params(8, 16));
     let cs = open(&mut pool, "a", 1, 2, at(0));
     assert_eq!(pool.release("a", cs[0], at(0)), None);
     assert_eq!(pool.release("a", cs[1], at(50)), None);
@@ -59,7 +59,7 @@ fn c_pool_expired_idle_connections_are_never_reused() {
 
 #[test]
 fn c_pool_sweep_drops_dead_connections() {
-    let mut pool = IdlePool::new(params(8, 16));
+    let mut pool = IdlePool::<_>::new(params(8, 16));
     for c in open(&mut pool, "a", 1, 4, at(0)) {
         pool.release("a", c, at(0));
     }
@@ -72,7 +72,7 @@ fn c_pool_sweep_drops_dead_connections() {
 fn c_pool_caps_bound_idle_connections_without_demand() {
     // Cap 1, one connection idle; a quiet window later a request opens a second one while the
     // idle one is not reused (demand 1): the second release is refused, nothing load reused.
-    let mut pool = IdlePool::new(params(1, 16));
+    let mut pool = IdlePool::<_>::new(params(1, 16));
     let cs = open(&mut pool, "a", 1, 1, at(0));
     assert_eq!(pool.release("a", cs[0], at(0)), None);
     let late = open(&mut pool, "a", 2, 1, at(30))[0];
@@ -80,14 +80,14 @@ fn c_pool_caps_bound_idle_connections_without_demand() {
     assert_eq!(pool.release("a", late, at(30)), Some(late));
     assert_eq!(pool.idle_count(), 1);
     // The total cap (2) with three backends at demand 1 each: the summed demand (3) wins.
-    let mut pool = IdlePool::new(params(1, 2));
+    let mut pool = IdlePool::<_>::new(params(1, 2));
     for (i, h) in ["a", "b", "c"].into_iter().enumerate() {
         let c = open(&mut pool, h, i as u32, 1, at(0))[0];
         assert_eq!(pool.release(h, c, at(0)), None, "{h}");
     }
     assert_eq!(pool.idle_count(), 3);
     // Off means off.
-    let mut off = IdlePool::new(params(0, 16));
+    let mut off = IdlePool::<_>::new(params(0, 16));
     let c = open(&mut off, "a", 1, 1, at(0))[0];
     assert_eq!(off.release("a", c, at(0)), Some(c));
 }
@@ -96,7 +96,7 @@ fn c_pool_caps_bound_idle_connections_without_demand() {
 /// connection the steady load opened is kept, and the next round opens none.
 #[test]
 fn c_pool_adaptive_cap_keeps_what_steady_load_reuses() {
-    let mut pool = IdlePool::new(params(64, 256));
+    let mut pool = IdlePool::<_>::new(params(64, 256));
     let mut opened = 0;
     for round in 0..20u64 {
         let now = Instant::from_millis(round * 100);
@@ -130,7 +130,7 @@ fn c_pool_adaptive_cap_keeps_what_steady_load_reuses() {
 #[test]
 fn c_pool_sweep_trims_back_to_the_cap_without_a_timeout() {
     for timeout in [None, Some(Duration::from_secs(90))] {
-        let mut pool = IdlePool::new(IdleParams {
+        let mut pool = IdlePool::<_>::new(IdleParams {
             timeout,
             ..params(4, 8)
         });
@@ -149,7 +149,7 @@ fn c_pool_sweep_trims_back_to_the_cap_without_a_timeout() {
     }
     // The total cap: three backends, 4 each within `per_host`, 8 in all once demand is gone;
     // the oldest (backend "a", released first) go.
-    let mut pool = IdlePool::new(IdleParams {
+    let mut pool = IdlePool::<_>::new(IdleParams {
         timeout: None,
         ..params(4, 8)
     });
@@ -170,7 +170,7 @@ fn c_pool_sweep_trims_back_to_the_cap_without_a_timeout() {
 
 #[test]
 fn c_pool_closed_connections_leave_the_demand() {
-    let mut pool: IdlePool<u32> = IdlePool::new(params(1, 4));
+    let mut pool: IdlePool<u32> = IdlePool::<_>::new(params(1, 4));
     pool.handle_opened("a", at(0));
     pool.handle_opened("a", at(0));
     pool.handle_closed("a");
@@ -185,7 +185,7 @@ fn c_pool_closed_connections_leave_the_demand() {
 
 #[test]
 fn clear_drops_everything() {
-    let mut pool = IdlePool::new(params(4, 4));
+    let mut pool = IdlePool::<_>::new(params(4, 4));
     let c = open(&mut pool, "a", 1, 1, at(0))[0];
     pool.release("a", c, at(0));
     pool.clear();
@@ -237,5 +237,31 @@ fn c_path_7_a_connection_is_reused_only_after_a_complete_clean_exchange() {
         },
     ] {
         assert!(!reusable_after(broken), "{broken:?}");
+    }
+}
+
+proptest::proptest! {
+    /// C-POOL (issue 14): the pool's integer span checks give the answers of the `Duration`
+    /// comparisons they replace (`now.saturating_since(since) >= span`, `window * 2`).
+    #[test]
+    fn spans_compare_as_durations(
+        now in proptest::prelude::any::<u64>(),
+        since in proptest::prelude::any::<u64>(),
+        secs in proptest::prelude::any::<u64>(),
+        nanos in 0u32..1_000_000_000,
+        small in 0u64..1_000_000_000_000,
+    ) {
+        let (now, since) = (Instant::from_nanos(now), Instant::from_nanos(since));
+        for span in [Duration::new(secs, nanos), Duration::from_nanos(small), Duration::ZERO] {
+            let elapsed = now.saturating_since(since);
+            proptest::prop_assert_eq!(passed(now, since, span.as_nanos()), elapsed >= span);
+            let params = IdleParams { per_host: 1, total: 1, timeout: Some(span), window: span };
+            let spans = Spans::of(&params);
+            proptest::prop_assert_eq!(
+                passed(now, since, spans.double),
+                elapsed >= span.saturating_mul(2)
+            );
+            proptest::prop_assert_eq!(spans.timeout, Some(span.as_nanos()));
+        }
     }
 }

@@ -20,7 +20,7 @@ use weir_core::idle_pool::IdlePool;
 
 use super::Buf;
 use crate::rt::Io;
-use crate::upstream::{Target, Upstream};
+use crate::upstream::{PoolKey, Target, Upstream};
 
 /// Header lines an upstream response may carry.
 pub const MAX_RESPONSE_HEADERS: usize = 128;
@@ -62,17 +62,20 @@ impl Drop for UpConn {
             if let Ok(mut pools) = pools.try_borrow_mut()
                 && let Some((_, pool)) = pools.iter_mut().find(|(i, _)| *i == id)
             {
-                pool.handle_closed(self.target.url());
+                pool.handle_closed(self.target.pool_key());
             }
         });
     }
 }
 
+/// A worker's idle connections to one [`Upstream`]'s backends.
+type Pool = IdlePool<UpConn, PoolKey>;
+
 thread_local! {
-    static POOLS: RefCell<Vec<(u64, IdlePool<UpConn>)>> = const { RefCell::new(Vec::new()) };
+    static POOLS: RefCell<Vec<(u64, Pool)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn with_pool<R>(up: &Upstream, f: impl FnOnce(&mut IdlePool<UpConn>) -> R) -> R {
+fn with_pool<R>(up: &Upstream, f: impl FnOnce(&mut Pool) -> R) -> R {
     POOLS.with(|pools| {
         let mut pools = pools.borrow_mut();
         let i = match pools.iter().position(|(id, _)| *id == up.id()) {
@@ -124,7 +127,7 @@ pub fn checkout(up: &Upstream, target: &Target, now: std::time::Instant) -> Opti
     }
     let now = up.core_now(now);
     loop {
-        let mut conn = with_pool(up, |pool| pool.checkout(target.url(), now))?;
+        let mut conn = with_pool(up, |pool| pool.checkout(target.pool_key(), now))?;
         conn.lent = Some(up.id());
         if still_idle(&mut conn) {
             return Some(conn);
@@ -146,7 +149,7 @@ pub async fn connect(
         .await
         .map_err(UpError::Connect)?;
     with_pool(up, |pool| {
-        pool.handle_opened(target.url(), up.core_now(up.rt().now()));
+        pool.handle_opened(target.pool_key(), up.core_now(up.rt().now()));
     });
     Ok(UpConn {
         io,
@@ -164,7 +167,7 @@ pub fn release(up: &Upstream, mut conn: UpConn, now: std::time::Instant) {
     conn.buf.release();
     let now = up.core_now(now);
     let target = Arc::clone(&conn.target);
-    let refused = with_pool(up, |pool| pool.release(target.url(), conn, now));
+    let refused = with_pool(up, |pool| pool.release(target.pool_key(), conn, now));
     drop(refused);
 }
 
@@ -176,7 +179,7 @@ pub fn sweep(up: &Upstream) {
 
 /// Drop every idle connection of this worker (shutdown).
 pub fn clear(up: &Upstream) {
-    with_pool(up, IdlePool::clear);
+    with_pool(up, Pool::clear);
 }
 
 /// Idle connections this worker holds (tests).
