@@ -332,14 +332,16 @@ impl Req<'_> {
                 }
                 Output::BufferBody { .. } => self.buffer(c).await,
                 Output::Send(s) => {
-                    // C-RETRY-6: the previous response is dropped unread (its connection closes).
-                    drop(last.take());
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes),
+                    // in place (`take` copied the 180-byte `Up` out to drop it; issue 14).
+                    last = None;
                     if let Err(Gone) = self.send(c, &s, &mut last).await {
                         return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
-                Output::Deliver(d) => return self.deliver(c, &d, last.take()).await,
+                // Lent, not moved into the delivery's future (issue 14).
+                Output::Deliver(d) => return self.deliver(c, &d, &mut last).await,
                 _ => {}
             }
         }

@@ -73,9 +73,16 @@ impl Req<'_> {
 
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
     /// upgrade (C-PATH-8).
-    pub(super) async fn deliver(&mut self, c: &mut Client, d: &Delivery, last: Option<Up>) -> bool {
+    /// `last` is the attempt's response, lent (not moved: issue 14); its connection is taken
+    /// from it to be released or tunnelled.
+    pub(super) async fn deliver(
+        &mut self,
+        c: &mut Client,
+        d: &Delivery,
+        last: &mut Option<Up>,
+    ) -> bool {
         let _ = self.next();
-        let Some(mut up) = last else {
+        let Some(up) = last.as_mut() else {
             return self
                 .answer(c, Answer::Client(ClientError::Incomplete))
                 .await;
@@ -124,7 +131,7 @@ impl Req<'_> {
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
-            let Some(x) = self.x.take() else {
+            let (Some(x), Some(up)) = (self.x.take(), last.take()) else {
                 return false;
             };
             tunnel(shared, c, up.conn, x).await;
@@ -156,7 +163,11 @@ impl Req<'_> {
             // request does not queue behind this one); the last write keeps the response's
             // write deadline.
             let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
-            finish(shared, x, end);
+            // One reading of the clock for the body's end and the connection's release (issue
+            // 14), as `finish` would feed it.
+            let at = shared.rt.now();
+            drive::feed_at(x, Input::BodyEnd(end), shared.clock.at(at));
+            effects::drain(shared, x, None);
             let ended = idle_pool::Ended {
                 response_complete: end == BodyEnd::Complete,
                 response_reusable: reusable,
@@ -164,8 +175,10 @@ impl Req<'_> {
                 stray_bytes: !up.conn.buf.is_empty(),
                 send_proxy: up.target.send_proxy(),
             };
-            if idle_pool::reusable_after(ended) {
-                client::release(&shared.upstream, up.conn, shared.rt.now());
+            if idle_pool::reusable_after(ended)
+                && let Some(up) = last.take()
+            {
+                client::release(&shared.upstream, up.conn, at);
             }
             let mut written = true;
             if end == BodyEnd::Complete && !w.is_empty() {
