@@ -68,27 +68,18 @@ pub async fn serve(
     now: Option<weir_core::Instant>,
 ) -> Served {
     let raw = std::mem::take(&mut c.head);
-    let served = serve_head(ctx, c, &raw, timer, shutdown, now).await;
+    // One future for the head's parse and the request (not one wrapped in another: issue 14).
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    let served = match h1::parse_request_in(&raw, &mut headers, &c.limits) {
+        Ok(Parsed::Complete(head)) => {
+            c.buf.consume(head.head_len);
+            Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
+        }
+        Ok(Parsed::Partial) => Served::Partial,
+        Err(e) => Served::Refused(e),
+    };
     c.head = raw;
     served
-}
-
-async fn serve_head(
-    ctx: &Arc<ConnCtx>,
-    c: &mut Client,
-    raw: &[u8],
-    timer: &mut rt::TimerSlot,
-    shutdown: &watch::Receiver<bool>,
-    now: Option<weir_core::Instant>,
-) -> Served {
-    let mut headers = h1::header_slots::<MAX_HEADERS>();
-    let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
-        Ok(Parsed::Complete(head)) => head,
-        Ok(Parsed::Partial) => return Served::Partial,
-        Err(e) => return Served::Refused(e),
-    };
-    c.buf.consume(head.head_len);
-    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
 }
 
 async fn serve_parsed(
@@ -287,12 +278,19 @@ impl Req<'_> {
         let request = self.log.request();
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
-            match effects::perform(self.shared, x, out, Some(request)) {
-                Some(Output::Record(r)) => {
-                    self.line = Some(effects::pending_line(self.shared, x, &r, request));
+            // The side effects are matched here, each performed from its own value, rather than
+            // every output moved through `effects::perform` and back (issue 14); what they do
+            // is `perform`'s.
+            match out {
+                Output::Record(r) => {
+                    effects::record(self.shared, &r);
+                    if r.log {
+                        self.line = Some(effects::pending_line(self.shared, x, &r, request));
+                    }
                 }
-                Some(out) => return Some(out),
-                None => {}
+                Output::Metric(m) => effects::metric(self.shared, x, m),
+                Output::GateWake { ticket } => self.shared.admission.wake(ticket),
+                out => return Some(out),
             }
         }
         None
