@@ -107,15 +107,14 @@ async fn serve_parsed(
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
         return false;
     };
-    let host = head
-        .host()
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .or_else(|| {
-            absolute
-                .as_ref()
-                .and_then(|u| u.authority())
-                .map(|a| a.as_str())
-        });
+    // The access log's host, read as text only when a line is written (issue 14).
+    let host = Host {
+        header: head.host(),
+        authority: absolute
+            .as_ref()
+            .and_then(|u| u.authority())
+            .map(|a| a.as_str()),
+    };
     let version = match head.version {
         Version::Http10 => http::Version::HTTP_10,
         Version::Http11 => http::Version::HTTP_11,
@@ -185,7 +184,23 @@ struct Log<'a> {
     method: &'a Method,
     path: &'a str,
     version: http::Version,
-    host: Option<&'a str>,
+    host: Host<'a>,
+}
+
+/// Where the access log's host comes from: the `Host` header's bytes, or the target's authority.
+#[derive(Clone, Copy)]
+struct Host<'a> {
+    header: Option<&'a [u8]>,
+    authority: Option<&'a str>,
+}
+
+impl<'a> Host<'a> {
+    /// The `Host` header when it is text, else the target's authority.
+    fn text(self) -> Option<&'a str> {
+        self.header
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .or(self.authority)
+    }
 }
 
 impl<'a> Log<'a> {
@@ -194,7 +209,7 @@ impl<'a> Log<'a> {
             method: self.method,
             path: self.path,
             version: self.version,
-            host: self.host,
+            host: self.host.text(),
         }
     }
 }
@@ -275,7 +290,6 @@ impl Req<'_> {
     /// The next output that is not a side effect (those are performed on the way; a logged
     /// record becomes the pending access-log line).
     fn next(&mut self) -> Option<Output> {
-        let request = self.log.request();
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
             // The side effects are matched here, each performed from its own value, rather than
@@ -285,6 +299,7 @@ impl Req<'_> {
                 Output::Record(r) => {
                     effects::record(self.shared, &r);
                     if r.log {
+                        let request = self.log.request();
                         self.line = Some(effects::pending_line(self.shared, x, &r, request));
                     }
                 }

@@ -27,9 +27,9 @@ impl Req<'_> {
             (None, None) => Cow::Borrowed(""),
         };
         extra.set_bytes(header::REQUEST_ID, rid);
-        for (name, value) in x.response_headers(None, status) {
-            extra.set(name, |out| push_text(out, &value));
-        }
+        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        x.response_headers(None, status)
+            .for_each(|(name, value)| extra.set(name, |out| push_text(out, &value)));
         let close = extra.has(header::CONNECTION);
         // The rest of the engine's outputs (record, gate hand-off) are side effects.
         let _ = self.next();
@@ -99,13 +99,14 @@ impl Req<'_> {
         };
         self.delivered = true;
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        for (name, value) in x.response_headers(Some(d), d.deliver.status) {
-            match name {
+        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        let rid = x.request_id().as_bytes();
+        x.response_headers(Some(d), d.deliver.status)
+            .for_each(|(name, value)| match name {
                 header::BACKEND => extra.set_bytes(name, up.target.id().as_bytes()),
-                header::REQUEST_ID => extra.set_bytes(name, x.request_id().as_bytes()),
+                header::REQUEST_ID => extra.set_bytes(name, rid),
                 _ => extra.set(name, |out| push_text(out, &value)),
-            }
-        }
+            });
         c.out.clear();
         let client = ClientSide {
             version: self.head.version,
