@@ -14,7 +14,12 @@ use crate::{Data, rt, worker};
 
 /// Feed `input` now.
 pub fn feed(shared: &Data, x: &mut Exchange, input: Input) {
-    let now = shared.clock.now();
+    feed_at(x, input, shared.clock.now());
+}
+
+/// Feed `input` at `now`, a reading of the clock the caller took just before and uses for
+/// something else too (issue 14: one reading, not two).
+pub fn feed_at(x: &mut Exchange, input: Input, now: weir_core::Instant) {
     worker::with_rng(|rng| x.handle_input(input, now, rng));
 }
 

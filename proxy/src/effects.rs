@@ -202,7 +202,8 @@ pub fn drain(shared: &Data, x: &mut Bound, request: Option<Request<'_>>) {
     }
 }
 
-fn metric(shared: &Data, x: &Bound, m: Metric) {
+/// Count the metric `m` of `x` (what [`perform`] does with an [`Output::Metric`]).
+pub fn metric(shared: &Data, x: &Bound, m: Metric) {
     match m {
         Metric::Protection(reason) => {
             shared.metrics.protection(reason);
@@ -240,8 +241,9 @@ fn metric(shared: &Data, x: &Bound, m: Metric) {
     }
 }
 
-/// The request metric of `r` (every request, logged or not, C-OBS-2).
-fn record(shared: &Data, r: &Record) {
+/// The request metric of `r` (every request, logged or not, C-OBS-2): what [`perform`] does
+/// with an [`Output::Record`] besides giving a logged one back.
+pub fn record(shared: &Data, r: &Record) {
     shared
         .metrics
         .request(Listener::Public, r.status, r.duration);

@@ -313,12 +313,16 @@ pub fn sampled(rate: f64, rng: &mut dyn Rng) -> bool {
 /// answer, record, gate wake-up), with room to spare. No allocation per request.
 const OUTBOX: usize = 10;
 
-/// A fixed FIFO of outputs.
+/// A fixed FIFO of outputs: `items[head..end]`, in order. The adapter drains after every call,
+/// so the queue is almost always empty when a push comes: both indices then go back to the
+/// start, and a push or a pop is an index bump (no ring arithmetic, whose `% 10` was a
+/// multiplication and a few shifts per output; issue 14). A push that finds the end of the array
+/// taken while earlier slots are free moves the queued outputs to the front first (cold).
 #[derive(Debug)]
 pub(super) struct Outbox {
     items: [Option<Output>; OUTBOX],
     head: usize,
-    len: usize,
+    end: usize,
 }
 
 impl Outbox {
@@ -328,31 +332,80 @@ impl Outbox {
             // was copied whole, 800 bytes, into every new exchange; issue 14).
             items: core::array::from_fn(|_| None),
             head: 0,
-            len: 0,
+            end: 0,
         }
     }
 
     /// Queue `o`. The adapter drains after every call, so the queue never fills; if it did, the
     /// new output would be dropped (debug builds panic).
     pub(super) fn push(&mut self, o: Output) {
-        if self.len == OUTBOX {
+        if self.end == OUTBOX && !self.compact() {
             debug_assert!(
                 false,
                 "exchange outbox full: the adapter must drain after each call"
             );
             return;
         }
-        self.items[(self.head + self.len) % OUTBOX] = Some(o);
-        self.len += 1;
+        self.items[self.end] = Some(o);
+        self.end += 1;
+    }
+
+    /// Move the queued outputs to the front of the array: whether room was made.
+    #[cold]
+    fn compact(&mut self) -> bool {
+        if self.head == 0 {
+            return false;
+        }
+        self.items.rotate_left(self.head);
+        self.end -= self.head;
+        self.head = 0;
+        true
     }
 
     pub(super) fn pop(&mut self) -> Option<Output> {
-        if self.len == 0 {
+        if self.head == self.end {
             return None;
         }
         let o = self.items[self.head].take();
-        self.head = (self.head + 1) % OUTBOX;
-        self.len -= 1;
+        self.head += 1;
+        if self.head == self.end {
+            self.head = 0;
+            self.end = 0;
+        }
         o
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod outbox_tests {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::{OUTBOX, Outbox, Output};
+
+    proptest! {
+        /// The outbox is the FIFO of at most `OUTBOX` outputs that the ring it replaced was
+        /// (issue 14): any run of pushes and pops within the capacity gives the same outputs,
+        /// in the same order, as a `VecDeque`.
+        #[test]
+        fn outbox_is_a_bounded_fifo(ops in proptest::collection::vec(any::<bool>(), 0..200)) {
+            let mut outbox = Outbox::new();
+            let mut model = VecDeque::new();
+            let mut ticket = 0u64;
+            for push in ops {
+                if push && model.len() < OUTBOX {
+                    ticket += 1;
+                    outbox.push(Output::GateWake { ticket });
+                    model.push_back(Output::GateWake { ticket });
+                } else {
+                    prop_assert_eq!(outbox.pop(), model.pop_front());
+                }
+            }
+            while let Some(o) = model.pop_front() {
+                prop_assert_eq!(outbox.pop(), Some(o));
+            }
+            prop_assert_eq!(outbox.pop(), None);
+        }
     }
 }

@@ -68,27 +68,18 @@ pub async fn serve(
     now: Option<weir_core::Instant>,
 ) -> Served {
     let raw = std::mem::take(&mut c.head);
-    let served = serve_head(ctx, c, &raw, timer, shutdown, now).await;
+    // One future for the head's parse and the request (not one wrapped in another: issue 14).
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    let served = match h1::parse_request_in(&raw, &mut headers, &c.limits) {
+        Ok(Parsed::Complete(head)) => {
+            c.buf.consume(head.head_len);
+            Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
+        }
+        Ok(Parsed::Partial) => Served::Partial,
+        Err(e) => Served::Refused(e),
+    };
     c.head = raw;
     served
-}
-
-async fn serve_head(
-    ctx: &Arc<ConnCtx>,
-    c: &mut Client,
-    raw: &[u8],
-    timer: &mut rt::TimerSlot,
-    shutdown: &watch::Receiver<bool>,
-    now: Option<weir_core::Instant>,
-) -> Served {
-    let mut headers = h1::header_slots::<MAX_HEADERS>();
-    let head = match h1::parse_request_in(raw, &mut headers, &c.limits) {
-        Ok(Parsed::Complete(head)) => head,
-        Ok(Parsed::Partial) => return Served::Partial,
-        Err(e) => return Served::Refused(e),
-    };
-    c.buf.consume(head.head_len);
-    Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
 }
 
 async fn serve_parsed(
@@ -116,15 +107,14 @@ async fn serve_parsed(
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
         return false;
     };
-    let host = head
-        .host()
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .or_else(|| {
-            absolute
-                .as_ref()
-                .and_then(|u| u.authority())
-                .map(|a| a.as_str())
-        });
+    // The access log's host, read as text only when a line is written (issue 14).
+    let host = Host {
+        header: head.host(),
+        authority: absolute
+            .as_ref()
+            .and_then(|u| u.authority())
+            .map(|a| a.as_str()),
+    };
     let version = match head.version {
         Version::Http10 => http::Version::HTTP_10,
         Version::Http11 => http::Version::HTTP_11,
@@ -194,7 +184,23 @@ struct Log<'a> {
     method: &'a Method,
     path: &'a str,
     version: http::Version,
-    host: Option<&'a str>,
+    host: Host<'a>,
+}
+
+/// Where the access log's host comes from: the `Host` header's bytes, or the target's authority.
+#[derive(Clone, Copy)]
+struct Host<'a> {
+    header: Option<&'a [u8]>,
+    authority: Option<&'a str>,
+}
+
+impl<'a> Host<'a> {
+    /// The `Host` header when it is text, else the target's authority.
+    fn text(self) -> Option<&'a str> {
+        self.header
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .or(self.authority)
+    }
 }
 
 impl<'a> Log<'a> {
@@ -203,7 +209,7 @@ impl<'a> Log<'a> {
             method: self.method,
             path: self.path,
             version: self.version,
-            host: self.host,
+            host: self.host.text(),
         }
     }
 }
@@ -284,15 +290,22 @@ impl Req<'_> {
     /// The next output that is not a side effect (those are performed on the way; a logged
     /// record becomes the pending access-log line).
     fn next(&mut self) -> Option<Output> {
-        let request = self.log.request();
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
-            match effects::perform(self.shared, x, out, Some(request)) {
-                Some(Output::Record(r)) => {
-                    self.line = Some(effects::pending_line(self.shared, x, &r, request));
+            // The side effects are matched here, each performed from its own value, rather than
+            // every output moved through `effects::perform` and back (issue 14); what they do
+            // is `perform`'s.
+            match out {
+                Output::Record(r) => {
+                    effects::record(self.shared, &r);
+                    if r.log {
+                        let request = self.log.request();
+                        self.line = Some(effects::pending_line(self.shared, x, &r, request));
+                    }
                 }
-                Some(out) => return Some(out),
-                None => {}
+                Output::Metric(m) => effects::metric(self.shared, x, m),
+                Output::GateWake { ticket } => self.shared.admission.wake(ticket),
+                out => return Some(out),
             }
         }
         None
@@ -332,14 +345,16 @@ impl Req<'_> {
                 }
                 Output::BufferBody { .. } => self.buffer(c).await,
                 Output::Send(s) => {
-                    // C-RETRY-6: the previous response is dropped unread (its connection closes).
-                    drop(last.take());
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes),
+                    // in place (`take` copied the 180-byte `Up` out to drop it; issue 14).
+                    last = None;
                     if let Err(Gone) = self.send(c, &s, &mut last).await {
                         return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
-                Output::Deliver(d) => return self.deliver(c, &d, last.take()).await,
+                // Lent, not moved into the delivery's future (issue 14).
+                Output::Deliver(d) => return self.deliver(c, &d, &mut last).await,
                 _ => {}
             }
         }

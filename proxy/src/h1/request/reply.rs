@@ -27,9 +27,9 @@ impl Req<'_> {
             (None, None) => Cow::Borrowed(""),
         };
         extra.set_bytes(header::REQUEST_ID, rid);
-        for (name, value) in x.response_headers(None, status) {
-            extra.set(name, |out| push_text(out, &value));
-        }
+        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        x.response_headers(None, status)
+            .for_each(|(name, value)| extra.set(name, |out| push_text(out, &value)));
         let close = extra.has(header::CONNECTION);
         // The rest of the engine's outputs (record, gate hand-off) are side effects.
         let _ = self.next();
@@ -73,9 +73,16 @@ impl Req<'_> {
 
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
     /// upgrade (C-PATH-8).
-    pub(super) async fn deliver(&mut self, c: &mut Client, d: &Delivery, last: Option<Up>) -> bool {
+    /// `last` is the attempt's response, lent (not moved: issue 14); its connection is taken
+    /// from it to be released or tunnelled.
+    pub(super) async fn deliver(
+        &mut self,
+        c: &mut Client,
+        d: &Delivery,
+        last: &mut Option<Up>,
+    ) -> bool {
         let _ = self.next();
-        let Some(mut up) = last else {
+        let Some(up) = last.as_mut() else {
             return self
                 .answer(c, Answer::Client(ClientError::Incomplete))
                 .await;
@@ -92,13 +99,14 @@ impl Req<'_> {
         };
         self.delivered = true;
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        for (name, value) in x.response_headers(Some(d), d.deliver.status) {
-            match name {
+        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        let rid = x.request_id().as_bytes();
+        x.response_headers(Some(d), d.deliver.status)
+            .for_each(|(name, value)| match name {
                 header::BACKEND => extra.set_bytes(name, up.target.id().as_bytes()),
-                header::REQUEST_ID => extra.set_bytes(name, x.request_id().as_bytes()),
+                header::REQUEST_ID => extra.set_bytes(name, rid),
                 _ => extra.set(name, |out| push_text(out, &value)),
-            }
-        }
+            });
         c.out.clear();
         let client = ClientSide {
             version: self.head.version,
@@ -124,7 +132,7 @@ impl Req<'_> {
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
-            let Some(x) = self.x.take() else {
+            let (Some(x), Some(up)) = (self.x.take(), last.take()) else {
                 return false;
             };
             tunnel(shared, c, up.conn, x).await;
@@ -156,7 +164,11 @@ impl Req<'_> {
             // request does not queue behind this one); the last write keeps the response's
             // write deadline.
             let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
-            finish(shared, x, end);
+            // One reading of the clock for the body's end and the connection's release (issue
+            // 14), as `finish` would feed it.
+            let at = shared.rt.now();
+            drive::feed_at(x, Input::BodyEnd(end), shared.clock.at(at));
+            effects::drain(shared, x, None);
             let ended = idle_pool::Ended {
                 response_complete: end == BodyEnd::Complete,
                 response_reusable: reusable,
@@ -164,8 +176,10 @@ impl Req<'_> {
                 stray_bytes: !up.conn.buf.is_empty(),
                 send_proxy: up.target.send_proxy(),
             };
-            if idle_pool::reusable_after(ended) {
-                client::release(&shared.upstream, up.conn, shared.rt.now());
+            if idle_pool::reusable_after(ended)
+                && let Some(up) = last.take()
+            {
+                client::release(&shared.upstream, up.conn, at);
             }
             let mut written = true;
             if end == BodyEnd::Complete && !w.is_empty() {
