@@ -281,7 +281,15 @@ proptest! {
             let a = write_response_head(&r, client, extra, &mut runs);
             let b = write_response_head(&ResponseHead { raw: &[], ..r }, client, extra, &mut lines);
             prop_assert_eq!(a, b);
-            prop_assert_eq!(runs, lines);
+            prop_assert_eq!(&runs, &lines);
+            // A kept head writes the same bytes and answer as the head parsed (and
+            // `body`/`reusable` are the parsed head's), without being rebuilt.
+            let k = r.keep::<8>().expect("a head of at most 8 lines is kept");
+            prop_assert_eq!((k.body(), k.reusable()), (r.body, r.reusable()));
+            let mut kept_out = Vec::new();
+            prop_assert_eq!(k.write_response_head(&res, client, extra, &mut kept_out), Some(a));
+            prop_assert_eq!(&kept_out, &runs);
+            prop_assert_eq!(k.write_response_head(&res[..r.head_len - 1], client, extra, &mut kept_out), None);
             let (mut runs, mut lines) = (Vec::new(), Vec::new());
             write_interim(&r, &mut runs);
             write_interim(&ResponseHead { raw: &[], ..r }, &mut lines);
