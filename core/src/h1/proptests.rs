@@ -313,3 +313,86 @@ fn decode(pieces: &[&[u8]]) -> Result<(Vec<u8>, usize), ChunkError> {
     }
     Ok((data, used))
 }
+
+/// [`valid_host`] as it was before its one-pass reg-name (issue 14): the colon found first,
+/// then the reg-name and the port checked apart. An IP-literal is checked by the function
+/// under test (that branch did not change).
+fn valid_host_before(v: &[u8]) -> bool {
+    fn reg_name(h: &[u8]) -> bool {
+        const fn unreserved(b: u8) -> bool {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+        }
+        const fn sub_delim(b: u8) -> bool {
+            matches!(
+                b,
+                b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+            )
+        }
+        if h.is_empty() {
+            return false;
+        }
+        let mut i = 0;
+        while i < h.len() {
+            match h[i] {
+                b if unreserved(b) || sub_delim(b) => {}
+                b'%' => {
+                    if !(i + 2 < h.len()
+                        && h[i + 1].is_ascii_hexdigit()
+                        && h[i + 2].is_ascii_hexdigit())
+                    {
+                        return false;
+                    }
+                    i += 3;
+                    continue;
+                }
+                _ => return false,
+            }
+            i += 1;
+        }
+        true
+    }
+    let (host, port) = match v.first() {
+        Some(b'[') => match v.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let (literal, rest) = v.split_at(end + 1);
+                if !valid_host(literal) {
+                    return false;
+                }
+                match rest {
+                    [] => return true,
+                    [b':', port @ ..] => (literal, Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match v.iter().position(|&b| b == b':') {
+            Some(colon) => (&v[..colon], Some(&v[colon + 1..])),
+            None => (v, None),
+        },
+    };
+    if host.first() != Some(&b'[') && !reg_name(host) {
+        return false;
+    }
+    port.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 5
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+    })
+}
+
+proptest! {
+    /// The one-pass `valid_host` gives the answers of the two-pass one (issue 14).
+    #[test]
+    fn valid_host_is_as_before(
+        v in prop_oneof![
+            "[a-zA-Z0-9.:%_~!@/\\[\\]-]{0,12}",
+            "[a-f0-9.%]{0,6}(:[0-9]{0,6})?(:[0-9a-z]{0,3})?",
+            "\\[[0-9a-fA-F:.v]{0,10}\\](:[0-9]{0,6})?[a-z]?",
+            "[ -~]{0,10}",
+        ],
+    ) {
+        prop_assert_eq!(valid_host(v.as_bytes()), valid_host_before(v.as_bytes()), "{:?}", v);
+    }
+}

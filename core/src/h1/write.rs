@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use super::{BodyFraming, Facts, Header, RequestHead, ResponseHead, Version};
 use crate::forward::{self, Proto};
 use crate::h1::rules::tokens;
+use crate::headers::is_name;
 
 /// What the upstream request carries besides the client's head.
 #[derive(Debug, Clone, Copy)]
@@ -387,7 +388,7 @@ fn dropped<'a>(
     connection_names: bool,
     upgrading: bool,
 ) -> bool {
-    if forward::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
+    if forward::is_hop_by_hop(name) || is_name(name, b"content-length") {
         return true;
     }
     connection_names
