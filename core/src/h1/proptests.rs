@@ -235,8 +235,27 @@ proptest! {
     fn head_writers_copy_runs_as_lines(
         lines in prop::collection::vec(loose_line(), 0..8),
         http10 in any::<bool>(),
+        request_line in prop_oneof![
+            Just("GET /a HTTP/1.1\r\n"),
+            Just("GET /a HTTP/1.0\r\n"),
+            Just("\r\nGET /a HTTP/1.1\r\n"),
+            Just("GET /a HTTP/1.1\n"),
+            Just("OPTIONS /a HTTP/1.1\r\n"),
+            Just("GET /b HTTP/1.1\r\n"),
+            Just("GET /a?q HTTP/1.1\r\n"),
+        ],
+        status_line in prop_oneof![
+            Just("HTTP/1.1 200 OK\r\n"),
+            Just("HTTP/1.0 200 OK\r\n"),
+            Just("HTTP/1.1 200 \r\n"),
+            Just("HTTP/1.1 200\r\n"),
+            Just("\r\nHTTP/1.1 404 Not Found\r\n"),
+            Just("HTTP/1.1 200 OK\n"),
+            Just("HTTP/1.1 204 No Content\r\n"),
+            Just("HTTP/1.1 200 caf\u{e9}\r\n"),
+        ],
     ) {
-        let req = loose_head("GET /a HTTP/1.1\r\n", &lines);
+        let req = loose_head(request_line, &lines);
         let mut h = [EMPTY_HEADER; 32];
         let mut slots = header_slots::<32>();
         let parsed = parse_request(&req, &mut h, &Limits::default());
@@ -253,7 +272,7 @@ proptest! {
             write_upstream_request(&RequestHead { raw: &[], ..r }, &up, &mut lines);
             prop_assert_eq!(runs, lines);
         }
-        let res = loose_head("HTTP/1.1 200 OK\r\n", &lines);
+        let res = loose_head(status_line, &lines);
         let ctx = ResponseContext::default();
         let mut h = [EMPTY_HEADER; 32];
         let mut slots = header_slots::<32>();

@@ -37,10 +37,15 @@ pub fn write_upstream_request(
     out: &mut Vec<u8>,
 ) {
     let upgrading = head.upgrade();
-    out.extend_from_slice(head.method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(req.target);
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut copy = Runs::new(head.raw);
+    // The request line joins the run of lines after it when the client's stands as weir's
+    // would (issue 14): its method, the same target bytes, HTTP/1.1.
+    if !copy.request_line(head.method.as_bytes(), req.target) {
+        out.extend_from_slice(head.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(req.target);
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+    }
     let mut te_trailers = false;
     // RFC 9112 §3.2.2: a proxy forwarding an absolute-form request writes Host from the
     // target, never the received one; it takes the place of the client's Host line.
@@ -49,9 +54,9 @@ pub fn write_upstream_request(
     if let Some(a) = from_target
         && head.host().is_none()
     {
+        copy.flush(out);
         line(out, b"host", a);
     }
-    let mut copy = Runs::new(head.raw);
     let all = pairs(head.headers);
     for h in head.headers {
         let name = h.name.as_bytes();
@@ -219,8 +224,13 @@ pub(super) fn response_out<'a>(
     let keep_alive = client.keep_alive
         && !switching
         && !matches!(body, BodyOut::DecodeChunked | BodyOut::UntilClose);
-    status_line(out, head.status, head.reason);
-    headers(out, head.raw, lines, head.facts, switching, extra);
+    let mut copy = Runs::new(head.raw);
+    // The status line joins the run of lines after it when the upstream's stands as weir's
+    // would (issue 14): HTTP/1.1, the same status and reason.
+    if !copy.status_line(head.status, head.reason) {
+        status_line(out, head.status, head.reason);
+    }
+    headers(out, &mut copy, lines, head.facts, switching, extra);
     // A HEAD or 304 response keeps its Content-Length (it describes the representation);
     // 1xx and 204 never carry one (RFC 9110 §8.6).
     match (head.facts.content_length, body) {
@@ -255,7 +265,8 @@ pub const fn relay_interim(client: Version) -> bool {
 /// Writes an interim response head for the client (hop-by-hop headers dropped).
 pub fn write_interim(head: &ResponseHead<'_, '_>, out: &mut Vec<u8>) {
     status_line(out, head.status, head.reason.as_bytes());
-    headers(out, head.raw, pairs(head.headers), head.facts, false, &[]);
+    let mut copy = Runs::new(head.raw);
+    headers(out, &mut copy, pairs(head.headers), head.facts, false, &[]);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -282,28 +293,29 @@ fn upgrade_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 }
 
 fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    // 100..=599: three digits.
-    out.extend_from_slice(&[
-        b'0' + (status / 100) as u8,
-        b'0' + (status / 10 % 10) as u8,
-        b'0' + (status % 10) as u8,
-        b' ',
-    ]);
+    out.extend_from_slice(&status_prefix(status));
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
 }
 
-/// The end-to-end lines of a response, in order (`all` its lines, `raw` its bytes).
+/// `HTTP/1.1 <status> ` (a status of 100..=599: three digits).
+const fn status_prefix(status: u16) -> [u8; 13] {
+    let mut p = *b"HTTP/1.1 000 ";
+    p[9] = b'0' + (status / 100) as u8;
+    p[10] = b'0' + (status / 10 % 10) as u8;
+    p[11] = b'0' + (status % 10) as u8;
+    p
+}
+
+/// The end-to-end lines of a response, in order (`all` its lines, copied through `copy`).
 fn headers<'a>(
     out: &mut Vec<u8>,
-    raw: &[u8],
+    copy: &mut Runs<'_>,
     all: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
     facts: Facts,
     switching: bool,
     extra: &[(&str, &[u8])],
 ) {
-    let mut copy = Runs::new(raw);
     for (name, value) in all.clone() {
         if switching && name.eq_ignore_ascii_case(b"upgrade") {
             copy.line(out, name, value);
@@ -353,6 +365,52 @@ impl<'r> Runs<'r> {
                 line(out, name, value);
             }
         }
+    }
+
+    /// Start the run with the request line `method target HTTP/1.1` CRLF when it stands so in
+    /// the head's bytes (`method` a slice of them, `target` the bytes after its space or equal
+    /// to them); whether it did (nothing pending before).
+    fn request_line(&mut self, method: &[u8], target: &[u8]) -> bool {
+        let Some(s) = self.offset(method) else {
+            return false;
+        };
+        let t = s + method.len() + 1;
+        let e = t + target.len() + 11;
+        let raw = self.raw;
+        let fits = e <= raw.len()
+            && raw[t - 1] == b' '
+            && (target.as_ptr() as usize == raw.as_ptr() as usize + t
+                || raw[t..t + target.len()] == *target)
+            && raw[e - 11..e] == *b" HTTP/1.1\r\n";
+        if fits {
+            (self.start, self.end) = (s, e);
+        }
+        fits
+    }
+
+    /// Start the run with the status line `HTTP/1.1 <status> <reason>` CRLF when it stands so
+    /// in the head's bytes (`reason` a slice of them, not empty); whether it did.
+    fn status_line(&mut self, status: u16, reason: &[u8]) -> bool {
+        let Some(r) = self
+            .offset(reason)
+            .filter(|&r| r >= 13 && !reason.is_empty())
+        else {
+            return false;
+        };
+        let e = r + reason.len() + 2;
+        let raw = self.raw;
+        let fits =
+            e <= raw.len() && raw[r - 13..r] == status_prefix(status) && raw[e - 2..e] == *b"\r\n";
+        if fits {
+            (self.start, self.end) = (r - 13, e);
+        }
+        fits
+    }
+
+    /// Where `s` begins in the head's bytes, if it is a slice of them.
+    fn offset(&self, s: &[u8]) -> Option<usize> {
+        let at = (s.as_ptr() as usize).checked_sub(self.raw.as_ptr() as usize)?;
+        (at.checked_add(s.len())? <= self.raw.len()).then_some(at)
     }
 
     /// Write the pending run (before anything else goes into `out`).
