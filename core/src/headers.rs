@@ -32,5 +32,22 @@ impl HeaderLines for [httparse::Header<'_>] {
     }
 }
 
+/// Whether `name` is `lower` in any case, `lower` being the lower-case name of a header weir
+/// looks for: ASCII lower-case letters, digits and `-` only. A letter is compared with its case
+/// bit set on `name`'s side, any other byte as it is: the answers of `eq_ignore_ascii_case`, in
+/// a few wide operations once `N` and `lower` are constants (issue 14: names are compared on
+/// every line of every head).
+#[inline(always)]
+pub(crate) fn is_name<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {
+    let Ok(name) = <&[u8; N]>::try_from(name) else {
+        return false;
+    };
+    let mut diff = 0u8;
+    for i in 0..N {
+        diff |= (name[i] | ((lower[i] & 0x40) >> 1)) ^ lower[i];
+    }
+    diff == 0
+}
+
 #[cfg(test)]
 mod tests;

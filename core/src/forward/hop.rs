@@ -55,19 +55,18 @@ fn byte_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// and write what survives (`TE: trailers`, `Upgrade` when upgrading) themselves.
 #[must_use]
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 8] = [
-        b"connection",
-        b"http2-settings",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    ];
-    NAMES
-        .iter()
-        .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+    use crate::headers::is_name;
+    // By length, then one folded comparison (issue 14): `connection`, `http2-settings`,
+    // `keep-alive`, `proxy-connection`, `te`, `trailer`, `transfer-encoding`, `upgrade`.
+    match name.len() {
+        2 => is_name(name, b"te"),
+        7 => is_name(name, b"trailer") || is_name(name, b"upgrade"),
+        10 => is_name(name, b"connection") || is_name(name, b"keep-alive"),
+        14 => is_name(name, b"http2-settings"),
+        16 => is_name(name, b"proxy-connection"),
+        17 => is_name(name, b"transfer-encoding"),
+        _ => false,
+    }
 }
 
 /// Whether a `TE` value names `trailers`: then the upstream gets exactly `TE: trailers`

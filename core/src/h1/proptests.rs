@@ -235,8 +235,27 @@ proptest! {
     fn head_writers_copy_runs_as_lines(
         lines in prop::collection::vec(loose_line(), 0..8),
         http10 in any::<bool>(),
+        request_line in prop_oneof![
+            Just("GET /a HTTP/1.1\r\n"),
+            Just("GET /a HTTP/1.0\r\n"),
+            Just("\r\nGET /a HTTP/1.1\r\n"),
+            Just("GET /a HTTP/1.1\n"),
+            Just("OPTIONS /a HTTP/1.1\r\n"),
+            Just("GET /b HTTP/1.1\r\n"),
+            Just("GET /a?q HTTP/1.1\r\n"),
+        ],
+        status_line in prop_oneof![
+            Just("HTTP/1.1 200 OK\r\n"),
+            Just("HTTP/1.0 200 OK\r\n"),
+            Just("HTTP/1.1 200 \r\n"),
+            Just("HTTP/1.1 200\r\n"),
+            Just("\r\nHTTP/1.1 404 Not Found\r\n"),
+            Just("HTTP/1.1 200 OK\n"),
+            Just("HTTP/1.1 204 No Content\r\n"),
+            Just("HTTP/1.1 200 caf\u{e9}\r\n"),
+        ],
     ) {
-        let req = loose_head("GET /a HTTP/1.1\r\n", &lines);
+        let req = loose_head(request_line, &lines);
         let mut h = [EMPTY_HEADER; 32];
         let mut slots = header_slots::<32>();
         let parsed = parse_request(&req, &mut h, &Limits::default());
@@ -253,7 +272,7 @@ proptest! {
             write_upstream_request(&RequestHead { raw: &[], ..r }, &up, &mut lines);
             prop_assert_eq!(runs, lines);
         }
-        let res = loose_head("HTTP/1.1 200 OK\r\n", &lines);
+        let res = loose_head(status_line, &lines);
         let ctx = ResponseContext::default();
         let mut h = [EMPTY_HEADER; 32];
         let mut slots = header_slots::<32>();
@@ -281,7 +300,15 @@ proptest! {
             let a = write_response_head(&r, client, extra, &mut runs);
             let b = write_response_head(&ResponseHead { raw: &[], ..r }, client, extra, &mut lines);
             prop_assert_eq!(a, b);
-            prop_assert_eq!(runs, lines);
+            prop_assert_eq!(&runs, &lines);
+            // A kept head writes the same bytes and answer as the head parsed (and
+            // `body`/`reusable` are the parsed head's), without being rebuilt.
+            let k = r.keep::<8>().expect("a head of at most 8 lines is kept");
+            prop_assert_eq!((k.body(), k.reusable()), (r.body, r.reusable()));
+            let mut kept_out = Vec::new();
+            prop_assert_eq!(k.write_response_head(&res, client, extra, &mut kept_out), Some(a));
+            prop_assert_eq!(&kept_out, &runs);
+            prop_assert_eq!(k.write_response_head(&res[..r.head_len - 1], client, extra, &mut kept_out), None);
             let (mut runs, mut lines) = (Vec::new(), Vec::new());
             write_interim(&r, &mut runs);
             write_interim(&ResponseHead { raw: &[], ..r }, &mut lines);
@@ -304,4 +331,87 @@ fn decode(pieces: &[&[u8]]) -> Result<(Vec<u8>, usize), ChunkError> {
         used += at;
     }
     Ok((data, used))
+}
+
+/// [`valid_host`] as it was before its one-pass reg-name (issue 14): the colon found first,
+/// then the reg-name and the port checked apart. An IP-literal is checked by the function
+/// under test (that branch did not change).
+fn valid_host_before(v: &[u8]) -> bool {
+    fn reg_name(h: &[u8]) -> bool {
+        const fn unreserved(b: u8) -> bool {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+        }
+        const fn sub_delim(b: u8) -> bool {
+            matches!(
+                b,
+                b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+            )
+        }
+        if h.is_empty() {
+            return false;
+        }
+        let mut i = 0;
+        while i < h.len() {
+            match h[i] {
+                b if unreserved(b) || sub_delim(b) => {}
+                b'%' => {
+                    if !(i + 2 < h.len()
+                        && h[i + 1].is_ascii_hexdigit()
+                        && h[i + 2].is_ascii_hexdigit())
+                    {
+                        return false;
+                    }
+                    i += 3;
+                    continue;
+                }
+                _ => return false,
+            }
+            i += 1;
+        }
+        true
+    }
+    let (host, port) = match v.first() {
+        Some(b'[') => match v.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let (literal, rest) = v.split_at(end + 1);
+                if !valid_host(literal) {
+                    return false;
+                }
+                match rest {
+                    [] => return true,
+                    [b':', port @ ..] => (literal, Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match v.iter().position(|&b| b == b':') {
+            Some(colon) => (&v[..colon], Some(&v[colon + 1..])),
+            None => (v, None),
+        },
+    };
+    if host.first() != Some(&b'[') && !reg_name(host) {
+        return false;
+    }
+    port.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 5
+            && p.iter().all(u8::is_ascii_digit)
+            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
+    })
+}
+
+proptest! {
+    /// The one-pass `valid_host` gives the answers of the two-pass one (issue 14).
+    #[test]
+    fn valid_host_is_as_before(
+        v in prop_oneof![
+            "[a-zA-Z0-9.:%_~!@/\\[\\]-]{0,12}",
+            "[a-f0-9.%]{0,6}(:[0-9]{0,6})?(:[0-9a-z]{0,3})?",
+            "\\[[0-9a-fA-F:.v]{0,10}\\](:[0-9]{0,6})?[a-z]?",
+            "[ -~]{0,10}",
+        ],
+    ) {
+        prop_assert_eq!(valid_host(v.as_bytes()), valid_host_before(v.as_bytes()), "{:?}", v);
+    }
 }

@@ -5,6 +5,7 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 
+use super::write::{self, ClientSide, ResponseOut};
 use super::{
     BodyFraming, Facts, FramingError, Header, Limits, Parsed, Version, facts_of, malformed,
 };
@@ -283,6 +284,49 @@ impl ResponseHead<'_, '_> {
 }
 
 impl<const N: usize> KeptHead<N> {
+    /// How the body is framed.
+    #[must_use]
+    pub const fn body(&self) -> BodyFraming {
+        self.body
+    }
+
+    /// [`ResponseHead::reusable`] of the head kept.
+    #[must_use]
+    pub const fn reusable(&self) -> bool {
+        self.status != 101
+            && self.body.is_delimited()
+            && self
+                .facts
+                .persistent(matches!(self.version, Version::Http10))
+    }
+
+    /// [`super::write_response_head`] of the head kept, from `buf`, the bytes it was kept from
+    /// (still at its start): the same bytes and answer as for the head parsed, without
+    /// rebuilding its lines (no `str` of a name or of the reason is needed to write them).
+    /// `None` if `buf` is shorter than the head.
+    pub fn write_response_head(
+        &self,
+        buf: &[u8],
+        client: ClientSide,
+        extra: &[(&str, &[u8])],
+        out: &mut Vec<u8>,
+    ) -> Option<ResponseOut> {
+        let raw = buf.get(..self.head_len)?;
+        // Every span was taken inside a head of `head_len` bytes ([`Span::of`]).
+        let at = |s: Span| &raw[s.at as usize..s.at as usize + s.len as usize];
+        let head = write::Response {
+            status: self.status,
+            reason: at(self.reason),
+            raw,
+            body: self.body,
+            facts: self.facts,
+        };
+        let lines = self.lines[..self.count]
+            .iter()
+            .map(move |&(name, value)| (at(name), at(value)));
+        Some(write::response_out(&head, lines, client, extra, out))
+    }
+
     /// The head again, from `buf`, the bytes it was kept from (still at its start), its lines
     /// in `storage`: what [`parse_response`] gives for them. `None` if `buf` is not those bytes
     /// any more.

@@ -5,6 +5,8 @@
 
 use core::fmt;
 
+use crate::headers::is_name;
+
 /// How a message's body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFraming {
@@ -77,19 +79,19 @@ impl Facts {
     /// One header line.
     pub fn header(&mut self, name: &[u8], value: &[u8]) {
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => {
+            4 if is_name(name, b"host") => {
                 self.hosts = self.hosts.saturating_add(1);
                 self.host_invalid |= !valid_host(trim(value));
             }
-            6 if name.eq_ignore_ascii_case(b"expect") => {
+            6 if is_name(name, b"expect") => {
                 self.expect_continue |= trim(value).eq_ignore_ascii_case(b"100-continue");
             }
             // `h2c` is never an upgrade weir makes (`forward::is_h2c`): offered alone, the
             // request is a plain one and its `Upgrade` is dropped as hop-by-hop.
-            7 if name.eq_ignore_ascii_case(b"upgrade") => {
+            7 if is_name(name, b"upgrade") => {
                 self.upgrade_header |= crate::forward::offers_upgrade(value);
             }
-            10 if name.eq_ignore_ascii_case(b"connection") => {
+            10 if is_name(name, b"connection") => {
                 for t in tokens(value) {
                     self.close |= t.eq_ignore_ascii_case(b"close");
                     self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
@@ -100,7 +102,7 @@ impl Facts {
                         && !t.eq_ignore_ascii_case(b"keep-alive");
                 }
             }
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
+            14 if is_name(name, b"content-length") => {
                 // One line, one number (issue 14: a repeated Content-Length is refused even
                 // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
                 match (content_length(value), self.content_length) {
@@ -108,7 +110,7 @@ impl Facts {
                     _ => self.fail(FramingError::ContentLength),
                 }
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+            17 if is_name(name, b"transfer-encoding") => {
                 // weir understands one coding, `chunked`, alone: a list (`gzip, chunked`) is
                 // refused rather than rewritten to plain `chunked` (RFC 9112 §6.1 lets a
                 // server refuse codings it does not understand; nginx 1.23+ does the same).
@@ -239,62 +241,51 @@ pub(crate) fn only_chunked(v: &[u8]) -> bool {
 /// digits no larger than 65535. Not empty, no userinfo (`@`), no path (`/`), no zone id.
 #[must_use]
 pub fn valid_host(v: &[u8]) -> bool {
-    let (host, port) = match v.first() {
-        Some(b'[') => match v.iter().position(|&b| b == b']') {
-            Some(end) => {
-                let (literal, rest) = v.split_at(end + 1);
-                if !ip_literal(&literal[1..end]) {
-                    return false;
-                }
-                match rest {
-                    [] => return true,
-                    [b':', port @ ..] => (literal, Some(port)),
-                    _ => return false,
-                }
-            }
-            None => return false,
-        },
-        _ => match v.iter().position(|&b| b == b':') {
-            Some(colon) => (&v[..colon], Some(&v[colon + 1..])),
-            None => (v, None),
-        },
-    };
-    if host.first() != Some(&b'[') && !reg_name(host) {
-        return false;
+    if v.first() == Some(&b'[') {
+        let Some(end) = v.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let (literal, rest) = v.split_at(end + 1);
+        return ip_literal(&literal[1..end])
+            && match rest {
+                [] => true,
+                [b':', port @ ..] => valid_port(port),
+                _ => false,
+            };
     }
-    port.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 5
-            && p.iter().all(u8::is_ascii_digit)
-            && p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65535
-    })
-}
-
-/// A non-empty RFC 3986 reg-name (an IPv4 address is one too).
-fn reg_name(h: &[u8]) -> bool {
-    if h.is_empty() {
-        return false;
-    }
+    // A non-empty reg-name (an IPv4 address is one too) up to the first `:`, in one pass
+    // (issue 14: no separate search for the colon).
     let mut i = 0;
-    while i < h.len() {
-        match h[i] {
-            // One table look-up per byte (issue 14): unreserved or a sub-delim.
-            b if REG_NAME[b as usize] => {}
-            b'%' => {
-                if !(i + 2 < h.len()
-                    && h[i + 1].is_ascii_hexdigit()
-                    && h[i + 2].is_ascii_hexdigit())
-                {
-                    return false;
-                }
+    while i < v.len() {
+        match v[i] {
+            // One table look-up per byte: unreserved or a sub-delim.
+            b if REG_NAME[b as usize] => i += 1,
+            b'%' if i + 2 < v.len()
+                && v[i + 1].is_ascii_hexdigit()
+                && v[i + 2].is_ascii_hexdigit() =>
+            {
                 i += 3;
-                continue;
             }
+            b':' => break,
             _ => return false,
         }
-        i += 1;
     }
-    true
+    i > 0 && (i == v.len() || valid_port(&v[i + 1..]))
+}
+
+/// A port: 1–5 digits, at most 65535.
+fn valid_port(p: &[u8]) -> bool {
+    if p.is_empty() || p.len() > 5 {
+        return false;
+    }
+    let mut n = 0u32;
+    for &d in p {
+        if !d.is_ascii_digit() {
+            return false;
+        }
+        n = n * 10 + u32::from(d - b'0');
+    }
+    n <= 65535
 }
 
 /// The bytes of a reg-name other than `%`: [`unreserved`] or [`sub_delim`].

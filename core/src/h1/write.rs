@@ -8,9 +8,10 @@
 
 use std::net::IpAddr;
 
-use super::{BodyFraming, Header, RequestHead, ResponseHead, Version};
+use super::{BodyFraming, Facts, Header, RequestHead, ResponseHead, Version};
 use crate::forward::{self, Proto};
 use crate::h1::rules::tokens;
+use crate::headers::is_name;
 
 /// What the upstream request carries besides the client's head.
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +37,15 @@ pub fn write_upstream_request(
     out: &mut Vec<u8>,
 ) {
     let upgrading = head.upgrade();
-    out.extend_from_slice(head.method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(req.target);
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut copy = Runs::new(head.raw);
+    // The request line joins the run of lines after it when the client's stands as weir's
+    // would (issue 14): its method, the same target bytes, HTTP/1.1.
+    if !copy.request_line(head.method.as_bytes(), req.target) {
+        out.extend_from_slice(head.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(req.target);
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+    }
     let mut te_trailers = false;
     // RFC 9112 §3.2.2: a proxy forwarding an absolute-form request writes Host from the
     // target, never the received one; it takes the place of the client's Host line.
@@ -48,9 +54,10 @@ pub fn write_upstream_request(
     if let Some(a) = from_target
         && head.host().is_none()
     {
+        copy.flush(out);
         line(out, b"host", a);
     }
-    let mut copy = Runs::new(head.raw);
+    let all = pairs(head.headers);
     for h in head.headers {
         let name = h.name.as_bytes();
         if let Some(a) = from_target
@@ -70,7 +77,7 @@ pub fn write_upstream_request(
         }
         // `Expect`: weir answers `100-continue` itself when it starts reading the body
         // (docs/proxy.md), so the expectation ends here, as on the HTTP/2 path.
-        if dropped(name, head.headers, head.facts.connection_names, upgrading)
+        if dropped(name, all.clone(), head.facts.connection_names, upgrading)
             || name.eq_ignore_ascii_case(b"expect")
             || forward::is_replaced_forwarding(name)
             || req
@@ -92,12 +99,23 @@ pub fn write_upstream_request(
     }
     let mut ip = [0u8; 64];
     let len = forward::ip_text(req.client.to_canonical(), &mut ip);
-    line(out, b"x-forwarded-for", &ip[..len]);
-    line(out, b"x-real-ip", &ip[..len]);
+    let ip = &ip[..len];
+    // weir's forwarding lines, their constant parts joined (issue 14: fewer, larger copies;
+    // the same bytes as one `line` each).
+    out.reserve(2 * ip.len() + authority.map_or(0, <[u8]>::len) + 96);
+    out.extend_from_slice(b"x-forwarded-for: ");
+    out.extend_from_slice(ip);
+    out.extend_from_slice(b"\r\nx-real-ip: ");
+    out.extend_from_slice(ip);
     if let Some(host) = authority {
-        line(out, b"x-forwarded-host", host);
+        out.extend_from_slice(b"\r\nx-forwarded-host: ");
+        out.extend_from_slice(host);
     }
-    line(out, b"x-forwarded-proto", req.proto.as_str().as_bytes());
+    let proto: &[u8] = match req.proto {
+        Proto::Http => b"\r\nx-forwarded-proto: http\r\n",
+        Proto::Https => b"\r\nx-forwarded-proto: https\r\n",
+    };
+    out.extend_from_slice(proto);
     for (name, value) in req.extra {
         if from_target.is_some() && name.eq_ignore_ascii_case("host") {
             continue; // the target's authority is the Host
@@ -155,8 +173,46 @@ pub fn write_response_head(
     extra: &[(&str, &[u8])],
     out: &mut Vec<u8>,
 ) -> ResponseOut {
+    response_out(&Response::of(head), pairs(head.headers), client, extra, out)
+}
+
+/// A response head as the writers read it: its lines come apart ([`pairs`] of a parsed head, or
+/// a kept head's places), so that a kept head is written without being rebuilt.
+pub(super) struct Response<'b> {
+    pub(super) status: u16,
+    pub(super) reason: &'b [u8],
+    pub(super) raw: &'b [u8],
+    pub(super) body: BodyFraming,
+    pub(super) facts: Facts,
+}
+
+impl<'b> Response<'b> {
+    fn of(head: &ResponseHead<'_, 'b>) -> Self {
+        Response {
+            status: head.status,
+            reason: head.reason.as_bytes(),
+            raw: head.raw,
+            body: head.body,
+            facts: head.facts,
+        }
+    }
+}
+
+/// A parsed head's lines as `(name, value)` bytes.
+fn pairs<'a>(headers: &'a [Header<'_>]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone {
+    headers.iter().map(|h| (h.name.as_bytes(), h.value))
+}
+
+/// [`write_response_head`] of a head given as its parts and lines.
+pub(super) fn response_out<'a>(
+    head: &Response<'a>,
+    lines: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    client: ClientSide,
+    extra: &[(&str, &[u8])],
+    out: &mut Vec<u8>,
+) -> ResponseOut {
     let http10 = client.version == Version::Http10;
-    let switching = head.switching();
+    let switching = head.status == 101;
     let body = match head.body {
         _ if switching => BodyOut::Tunnel,
         BodyFraming::Empty => BodyOut::None,
@@ -168,8 +224,13 @@ pub fn write_response_head(
     let keep_alive = client.keep_alive
         && !switching
         && !matches!(body, BodyOut::DecodeChunked | BodyOut::UntilClose);
-    status_line(out, head.status, head.reason);
-    headers(out, head, switching, extra);
+    let mut copy = Runs::new(head.raw);
+    // The status line joins the run of lines after it when the upstream's stands as weir's
+    // would (issue 14): HTTP/1.1, the same status and reason.
+    if !copy.status_line(head.status, head.reason) {
+        status_line(out, head.status, head.reason);
+    }
+    headers(out, &mut copy, lines, head.facts, switching, extra);
     // A HEAD or 304 response keeps its Content-Length (it describes the representation);
     // 1xx and 204 never carry one (RFC 9110 §8.6).
     match (head.facts.content_length, body) {
@@ -203,8 +264,9 @@ pub const fn relay_interim(client: Version) -> bool {
 
 /// Writes an interim response head for the client (hop-by-hop headers dropped).
 pub fn write_interim(head: &ResponseHead<'_, '_>, out: &mut Vec<u8>) {
-    status_line(out, head.status, head.reason);
-    headers(out, head, false, &[]);
+    status_line(out, head.status, head.reason.as_bytes());
+    let mut copy = Runs::new(head.raw);
+    headers(out, &mut copy, pairs(head.headers), head.facts, false, &[]);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -230,42 +292,43 @@ fn upgrade_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     }
 }
 
-fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    // 100..=599: three digits.
-    out.extend_from_slice(&[
-        b'0' + (status / 100) as u8,
-        b'0' + (status / 10 % 10) as u8,
-        b'0' + (status % 10) as u8,
-        b' ',
-    ]);
-    out.extend_from_slice(reason.as_bytes());
+fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
+    out.extend_from_slice(&status_prefix(status));
+    out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
 }
 
-/// The end-to-end lines of a response, in order.
-fn headers(
+/// `HTTP/1.1 <status> ` (a status of 100..=599: three digits).
+const fn status_prefix(status: u16) -> [u8; 13] {
+    let mut p = *b"HTTP/1.1 000 ";
+    p[9] = b'0' + (status / 100) as u8;
+    p[10] = b'0' + (status / 10 % 10) as u8;
+    p[11] = b'0' + (status % 10) as u8;
+    p
+}
+
+/// The end-to-end lines of a response, in order (`all` its lines, copied through `copy`).
+fn headers<'a>(
     out: &mut Vec<u8>,
-    head: &ResponseHead<'_, '_>,
+    copy: &mut Runs<'_>,
+    all: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    facts: Facts,
     switching: bool,
     extra: &[(&str, &[u8])],
 ) {
-    let all = head.headers;
-    let mut copy = Runs::new(head.raw);
-    for h in all {
-        let name = h.name.as_bytes();
+    for (name, value) in all.clone() {
         if switching && name.eq_ignore_ascii_case(b"upgrade") {
-            copy.line(out, name, h.value);
+            copy.line(out, name, value);
             continue;
         }
-        if dropped(name, all, head.facts.connection_names, switching)
+        if dropped(name, all.clone(), facts.connection_names, switching)
             || extra
                 .iter()
                 .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
         {
             continue;
         }
-        copy.line(out, name, h.value);
+        copy.line(out, name, value);
     }
     copy.flush(out);
 }
@@ -304,6 +367,52 @@ impl<'r> Runs<'r> {
         }
     }
 
+    /// Start the run with the request line `method target HTTP/1.1` CRLF when it stands so in
+    /// the head's bytes (`method` a slice of them, `target` the bytes after its space or equal
+    /// to them); whether it did (nothing pending before).
+    fn request_line(&mut self, method: &[u8], target: &[u8]) -> bool {
+        let Some(s) = self.offset(method) else {
+            return false;
+        };
+        let t = s + method.len() + 1;
+        let e = t + target.len() + 11;
+        let raw = self.raw;
+        let fits = e <= raw.len()
+            && raw[t - 1] == b' '
+            && (target.as_ptr() as usize == raw.as_ptr() as usize + t
+                || raw[t..t + target.len()] == *target)
+            && raw[e - 11..e] == *b" HTTP/1.1\r\n";
+        if fits {
+            (self.start, self.end) = (s, e);
+        }
+        fits
+    }
+
+    /// Start the run with the status line `HTTP/1.1 <status> <reason>` CRLF when it stands so
+    /// in the head's bytes (`reason` a slice of them, not empty); whether it did.
+    fn status_line(&mut self, status: u16, reason: &[u8]) -> bool {
+        let Some(r) = self
+            .offset(reason)
+            .filter(|&r| r >= 13 && !reason.is_empty())
+        else {
+            return false;
+        };
+        let e = r + reason.len() + 2;
+        let raw = self.raw;
+        let fits =
+            e <= raw.len() && raw[r - 13..r] == status_prefix(status) && raw[e - 2..e] == *b"\r\n";
+        if fits {
+            (self.start, self.end) = (r - 13, e);
+        }
+        fits
+    }
+
+    /// Where `s` begins in the head's bytes, if it is a slice of them.
+    fn offset(&self, s: &[u8]) -> Option<usize> {
+        let at = (s.as_ptr() as usize).checked_sub(self.raw.as_ptr() as usize)?;
+        (at.checked_add(s.len())? <= self.raw.len()).then_some(at)
+    }
+
     /// Write the pending run (before anything else goes into `out`).
     fn flush(&mut self, out: &mut Vec<u8>) {
         if self.start != self.end {
@@ -331,16 +440,20 @@ impl<'r> Runs<'r> {
 
 /// Whether a line is not copied: hop-by-hop (C-PATH-6), named by a `Connection` line, or a
 /// `Content-Length` (weir writes its own from the parsed framing).
-fn dropped(name: &[u8], all: &[Header<'_>], connection_names: bool, upgrading: bool) -> bool {
-    if forward::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
+fn dropped<'a>(
+    name: &[u8],
+    mut all: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    connection_names: bool,
+    upgrading: bool,
+) -> bool {
+    if forward::is_hop_by_hop(name) || is_name(name, b"content-length") {
         return true;
     }
     connection_names
         && forward::connection_may_remove(name, upgrading)
-        && all
-            .iter()
-            .filter(|c| c.name.eq_ignore_ascii_case("connection"))
-            .any(|c| tokens(c.value).any(|t| t.eq_ignore_ascii_case(name)))
+        && all.any(|(n, v)| {
+            n.eq_ignore_ascii_case(b"connection") && tokens(v).any(|t| t.eq_ignore_ascii_case(name))
+        })
 }
 
 /// The request's framing line. An explicit `Content-Length: 0` is kept (the body is empty

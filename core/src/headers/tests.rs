@@ -40,3 +40,43 @@ fn a_flat_list_reads_like_a_map() {
     assert_eq!(list[..].first_line(&absent), None);
     assert_eq!(map.first_line(&absent), None);
 }
+
+/// `is_name` answers as `eq_ignore_ascii_case` for every name weir compares with it: each
+/// byte of the name replaced by each of the 256 byte values, any case, other lengths.
+#[test]
+fn is_name_is_eq_ignore_ascii_case() {
+    fn check<const N: usize>(lower: &[u8; N]) {
+        assert!(
+            lower
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-'),
+            "{lower:?}"
+        );
+        let mut name = *lower;
+        for i in 0..N {
+            for b in 0..=255u8 {
+                name[i] = b;
+                assert_eq!(
+                    super::is_name(&name, lower),
+                    name.eq_ignore_ascii_case(lower),
+                    "{name:?}"
+                );
+            }
+            name[i] = lower[i].to_ascii_uppercase();
+        }
+        assert!(super::is_name(&name, lower), "{name:?}");
+        assert!(!super::is_name(&name[..N - 1], lower));
+        assert!(!super::is_name(&[lower.as_slice(), b"x"].concat(), lower));
+    }
+    check(b"host");
+    check(b"expect");
+    check(b"upgrade");
+    check(b"connection");
+    check(b"content-length");
+    check(b"transfer-encoding");
+    check(b"te");
+    check(b"trailer");
+    check(b"keep-alive");
+    check(b"http2-settings");
+    check(b"proxy-connection");
+}

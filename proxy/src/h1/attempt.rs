@@ -195,6 +195,13 @@ pub(super) fn response_head(
     extra: &Extra,
     out: &mut Vec<u8>,
 ) -> Option<(h1::ResponseOut, BodyFraming, bool)> {
+    // A kept head is written from its places in the buffer, not rebuilt first.
+    if let Some(k) = kept
+        && let Some(written) =
+            extra.with_pairs(|pairs| k.write_response_head(conn.buf.bytes(), client, pairs, out))
+    {
+        return Some((written, k.body(), k.reusable()));
+    }
     with_head(conn, kept, rctx, |head| {
         let written = extra.with_pairs(|pairs| h1::write_response_head(head, client, pairs, out));
         (written, head.body, head.reusable())
