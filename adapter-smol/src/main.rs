@@ -9,6 +9,7 @@ static GLOBAL: weir_proxy::memory::MiMalloc = weir_proxy::memory::MiMalloc;
 
 fn main() -> ExitCode {
     weir_proxy::memory::limit_huge_pages();
+    weir_proxy::memory::tune_mimalloc();
     weir_proxy::memory::set_collect(weir_proxy::memory::mimalloc_collect);
     // The redis crate runs on smol here (docs/storage.md).
     weir_storage::prefer_smol();

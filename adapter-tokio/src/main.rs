@@ -10,6 +10,7 @@ static GLOBAL: weir_proxy::memory::MiMalloc = weir_proxy::memory::MiMalloc;
 
 fn main() -> ExitCode {
     weir_proxy::memory::limit_huge_pages();
+    weir_proxy::memory::tune_mimalloc();
     weir_proxy::memory::set_collect(weir_proxy::memory::mimalloc_collect);
     weir_proxy::cli::main(weir_tokio::rt(), "weir")
 }

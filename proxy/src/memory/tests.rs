@@ -83,3 +83,16 @@ fn without_a_collector_nothing_is_called() {
     .join();
     assert_eq!(r.ok(), Some(false));
 }
+
+/// Issue 14 point 5: weir runs with a 100 ms purge delay (mimalloc v3's default is 1,000 ms;
+/// reading the default first checks that the option number is `purge_delay`'s).
+#[cfg(feature = "mimalloc")]
+#[test]
+fn the_purge_delay_is_shortened() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    assert_eq!(purge_delay_ms(), 1000, "mimalloc v3's default purge delay");
+    tune_mimalloc();
+    assert_eq!(purge_delay_ms(), PURGE_DELAY_MS);
+}
