@@ -209,7 +209,12 @@ pub fn tune_mimalloc() {
 #[must_use]
 pub fn purge_delay_ms() -> i64 {
     // SAFETY: `mi_option_get` takes a plain integer and may be called at any time.
-    i64::from(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) })
+    let delay: std::ffi::c_long = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+    #[allow(
+        clippy::useless_conversion,
+        reason = "c_long is i64 on 64-bit Unix, not everywhere"
+    )]
+    i64::from(delay)
 }
 
 /// The collector to register with [`set_collect`] when [`MiMalloc`] is the global allocator:
