@@ -350,28 +350,42 @@ fn ip_header_value(ip: IpAddr) -> HeaderValue {
     }
 }
 
+/// The decimal text of each octet: up to three digits, then the digit count.
+static OCTET_TEXT: [[u8; 4]; 256] = octet_text();
+
+const fn octet_text() -> [[u8; 4]; 256] {
+    let mut table = [[0u8; 4]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let o = i as u8;
+        table[i] = if o >= 100 {
+            [b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10, 3]
+        } else if o >= 10 {
+            [b'0' + o / 10, b'0' + o % 10, 0, 2]
+        } else {
+            [b'0' + o, 0, 0, 1]
+        };
+        i += 1;
+    }
+    table
+}
+
 /// Writes `ip` as text into `buf` (no allocation); returns its length.
 pub fn ip_text(ip: IpAddr, buf: &mut [u8; 64]) -> usize {
     match ip {
         IpAddr::V4(v4) => {
+            // Each octet from the table (issue 14: a third of the instructions of dividing
+            // each by 100 and 10 on every request); four bytes are copied, the last one
+            // overwritten by the `.` or the next octet, or left past the end.
             let mut len = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    buf[len] = b'.';
-                    len += 1;
-                }
-                if octet >= 100 {
-                    buf[len] = b'0' + octet / 100;
-                    len += 1;
-                }
-                if octet >= 10 {
-                    buf[len] = b'0' + octet / 10 % 10;
-                    len += 1;
-                }
-                buf[len] = b'0' + octet % 10;
+            for octet in v4.octets() {
+                let text = OCTET_TEXT[usize::from(octet)];
+                buf[len..len + 4].copy_from_slice(&text);
+                len += usize::from(text[3]);
+                buf[len] = b'.';
                 len += 1;
             }
-            len
+            len - 1
         }
         IpAddr::V6(_) => {
             use std::io::Write as _;

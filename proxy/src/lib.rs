@@ -480,7 +480,11 @@ async fn build_shared(
         admission,
         limiter,
         services,
-        upstream: Arc::new(Upstream::new(rt, upstream_config, Some(Arc::clone(&tls)))),
+        upstream: Arc::new(Upstream::on_clock(
+            clock,
+            upstream_config,
+            Some(Arc::clone(&tls)),
+        )),
         clock,
         limits,
         metrics,

@@ -410,8 +410,9 @@ impl<F: Future> Future for Timeout<F> {
 }
 
 /// A timer slot a connection keeps across its requests: [`timeout_at_in`] arms the sleep in it
-/// (made once, then moved in place), so that a bounded request does not box a timer each time.
-pub type TimerSlot = Option<Pin<Box<dyn Sleep>>>;
+/// (made once, then moved in place), so that a bounded request does not box a timer each time;
+/// with it, the deadline the sleep is armed at.
+pub type TimerSlot = Option<(Pin<Box<dyn Sleep>>, Instant)>;
 
 /// [`timeout_at`] with its sleep kept in `slot` (made on the first use, reset in place after).
 ///
@@ -456,8 +457,13 @@ impl<F: Future> Future for TimeoutIn<'_, F> {
 }
 
 /// The poll of [`Timeout`] and [`TimeoutIn`]: `fut`, else the sleep in `slot` until the
-/// deadline of `(rt, deadline)`, armed at the first pending poll (made, or reset in place when
-/// the slot already holds one from an earlier use).
+/// deadline of `(rt, deadline)`, armed at the first pending poll (made, or kept from an earlier
+/// use).
+///
+/// A sleep kept from an earlier use stays where it is when it is due no later than `deadline`,
+/// and is moved to `deadline` only when it fires first (issue 14: a keep-alive connection's
+/// requests each have a later deadline than the one before, and moving a timer in the runtime's
+/// wheel on every request cost more than the rare early wake-up does).
 fn poll_bounded<F: Future>(
     fut: Pin<&mut F>,
     slot: &mut TimerSlot,
@@ -468,21 +474,30 @@ fn poll_bounded<F: Future>(
     if let Poll::Ready(v) = fut.poll(cx) {
         return Poll::Ready(Ok(v));
     }
-    let s = match slot {
-        Some(s) if *armed => s,
-        Some(s) => {
-            rt.reset(s, deadline);
+    let (s, at) = match slot {
+        Some(kept) if *armed => kept,
+        Some(kept) => {
             *armed = true;
-            s
+            if kept.1 > deadline {
+                rt.reset(&mut kept.0, deadline);
+                kept.1 = deadline;
+            }
+            kept
         }
         None => {
             *armed = true;
-            slot.insert(rt.sleep_until(deadline))
+            slot.insert((rt.sleep_until(deadline), deadline))
         }
     };
-    match s.as_mut().poll(cx) {
-        Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
-        Poll::Pending => Poll::Pending,
+    loop {
+        match s.as_mut().poll(cx) {
+            Poll::Ready(()) if *at < deadline => {
+                rt.reset(s, deadline);
+                *at = deadline;
+            }
+            Poll::Ready(()) => return Poll::Ready(Err(Elapsed)),
+            Poll::Pending => return Poll::Pending,
+        }
     }
 }
 

@@ -282,8 +282,8 @@ pub struct Upstream {
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
     h1: http1::Builder,
-    /// weir-core's clock starts here for the idle policy.
-    epoch: std::time::Instant,
+    /// The idle policy's clock: the process clock (`Data::clock`) where the proxy runs.
+    clock: crate::clock::Clock,
 }
 
 /// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
@@ -403,6 +403,18 @@ impl Upstream {
     /// connecting to one is a connect error).
     #[must_use]
     pub fn new(rt: Rt, config: UpstreamConfig, tls: Option<Arc<ClientConfig>>) -> Upstream {
+        Upstream::on_clock(crate::clock::Clock::new(rt), config, tls)
+    }
+
+    /// [`Upstream::new`] on `clock`: the pools' times ([`Upstream::core_now`]) are the
+    /// clock's, so a time the engine was fed serves the pools as it is (issue 14).
+    #[must_use]
+    pub fn on_clock(
+        clock: crate::clock::Clock,
+        config: UpstreamConfig,
+        tls: Option<Arc<ClientConfig>>,
+    ) -> Upstream {
+        let rt = clock.rt();
         let mut h1 = http1::Builder::new();
         // Backends may answer with any header size a browser-facing server accepts.
         h1.max_buf_size(1 << 20);
@@ -412,7 +424,7 @@ impl Upstream {
             config,
             tls,
             h1,
-            epoch: rt.now(),
+            clock,
         }
     }
 
@@ -440,11 +452,10 @@ impl Upstream {
         })
     }
 
-    /// `now` on weir-core's clock (nanoseconds since this `Upstream` was made).
+    /// `now` on weir-core's clock (this `Upstream`'s [`Clock`](crate::clock::Clock)).
     #[must_use]
     pub fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
-        let nanos = now.saturating_duration_since(self.epoch).as_nanos();
-        weir_core::Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        self.clock.at(now)
     }
 
     /// The most recently idle connection to `target` that has not expired at `now`.

@@ -74,6 +74,9 @@ pub struct Send {
     pub last: bool,
     /// What the body of this attempt is.
     pub body: SendBody,
+    /// The clock reading the engine decided to send at (its deadlines count from it; the
+    /// driver checks pooled connections out at it rather than reading the clock again).
+    pub at: Instant,
 }
 
 /// The request body an attempt carries.

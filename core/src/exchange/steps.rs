@@ -346,6 +346,7 @@ impl Exchange {
                     retry: matches!(action, Action::Retry(_)),
                     last: !replayable || a.attempt >= retry.max_attempts(),
                     body: self.send_body,
+                    at: now,
                 }));
             }
             Action::Deliver(d) if d.status == 101 && !self.upgrade => {

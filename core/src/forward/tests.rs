@@ -659,3 +659,24 @@ fn c_fwd_2_order_strip_then_rewrite() {
     assert_eq!(values(&h, "x-real-ip"), ["203.0.113.7"]);
     assert_eq!(values(&h, "host"), ["a.example"]);
 }
+
+#[test]
+fn ip_text_writes_every_ipv4_octet_as_std_does() {
+    // The table of octet texts against std's formatting, each octet in each position.
+    for o in 0..=255u8 {
+        for ip in [
+            std::net::Ipv4Addr::new(o, 0, 9, 255),
+            std::net::Ipv4Addr::new(1, o, 10, 99),
+            std::net::Ipv4Addr::new(100, 200, o, 7),
+            std::net::Ipv4Addr::new(127, 0, 0, o),
+        ] {
+            let mut buf = [0u8; 64];
+            let len = ip_text(IpAddr::V4(ip), &mut buf);
+            assert_eq!(&buf[..len], ip.to_string().as_bytes());
+        }
+    }
+    let v6: IpAddr = "2001:db8::1".parse().unwrap();
+    let mut buf = [0u8; 64];
+    let len = ip_text(v6, &mut buf);
+    assert_eq!(&buf[..len], b"2001:db8::1");
+}

@@ -69,7 +69,9 @@ pub(super) struct Side<'r> {
 /// the body if `stream` (its read deadline) while reading the response head, relaying interim
 /// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
 /// the head came first) into `last` (issue 14: written in place, not moved out through the
-/// bound and the send), the head's status returned.
+/// bound and the send), the head's status returned. `now`: when the engine sent it
+/// ([`Send::at`](weir_core::exchange::Send::at)), the time a pooled connection is checked
+/// out at.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn attempt(
     shared: &Data,
@@ -80,9 +82,9 @@ pub(super) async fn attempt(
     side: &mut Side<'_>,
     rctx: ResponseContext,
     last: &mut Option<Up>,
+    now: weir_core::Instant,
 ) -> Result<u16, UpError> {
     let up = &shared.upstream;
-    let now = shared.rt.now();
     let mut conn = None;
     while let Some(mut pooled) = client::checkout(up, target, now) {
         if write_all(&mut pooled.io, &c.up_out).await.is_ok() {

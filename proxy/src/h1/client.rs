@@ -119,13 +119,13 @@ fn still_idle(conn: &mut UpConn) -> bool {
     conn.buf.is_empty() && matches!(conn.buf.poll_fill(&mut conn.io, &mut cx, 1), Poll::Pending)
 }
 
-/// The most recently idle usable connection to `target` (expired and stale ones are closed).
+/// The most recently idle usable connection to `target` at `now` (expired and stale ones are
+/// closed).
 #[must_use]
-pub fn checkout(up: &Upstream, target: &Target, now: std::time::Instant) -> Option<UpConn> {
+pub fn checkout(up: &Upstream, target: &Target, now: weir_core::Instant) -> Option<UpConn> {
     if !target.poolable() {
         return None;
     }
-    let now = up.core_now(now);
     loop {
         let mut conn = with_pool(up, |pool| pool.checkout(target.pool_key(), now))?;
         conn.lent = Some(up.id());
@@ -162,10 +162,9 @@ pub async fn connect(
 /// Give a connection back after its response ended at `now` (the caller asked core whether
 /// it may be reused: `idle_pool::reusable_after`); dropped (closed) if the idle policy does not
 /// keep it.
-pub fn release(up: &Upstream, mut conn: UpConn, now: std::time::Instant) {
+pub fn release(up: &Upstream, mut conn: UpConn, now: weir_core::Instant) {
     conn.lent = None;
     conn.buf.release();
-    let now = up.core_now(now);
     let target = Arc::clone(&conn.target);
     let refused = with_pool(up, |pool| pool.release(target.pool_key(), conn, now));
     drop(refused);

@@ -463,7 +463,7 @@ impl Req<'_> {
                 kept,
             };
             let attempt = pin!(attempt(
-                shared, c, &target, &metrics, stream, &mut side, rctx, last
+                shared, c, &target, &metrics, stream, &mut side, rctx, last, s.at
             ));
             drive::bounded_in(shared, x, timer, attempt).await
         };

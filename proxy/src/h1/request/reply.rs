@@ -166,8 +166,8 @@ impl Req<'_> {
             let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
             // One reading of the clock for the body's end and the connection's release (issue
             // 14), as `finish` would feed it.
-            let at = shared.rt.now();
-            drive::feed_at(x, Input::BodyEnd(end), shared.clock.at(at));
+            let at = shared.clock.now();
+            drive::feed_at(x, Input::BodyEnd(end), at);
             effects::drain(shared, x, None);
             let ended = idle_pool::Ended {
                 response_complete: end == BodyEnd::Complete,
