@@ -309,24 +309,39 @@ impl Scratch {
 }
 
 /// Extra header lines being collected: names and value spans into one scratch buffer, so the
-/// head writers get `(&str, &[u8])` pairs without an allocation per line.
+/// head writers get `(&str, &[u8])` pairs without an allocation per line; a few values that
+/// outlive the head (`'v`: the request id, the backend's id) are borrowed where they are rather
+/// than copied (issue 14).
 #[derive(Debug)]
-pub struct Extra {
+pub struct Extra<'v> {
     lines: Vec<(&'static str, (usize, usize))>,
     scratch: Vec<u8>,
+    borrowed: [&'v [u8]; BORROWED],
+    n_borrowed: usize,
 }
 
-impl Extra {
+/// Values an [`Extra`] borrows (more are copied).
+const BORROWED: usize = 2;
+
+/// The span start that marks a borrowed value (its end is the index in `Extra::borrowed`).
+const BORROWED_SPAN: usize = usize::MAX;
+
+impl<'v> Extra<'v> {
     /// No lines, `scratch` (cleared) holding the values.
     #[must_use]
-    pub fn new(scratch: Scratch) -> Extra {
+    pub fn new(scratch: Scratch) -> Extra<'v> {
         let Scratch {
             bytes: mut scratch,
             mut lines,
         } = scratch;
         scratch.clear();
         lines.clear();
-        Extra { lines, scratch }
+        Extra {
+            lines,
+            scratch,
+            borrowed: [&[]; BORROWED],
+            n_borrowed: 0,
+        }
     }
 
     /// Set `name` (a later value for the same name replaces an earlier one; up to
@@ -334,7 +349,10 @@ impl Extra {
     pub fn set(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
         let start = self.scratch.len();
         value(&mut self.scratch);
-        let span = (start, self.scratch.len());
+        self.set_span(name, (start, self.scratch.len()));
+    }
+
+    fn set_span(&mut self, name: &'static str, span: (usize, usize)) {
         if let Some(line) = self
             .lines
             .iter_mut()
@@ -343,6 +361,18 @@ impl Extra {
             line.1 = span;
         } else if self.lines.len() < MAX_EXTRA {
             self.lines.push((name, span));
+        }
+    }
+
+    /// Set `name` to `bytes`, borrowed while there is room, else copied.
+    pub fn set_borrowed(&mut self, name: &'static str, bytes: &'v [u8]) {
+        if self.n_borrowed < BORROWED {
+            let i = self.n_borrowed;
+            self.borrowed[i] = bytes;
+            self.n_borrowed += 1;
+            self.set_span(name, (BORROWED_SPAN, i));
+        } else {
+            self.set_bytes(name, bytes);
         }
     }
 
@@ -375,7 +405,16 @@ impl Extra {
     /// The first lines into `pairs` (as many as it holds).
     fn fill<'s>(&'s self, pairs: &mut [(&'s str, &'s [u8])]) {
         for (pair, &(name, (a, b))) in pairs.iter_mut().zip(&self.lines) {
-            *pair = (name, &self.scratch[a..b]);
+            *pair = (name, self.value(a, b));
+        }
+    }
+
+    /// The bytes of the value at span `(a, b)`.
+    fn value(&self, a: usize, b: usize) -> &[u8] {
+        if a == BORROWED_SPAN {
+            self.borrowed[b]
+        } else {
+            &self.scratch[a..b]
         }
     }
 

@@ -512,25 +512,26 @@ impl Req<'_> {
         body: SendBody,
     ) {
         let head = self.head;
-        let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        let x = self.x();
-        extra.set_bytes(header::REQUEST_ID, x.request_id().as_bytes());
-        extra.set_bytes(header::BACKEND_ATTEMPT, target.id().as_bytes());
-        if head.host().is_none() {
-            extra.set_bytes("host", target.host_header().as_bytes());
-        }
+        let x = match &self.x {
+            Some(x) => x,
+            None => unreachable_exchange(),
+        };
+        // weir's lines borrow their values where they are (issue 14: not copied into the
+        // scratch first); their names are distinct, so nothing is replaced.
+        let pairs: [(&str, &[u8]); 3] = [
+            (header::REQUEST_ID, x.request_id().as_bytes()),
+            (header::BACKEND_ATTEMPT, target.id().as_bytes()),
+            ("host", target.host_header().as_bytes()),
+        ];
+        let n = if head.host().is_none() { 3 } else { 2 };
         c.up_out.clear();
-        let (client, proto) = (x.client(), x.proto());
-        extra.with_pairs(|pairs| {
-            let req = UpstreamRequest {
-                target: upstream_target,
-                client,
-                proto,
-                extra: pairs,
-            };
-            h1::write_upstream_request(head, &req, &mut c.up_out);
-        });
-        c.scratch = extra.into_scratch();
+        let req = UpstreamRequest {
+            target: upstream_target,
+            client: x.client(),
+            proto: x.proto(),
+            extra: &pairs[..n],
+        };
+        h1::write_upstream_request(head, &req, &mut c.up_out);
         if matches!(body, SendBody::Buffered)
             && let Some(b) = &self.buffered
         {

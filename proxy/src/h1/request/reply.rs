@@ -103,8 +103,8 @@ impl Req<'_> {
         let rid = x.request_id().as_bytes();
         x.response_headers(Some(d), d.deliver.status)
             .for_each(|(name, value)| match name {
-                header::BACKEND => extra.set_bytes(name, up.target.id().as_bytes()),
-                header::REQUEST_ID => extra.set_bytes(name, rid),
+                header::BACKEND => extra.set_borrowed(name, up.target.id().as_bytes()),
+                header::REQUEST_ID => extra.set_borrowed(name, rid),
                 _ => extra.set(name, |out| push_text(out, &value)),
             });
         c.out.clear();
