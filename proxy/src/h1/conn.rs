@@ -123,8 +123,9 @@ enum Step {
 /// An active spell's timer: one per spell (a parked connection has none: its worker's
 /// [`park::Lot`] watches its `idle_timeout`), and whether the shutdown signal was polled.
 struct Timers {
-    /// The deadline `sleep` is armed for.
-    armed: std::time::Instant,
+    /// The deadline `sleep` is armed for (weir-core's clock: compared with the readings the
+    /// loop takes, converted only when the sleep moves).
+    armed: weir_core::Instant,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
     /// Whether the shutdown signal was polled once (registered).
     stop_armed: bool,
@@ -276,10 +277,10 @@ async fn active(
     shutdown: &watch::Receiver<bool>,
 ) -> (Step, Client) {
     let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
-    let armed = clock.deadline(watch_of(ctx).poll_timeout(*phase, clock.now()));
+    let armed = watch_of(ctx).poll_timeout(*phase, clock.now());
     let mut t = Timers {
         armed,
-        sleep: rt.sleep_until(armed),
+        sleep: rt.sleep_until(clock.deadline(armed)),
         stop_armed: false,
     };
     let mut shutdown = shutdown.clone();
@@ -309,8 +310,9 @@ async fn spell<S: Future<Output = ()>>(
     // The request timer (`drive::bounded_in`), kept across this spell's requests.
     let mut timer: rt::TimerSlot = None;
     // The clock read when the latest request ended, for the wait that follows it (one reading
-    // of the clock, not three, per keep-alive request).
-    let mut ended: Option<(std::time::Instant, weir_core::Instant)> = None;
+    // of the clock, not three, per keep-alive request): the response's own end when its last
+    // write did not wait (`request::Served::Done`).
+    let mut ended: Option<weir_core::Instant> = None;
     loop {
         if !c.buf.is_empty() {
             // Bytes to parse: the wait, if one follows, reads the clock afresh.
@@ -325,13 +327,13 @@ async fn spell<S: Future<Output = ()>>(
             }
             let head = match take_head(c) {
                 Ok(true) => match request::serve(ctx, c, &mut timer, signal, begun).await {
-                    request::Served::Done(keep) => Ok(Some(keep)),
+                    request::Served::Done(keep, at) => Ok(Some((keep, at))),
                     request::Served::Refused(e) => Err(e),
                     // A head the quick look took for whole (leading empty lines): parsed from
                     // the buffer instead.
                     request::Served::Partial => match take_whole_head(c) {
                         Ok(true) => match request::serve(ctx, c, &mut timer, signal, begun).await {
-                            request::Served::Done(keep) => Ok(Some(keep)),
+                            request::Served::Done(keep, at) => Ok(Some((keep, at))),
                             request::Served::Refused(e) => Err(e),
                             request::Served::Partial => Ok(None),
                         },
@@ -343,7 +345,7 @@ async fn spell<S: Future<Output = ()>>(
                 Err(e) => Err(e),
             };
             match head {
-                Ok(Some(keep)) => {
+                Ok(Some((keep, at))) => {
                     if !keep {
                         // What the client still sends (a body weir did not read, pipelined
                         // requests) must not reset the answer away.
@@ -353,10 +355,9 @@ async fn spell<S: Future<Output = ()>>(
                     if signal.get() {
                         return Step::Close;
                     }
-                    let at = rt.now();
-                    let since = clock.at(at);
+                    let since = at.unwrap_or_else(|| clock.now());
                     *phase = ConnPhase::Idle { since };
-                    ended = Some((at, since));
+                    ended = Some(since);
                     continue;
                 }
                 Ok(None) => {}
@@ -371,14 +372,11 @@ async fn spell<S: Future<Output = ()>>(
                 }
             }
         }
-        let (at, now) = ended.take().unwrap_or_else(|| {
-            let at = rt.now();
-            (at, clock.at(at))
-        });
-        let next = clock.deadline(watch_of(ctx).poll_timeout(*phase, now));
-        if next < t.armed || t.armed <= at {
+        let now = ended.take().unwrap_or_else(|| clock.now());
+        let next = watch_of(ctx).poll_timeout(*phase, now);
+        if next < t.armed || t.armed <= now {
             t.armed = next;
-            rt.reset(&mut t.sleep, t.armed);
+            rt.reset(&mut t.sleep, clock.deadline(next));
         }
         let read = |cx: &mut Context<'_>| poll_read(c, cx);
         match wait_event(read, t, signal, stop.as_mut()).await {

@@ -48,8 +48,10 @@ mod reply;
 /// How [`serve`] ended.
 #[derive(Debug)]
 pub enum Served {
-    /// The request was answered: whether the connection stays open after it.
-    Done(bool),
+    /// The request was answered: whether the connection stays open after it, and the clock's
+    /// reading at the response's end if its last write did not wait (the connection's idle
+    /// time counts from it).
+    Done(bool, Option<weir_core::Instant>),
     /// The head breaks a parsing rule (nothing consumed; the connection refuses it).
     Refused(HeadError),
     /// `c.head` holds no whole head (nothing consumed).
@@ -73,7 +75,8 @@ pub async fn serve(
     let served = match h1::parse_request_in(&raw, &mut headers, &c.limits) {
         Ok(Parsed::Complete(head)) => {
             c.buf.consume(head.head_len);
-            Served::Done(serve_parsed(ctx, c, &head, timer, shutdown, now).await)
+            let (keep, ended) = serve_parsed(ctx, c, &head, timer, shutdown, now).await;
+            Served::Done(keep, ended)
         }
         Ok(Parsed::Partial) => Served::Partial,
         Err(e) => Served::Refused(e),
@@ -89,7 +92,7 @@ async fn serve_parsed(
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
     now: Option<weir_core::Instant>,
-) -> bool {
+) -> (bool, Option<weir_core::Instant>) {
     let absolute =
         (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
             .then(|| head.target.parse::<http::Uri>().ok())
@@ -105,7 +108,7 @@ async fn serve_parsed(
         }
     };
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
-        return false;
+        return (false, None);
     };
     // The access log's host, read as text only when a line is written (issue 14).
     let host = Host {
@@ -148,6 +151,7 @@ async fn serve_parsed(
         line: None,
         timer,
         shutdown,
+        ended: None,
     };
     {
         // The engine reads the flat header list by name (`weir_core::headers`): no map.
@@ -175,7 +179,8 @@ async fn serve_parsed(
             );
         });
     }
-    r.run(c).await
+    let keep = r.run(c).await;
+    (keep, r.ended)
 }
 
 /// What the access-log line needs of the request.
@@ -252,6 +257,8 @@ struct Req<'a> {
     /// The connection's request timer.
     timer: &'a mut rt::TimerSlot,
     shutdown: &'a watch::Receiver<bool>,
+    /// The clock's reading at the response's end, when its last write did not wait.
+    ended: Option<weir_core::Instant>,
 }
 
 impl Drop for Req<'_> {

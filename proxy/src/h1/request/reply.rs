@@ -181,14 +181,22 @@ impl Req<'_> {
             {
                 client::release(&shared.upstream, up.conn, at);
             }
-            let mut written = true;
+            let (mut written, mut waited) = (true, false);
             if end == BodyEnd::Complete && !w.is_empty() {
                 let write = write_all(&mut c.io, &w);
-                written = match last_write {
-                    Some(at) => matches!(rt::timeout_at(shared.rt, at, write).await, Ok(Ok(()))),
-                    None => write.await.is_ok(),
+                (written, waited) = match last_write {
+                    Some(at) => {
+                        let (r, waited) = first_poll(rt::timeout_at(shared.rt, at, write)).await;
+                        (matches!(r, Ok(Ok(()))), waited)
+                    }
+                    None => {
+                        let (r, waited) = first_poll(write).await;
+                        (r.is_ok(), waited)
+                    }
                 };
             }
+            // The connection's idle time counts from this reading unless the write waited.
+            self.ended = (!waited).then_some(at);
             w.clear();
             c.out = w;
             end == BodyEnd::Complete && written
@@ -196,4 +204,16 @@ impl Req<'_> {
         self.log_line(sent);
         complete && out.keep_alive
     }
+}
+
+/// `fut`'s output, and whether it waited (was not ready at its first poll).
+async fn first_poll<F: Future>(fut: F) -> (F::Output, bool) {
+    let mut fut = pin!(fut);
+    let mut polls = 0u32;
+    let out = std::future::poll_fn(|cx| {
+        polls += 1;
+        fut.as_mut().poll(cx)
+    })
+    .await;
+    (out, polls > 1)
 }
