@@ -129,6 +129,14 @@ struct Timers {
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
     /// Whether the shutdown signal was polled once (registered).
     stop_armed: bool,
+    /// Whether `sleep` was polled since it was made or moved: it holds the task's waker and
+    /// wakes it when it fires.
+    polled: bool,
+    /// Leave `sleep` unpolled at the next pending look (`poll_event`): it was polled before,
+    /// not moved since, and is not due at the loop's latest reading, so a poll would only
+    /// register the waker it already holds (issue 14: one timer poll fewer per keep-alive
+    /// request). Reset by that look: a wake-up after it polls the sleep.
+    skip: bool,
 }
 
 /// The connection watchdog of `ctx`'s listener (rebuilt where it is used rather than kept in
@@ -261,6 +269,10 @@ fn poll_event<S: Future<Output = ()>>(
     if let Poll::Ready(n) = read(cx) {
         return Poll::Ready(Event::Read(n));
     }
+    if std::mem::take(&mut t.skip) {
+        return Poll::Pending;
+    }
+    t.polled = true;
     match t.sleep.as_mut().poll(cx) {
         Poll::Ready(()) => Poll::Ready(Event::Timer),
         Poll::Pending => Poll::Pending,
@@ -282,6 +294,8 @@ async fn active(
         armed,
         sleep: rt.sleep_until(clock.deadline(armed)),
         stop_armed: false,
+        polled: false,
+        skip: false,
     };
     let mut shutdown = shutdown.clone();
     let signal = shutdown.clone();
@@ -377,7 +391,9 @@ async fn spell<S: Future<Output = ()>>(
         if next < t.armed || t.armed <= now {
             t.armed = next;
             rt.reset(&mut t.sleep, clock.deadline(next));
+            t.polled = false;
         }
+        t.skip = t.polled && t.armed > now;
         let read = |cx: &mut Context<'_>| poll_read(c, cx);
         match wait_event(read, t, signal, stop.as_mut()).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
