@@ -506,7 +506,7 @@ impl Exchange {
         let delivered = delivery
             .copied()
             .into_iter()
-            .flat_map(move |d| delivered_headers(&d.deliver, backend_id, self.request_id.as_str()));
+            .flat_map(move |d| delivered_headers(&d.deliver, backend_id, &self.request_id));
         let rate = self
             .rate
             .filter(|_| status != 429)

@@ -16,6 +16,7 @@ use core::fmt;
 
 use crate::flow::{Deliver, Failure};
 use crate::rate::HeaderText;
+use crate::request_id::RequestId;
 use crate::select::NoBackend;
 
 pub use crate::outcome::{ProtectionReason, Reject};
@@ -61,6 +62,9 @@ pub enum Text<'a> {
     Str(&'a str),
     /// A rate: the shortest decimal that round-trips (`100`, `0.5`).
     Rate(f64),
+    /// A request id: its text is read only where it is written (issue 14: a head writer takes
+    /// its bytes, not a `&str` checked for UTF-8 on every response).
+    Id(&'a RequestId),
 }
 
 impl fmt::Display for Text<'_> {
@@ -69,6 +73,7 @@ impl fmt::Display for Text<'_> {
             Text::Int(n) => write!(f, "{n}"),
             Text::Str(s) => f.write_str(s),
             Text::Rate(r) => write!(f, "{r}"),
+            Text::Id(id) => f.write_str(id.as_str()),
         }
     }
 }
@@ -82,6 +87,7 @@ impl Text<'_> {
             Text::Int(n) => Some(http::HeaderValue::from(*n)),
             Text::Str(s) => http::HeaderValue::from_str(s).ok(),
             Text::Rate(_) => http::HeaderValue::from_str(&self.to_string()).ok(),
+            Text::Id(id) => http::HeaderValue::from_bytes(id.as_bytes()).ok(),
         }
     }
 }
@@ -477,12 +483,12 @@ impl<'a> SyntheticResponse<'a> {
 pub fn delivered_headers<'a>(
     deliver: &Deliver,
     backend_id: &'a str,
-    request_id: &'a str,
+    request_id: &'a RequestId,
 ) -> impl Iterator<Item = (&'static str, Text<'a>)> + use<'a> {
     [
         Some((header::BACKEND, Text::Str(backend_id))),
         Some((header::ATTEMPTS, Text::Int(u64::from(deliver.attempt)))),
-        Some((header::REQUEST_ID, Text::Str(request_id))),
+        Some((header::REQUEST_ID, Text::Id(request_id))),
         deliver
             .budget_exhausted
             .then_some((header::RETRY_BUDGET, Text::Str("exhausted"))),

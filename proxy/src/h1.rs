@@ -252,6 +252,7 @@ pub fn push_text(out: &mut Vec<u8>, text: &weir_core::response::Text<'_>) {
     use std::io::Write as _;
     match text {
         weir_core::response::Text::Str(s) => out.extend_from_slice(s.as_bytes()),
+        weir_core::response::Text::Id(id) => out.extend_from_slice(id.as_bytes()),
         // Digits by hand (issue 14: `core::fmt` costs about a hundred instructions for the
         // attempt count on every response); the same text as `Display`.
         weir_core::response::Text::Int(n) => {

@@ -284,9 +284,13 @@ fn c_retry_3_an_empty_budget_delivers_the_last_response_and_keeps_the_reservatio
         0,
         "a reservation given back is not an attempt"
     );
-    let headers: Vec<(&str, String)> = delivered_headers(&d, "b0", "req-1")
-        .map(|(n, v)| (n, v.to_string()))
-        .collect();
+    let headers: Vec<(&str, String)> = delivered_headers(
+        &d,
+        "b0",
+        &crate::request_id::RequestId::parse(b"req-1").unwrap(),
+    )
+    .map(|(n, v)| (n, v.to_string()))
+    .collect();
     assert!(
         headers.contains(&(header::RETRY_BUDGET, "exhausted".into())),
         "C-PATH-4"

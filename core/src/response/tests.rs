@@ -259,9 +259,13 @@ fn c_path_4_delivered_and_upstream_headers() {
         budget_exhausted: false,
         protection: None,
     };
-    let h: Vec<(&str, String)> = delivered_headers(&d, "api-2", "req-9")
-        .map(|(n, v)| (n, v.to_string()))
-        .collect();
+    let h: Vec<(&str, String)> = delivered_headers(
+        &d,
+        "api-2",
+        &crate::request_id::RequestId::parse(b"req-9").unwrap(),
+    )
+    .map(|(n, v)| (n, v.to_string()))
+    .collect();
     assert_eq!(
         h,
         [
@@ -275,9 +279,13 @@ fn c_path_4_delivered_and_upstream_headers() {
         protection: Some(ProtectionReason::RetryBudgetExhausted),
         ..d
     };
-    let h: Vec<(&str, String)> = delivered_headers(&exhausted, "api-2", "req-9")
-        .map(|(n, v)| (n, v.to_string()))
-        .collect();
+    let h: Vec<(&str, String)> = delivered_headers(
+        &exhausted,
+        "api-2",
+        &crate::request_id::RequestId::parse(b"req-9").unwrap(),
+    )
+    .map(|(n, v)| (n, v.to_string()))
+    .collect();
     assert_eq!(
         h.last(),
         Some(&(header::RETRY_BUDGET, "exhausted".to_string()))
