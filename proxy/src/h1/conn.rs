@@ -272,10 +272,16 @@ fn poll_event<S: Future<Output = ()>>(
     if std::mem::take(&mut t.skip) {
         return Poll::Pending;
     }
-    t.polled = true;
     match t.sleep.as_mut().poll(cx) {
-        Poll::Ready(()) => Poll::Ready(Event::Timer),
-        Poll::Pending => Poll::Pending,
+        Poll::Ready(()) => {
+            // A fired sleep holds no waker: the next wait polls it again (after moving it).
+            t.polled = false;
+            Poll::Ready(Event::Timer)
+        }
+        Poll::Pending => {
+            t.polled = true;
+            Poll::Pending
+        }
     }
 }
 
