@@ -35,7 +35,7 @@ pub use response::{
 };
 pub use rules::{BodyFraming, Facts, FramingError, valid_host};
 pub use write::{
-    BodyOut, ClientSide, ResponseOut, UpstreamRequest, relay_interim, write_interim,
+    BodyOut, ClientSide, ResponseOut, UpstreamRequest, push_decimal, relay_interim, write_interim,
     write_response_head, write_upstream_request,
 };
 

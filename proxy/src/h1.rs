@@ -253,22 +253,7 @@ pub fn push_text(out: &mut Vec<u8>, text: &weir_core::response::Text<'_>) {
     match text {
         weir_core::response::Text::Str(s) => out.extend_from_slice(s.as_bytes()),
         weir_core::response::Text::Id(id) => out.extend_from_slice(id.as_bytes()),
-        // Digits by hand (issue 14: `core::fmt` costs about a hundred instructions for the
-        // attempt count on every response); the same text as `Display`.
-        weir_core::response::Text::Int(n) => {
-            let mut digits = [0u8; 20];
-            let mut i = digits.len();
-            let mut v = *n;
-            loop {
-                i -= 1;
-                digits[i] = b'0' + (v % 10) as u8;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
-            }
-            out.extend_from_slice(&digits[i..]);
-        }
+        weir_core::response::Text::Int(n) => weir_core::h1::push_decimal(out, *n),
         other => {
             let _ = write!(out, "{other}");
         }

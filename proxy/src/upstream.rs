@@ -277,12 +277,12 @@ impl Target {
 /// doc). Cheap to share: clone the `Arc`.
 #[derive(Debug)]
 pub struct Upstream {
-    rt: Rt,
     id: u64,
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
     h1: http1::Builder,
-    /// The idle policy's clock: the process clock (`Data::clock`) where the proxy runs.
+    /// The runtime and the idle policy's clock: the process clock (`Data::clock`) where the
+    /// proxy runs.
     clock: crate::clock::Clock,
 }
 
@@ -414,12 +414,10 @@ impl Upstream {
         config: UpstreamConfig,
         tls: Option<Arc<ClientConfig>>,
     ) -> Upstream {
-        let rt = clock.rt();
         let mut h1 = http1::Builder::new();
         // Backends may answer with any header size a browser-facing server accepts.
         h1.max_buf_size(1 << 20);
         Upstream {
-            rt,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,
             tls,
@@ -458,6 +456,12 @@ impl Upstream {
         self.clock.at(now)
     }
 
+    /// The current time on weir-core's clock.
+    #[must_use]
+    pub fn now(&self) -> weir_core::Instant {
+        self.clock.now()
+    }
+
     /// The most recently idle connection to `target` that has not expired at `now`.
     fn checkout(&self, target: &Target, now: std::time::Instant) -> Option<Conn> {
         if !target.poolable() {
@@ -486,7 +490,7 @@ impl Upstream {
     /// periodic sweep; checkout does the same lazily). Idle connections have no task: the sweep
     /// drives each once (with a no-op waker) to notice a close.
     pub fn sweep(&self) {
-        let now = self.core_now(self.rt.now());
+        let now = self.now();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         self.with_pool(|pool| {
             pool.idle
@@ -553,7 +557,6 @@ impl Upstream {
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
     async fn connect(&self, target: &Arc<Target>, client: SocketAddr) -> Result<Conn, SendError> {
-        let rt = self.rt;
         let io = self
             .connect_io(target, client)
             .await
@@ -563,10 +566,7 @@ impl Upstream {
             .handshake(io)
             .await
             .map_err(|e| SendError::Connect(io::Error::other(e)))?;
-        self.with_pool(|pool| {
-            pool.idle
-                .handle_opened(target.url(), self.core_now(rt.now()))
-        });
+        self.with_pool(|pool| pool.idle.handle_opened(target.url(), self.now()));
         Ok(Conn {
             tx,
             driver: Some(Box::pin(conn.with_upgrades())),
@@ -582,7 +582,7 @@ impl Upstream {
     /// # Errors
     /// The connection could not be made (all of these are connect errors, C-RETRY-1).
     pub async fn connect_io(&self, target: &Target, client: SocketAddr) -> io::Result<Box<dyn Io>> {
-        let rt = self.rt;
+        let rt = self.rt();
         let mut tcp = rt::timeout(
             rt,
             self.config.dial_timeout,
@@ -619,7 +619,7 @@ impl Upstream {
     /// The runtime.
     #[must_use]
     pub fn rt(&self) -> Rt {
-        self.rt
+        self.clock.rt()
     }
 
     /// The idle policy's parameters.

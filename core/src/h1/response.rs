@@ -97,10 +97,14 @@ impl ResponseHead<'_, '_> {
     /// upstream did not ask to close and the body has an end of its own.
     #[must_use]
     pub fn reusable(&self) -> bool {
-        !self.switching()
-            && self.body.is_delimited()
-            && self.facts.persistent(self.version == Version::Http10)
+        reusable(self.status, self.body, &self.facts, self.version)
     }
+}
+
+/// Whether the connection of a response with these parts can carry another request after it:
+/// not a switch of protocols, a delimited body, and persistence (RFC 9112 §9.3).
+const fn reusable(status: u16, body: BodyFraming, facts: &Facts, version: Version) -> bool {
+    status != 101 && body.is_delimited() && facts.persistent(matches!(version, Version::Http10))
 }
 
 /// Parses a response head at the start of `buf` into `headers`.
@@ -293,11 +297,7 @@ impl<const N: usize> KeptHead<N> {
     /// [`ResponseHead::reusable`] of the head kept.
     #[must_use]
     pub const fn reusable(&self) -> bool {
-        self.status != 101
-            && self.body.is_delimited()
-            && self
-                .facts
-                .persistent(matches!(self.version, Version::Http10))
+        reusable(self.status, self.body, &self.facts, self.version)
     }
 
     /// [`super::write_response_head`] of the head kept, from `buf`, the bytes it was kept from

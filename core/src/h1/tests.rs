@@ -1007,3 +1007,12 @@ fn c_obs_3_a_refused_head_has_a_reason_for_its_status() {
         assert_eq!((e.status(), e.reason()), (status, reason), "{e:?}");
     }
 }
+
+#[test]
+fn push_decimal_writes_what_display_writes() {
+    for n in [0u64, 7, 9, 10, 99, 100, 4_096, 1_000_000_007, u64::MAX] {
+        let mut out = b"x".to_vec();
+        push_decimal(&mut out, n);
+        assert_eq!(out, format!("x{n}").into_bytes());
+    }
+}

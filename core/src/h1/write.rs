@@ -469,6 +469,14 @@ fn framing(out: &mut Vec<u8>, body: BodyFraming, declared: Option<u64>) {
 }
 
 fn content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"content-length: ");
+    push_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal appended to `out`, digit by digit (issue 14: `core::fmt` costs about a
+/// hundred instructions for a small number); the same text as `Display`.
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     let mut v = n;
@@ -480,7 +488,7 @@ fn content_length(out: &mut Vec<u8>, n: u64) {
             break;
         }
     }
-    line(out, b"content-length", &digits[i..]);
+    out.extend_from_slice(&digits[i..]);
 }
 
 #[inline]

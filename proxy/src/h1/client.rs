@@ -149,7 +149,7 @@ pub async fn connect(
         .await
         .map_err(UpError::Connect)?;
     with_pool(up, |pool| {
-        pool.handle_opened(target.pool_key(), up.core_now(up.rt().now()));
+        pool.handle_opened(target.pool_key(), up.now());
     });
     Ok(UpConn {
         io,
@@ -172,7 +172,7 @@ pub fn release(up: &Upstream, mut conn: UpConn, now: weir_core::Instant) {
 
 /// Close idle connections past `idle_conn_timeout` or closed by their backend.
 pub fn sweep(up: &Upstream) {
-    let now = up.core_now(up.rt().now());
+    let now = up.now();
     with_pool(up, |pool| pool.sweep(now, still_idle));
 }
 

@@ -129,14 +129,9 @@ struct Timers {
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
     /// Whether the shutdown signal was polled once (registered).
     stop_armed: bool,
-    /// Whether `sleep` was polled since it was made or moved: it holds the task's waker and
-    /// wakes it when it fires.
+    /// Whether `sleep` was polled since it was made or moved and has not fired: it holds the
+    /// task's waker and wakes it when it fires.
     polled: bool,
-    /// Leave `sleep` unpolled at the next pending look (`poll_event`): it was polled before,
-    /// not moved since, and is not due at the loop's latest reading, so a poll would only
-    /// register the waker it already holds (issue 14: one timer poll fewer per keep-alive
-    /// request). Reset by that look: a wake-up after it polls the sleep.
-    skip: bool,
 }
 
 /// The connection watchdog of `ctx`'s listener (rebuilt where it is used rather than kept in
@@ -242,14 +237,21 @@ fn wait_parked<'a>(
     })
 }
 
-/// Bytes, the timer or the shutdown signal, whichever comes first.
+/// Bytes, the timer or the shutdown signal, whichever comes first. `skip_timer`: leave the
+/// timer unpolled at the first pending look, because it holds the task's waker from an earlier
+/// poll and is not due (issue 14: one timer poll fewer per keep-alive request); a wake-up after
+/// that look polls it.
 fn wait_event<'a, S: Future<Output = ()>>(
     mut read: impl FnMut(&mut Context<'_>) -> Poll<usize> + 'a,
     t: &'a mut Timers,
     signal: &'a watch::Receiver<bool>,
     mut stop: Pin<&'a mut S>,
+    mut skip_timer: bool,
 ) -> impl Future<Output = Event> + 'a {
-    poll_fn(move |cx| poll_event(cx, &mut read, t, signal, stop.as_mut()))
+    poll_fn(move |cx| {
+        let skip = std::mem::take(&mut skip_timer);
+        poll_event(cx, &mut read, t, signal, stop.as_mut(), skip)
+    })
 }
 
 /// One look at the shutdown signal, the socket (`read`) and the timer, in this order.
@@ -259,6 +261,7 @@ fn poll_event<S: Future<Output = ()>>(
     t: &mut Timers,
     signal: &watch::Receiver<bool>,
     stop: Pin<&mut S>,
+    skip_timer: bool,
 ) -> Poll<Event> {
     if !t.stop_armed || signal.has_changed() {
         t.stop_armed = true;
@@ -269,7 +272,7 @@ fn poll_event<S: Future<Output = ()>>(
     if let Poll::Ready(n) = read(cx) {
         return Poll::Ready(Event::Read(n));
     }
-    if std::mem::take(&mut t.skip) {
+    if skip_timer {
         return Poll::Pending;
     }
     match t.sleep.as_mut().poll(cx) {
@@ -301,7 +304,6 @@ async fn active(
         sleep: rt.sleep_until(clock.deadline(armed)),
         stop_armed: false,
         polled: false,
-        skip: false,
     };
     let mut shutdown = shutdown.clone();
     let signal = shutdown.clone();
@@ -399,9 +401,9 @@ async fn spell<S: Future<Output = ()>>(
             rt.reset(&mut t.sleep, clock.deadline(next));
             t.polled = false;
         }
-        t.skip = t.polled && t.armed > now;
+        let skip_timer = t.polled && t.armed > now;
         let read = |cx: &mut Context<'_>| poll_read(c, cx);
-        match wait_event(read, t, signal, stop.as_mut()).await {
+        match wait_event(read, t, signal, stop.as_mut(), skip_timer).await {
             Event::Read(0) | Event::Shutdown => return Step::Close,
             Event::Read(_) => {}
             Event::Timer => match watch_of(ctx).poll_action(*phase, clock.now()) {

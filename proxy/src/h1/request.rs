@@ -519,10 +519,7 @@ impl Req<'_> {
         body: SendBody,
     ) {
         let head = self.head;
-        let x = match &self.x {
-            Some(x) => x,
-            None => unreachable_exchange(),
-        };
+        let x = self.x();
         // weir's lines borrow their values where they are (issue 14: not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
         let pairs: [(&str, &[u8]); 3] = [

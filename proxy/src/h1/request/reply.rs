@@ -185,8 +185,9 @@ impl Req<'_> {
             if end == BodyEnd::Complete && !w.is_empty() {
                 let write = write_all(&mut c.io, &w);
                 (written, waited) = match last_write {
-                    Some(at) => {
-                        let (r, waited) = first_poll(rt::timeout_at(shared.rt, at, write)).await;
+                    Some(deadline) => {
+                        let write = rt::timeout_at(shared.rt, deadline, write);
+                        let (r, waited) = first_poll(write).await;
                         (matches!(r, Ok(Ok(()))), waited)
                     }
                     None => {
