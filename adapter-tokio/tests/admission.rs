@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_core::admission::{Cancel, Entry, GateParams};
-use weir_tokio::admission::Admission;
-use weir_tokio::clock::Clock;
+use weir_tokio::base::clock::Clock;
+use weir_tokio::services::admission::Admission;
 
 fn admission(max: u32, wait: Duration) -> (Arc<Admission>, Clock) {
     let params = GateParams::new(max, None, wait).expect("valid gate");

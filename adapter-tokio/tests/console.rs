@@ -129,7 +129,7 @@ async fn c_mgmt_1_console_adds_the_token_and_the_browser_never_sees_it() {
     // The OpenAPI document, through the console and on the management listener.
     let doc = send(c.addr, &Req::get("/api/openapi.json")).await;
     assert_eq!(doc.status, 200);
-    assert_eq!(doc.text(), weir_proxy::console::OPENAPI);
+    assert_eq!(doc.text(), weir_proxy::control::console::OPENAPI);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,10 @@ use weir_core::health::{HealthParams, HealthSpec};
 mod probe_backend;
 
 use probe_backend::{Flips, HANG, http_server};
-use weir_tokio::probe::{Clock, DriverStopped, HealthDriver, ProbeFn, ProbeMode, ProbeTarget, tls};
+use weir_tokio::base::clock::Clock;
+use weir_tokio::services::probe::{
+    DriverStopped, HealthDriver, ProbeFn, ProbeMode, ProbeTarget, client_tls,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -500,7 +503,7 @@ async fn c_health_2_driver_over_real_backends_flips_both_ways() {
             real_target("down", &down.url("http")),
         ],
         p,
-        tls::native_client_config().unwrap(),
+        client_tls::native_client_config().unwrap(),
         Clock::new(weir_tokio::rt()),
         flips.recorder(),
     );
@@ -543,7 +546,7 @@ async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
             real_target("fast", &fast.url("http")),
         ],
         p,
-        tls::native_client_config().unwrap(),
+        client_tls::native_client_config().unwrap(),
         Clock::new(weir_tokio::rt()),
         flips.recorder(),
     );

@@ -13,7 +13,7 @@ use weir_core::health::{HealthParams, HealthSpec};
 mod probe_backend;
 
 use probe_backend::{CLOSE, HANG, http_server, https_server, test_pki};
-use weir_tokio::probe::{ProbeMode, ProbeOutcome, ProbeTarget, tls};
+use weir_tokio::services::probe::{ProbeMode, ProbeOutcome, ProbeTarget, client_tls};
 
 /// The probe executor on tokio.
 async fn probe(
@@ -22,7 +22,7 @@ async fn probe(
     params: &HealthParams,
     timeout: Duration,
 ) -> ProbeOutcome {
-    weir_tokio::probe::probe(weir_tokio::rt(), target, tls, params, timeout).await
+    weir_tokio::services::probe::probe(weir_tokio::rt(), target, tls, params, timeout).await
 }
 
 /// Generous: only the hung-backend tests wait for it.
@@ -37,7 +37,7 @@ fn params(statuses: &[u16]) -> HealthParams {
 }
 
 fn no_roots() -> Arc<ClientConfig> {
-    tls::client_config(rustls::RootCertStore::empty()).unwrap()
+    client_tls::client_config(rustls::RootCertStore::empty()).unwrap()
 }
 
 fn target(url: &str, mode: ProbeMode, path: &str) -> ProbeTarget {
@@ -149,7 +149,7 @@ async fn c_health_1_tcp_probe_is_a_connect() {
 #[tokio::test]
 async fn c_health_1_https_with_a_certificate_from_a_trusted_ca_is_healthy() {
     let pki = test_pki();
-    let tls = tls::client_config(pki.roots.clone()).unwrap();
+    let tls = client_tls::client_config(pki.roots.clone()).unwrap();
     let server = https_server(204, Arc::clone(&pki.server)).await;
     let port = server.addr.port();
     let cases = [
@@ -179,7 +179,7 @@ async fn c_health_1_https_with_a_certificate_from_a_trusted_ca_is_healthy() {
 #[tokio::test]
 async fn c_health_1_https_validates_certificates_normally() {
     let pki = test_pki();
-    let tls = tls::client_config(pki.roots.clone()).unwrap();
+    let tls = client_tls::client_config(pki.roots.clone()).unwrap();
     let p = params(&[200]);
     // Self-signed: not trusted, even though the names match.
     let server = https_server(200, Arc::clone(&pki.self_signed)).await;
@@ -201,7 +201,7 @@ async fn c_health_1_https_validates_certificates_normally() {
     // The production roots do not trust the test CA either.
     let server = https_server(200, Arc::clone(&pki.server)).await;
     let t = target(&server.url("https"), ProbeMode::Https, "/health");
-    let native = tls::native_client_config().unwrap();
+    let native = client_tls::native_client_config().unwrap();
     let outcome = probe(&t, &native, &p, TIMEOUT).await;
     assert!(matches!(outcome, ProbeOutcome::Tls(_)), "{outcome:?}");
 }
@@ -211,7 +211,7 @@ async fn c_health_6_hung_tls_handshake_fails_at_the_deadline() {
     // A TCP listener that accepts and never speaks TLS.
     let server = http_server(HANG).await;
     let pki = test_pki();
-    let tls = tls::client_config(pki.roots.clone()).unwrap();
+    let tls = client_tls::client_config(pki.roots.clone()).unwrap();
     let t = target(&server.url("http"), ProbeMode::Https, "/health");
     let timeout = Duration::from_millis(200);
     let started = tokio::time::Instant::now();

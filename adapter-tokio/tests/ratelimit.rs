@@ -8,7 +8,7 @@ use std::sync::Arc;
 use weir_core::Instant;
 use weir_core::rate::{FailureMode, RateConfig, RateParams, StorageKind};
 use weir_storage::{RedisOptions, RedisStore, StoreKind, Verdict};
-use weir_tokio::ratelimit::{Limiter, RateLimiter};
+use weir_tokio::services::ratelimit::{Limiter, RateLimiter};
 
 fn params(cfg: RateConfig) -> RateParams {
     RateParams::new(&cfg).expect("valid rate config")

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::sync::atomic::AtomicUsize;
-use weir_tokio::upstream::{
+use weir_tokio::services::upstream::{
     Conn, SendError, Target, UpBody, Upstream, UpstreamConfig, drive_until,
 };
 
@@ -176,7 +176,7 @@ async fn https_backends_validate_certificates() {
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca_cert.der().clone()).unwrap();
-    let tls = weir_tokio::probe::tls::client_config(roots).unwrap();
+    let tls = weir_tokio::services::probe::client_tls::client_config(roots).unwrap();
     let good = tls_backend(Some(&issuer)).await;
     let bad = tls_backend(None).await;
     let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));

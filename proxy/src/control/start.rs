@@ -1,0 +1,441 @@
+//! Starting a proxy: [`start`] turns a validated configuration into a running proxy in this
+//! process: it builds the runtime snapshot (`weir_core::runtime::Runtime`), runs one
+//! health-check cycle (C-HEALTH-1), binds the listeners, starts the workers and returns a
+//! [`ProxyHandle`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use weir_core::config::ValidConfig;
+use weir_core::exchange::Services;
+use weir_core::runtime::Runtime;
+
+use crate::base::clock::Clock;
+use crate::base::rt::{self, JoinHandle, Rt, watch};
+use crate::base::worker;
+use crate::control::{cert_watch, health, management, reload, store_recovery};
+use crate::datapath::server;
+use crate::observe::{events, listener_tls, metrics};
+use crate::services::admission::Admission;
+use crate::services::probe::{self, HealthDriver};
+use crate::services::ratelimit::{self, Limiter, RateLimiter};
+use crate::services::snapshot::Snapshot;
+use crate::services::state::{Control, Data, ServerLimits, Shared};
+use crate::services::upstream::{Upstream, UpstreamConfig};
+
+/// How to start a proxy (the CLI flags of the process protocol).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Data-plane listener; default `0.0.0.0:<server.port>`.
+    pub public_bind: Option<SocketAddr>,
+    /// Management listener; default `management.address` (only when `management.enabled`).
+    pub management_bind: Option<SocketAddr>,
+    /// Worker threads; default: the number of CPUs.
+    pub workers: Option<usize>,
+    /// A rate limiter built by the caller (tests); default: the store `rate_limit.storage`
+    /// selects, built from the configuration (C-RATE-3).
+    pub rate_limiter: Option<Arc<RateLimiter>>,
+}
+
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The runtime snapshot could not be built from the configuration.
+    #[error("cannot build the runtime: {0}")]
+    Runtime(String),
+    /// The rate-limit store could not be built (invalid store settings, or the local store
+    /// could not be allocated).
+    #[error("cannot build the rate-limit store: {0}")]
+    RateStore(String),
+    /// The TLS client configuration could not be built.
+    #[error("cannot build the TLS client configuration: {0}")]
+    Tls(String),
+    /// The public listener's TLS could not be set up (a certificate pair or the client CA).
+    #[error("cannot set up TLS on the public listener: {0}")]
+    ListenerTls(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Worker(std::io::Error),
+    /// The health checks stopped before their first cycle ended.
+    #[error("the health checks stopped before the first cycle ended")]
+    Health,
+    /// `management.allow_insecure` with a management bind that is not loopback (issue 20).
+    #[error(
+        "management.allow_insecure is true but the management listener would bind {0}: without a \
+         token only a loopback address is allowed"
+    )]
+    InsecureManagement(SocketAddr),
+}
+
+/// A running proxy. [`ProxyHandle::shutdown`] starts a graceful shutdown (C-PATH-10);
+/// [`ProxyHandle::wait`] returns once it is complete.
+#[derive(Debug)]
+pub struct ProxyHandle {
+    public: SocketAddr,
+    management: Option<SocketAddr>,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    health: Option<HealthDriver>,
+    shutdown_delay: Duration,
+}
+
+impl ProxyHandle {
+    /// The data-plane address actually bound.
+    #[must_use]
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public
+    }
+
+    /// The management address actually bound, when the management listener runs.
+    #[must_use]
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management
+    }
+
+    /// The shared state (runtime, gate, limiter).
+    #[must_use]
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The health driver (for reloads).
+    #[must_use]
+    pub fn health(&self) -> Option<&HealthDriver> {
+        self.health.as_ref()
+    }
+
+    /// The first phase of a graceful shutdown (C-PATH-10): readiness turns false at once
+    /// (`/readyz` answers `503` on both listeners) while the listeners keep accepting and
+    /// serving as before. The caller waits [`shutdown_delay`](Self::shutdown_delay), so that an
+    /// orchestrator removes the endpoint before connections are refused, then calls
+    /// [`shutdown`](Self::shutdown).
+    pub fn withdraw(&self) {
+        self.shared.data.services.begin_shutdown();
+    }
+
+    /// `server.shutdown_delay`: how long the listeners keep accepting after
+    /// [`withdraw`](Self::withdraw) (C-PATH-10).
+    #[must_use]
+    pub fn shutdown_delay(&self) -> Duration {
+        self.shutdown_delay
+    }
+
+    /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
+    /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
+    pub fn shutdown(&self) {
+        self.shared.data.services.begin_shutdown();
+        self.shutdown.send(true);
+    }
+
+    /// Wait until the proxy has stopped (after [`ProxyHandle::shutdown`]).
+    pub async fn wait(mut self) {
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let workers = std::mem::take(&mut self.workers);
+        let _ = rt::unblock(self.shared.data.rt, move || {
+            for w in workers {
+                let _ = w.join();
+            }
+        })
+        .await;
+        if let Some(h) = self.health.take() {
+            h.shutdown().await;
+        }
+    }
+
+    /// Re-read `path` and apply it as SIGHUP does (C-CONF-4..7); see [`reload::reload_file`].
+    pub async fn reload_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<reload::Applied, reload::Rejected> {
+        reload::reload_file(&self.shared, path).await
+    }
+
+    /// [`shutdown`](Self::shutdown) and [`wait`](Self::wait).
+    pub async fn stop(self) {
+        self.shutdown();
+        self.wait().await;
+    }
+}
+
+/// Bind a listening TCP socket with a deep accept queue (non-blocking, for a runtime to
+/// register).
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
+    let bind_err = |error| StartError::Bind {
+        addr: addr.to_string(),
+        error,
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(bind_err)?;
+    socket.set_reuse_address(true).map_err(bind_err)?;
+    socket.set_nonblocking(true).map_err(bind_err)?;
+    socket.bind(&addr.into()).map_err(bind_err)?;
+    socket.listen(4096).map_err(bind_err)?;
+    Ok(socket.into())
+}
+
+/// Whether `rt` can run everything `cfg` asks for (the smol runtime has no PostgreSQL store,
+/// docs/storage.md); the message names the field and why.
+///
+/// # Errors
+/// The configuration needs what this runtime lacks.
+pub fn check_runtime_support(rt: Rt, cfg: &ValidConfig) -> Result<(), String> {
+    if cfg.database.is_some() && !weir_storage::postgres_supported() {
+        return Err(format!(
+            "rate_limit.storage: postgres is not supported on the {} runtime: the PostgreSQL \
+             store needs a tokio runtime (tokio-postgres and deadpool-postgres); use redis or \
+             local, or run the tokio binary `weir` (docs/storage.md)",
+            rt.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The data-plane address of a configuration: `0.0.0.0:<server.port>`.
+#[must_use]
+pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], cfg.server.port))
+}
+
+/// Start a proxy for `cfg` on the runtime `rt`: the acceptor, health checks and management on
+/// the calling thread's executor, and `workers` worker threads (the data plane), each running
+/// its own executor of `rt`. Returns once the first health-check cycle has ended and the
+/// listeners are open (C-HEALTH-1).
+pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
+    check_runtime_support(rt, &cfg).map_err(StartError::RateStore)?;
+    let shutdown_delay = cfg.server.shutdown_delay;
+    let workers = opts
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let public_bind = opts
+        .public_bind
+        .unwrap_or_else(|| default_public_bind(&cfg));
+    let management_bind = if cfg.management.enabled {
+        match opts.management_bind {
+            Some(a) => Some(a),
+            None => Some(management::resolve_bind(rt, &cfg.management.address).await?),
+        }
+    } else {
+        None
+    };
+    let (shared, tls) = build_shared(rt, cfg, &opts, workers, management_bind).await?;
+
+    // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
+    let health = health::spawn(&shared, tls);
+    shared.control.set_health(health.reloader());
+    health.first_cycle().await.map_err(|_| StartError::Health)?;
+    events::first_cycle_done(&shared.data);
+    // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
+    for (_, backend) in shared.data.runtime().backends() {
+        backend.skip_initial_ramp();
+    }
+
+    let (public, public_addr) = bind(rt, public_bind)?;
+    let public_addr = public_addr.map_err(|error| StartError::Bind {
+        addr: public_bind.to_string(),
+        error,
+    })?;
+    let management = match management_bind {
+        Some(addr) => Some(bind(rt, addr)?),
+        None => None,
+    };
+    let management_addr = management
+        .as_ref()
+        .and_then(|(_, a)| a.as_ref().ok().copied());
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (threads, tasks) = spawn_all(
+        &shared,
+        workers,
+        public,
+        management.map(|(l, _)| l),
+        &shutdown_rx,
+    )?;
+    tracing::info!(
+        public = %public_addr,
+        management = management_addr.map(|a| a.to_string()),
+        workers,
+        runtime = rt.name(),
+        "weir is listening"
+    );
+    Ok(ProxyHandle {
+        public: public_addr,
+        management: management_addr,
+        shared,
+        shutdown: shutdown_tx,
+        workers: threads,
+        tasks,
+        health: Some(health),
+        shutdown_delay,
+    })
+}
+
+/// Everything [`start`] shares between the workers, the acceptor and the management plane: the
+/// runtime snapshot, the gate, the limiter (its store prepared), the upstream client, metrics,
+/// the listener front. Also the TLS client configuration of the health probes.
+async fn build_shared(
+    rt: Rt,
+    cfg: ValidConfig,
+    opts: &Options,
+    workers: usize,
+    management_bind: Option<SocketAddr>,
+) -> Result<(Arc<Shared>, Arc<rustls::ClientConfig>), StartError> {
+    let clock = Clock::new(rt);
+    let mut rng = weir_core::WyRand::new(worker::entropy_seed());
+    let limits = ServerLimits::from_settings(&cfg.server);
+    // Issue 21: the soft fd limit up to the hard one, and the data plane's cap under it.
+    let budget = crate::observe::limits::public_budget(
+        &cfg,
+        workers,
+        crate::observe::limits::raise_nofile(),
+    );
+    let connections = crate::observe::limits::Connections::new(
+        usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
+    );
+    let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
+    let tls =
+        probe::client_tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
+    ratelimit::install_store_runtime(rt);
+    let limiter = match opts.rate_limiter.clone() {
+        Some(l) => Limiter::new(l),
+        None => Limiter::from_config(&cfg, worker::entropy_seed())
+            .map_err(|e| StartError::RateStore(e.to_string()))?,
+    };
+    // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
+    limiter.prepare(&cfg, clock.now()).await;
+    let admission = Arc::new(Admission::new(cfg.gate, clock));
+    let services = Arc::new(Services::new(
+        Arc::clone(admission.gate()),
+        limiter.storage(),
+        Arc::clone(limiter.inner().local()),
+        Arc::clone(limiter.inner().circuit()),
+    ));
+    if let Some(addr) = management_bind
+        && cfg.management.allow_insecure
+        && !addr.ip().is_loopback()
+    {
+        return Err(StartError::InsecureManagement(addr));
+    }
+    if cfg.management.enabled && cfg.management.allow_insecure {
+        tracing::warn!(
+            "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
+        );
+    }
+    let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
+        .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let front = {
+        let server = runtime.config().server.clone();
+        rt::unblock(rt, move || listener_tls::Front::build(&server))
+            .await
+            .unwrap_or_else(|| Err("certificate loading panicked".to_owned()))
+            .map_err(StartError::ListenerTls)?
+    };
+    let metrics = Arc::new(metrics::Metrics::new());
+    metrics.set_backends(runtime.backend_ids());
+    let snapshot = Snapshot::build(Arc::new(runtime), &metrics, None);
+    let data = Arc::new(Data {
+        rt,
+        snapshot: ArcSwap::from_pointee(snapshot),
+        admission,
+        limiter,
+        services,
+        upstream: Arc::new(Upstream::on_clock(
+            clock,
+            upstream_config,
+            Some(Arc::clone(&tls)),
+        )),
+        clock,
+        limits,
+        metrics,
+    });
+    let shared = Arc::new(Shared {
+        data,
+        control: Control::new(),
+        connections,
+        front,
+    });
+    Ok((shared, tls))
+}
+
+/// A listener on `addr`, registered with `rt`, and the address it actually bound.
+fn bind(
+    rt: Rt,
+    addr: SocketAddr,
+) -> Result<(Box<dyn rt::Listener>, std::io::Result<SocketAddr>), StartError> {
+    let l = listen(addr)?;
+    let bound = l.local_addr();
+    let l = rt.listener(l).map_err(|error| StartError::Bind {
+        addr: addr.to_string(),
+        error,
+    })?;
+    Ok((l, bound))
+}
+
+/// What [`spawn_all`] started: the worker threads and the control thread's tasks.
+type Running = (Vec<std::thread::JoinHandle<()>>, Vec<JoinHandle<()>>);
+
+/// The worker threads, the acceptor, the rate-limit recovery, the certificate watch and the
+/// management listener, each until `shutdown`.
+fn spawn_all(
+    shared: &Arc<Shared>,
+    workers: usize,
+    public: Box<dyn rt::Listener>,
+    management: Option<Box<dyn rt::Listener>>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Result<Running, StartError> {
+    let rt = shared.data.rt;
+    let mut handles = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let mut h = server::spawn_worker(i, Arc::clone(shared), shutdown_rx.clone())
+            .map_err(StartError::Worker)?;
+        if let Some(t) = h.thread.take() {
+            threads.push(t);
+        }
+        handles.push((h.conns, h.worker));
+    }
+    let mut tasks = vec![rt::spawn_handle(
+        rt,
+        server::accept_loop(
+            rt,
+            public,
+            handles,
+            Arc::clone(&shared.connections.public),
+            shutdown_rx.clone(),
+        ),
+    )];
+    tasks.push(rt::spawn_handle(
+        rt,
+        store_recovery::run(Arc::clone(shared), shutdown_rx.clone()),
+    ));
+    // C-TLS-2: certificate directories are watched for as long as the listener runs.
+    tasks.push(rt::spawn_handle(
+        rt,
+        cert_watch::run(Arc::clone(shared), shutdown_rx.clone()),
+    ));
+    if let Some(listener) = management {
+        tasks.push(rt::spawn_handle(
+            rt,
+            management::serve(listener, Arc::clone(shared), shutdown_rx.clone()),
+        ));
+    }
+    Ok((threads, tasks))
+}

@@ -1,0 +1,141 @@
+//! One client connection as its requests see it: the context they share ([`ConnCtx`]), the
+//! phase an HTTP/2 watchdog reads ([`ConnState`], an HTTP/2 connection's own: an HTTP/1
+//! connection keeps its phase in its loop), and the guard an HTTP/2 request holds while it lives
+//! ([`RequestGuard`]). [`crate::datapath::server`] creates these at accept; the protocol loops
+//! ([`crate::datapath::h1`], `server::h2`), the handler ([`crate::datapath::h2::handler`]) and response bodies
+//! ([`crate::datapath::body`]) use them, without depending on the server that accepts.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use crate::observe::limits::ConnPermit;
+use crate::services::park::Worker;
+use crate::services::state::Data;
+
+/// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
+/// waits until every clone is dropped (C-PATH-10).
+pub type Alive = async_channel::Sender<()>;
+
+/// Connection phases, kept in [`ConnState::phase`] (HTTP/2's watchdog).
+pub(crate) const IDLE: u8 = 0;
+pub(crate) const BUSY: u8 = 2;
+
+/// What the accept point knows of a connection besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
+    pub peer: SocketAddr,
+    /// The connection came over TLS.
+    pub tls: bool,
+}
+
+/// What an HTTP/2 connection's watchdog and handler know about it: not in [`ConnCtx`], which
+/// every parked HTTP/1 connection keeps (issue 14: 16 bytes there moved `ConnCtx` into the
+/// allocator's size class of the timers a connection frees when it parks, docs/benchmarks.md
+/// "What an idle connection holds").
+#[derive(Debug)]
+pub struct ConnState {
+    pub(crate) phase: AtomicU8,
+    in_flight: AtomicU32,
+    /// When the connection last became idle.
+    last_idle: AtomicU64,
+}
+
+impl ConnState {
+    /// An idle connection, idle since `now`.
+    #[must_use]
+    pub fn new(now: weir_core::Instant) -> ConnState {
+        ConnState {
+            phase: AtomicU8::new(IDLE),
+            in_flight: AtomicU32::new(0),
+            last_idle: AtomicU64::new(now.as_nanos()),
+        }
+    }
+
+    /// When the idle connection closes: `idle_timeout` after the end of its last response.
+    pub(crate) fn idle_since(&self) -> weir_core::Instant {
+        weir_core::Instant::from_nanos(self.last_idle.load(Ordering::Relaxed))
+    }
+}
+
+/// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
+/// waits for every `ConnCtx` to be dropped before it ends (C-PATH-10).
+#[derive(Debug)]
+pub struct ConnCtx {
+    /// Process-wide state.
+    pub shared: Arc<Data>,
+    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
+    pub peer: SocketAddr,
+    /// The connection came over weir's TLS (C-TLS-1).
+    pub tls: bool,
+    /// Dropped with the last reference: tells the worker this connection is done.
+    _alive: Alive,
+    /// This worker's open connections (for the acceptor's choice) and parked ones.
+    pub(crate) worker: Arc<Worker>,
+    /// The connection's place under `server.max_connections` (`None`: in-process).
+    _permit: Option<ConnPermit>,
+}
+
+impl Drop for ConnCtx {
+    fn drop(&mut self) {
+        self.worker.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnCtx {
+    pub(crate) fn new(
+        shared: Arc<Data>,
+        info: ConnInfo,
+        alive: Alive,
+        worker: Arc<Worker>,
+        permit: Option<ConnPermit>,
+    ) -> ConnCtx {
+        ConnCtx {
+            shared,
+            peer: info.peer,
+            tls: info.tls,
+            _alive: alive,
+            worker,
+            _permit: permit,
+        }
+    }
+
+    /// A sender that keeps the worker waiting while a tunnel outlives its connection.
+    #[must_use]
+    pub fn alive(&self) -> Alive {
+        self._alive.clone()
+    }
+}
+
+/// Marks its HTTP/2 connection busy for as long as one request (its response body included)
+/// lives.
+#[derive(Debug)]
+pub struct RequestGuard {
+    ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
+}
+
+impl RequestGuard {
+    /// The request on `ctx`, whose phase `state` holds, has started (its head is complete).
+    #[must_use]
+    pub fn new(ctx: &Arc<ConnCtx>, state: &Arc<ConnState>) -> RequestGuard {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.phase.store(BUSY, Ordering::Relaxed);
+        RequestGuard {
+            ctx: Arc::clone(ctx),
+            state: Arc::clone(state),
+        }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let s = &self.state;
+        if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            s.last_idle
+                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+            s.phase.store(IDLE, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The outputs of the request engine that are pure side effects, performed the same way
+//! wherever the exchange is (the handler, a streaming response body, an upgrade tunnel, the drop
+//! guard of a request whose client left): hand a gate slot on ([`Output::GateWake`]), count a
+//! metric ([`Output::Metric`]), write the access-log record ([`Output::Record`], C-OBS-1..3).
+//! The engine decided each of them; this module copies values.
+//!
+//! The access-log line is written when the response body ends (issue 20), so that it can say
+//! how long the whole exchange took and how many body bytes went each way. The engine's
+//! [`Record`] is the request's, emitted when the response head is ready: the request metric is
+//! counted then, and a logged record becomes a [`PendingLine`] that the data path keeps with
+//! the response body, fills with the bytes it counts ([`BodyTally`] for the request body, the
+//! response body's own count) and finishes at the body's end or drop. This is the whole
+//! interface a data path needs: `perform` / `drain`, `PendingLine::finish`, `BodyTally`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::Method;
+use weir_core::exchange::{Exchange, Metric, Output, Record};
+
+use crate::base::exposition::Listener;
+use crate::base::rt::Rt;
+use crate::observe::access_log::Line;
+use crate::services::snapshot::Bound;
+use crate::services::state::Data;
+pub use crate::services::upstream::BodyTally;
+
+/// What the access-log line says about the request that the engine does not keep.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI's path (logged only when `server.access_log_include_path`).
+    pub path: &'a str,
+    /// The HTTP version.
+    pub version: http::Version,
+    /// The `Host` header, or the target's authority.
+    pub host: Option<&'a str>,
+}
+
+/// The request body bytes of a pending line: known when the record was made (none, or a
+/// buffered body), or counted by the stream while it runs.
+#[derive(Debug)]
+pub enum RequestBytes {
+    /// This many (no body, or a body buffered for replay).
+    Known(u64),
+    /// The streamed body's tally.
+    Streamed(Arc<BodyTally>),
+}
+
+impl RequestBytes {
+    fn get(&self) -> u64 {
+        match self {
+            RequestBytes::Known(n) => *n,
+            RequestBytes::Streamed(t) => t.bytes(),
+        }
+    }
+}
+
+/// A logged request's access-log line, waiting for the end of its response body (module doc).
+/// Owned: it outlives the handler. Written by [`PendingLine::finish`], or by `Drop` with the
+/// bytes counted so far if the body is dropped unfinished.
+#[derive(Debug)]
+pub struct PendingLine {
+    record: Record,
+    rt: Rt,
+    /// When the request arrived, on the runtime's clock.
+    arrived: Instant,
+    request_id: Box<str>,
+    method: Method,
+    path: Box<str>,
+    version: http::Version,
+    scheme: &'static str,
+    host: Option<Box<str>>,
+    route: Option<Box<str>>,
+    backend: Option<Box<str>>,
+    request_bytes: RequestBytes,
+    done: bool,
+}
+
+impl PendingLine {
+    /// The line of `r` (a logged record of `x`), made when the record was emitted.
+    fn new(shared: &Data, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
+        let now = shared.rt.now();
+        PendingLine {
+            record: *r,
+            rt: shared.rt,
+            arrived: now.checked_sub(r.duration).unwrap_or(now),
+            request_id: Box::from(x.request_id().as_str()),
+            method: request.method.clone(),
+            path: Box::from(if r.include_path { request.path } else { "" }),
+            version: request.version,
+            scheme: x.proto().as_str(),
+            host: request.host.map(Box::from),
+            route: x
+                .route()
+                .and_then(|i| x.runtime().config().routes.get(i))
+                .map(|r| Box::from(r.prefix.as_str())),
+            backend: r
+                .backend
+                .and_then(|i| x.backend(i))
+                .map(|b| Box::from(b.id())),
+            request_bytes: RequestBytes::Known(0),
+            done: false,
+        }
+    }
+
+    /// Where the request body's bytes come from (default: none).
+    pub fn set_request_bytes(&mut self, bytes: RequestBytes) {
+        self.request_bytes = bytes;
+    }
+
+    /// Write the line now: the response body ended after `response_bytes` bytes.
+    pub fn finish(mut self, response_bytes: u64) {
+        self.write(response_bytes);
+    }
+
+    fn write(&mut self, response_bytes: u64) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let r = &self.record;
+        let total = self.rt.now().saturating_duration_since(self.arrived);
+        Line {
+            request_id: &self.request_id,
+            listener: Listener::Public,
+            method: &self.method,
+            path: &self.path,
+            include_path: r.include_path,
+            status: r.status,
+            duration: total.max(r.duration),
+            head_duration: Some(r.duration),
+            backend: self.backend.as_deref(),
+            attempts: r.attempts,
+            client: r.client,
+            endpoint: None,
+            version: self.version,
+            scheme: self.scheme,
+            host: self.host.as_deref(),
+            route: self.route.as_deref(),
+            reason: r.reason,
+            upstream_status: r.upstream_status,
+            request_bytes: Some(self.request_bytes.get()),
+            response_bytes: Some(response_bytes),
+        }
+        .emit();
+    }
+}
+
+impl Drop for PendingLine {
+    fn drop(&mut self) {
+        // Never finished (a response dropped before its body was polled): what is known now.
+        self.write(0);
+    }
+}
+
+/// Perform `out` if it is a side effect; give it back otherwise. A logged [`Output::Record`]
+/// is given back too when `request` is known: the caller makes it a [`PendingLine`] with
+/// [`pending_line`] and keeps it with the response body.
+pub fn perform(
+    shared: &Data,
+    x: &Bound,
+    out: Output,
+    request: Option<Request<'_>>,
+) -> Option<Output> {
+    match out {
+        Output::GateWake { ticket } => shared.admission.wake(ticket),
+        Output::Metric(m) => metric(shared, x, m),
+        Output::Record(r) => {
+            record(shared, &r);
+            if r.log && request.is_some() {
+                return Some(Output::Record(r));
+            }
+        }
+        other => return Some(other),
+    }
+    None
+}
+
+/// The pending access-log line of a logged record `r` given back by [`perform`].
+#[must_use]
+pub fn pending_line(
+    shared: &Data,
+    x: &Exchange,
+    r: &Record,
+    request: Request<'_>,
+) -> Box<PendingLine> {
+    Box::new(PendingLine::new(shared, x, r, request))
+}
+
+/// Feed nothing, perform every queued side effect; other outputs are dropped (after the
+/// response head the engine asks for nothing else but [`Output::AbortBody`], which the caller
+/// handles before draining). A logged record found here has no body to wait for: its line is
+/// written at once.
+pub fn drain(shared: &Data, x: &mut Bound, request: Option<Request<'_>>) {
+    while let Some(out) = x.poll_output() {
+        if let (Some(Output::Record(r)), Some(request)) =
+            (perform(shared, x, out, request), request)
+        {
+            PendingLine::new(shared, x, &r, request).finish(0);
+        }
+    }
+}
+
+/// Count the metric `m` of `x` (what [`perform`] does with an [`Output::Metric`]).
+pub fn metric(shared: &Data, x: &Bound, m: Metric) {
+    match m {
+        Metric::Protection(reason) => {
+            shared.metrics.protection(reason);
+            crate::observe::events::protection(reason);
+        }
+        Metric::PanicSelection { backend } => {
+            if let Some(b) = x.handles(backend) {
+                b.metrics.panic_selection();
+            }
+        }
+        Metric::Circuit {
+            backend,
+            transition,
+            cause,
+        } => {
+            if let Some(b) = x.handles(backend) {
+                crate::observe::events::circuit(x, &b.metrics, transition, cause);
+            }
+        }
+        Metric::QueueWait(waited) => shared.metrics.queue_wait(waited),
+        Metric::Store {
+            storage,
+            result,
+            duration,
+        } => shared.metrics.store_call(storage, result, duration),
+        Metric::Attempt {
+            backend,
+            result,
+            duration,
+        } => {
+            if let Some(b) = x.handles(backend) {
+                b.metrics.attempt(result, duration);
+            }
+        }
+    }
+}
+
+/// The request metric of `r` (every request, logged or not, C-OBS-2): what [`perform`] does
+/// with an [`Output::Record`] besides giving a logged one back.
+pub fn record(shared: &Data, r: &Record) {
+    shared
+        .metrics
+        .request(Listener::Public, r.status, r.duration);
+    shared.metrics.retries(r.attempts);
+}

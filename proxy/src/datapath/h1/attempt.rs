@@ -1,0 +1,258 @@
+//! One attempt on an upstream connection (`h1::request`'s `Send`): the head (and a buffered
+//! body) written on a pooled or new connection, a streamed body, the response head read with
+//! interim heads relayed, the client watched for its end meanwhile (C-PATH-9).
+
+use std::borrow::Cow;
+use std::future::poll_fn;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Method;
+use weir_core::h1::{
+    self, BodyFraming, ClientSide, EMPTY_HEADER, Parsed, ResponseContext, Version,
+};
+use weir_core::upstream::BackendBase;
+
+use super::downstream_conn::DownstreamConn;
+use super::io::{Extra, write_all};
+use super::relay::{self, Pump, Reader, RelayError};
+use super::upstream_conn::{
+    self, HeadInfo, KEPT_LINES, Kept, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError,
+};
+use crate::base::rt;
+use crate::observe::metrics::BackendMetrics;
+use crate::services::state::Data;
+use crate::services::upstream::Target;
+
+/// Run `fut` unless the client closes first (C-PATH-9, C-LOAD-1: a queued client that leaves
+/// leaves the queue): whether `fut` completed.
+pub(super) async fn or_gone(
+    c: &mut DownstreamConn,
+    cap: usize,
+    fut: impl std::future::Future<Output = ()>,
+) -> bool {
+    let gone = relay::until_closed(&mut c.io, &mut c.buf, cap);
+    matches!(
+        futures_util::future::select(pin!(fut), pin!(gone)).await,
+        futures_util::future::Either::Left(_)
+    )
+}
+
+/// The latest attempt's response head on its connection.
+pub(super) struct Up {
+    pub(super) conn: UpConn,
+    pub(super) info: HeadInfo,
+    pub(super) target: Arc<Target>,
+    /// The streamed request body, if it was still being sent when the head came (full duplex).
+    pub(super) pump: Option<Pump>,
+}
+
+/// The parts of a request an attempt changes.
+pub(super) struct Side<'r> {
+    pub(super) reader: &'r mut Reader,
+    pub(super) sent_continue: &'r mut bool,
+    pub(super) client_failed: &'r mut bool,
+    /// The client's streamed body broke its chunked coding (a `400`, issue 14).
+    pub(super) body_malformed: &'r mut bool,
+    pub(super) version: Version,
+    /// The request body's bytes sent upstream so far (access log).
+    pub(super) body_bytes: &'r mut u64,
+    /// The client, for a backend's PROXY header.
+    pub(super) peer: std::net::SocketAddr,
+    /// The latest response head's parse ([`upstream_conn::poll_head`]).
+    pub(super) kept: &'r mut Kept,
+}
+
+/// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
+/// the body if `stream` (its read deadline) while reading the response head, relaying interim
+/// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
+/// the head came first) into `last` (issue 14: written in place, not moved out through the
+/// bound and the send), the head's status returned. `now`: when the engine sent it
+/// ([`Send::at`](weir_core::exchange::Send::at)), the time a pooled connection is checked
+/// out at.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn attempt(
+    shared: &Data,
+    c: &mut DownstreamConn,
+    target: &Arc<Target>,
+    metrics: &BackendMetrics,
+    stream: Option<Option<std::time::Instant>>,
+    side: &mut Side<'_>,
+    rctx: ResponseContext,
+    last: &mut Option<Up>,
+    now: weir_core::Instant,
+) -> Result<u16, UpError> {
+    let up = &shared.upstream;
+    let mut conn = None;
+    while let Some(mut pooled) = upstream_conn::checkout(up, target, now) {
+        if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
+            metrics.upstream_connection(true);
+            conn = Some(pooled);
+            break;
+        }
+    }
+    let mut conn = match conn {
+        Some(conn) => conn,
+        None => {
+            // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
+            let mut fresh = Box::pin(upstream_conn::connect(up, target, side.peer)).await?;
+            metrics.upstream_connection(false);
+            write_all(&mut fresh.io, &c.up_out)
+                .await
+                .map_err(UpError::Transport)?;
+            fresh
+        }
+    };
+    // Full duplex (issue 14): the body is sent while the response head is awaited, so a
+    // backend that answers before reading it is answered at once; a body not sent whole by
+    // then goes on beside the response ([`Pump`], `deliver`).
+    let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(shared.rt, at))));
+    loop {
+        let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
+        if !info.interim {
+            let status = info.status;
+            *last = Some(Up {
+                conn,
+                info,
+                target: Arc::clone(target),
+                pump,
+            });
+            return Ok(status);
+        }
+        let swallow = info.status == 100 && *side.sent_continue;
+        if !swallow && h1::relay_interim(side.version) {
+            c.out.clear();
+            interim_head(&conn, side.kept, rctx, &mut c.out);
+            let out = std::mem::take(&mut c.out);
+            let r = write_all(&mut c.io, &out).await;
+            c.out = out;
+            r.map_err(|_| UpError::ClientGone)?;
+            *side.sent_continue |= info.status == 100;
+        }
+        conn.buf.consume(info.head_len);
+    }
+}
+
+/// The upstream's response head, the request body sent meanwhile (`pump`), the client's socket
+/// watched for its end once the body is sent (C-PATH-9).
+fn wait_head(
+    conn: &mut UpConn,
+    c: &mut DownstreamConn,
+    pump: &mut Option<Pump>,
+    side: &mut Side<'_>,
+    cx: &mut Context<'_>,
+    rctx: ResponseContext,
+) -> Poll<Result<HeadInfo, UpError>> {
+    let mut sending = false;
+    if let Some(p) = pump.as_mut()
+        && p.is_sending()
+    {
+        let source = (&mut c.io, &mut c.buf);
+        match p.poll(source, side.reader, &mut conn.io, side.body_bytes, cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Pending => sending = true,
+            // The backend stopped reading: it may have answered (its head decides) or be
+            // gone (its end of stream does).
+            Poll::Ready(Err(RelayError::Sink(_))) => {}
+            Poll::Ready(Err(RelayError::Source(e))) => {
+                *side.client_failed = true;
+                return Poll::Ready(Err(UpError::Transport(e)));
+            }
+            Poll::Ready(Err(RelayError::Malformed(e))) => {
+                *side.body_malformed = true;
+                return Poll::Ready(Err(UpError::Transport(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e.to_string(),
+                ))));
+            }
+        }
+    }
+    if let Poll::Ready(r) = upstream_conn::poll_head(conn, cx, rctx, side.kept) {
+        return Poll::Ready(r);
+    }
+    if sending {
+        // The pump reads the client; its end of stream is the pump's failure.
+        return Poll::Pending;
+    }
+    let cap = c.cap();
+    if !c.buf.is_full(cap) {
+        match c.buf.poll_fill(&mut c.io, cx, cap) {
+            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Err(UpError::ClientGone)),
+            Poll::Ready(Ok(_)) => cx.waker().wake_by_ref(),
+            Poll::Pending => {}
+        }
+    }
+    Poll::Pending
+}
+
+/// The client's head for the response at the start of `conn.buf`: what to send and how, the
+/// upstream body's framing, and whether the upstream connection is reusable after it.
+pub(super) fn response_head(
+    conn: &UpConn,
+    kept: &Kept,
+    rctx: ResponseContext,
+    client: ClientSide,
+    extra: &Extra,
+    out: &mut Vec<u8>,
+) -> Option<(h1::ResponseOut, BodyFraming, bool)> {
+    // A kept head is written from its places in the buffer, not rebuilt first.
+    if let Some(k) = kept
+        && let Some(written) =
+            extra.with_pairs(|pairs| k.write_response_head(conn.buf.bytes(), client, pairs, out))
+    {
+        return Some((written, k.body(), k.reusable()));
+    }
+    with_head(conn, kept, rctx, |head| {
+        let written = extra.with_pairs(|pairs| h1::write_response_head(head, client, pairs, out));
+        (written, head.body, head.reusable())
+    })
+}
+
+/// An interim head for the client.
+pub(super) fn interim_head(conn: &UpConn, kept: &Kept, rctx: ResponseContext, out: &mut Vec<u8>) {
+    with_head(conn, kept, rctx, |head| h1::write_interim(head, out));
+}
+
+/// `f` of the response head at the start of `conn.buf`: from its kept parse, or parsed again
+/// when none was kept (a head of many lines).
+fn with_head<R>(
+    conn: &UpConn,
+    kept: &Kept,
+    rctx: ResponseContext,
+    f: impl FnOnce(&h1::ResponseHead<'_, '_>) -> R,
+) -> Option<R> {
+    let buf = conn.buf.bytes();
+    if let Some(kept) = kept {
+        let mut lines = [EMPTY_HEADER; KEPT_LINES];
+        if let Some(head) = kept.head(buf, &mut lines) {
+            return Some(f(&head));
+        }
+    }
+    let mut headers = h1::header_slots::<MAX_RESPONSE_HEADERS>();
+    match h1::parse_response_in(buf, &mut headers, &RESPONSE_LIMITS, rctx) {
+        Ok(Parsed::Complete(head)) => Some(f(&head)),
+        _ => None,
+    }
+}
+
+/// The upstream target of an attempt (C-PATH-5): the client's own bytes when the backend has no
+/// path prefix, core's join otherwise.
+pub(super) fn upstream_target<'t>(
+    base: &BackendBase,
+    method: &Method,
+    pq: &'t str,
+) -> Result<Cow<'t, [u8]>, ()> {
+    if base.path_prefix().is_empty() && pq.starts_with('/') {
+        return Ok(Cow::Borrowed(pq.as_bytes()));
+    }
+    let raw = if pq.is_empty() { "/" } else { pq };
+    let full = base.upstream_uri(method, raw).map_err(|_| ())?;
+    Ok(Cow::Owned(
+        full.path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes()
+            .to_vec(),
+    ))
+}

@@ -1,0 +1,552 @@
+//! One HTTP/1 request: the IO around its exchange (`weir_core::exchange`, docs/request-flow.md),
+//! from the raw head. The engine is created from the parsed head and decides everything (request
+//! id, health answers, gate, client address, rate limit, route, body policy, retries, deadlines,
+//! response mapping); this module performs its outputs: park at the gate, call the store, read
+//! the body for replay, send an attempt on a pooled or new upstream connection ([`super::upstream_conn`]),
+//! answer, deliver the response as it arrives ([`super::relay`]) or tunnel an upgrade.
+//!
+//! Upstream heads are written by `weir_core::h1::write_upstream_request` into one buffer and sent
+//! with one write (with a buffered body, in the same write); response heads are rewritten by
+//! `write_response_head` and sent with the first body bytes read.
+//!
+//! Cancellation (C-PATH-9): while an attempt waits for its response head the client socket is
+//! read too; its end of stream ends the request. The drop guard ([`Req`]'s `Drop`) feeds the
+//! engine `Input::ClientGone` and performs what follows; the upstream connection is dropped
+//! (closed) with the request.
+
+use std::borrow::Cow;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+
+use http::Method;
+use weir_core::exchange::{
+    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure,
+};
+use weir_core::flow::BodyEnd;
+use weir_core::h1::{
+    self, BodyFraming, BodyOut, ClientSide, HeadError, Parsed, RequestHead, ResponseContext,
+    UpstreamRequest, Version,
+};
+use weir_core::response::{ClientError, header};
+
+use super::attempt::{Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
+use super::io::{Extra, push_text, write_all};
+use super::relay::{self, Pump, PumpSide, Reader};
+use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
+use super::upstream_conn::{self, UpError};
+use crate::base::rt::{self, watch};
+use crate::base::worker;
+use crate::datapath::downstream::ConnCtx;
+use crate::datapath::effects::{PendingLine, RequestBytes};
+use crate::datapath::{drive, effects};
+use crate::services::snapshot::Bound;
+use crate::services::state::Data;
+use crate::services::upstream::Target;
+
+mod reply;
+
+/// How [`serve`] ended.
+#[derive(Debug)]
+pub enum Served {
+    /// The request was answered: whether the connection stays open after it, and the clock's
+    /// reading at the response's end if its last write did not wait (the connection's idle
+    /// time counts from it).
+    Done(bool, Option<weir_core::Instant>),
+    /// The head breaks a parsing rule (nothing consumed; the connection refuses it).
+    Refused(HeadError),
+    /// `c.head` holds no whole head (nothing consumed).
+    Partial,
+}
+
+/// Parse the head whose bytes `c.head` holds (a prefix of `c.buf`, the head at least), consume
+/// it from `c.buf` and serve the request. `timer` is the connection's request timer
+/// (`drive::bounded_in`); `now`, the clock read as the head began to be served, if it was
+/// (else the exchange reads it).
+pub async fn serve(
+    ctx: &Arc<ConnCtx>,
+    c: &mut DownstreamConn,
+    timer: &mut rt::TimerSlot,
+    shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
+) -> Served {
+    let raw = std::mem::take(&mut c.head);
+    // One future for the head's parse and the request (not one wrapped in another: issue 14).
+    let mut headers = h1::header_slots::<MAX_HEADERS>();
+    let served = match h1::parse_request_in(&raw, &mut headers, &c.limits) {
+        Ok(Parsed::Complete(head)) => {
+            c.buf.consume(head.head_len);
+            let (keep, ended) = serve_parsed(ctx, c, &head, timer, shutdown, now).await;
+            Served::Done(keep, ended)
+        }
+        Ok(Parsed::Partial) => Served::Partial,
+        Err(e) => Served::Refused(e),
+    };
+    c.head = raw;
+    served
+}
+
+async fn serve_parsed(
+    ctx: &Arc<ConnCtx>,
+    c: &mut DownstreamConn,
+    head: &RequestHead<'_, '_>,
+    timer: &mut rt::TimerSlot,
+    shutdown: &watch::Receiver<bool>,
+    now: Option<weir_core::Instant>,
+) -> (bool, Option<weir_core::Instant>) {
+    let absolute =
+        (!head.target.starts_with('/') && head.target != "*" && head.method != "CONNECT")
+            .then(|| head.target.parse::<http::Uri>().ok())
+            .flatten();
+    let (path, pq) = match &absolute {
+        Some(u) => (u.path(), u.path_and_query().map_or("/", |p| p.as_str())),
+        None if head.method == "CONNECT" => ("", ""),
+        // The path is the target up to its `?` (a byte search: no `char` searcher per request).
+        None => {
+            let t = head.target;
+            let end = t.bytes().position(|b| b == b'?').unwrap_or(t.len());
+            (&t[..end], t)
+        }
+    };
+    let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
+        return (false, None);
+    };
+    // The access log's host, read as text only when a line is written (issue 14).
+    let host = Host {
+        header: head.host(),
+        authority: absolute
+            .as_ref()
+            .and_then(|u| u.authority())
+            .map(|a| a.as_str()),
+    };
+    let version = match head.version {
+        Version::Http10 => http::Version::HTTP_10,
+        Version::Http11 => http::Version::HTTP_11,
+    };
+    let body = match head.body {
+        BodyFraming::Empty | BodyFraming::Length(0) | BodyFraming::UntilClose => BodyInfo::Empty,
+        BodyFraming::Length(n) => BodyInfo::Sized(n),
+        BodyFraming::Chunked => BodyInfo::Unsized,
+    };
+    let shared = &ctx.shared;
+    let mut r = Req {
+        shared,
+        peer: ctx.peer,
+        x: None,
+        delivered: false,
+        log: Log {
+            method: &method,
+            path,
+            version,
+            host,
+        },
+        pq,
+        head,
+        reader: Reader::new(head.body),
+        buffered: None,
+        sent_continue: false,
+        client_failed: false,
+        body_malformed: false,
+        body_bytes: 0,
+        kept: None,
+        line: None,
+        timer,
+        shutdown,
+        ended: None,
+    };
+    {
+        // The engine reads the flat header list by name (`weir_core::headers`): no map.
+        let engine_head = Head {
+            method: &method,
+            path,
+            target: pq,
+            headers: head.headers,
+            peer: ctx.peer.ip(),
+            tls: ctx.tls,
+            body,
+        };
+        // Built in the request's slot, not returned (issue 14: the exchange is 1.5 KB).
+        let place = &mut r.x;
+        worker::with_rng(|rng| {
+            let services = Arc::clone(&shared.services);
+            let now = now.unwrap_or_else(|| shared.clock.now());
+            Bound::new_in(
+                place,
+                shared.snapshot.load_full(),
+                services,
+                &engine_head,
+                now,
+                rng,
+            );
+        });
+    }
+    let keep = r.run(c).await;
+    (keep, r.ended)
+}
+
+/// What the access-log line needs of the request.
+#[derive(Clone, Copy)]
+struct Log<'a> {
+    method: &'a Method,
+    path: &'a str,
+    version: http::Version,
+    host: Host<'a>,
+}
+
+/// Where the access log's host comes from: the `Host` header's bytes, or the target's authority.
+#[derive(Clone, Copy)]
+struct Host<'a> {
+    header: Option<&'a [u8]>,
+    authority: Option<&'a str>,
+}
+
+impl<'a> Host<'a> {
+    /// The `Host` header when it is text, else the target's authority.
+    fn text(self) -> Option<&'a str> {
+        self.header
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .or(self.authority)
+    }
+}
+
+impl<'a> Log<'a> {
+    fn request(&self) -> effects::Request<'a> {
+        effects::Request {
+            method: self.method,
+            path: self.path,
+            version: self.version,
+            host: self.host.text(),
+        }
+    }
+}
+
+/// The client went away while the request waited (C-PATH-9).
+struct Gone;
+
+/// One request and its exchange; dropping it before the end tells the engine the client left.
+struct Req<'a> {
+    shared: &'a Arc<Data>,
+    /// The client (C-FWD-1 peer): a backend's PROXY header names it.
+    peer: std::net::SocketAddr,
+    /// `None` before the exchange is made and once it moved into a tunnel.
+    x: Option<Bound>,
+    /// The exchange is the response's (being delivered): dropping the request drops it without
+    /// a word, as the response would.
+    delivered: bool,
+    log: Log<'a>,
+    /// The origin-form target (path and query) as received.
+    pq: &'a str,
+    head: &'a RequestHead<'a, 'a>,
+    /// Where the client's request body stands.
+    reader: Reader,
+    /// The body, read whole for replay (C-RETRY-1), framing included.
+    buffered: Option<Vec<u8>>,
+    /// weir already sent the client a `100 Continue`.
+    sent_continue: bool,
+    /// Reading the client's streamed body failed (C-PATH-9).
+    client_failed: bool,
+    /// The client's streamed body broke its chunked coding (issue 14: `400`).
+    body_malformed: bool,
+    /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
+    /// included.
+    body_bytes: u64,
+    /// The latest response head's parse, kept to write it from (issue 14).
+    kept: upstream_conn::Kept,
+    /// The access-log line once the engine's record says to log (issue 20), written when the
+    /// response has been sent (`effects::PendingLine`).
+    line: Option<Box<PendingLine>>,
+    /// The connection's request timer.
+    timer: &'a mut rt::TimerSlot,
+    shutdown: &'a watch::Receiver<bool>,
+    /// The clock's reading at the response's end, when its last write did not wait.
+    ended: Option<weir_core::Instant>,
+}
+
+impl Drop for Req<'_> {
+    fn drop(&mut self) {
+        if self.delivered {
+            return;
+        }
+        let Some(x) = self.x.as_mut() else {
+            return;
+        };
+        if !x.is_done() {
+            drive::feed(self.shared, x, Input::ClientGone);
+        }
+        effects::drain(self.shared, x, Some(self.log.request()));
+    }
+}
+
+#[cold]
+fn unreachable_exchange() -> ! {
+    unreachable!("the exchange was used after it moved into the response")
+}
+
+impl Req<'_> {
+    fn x(&mut self) -> &mut Bound {
+        match &mut self.x {
+            Some(x) => x,
+            None => unreachable_exchange(),
+        }
+    }
+
+    fn feed(&mut self, input: Input) {
+        let shared = self.shared;
+        drive::feed(shared, self.x(), input);
+    }
+
+    /// The next output that is not a side effect (those are performed on the way; a logged
+    /// record becomes the pending access-log line).
+    fn next(&mut self) -> Option<Output> {
+        let x = self.x.as_mut()?;
+        while let Some(out) = x.poll_output() {
+            // The side effects are matched here, each performed from its own value, rather than
+            // every output moved through `effects::perform` and back (issue 14); what they do
+            // is `perform`'s.
+            match out {
+                Output::Record(r) => {
+                    effects::record(self.shared, &r);
+                    if r.log {
+                        let request = self.log.request();
+                        self.line = Some(effects::pending_line(self.shared, x, &r, request));
+                    }
+                }
+                Output::Metric(m) => effects::metric(self.shared, x, m),
+                Output::GateWake { ticket } => self.shared.admission.wake(ticket),
+                out => return Some(out),
+            }
+        }
+        None
+    }
+
+    /// Write the pending access-log line: the response's body was `response_bytes` long.
+    fn log_line(&mut self, response_bytes: u64) {
+        if let Some(mut line) = self.line.take() {
+            line.set_request_bytes(RequestBytes::Known(self.body_bytes));
+            line.finish(response_bytes);
+        }
+    }
+
+    /// Perform the engine's outputs to the end of the response: whether the connection stays.
+    async fn run(&mut self, c: &mut DownstreamConn) -> bool {
+        let mut last: Option<Up> = None;
+        loop {
+            let Some(out) = self.next() else {
+                return self
+                    .answer(c, Answer::Client(ClientError::Incomplete))
+                    .await;
+            };
+            match out {
+                Output::GateWait { ticket } => {
+                    let (shared, cap) = (self.shared, c.cap());
+                    let wait = drive::gate_wait(shared, self.x(), ticket);
+                    if !or_gone(c, cap, wait).await {
+                        return false;
+                    }
+                }
+                Output::StoreTake { key, bucket } => {
+                    let (shared, cap) = (self.shared, c.cap());
+                    let take = drive::store_take(shared, self.x(), key, bucket);
+                    if !or_gone(c, cap, take).await {
+                        return false;
+                    }
+                }
+                Output::BufferBody { .. } => self.buffer(c).await,
+                Output::Send(s) => {
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes),
+                    // in place (`take` copied the 180-byte `Up` out to drop it; issue 14).
+                    last = None;
+                    if let Err(Gone) = self.send(c, &s, &mut last).await {
+                        return false;
+                    }
+                }
+                Output::Answer(a) => return self.answer(c, a).await,
+                // Lent, not moved into the delivery's future (issue 14).
+                Output::Deliver(d) => return self.deliver(c, &d, &mut last).await,
+                _ => {}
+            }
+        }
+    }
+
+    /// `100 Continue`, once, when the client waits for it before sending its body.
+    async fn continue_body(&mut self, c: &mut DownstreamConn) -> io::Result<()> {
+        if self.sent_continue
+            || !self.head.expect_continue()
+            || self.reader.is_done()
+            || !c.buf.is_empty()
+        {
+            return Ok(());
+        }
+        self.sent_continue = true;
+        write_all(&mut c.io, b"HTTP/1.1 100 Continue\r\n\r\n").await
+    }
+
+    /// C-RETRY-1: read the whole body for replay, bounded by `read_timeout`.
+    async fn buffer(&mut self, c: &mut DownstreamConn) {
+        if self.continue_body(c).await.is_err() {
+            return self.feed(Input::BodyUnreadable);
+        }
+        let mut body = Vec::new();
+        let shared = self.shared;
+        let read = {
+            let Req {
+                x,
+                reader,
+                timer,
+                body_bytes,
+                ..
+            } = self;
+            let Some(x) = x.as_mut() else {
+                return;
+            };
+            let read = pin!(read_body(c, reader, &mut body, body_bytes));
+            drive::bounded_in(shared, x, timer, read).await
+        };
+        match read {
+            Some(Ok(())) => {
+                self.buffered = Some(body);
+                self.feed(Input::BodyBuffered);
+            }
+            Some(Err(_)) => self.feed(Input::BodyUnreadable),
+            None => {}
+        }
+    }
+
+    /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,
+    /// a streamed body, the response head (interim ones relayed): the head and its connection
+    /// into `last` (written there by the attempt, not returned: issue 14).
+    async fn send(
+        &mut self,
+        c: &mut DownstreamConn,
+        s: &Send,
+        last: &mut Option<Up>,
+    ) -> Result<(), Gone> {
+        let shared = self.shared;
+        // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
+        let handles = self.x().handles(s.backend);
+        let Some((target, metrics)) =
+            handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
+        else {
+            self.feed(Input::SendFailed(SendFailure::Connect));
+            return Ok(());
+        };
+        let Ok(upstream_target) = upstream_target(target.base(), self.log.method, self.pq) else {
+            self.feed(Input::TargetTooLong);
+            return Ok(());
+        };
+        self.write_head(c, &target, &upstream_target, s.body);
+        let stream = match s.body {
+            SendBody::Stream { read_deadline } => {
+                if self.continue_body(c).await.is_err() {
+                    return Err(Gone);
+                }
+                Some(read_deadline.map(|d| shared.clock.deadline(d)))
+            }
+            SendBody::Empty | SendBody::Buffered => None,
+        };
+        let rctx = ResponseContext {
+            head: self.head.is_head(),
+            upgrade: self.x().upgrade_requested(),
+        };
+        let version = self.head.version;
+        let peer = self.peer;
+        let sent = {
+            let Req {
+                x,
+                reader,
+                sent_continue,
+                client_failed,
+                body_malformed,
+                body_bytes,
+                timer,
+                kept,
+                ..
+            } = self;
+            let Some(x) = x.as_mut() else {
+                return Ok(());
+            };
+            let mut side = Side {
+                reader,
+                sent_continue,
+                client_failed,
+                body_malformed,
+                version,
+                body_bytes,
+                peer,
+                kept,
+            };
+            let attempt = pin!(attempt(
+                shared, c, &target, &metrics, stream, &mut side, rctx, last, s.at
+            ));
+            drive::bounded_in(shared, x, timer, attempt).await
+        };
+        match sent {
+            // The attempt writes `last` only as it completes: a deadline that came first left
+            // it empty.
+            None => Ok(()),
+            Some(Ok(status)) => {
+                self.feed(Input::ResponseHead { status });
+                Ok(())
+            }
+            Some(Err(UpError::ClientGone)) => Err(Gone),
+            Some(Err(UpError::Bad(h1::BadResponse::Status(status)))) => {
+                // The engine classifies a status outside 100..=599 (an invalid response); the
+                // connection that carried it is dropped.
+                self.feed(Input::ResponseHead { status });
+                Ok(())
+            }
+            Some(Err(_)) if self.body_malformed => {
+                // The client's error, not the backend's: `400`; the upstream connection the
+                // body was written to was dropped with the attempt.
+                self.feed(Input::BodyUnreadable);
+                Ok(())
+            }
+            Some(Err(e)) => {
+                tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
+                let failure = match e {
+                    UpError::Connect(_) => SendFailure::Connect,
+                    _ => SendFailure::Transport {
+                        client_body_failed: self.client_failed,
+                    },
+                };
+                self.feed(Input::SendFailed(failure));
+                Ok(())
+            }
+        }
+    }
+
+    /// The upstream head of an attempt into `c.up_out` (C-PATH-3..6, C-FWD-1..3), followed by
+    /// the buffered body when the attempt sends it.
+    fn write_head(
+        &mut self,
+        c: &mut DownstreamConn,
+        target: &Target,
+        upstream_target: &[u8],
+        body: SendBody,
+    ) {
+        let head = self.head;
+        let x = self.x();
+        // weir's lines borrow their values where they are (issue 14: not copied into the
+        // scratch first); their names are distinct, so nothing is replaced.
+        let pairs: [(&str, &[u8]); 3] = [
+            (header::REQUEST_ID, x.request_id().as_bytes()),
+            (header::BACKEND_ATTEMPT, target.id().as_bytes()),
+            ("host", target.host_header().as_bytes()),
+        ];
+        let n = if head.host().is_none() { 3 } else { 2 };
+        c.up_out.clear();
+        let req = UpstreamRequest {
+            target: upstream_target,
+            client: x.client(),
+            proto: x.proto(),
+            extra: &pairs[..n],
+        };
+        h1::write_upstream_request(head, &req, &mut c.up_out);
+        if matches!(body, SendBody::Buffered)
+            && let Some(b) = &self.buffered
+        {
+            c.up_out.extend_from_slice(b);
+        }
+    }
+}

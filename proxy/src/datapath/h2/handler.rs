@@ -1,0 +1,563 @@
+//! The request handler: an IO loop around weir-core's request engine (`weir_core::exchange`,
+//! docs/request-flow.md). It parses nothing the engine needs beyond hyper's head, feeds the
+//! engine facts ([`Input`]) and performs its actions ([`Output`]): park at the gate, call the
+//! rate-limit store, read the body for replay, send an attempt on a pooled or new upstream
+//! connection, answer, deliver or stream a response, tunnel an upgrade, count metrics and write
+//! the access log. Every wait is bounded by the engine's `poll_timeout`; every decision (request
+//! id, health answers, gate, client address, rate limit, route, body policy,
+//! retries, deadlines, outcome classification, response mapping) is the engine's.
+//!
+//! What this module still does with values: the upstream request's header rewrites as core
+//! spells them ([`strip_hop_by_hop`], [`rewrite_forwarding`]), the upstream URI
+//! ([`upstream_uri`], core's join with a copy-free fast path), and header values.
+//!
+//! Cancellation: hyper drops this future when the client goes away (C-PATH-9). Its drop guard
+//! feeds the engine `Input::ClientGone` and performs what follows (the attempt counted as
+//! cancelled, the `499` record, a gate slot handed to the next waiter and announced); the
+//! in-flight upstream request is dropped, which makes hyper close that upstream connection.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, EXPECT, HOST};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Incoming};
+use weir_core::bucket::BucketParams;
+use weir_core::exchange::{
+    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure,
+};
+use weir_core::flow::BodyEnd;
+use weir_core::forward::{rewrite_forwarding, strip_hop_by_hop};
+use weir_core::rate::ClientKey;
+use weir_core::request_id::X_REQUEST_ID;
+use weir_core::response::{ClientError, SyntheticResponse, Text, header};
+
+use crate::base::rt;
+use crate::base::uri::upstream_uri;
+use crate::base::worker;
+use crate::datapath::body::{Delivered, ResBody};
+use crate::datapath::downstream::{ConnCtx, ConnState, RequestGuard};
+use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
+use crate::datapath::{drive, effects};
+use crate::services::snapshot::Bound;
+use crate::services::upstream::{ClientBody, Conn, SendError, Target, UpBody};
+
+/// `X-Balancer-Backend-Attempt`.
+const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
+
+/// The hyper service function of the data plane.
+pub async fn handle(
+    ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
+    mut req: Request<Incoming>,
+) -> Result<Response<ResBody>, Infallible> {
+    let guard = RequestGuard::new(&ctx, &state);
+    let mut io = Io::new(&ctx, &req);
+    // C-PATH-8: keep the client's upgrade handle before the request is taken apart.
+    let client_upgrade = io
+        .x()
+        .upgrade_requested()
+        .then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let mut up = Outgoing {
+        headers: Some(parts.headers),
+        prepared: false,
+        body: Some(body),
+        buffered: None,
+        tally: None,
+    };
+    Ok(io.run(&mut up, guard, client_upgrade).await)
+}
+
+/// The request's exchange and what the IO around it needs; dropping it early (hyper dropped the
+/// request: the client left) tells the engine so and performs what follows.
+struct Io<'a> {
+    ctx: &'a Arc<ConnCtx>,
+    /// `None` once the exchange moved into the response body or a tunnel.
+    x: Option<Bound>,
+    method: Method,
+    uri: Uri,
+    /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
+    rid_value: HeaderValue,
+    /// The HTTP version and `Host`, for the access log (issue 20).
+    version: http::Version,
+    host: Option<HeaderValue>,
+    /// The access-log line once the engine's record says to log (issue 20), handed to the
+    /// response body, which writes it at its end; and where its request bytes come from.
+    line: Option<Box<PendingLine>>,
+    body_bytes: Option<RequestBytes>,
+}
+
+/// The upstream request being prepared, attempt after attempt.
+struct Outgoing {
+    headers: Option<HeaderMap>,
+    prepared: bool,
+    body: Option<Incoming>,
+    buffered: Option<Bytes>,
+    /// The client's streamed body as read: bytes, and whether reading it failed (C-PATH-9).
+    tally: Option<Arc<BodyTally>>,
+}
+
+/// What the access-log line needs of the request (`effects::Request`).
+fn log_request<'b>(
+    method: &'b Method,
+    uri: &'b Uri,
+    version: http::Version,
+    host: Option<&'b HeaderValue>,
+) -> effects::Request<'b> {
+    effects::Request {
+        method,
+        path: uri.path(),
+        version,
+        host: host.and_then(|h| h.to_str().ok()),
+    }
+}
+
+/// The latest attempt's response head, its connection and its target.
+type Last = Option<(Response<Incoming>, Conn, Arc<Target>)>;
+
+impl Drop for Io<'_> {
+    fn drop(&mut self) {
+        let Some(x) = self.x.as_mut() else {
+            return;
+        };
+        if !x.is_done() {
+            let now = self.ctx.shared.clock.now();
+            worker::with_rng(|rng| x.handle_input(Input::ClientGone, now, rng));
+        }
+        let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
+        effects::drain(&self.ctx.shared, x, Some(request));
+    }
+}
+
+impl<'a> Io<'a> {
+    fn new(ctx: &'a Arc<ConnCtx>, req: &Request<Incoming>) -> Io<'a> {
+        let shared = &ctx.shared;
+        let now = shared.clock.now();
+        let uri = req.uri();
+        let head = Head {
+            method: req.method(),
+            path: uri.path(),
+            target: uri
+                .path_and_query()
+                .map_or("", http::uri::PathAndQuery::as_str),
+            headers: req.headers(),
+            peer: ctx.peer.ip(),
+            tls: ctx.tls,
+            body: body_info(req.body()),
+        };
+        let x = worker::with_rng(|rng| {
+            let services = Arc::clone(&shared.services);
+            Bound::new(shared.snapshot.load_full(), services, &head, now, rng)
+        });
+        let rid_value = x
+            .request_id_kept()
+            .then(|| req.headers().get(&X_REQUEST_ID).cloned())
+            .flatten()
+            .unwrap_or_else(|| x.request_id().to_header_value());
+        Io {
+            ctx,
+            x: Some(x),
+            method: req.method().clone(),
+            uri: uri.clone(),
+            rid_value,
+            version: req.version(),
+            host: req.headers().get(HOST).cloned().or_else(|| {
+                uri.authority()
+                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            }),
+            line: None,
+            body_bytes: None,
+        }
+    }
+
+    /// The exchange (present until it moves into the response).
+    fn x(&self) -> &Bound {
+        match &self.x {
+            Some(x) => x,
+            None => unreachable_exchange(),
+        }
+    }
+
+    /// Feed `input` now.
+    fn feed(&mut self, input: Input) {
+        let now = self.ctx.shared.clock.now();
+        if let Some(x) = self.x.as_mut() {
+            worker::with_rng(|rng| x.handle_input(input, now, rng));
+        }
+    }
+
+    /// The next output that is not a side effect (those are performed on the way).
+    fn next(&mut self) -> Option<Output> {
+        let shared = &self.ctx.shared;
+        let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
+        let x = self.x.as_mut()?;
+        while let Some(out) = x.poll_output() {
+            match effects::perform(shared, x, out, Some(request)) {
+                Some(Output::Record(r)) => {
+                    let mut line = effects::pending_line(shared, x, &r, request);
+                    if let Some(bytes) = self.body_bytes.take() {
+                        line.set_request_bytes(bytes);
+                    }
+                    self.line = Some(line);
+                }
+                Some(out) => return Some(out),
+                None => {}
+            }
+        }
+        None
+    }
+
+    /// Perform the engine's outputs until the response head.
+    async fn run(
+        &mut self,
+        up: &mut Outgoing,
+        guard: RequestGuard,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Response<ResBody> {
+        let mut last: Last = None;
+        loop {
+            let Some(out) = self.next() else {
+                // The engine always ends in an answer or a delivery; answer rather than hang.
+                return self.answer(Answer::Client(ClientError::Incomplete), guard);
+            };
+            match out {
+                Output::GateWait { ticket } => self.gate_wait(ticket).await,
+                Output::StoreTake { key, bucket } => self.store_take(key, bucket).await,
+                Output::BufferBody { .. } => self.buffer(up).await,
+                Output::Send(s) => {
+                    // C-RETRY-6: the previous response is dropped unread (its connection closes).
+                    drop(last.take());
+                    last = self.send(s, up).await;
+                }
+                Output::Answer(a) => return self.answer(a, guard),
+                Output::Deliver(d) => return self.deliver(&d, last.take(), guard, client_upgrade),
+                _ => {}
+            }
+        }
+    }
+
+    /// `fut`, bounded by the engine's deadline (`drive::bounded`).
+    async fn bounded<F: Future>(&mut self, fut: Pin<&mut F>) -> Option<F::Output> {
+        let ctx = self.ctx;
+        match self.x.as_mut() {
+            Some(x) => drive::bounded(&ctx.shared, x, fut).await,
+            None => unreachable_exchange(),
+        }
+    }
+
+    /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
+    async fn gate_wait(&mut self, ticket: u64) {
+        let ctx = self.ctx;
+        if let Some(x) = self.x.as_mut() {
+            drive::gate_wait(&ctx.shared, x, ticket).await;
+        }
+    }
+
+    /// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
+    async fn store_take(&mut self, key: ClientKey, bucket: BucketParams) {
+        let ctx = self.ctx;
+        if let Some(x) = self.x.as_mut() {
+            drive::store_take(&ctx.shared, x, key, bucket).await;
+        }
+    }
+
+    /// C-RETRY-1: read the whole body for replay, bounded by `read_timeout`.
+    async fn buffer(&mut self, up: &mut Outgoing) {
+        let Some(body) = up.body.take() else {
+            return self.feed(Input::BodyUnreadable);
+        };
+        let mut collect = pin!(body.collect());
+        match self.bounded(collect.as_mut()).await {
+            Some(Ok(c)) => {
+                let body = c.to_bytes();
+                self.body_bytes = Some(RequestBytes::Known(body.len() as u64));
+                up.buffered = Some(body);
+                self.feed(Input::BodyBuffered);
+            }
+            Some(Err(_)) => self.feed(Input::BodyUnreadable),
+            None => {}
+        }
+    }
+
+    /// One attempt: a pooled or new connection to the engine's backend, the request, the head.
+    async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
+        let ctx = self.ctx;
+        let shared = &ctx.shared;
+        // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
+        let handles = self.x().handles(s.backend);
+        let Some((target, metrics)) =
+            handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
+        else {
+            self.feed(Input::SendFailed(SendFailure::Connect));
+            return None;
+        };
+        if !up.prepared {
+            self.prepare(up);
+        }
+        let Ok(req) = self.request(&target, &s, up) else {
+            self.feed(Input::TargetTooLong);
+            return None;
+        };
+        if let Some(t) = &up.tally {
+            self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
+        }
+        let begun = shared.rt.now();
+        let sent = {
+            let mut sent =
+                pin!(
+                    shared
+                        .upstream
+                        .send(&target, Some(&metrics), req, begun, ctx.peer)
+                );
+            self.bounded(sent.as_mut()).await
+        };
+        match sent? {
+            Ok((resp, conn)) => {
+                let status = resp.status().as_u16();
+                self.feed(Input::ResponseHead { status });
+                Some((resp, conn, target))
+            }
+            Err(e) => {
+                tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
+                let failure = match e {
+                    SendError::Connect(_) => SendFailure::Connect,
+                    SendError::Transport(_) => SendFailure::Transport {
+                        client_body_failed: up.tally.as_ref().is_some_and(|t| t.failed()),
+                    },
+                };
+                self.feed(Input::SendFailed(failure));
+                None
+            }
+        }
+    }
+
+    /// C-PATH-6, C-FWD-1..3, C-PATH-3: the upstream headers, once for every attempt, from the
+    /// engine's client address and scheme.
+    fn prepare(&self, up: &mut Outgoing) {
+        up.prepared = true;
+        let Some(headers) = up.headers.as_mut() else {
+            return;
+        };
+        let x = self.x();
+        let inbound_host = headers.get(HOST).cloned().or_else(|| {
+            self.uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        strip_hop_by_hop(headers, x.upgrade_requested());
+        rewrite_forwarding(headers, x.client(), inbound_host.clone(), x.proto());
+        headers.insert(X_REQUEST_ID, self.rid_value.clone());
+        // The body is already accepted from the client; the backend gets it as it is.
+        headers.remove(EXPECT);
+        if !headers.contains_key(HOST)
+            && let Some(host) = inbound_host
+        {
+            headers.insert(HOST, host);
+        }
+    }
+
+    /// The upstream request of attempt `s` to `target` (C-PATH-4, C-PATH-5).
+    fn request(
+        &self,
+        target: &Target,
+        s: &Send,
+        up: &mut Outgoing,
+    ) -> Result<Request<UpBody>, ClientError> {
+        let shared = &self.ctx.shared;
+        let uri = upstream_uri(target.base(), &self.method, &self.uri)?;
+        let mut headers = if s.last {
+            up.headers.take().unwrap_or_default()
+        } else {
+            up.headers.clone().unwrap_or_default()
+        };
+        headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
+        if !headers.contains_key(HOST) {
+            headers.insert(HOST, target.host_header().clone());
+        }
+        let body = match s.body {
+            SendBody::Empty => UpBody::Empty,
+            SendBody::Buffered => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+            // A streamed body is never replayed (C-RETRY-1), so it is taken once.
+            SendBody::Stream { read_deadline } => match up.body.take() {
+                Some(body) => {
+                    let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
+                    let deadline = read_deadline.map(|d| shared.clock.deadline(d));
+                    UpBody::Stream(ClientBody::new(shared.rt, body, failed, deadline))
+                }
+                None => UpBody::Empty,
+            },
+        };
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        Ok(req)
+    }
+
+    /// weir's own response (C-PATH-11, C-OBS-4), with `X-Request-ID` and the rate headers of an
+    /// allowed request (C-RATE-1).
+    fn answer(&mut self, a: Answer, guard: RequestGuard) -> Response<ResBody> {
+        let x = self.x();
+        let mut resp = match (a.health_body(), x.synthetic(&a)) {
+            (Some(body), _) => {
+                let mut r = Response::new(ResBody::full(Bytes::from_static(body.as_bytes()), None));
+                r.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
+            }
+            (None, Some(s)) => synthetic(&s, &self.rid_value),
+            (None, None) => Response::new(ResBody::empty(None)),
+        };
+        let status = a.status();
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let headers = resp.headers_mut();
+        headers.insert(X_REQUEST_ID, self.rid_value.clone());
+        add_headers(headers, x.response_headers(None, status));
+        let (parts, body) = resp.into_parts();
+        // The rest of the engine's outputs (record, gate hand-off) are side effects.
+        let _ = self.next();
+        let body = body.with_guard(guard).with_line(self.line.take());
+        Response::from_parts(parts, body)
+    }
+
+    /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
+    /// upgrade (C-PATH-8).
+    fn deliver(
+        &mut self,
+        d: &Delivery,
+        last: Last,
+        guard: RequestGuard,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Response<ResBody> {
+        let _ = self.next();
+        let (Some((mut resp, conn, target)), Some(mut x)) = (last, self.x.take()) else {
+            return self.answer(Answer::Client(ClientError::Incomplete), guard);
+        };
+        let shared = &self.ctx.shared;
+        let backend_upgrade = d.upgrade.then(|| hyper::upgrade::on(&mut resp));
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers, d.upgrade);
+        for (name, value) in x.response_headers(Some(d), d.deliver.status) {
+            let value = match name {
+                header::BACKEND => Some(target.id_value().clone()),
+                header::REQUEST_ID => Some(self.rid_value.clone()),
+                _ => header_value(value),
+            };
+            if let Some(v) = value {
+                parts.headers.insert(HeaderName::from_static(name), v);
+            }
+        }
+        if let (Some(backend_upgrade), Some(client_upgrade)) = (backend_upgrade, client_upgrade) {
+            tunnel(self.ctx, x, conn, backend_upgrade, client_upgrade);
+            let body = ResBody::empty(Some(guard)).with_line(self.line.take());
+            return Response::from_parts(parts, body);
+        }
+        if body.is_end_stream() {
+            // Nothing to stream (HEAD, 204, 304, empty): settle now.
+            let now = shared.rt.now();
+            let at = shared.clock.at(now);
+            worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
+            effects::drain(shared, &mut x, None);
+            shared.upstream.release(conn, now);
+            let body = ResBody::empty(Some(guard)).with_line(self.line.take());
+            return Response::from_parts(parts, body);
+        }
+        let delivered = Delivered::new(body, x, conn, Arc::clone(shared));
+        let body = ResBody::upstream(delivered, Some(guard)).with_line(self.line.take());
+        Response::from_parts(parts, body)
+    }
+}
+
+/// C-PATH-8: tunnel both ways; the exchange (and with it the backend slot and the gate slot) is
+/// held until the tunnel closes.
+fn tunnel(
+    ctx: &Arc<ConnCtx>,
+    mut x: Bound,
+    conn: Conn,
+    backend_upgrade: hyper::upgrade::OnUpgrade,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+) {
+    let alive = ctx.alive();
+    let shared = Arc::clone(&ctx.shared);
+    ctx.shared.rt.spawn(async move {
+        let _alive = alive;
+        // The backend side upgrades when its connection future runs to the hand-over.
+        let backend_side = async move {
+            if let Some(driver) = conn.into_driver() {
+                let _ = driver.await;
+            }
+            backend_upgrade.await
+        };
+        let end = match futures_util::future::try_join(client_upgrade, backend_side).await {
+            Ok((mut client, mut backend)) => {
+                match rt::copy_bidirectional(&mut client, &mut backend).await {
+                    Ok(_) => BodyEnd::Complete,
+                    Err(_) => BodyEnd::Error,
+                }
+            }
+            Err(_) => BodyEnd::Error,
+        };
+        let now = shared.clock.now();
+        worker::with_rng(|rng| x.handle_input(Input::BodyEnd(end), now, rng));
+        effects::drain(&shared, &mut x, None);
+    });
+}
+
+#[cold]
+fn unreachable_exchange() -> ! {
+    // The exchange leaves `Io` only in `deliver`, which ends the request's IO. Were it reached,
+    // the panic ends this connection's task only (hyper isolates it; panic = "unwind").
+    unreachable!("the exchange was used after it moved into the response")
+}
+
+/// What the codec knows of the request body's length.
+fn body_info(body: &Incoming) -> BodyInfo {
+    if body.is_end_stream() {
+        BodyInfo::Empty
+    } else {
+        body.size_hint()
+            .exact()
+            .map_or(BodyInfo::Unsized, BodyInfo::Sized)
+    }
+}
+
+/// A synthetic response as core spells it (C-PATH-11).
+fn synthetic(s: &SyntheticResponse<'_>, rid_value: &HeaderValue) -> Response<ResBody> {
+    let mut resp = Response::new(ResBody::full(Bytes::from(s.body()), None));
+    let headers = resp.headers_mut();
+    for (name, value) in s.headers() {
+        let value = if name == header::REQUEST_ID {
+            Some(rid_value.clone())
+        } else {
+            value.to_header_value()
+        };
+        if let Some(v) = value {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+    resp
+}
+
+/// Headers the engine sets, as values.
+fn add_headers<'t>(headers: &mut HeaderMap, set: impl Iterator<Item = (&'static str, Text<'t>)>) {
+    for (name, value) in set {
+        if let Some(v) = header_value(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+}
+
+/// A header value as core's [`Text`] spells it; small integers (attempt numbers) and fixed
+/// tokens come from static storage instead of a fresh allocation.
+fn header_value(text: Text<'_>) -> Option<HeaderValue> {
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match text {
+        Text::Int(n) if n < 10 => Some(HeaderValue::from_static(SMALL[n as usize])),
+        other => other.to_header_value(),
+    }
+}

@@ -1,0 +1,166 @@
+//! Operational events an on-call reads (issue 20), each one line at one level under one target:
+//!
+//! - `weir::health`: a backend down (`WARN`, with the probe's error) or up (`INFO`), from the
+//!   health driver (`probe/driver.rs`); a circuit opened (`WARN`, with the attempt result that
+//!   tripped it, the threshold and the cooldown) or closed (`INFO`); at start, one `WARN` when no
+//!   backend passed its first check.
+//! - `weir::protection`: a protection event (overload, bulkhead full, every backend saturated,
+//!   retry budget exhausted) at `WARN`, at most once per [`PROTECTION_LOG_INTERVAL`] per reason,
+//!   with how many happened since the previous line (the metric counts every one).
+//!
+//! Level and wording are documented in docs/operations.md, "Log events".
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use weir_core::breaker::Transition;
+use weir_core::exchange::{AttemptResult, Exchange};
+use weir_core::response::ProtectionReason;
+
+use crate::observe::metrics::BackendMetrics;
+use crate::services::state::Data;
+
+/// At most one `weir::protection` line per reason in this interval.
+pub const PROTECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A circuit transition (C-HEALTH-3): log it and count it.
+pub fn circuit(x: &Exchange, m: &BackendMetrics, transition: Transition, cause: AttemptResult) {
+    m.circuit_transition(matches!(transition, Transition::Opened { .. }));
+    let backend = m.id();
+    match transition {
+        Transition::Opened { cooldown } => {
+            let breaker = &x.pool().params().breaker;
+            tracing::warn!(
+                target: "weir::health",
+                backend,
+                event = "circuit_open",
+                cause = cause.as_str(),
+                failure_threshold = breaker.failure_threshold(),
+                cooldown_ms = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX),
+                "circuit opened: backend ejected after consecutive failures"
+            );
+        }
+        Transition::Closed => tracing::info!(
+            target: "weir::health",
+            backend,
+            event = "circuit_closed",
+            "circuit closed: half-open trial succeeded, backend back"
+        ),
+    }
+}
+
+/// A backend's active health flipped (C-HEALTH-2): `WARN` down with the probe's error, `INFO`
+/// up. The only place a health change is logged.
+pub fn health_changed(backend: &str, url: &str, healthy: bool, error: Option<&str>) {
+    if healthy {
+        tracing::info!(
+            target: "weir::health",
+            backend,
+            url,
+            event = "backend_up",
+            "backend up: active health checks pass"
+        );
+    } else {
+        tracing::warn!(
+            target: "weir::health",
+            backend,
+            url,
+            event = "backend_down",
+            error = error.unwrap_or("unknown"),
+            "backend down: active health checks fail"
+        );
+    }
+}
+
+/// At start, after the first check cycle: a `WARN` when no backend is healthy.
+pub fn first_cycle_done(shared: &Data) {
+    let rt = shared.runtime();
+    let mut total = 0usize;
+    let mut down = Vec::new();
+    for (_, b) in rt.backends() {
+        total += 1;
+        if !b.is_healthy() {
+            down.push(b.id().to_owned());
+        }
+    }
+    if total > 0 && down.len() == total {
+        tracing::warn!(
+            target: "weir::health",
+            event = "no_healthy_backend",
+            backends = total,
+            unhealthy = %crate::base::log_json::list(&down),
+            "no backend passed its first health check; requests get 503 until one does"
+        );
+    }
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+struct Throttle {
+    /// Milliseconds since [`epoch`] of the last line, plus one (0: never).
+    last: AtomicU64,
+    /// Events since the last line.
+    since: AtomicU64,
+}
+
+static THROTTLES: [Throttle; ProtectionReason::ALL.len()] = [const {
+    Throttle {
+        last: AtomicU64::new(0),
+        since: AtomicU64::new(0),
+    }
+}; ProtectionReason::ALL.len()];
+
+/// A protection event (C-LOAD-3): a throttled `WARN` (module doc). Rate-limit denials are the
+/// limiter doing its job for one client and are not logged here (the access log has them).
+pub fn protection(reason: ProtectionReason) {
+    if reason == ProtectionReason::RateLimited {
+        return;
+    }
+    let Some(i) = ProtectionReason::ALL.iter().position(|r| *r == reason) else {
+        return;
+    };
+    let t = &THROTTLES[i];
+    let since = t.since.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+    let last = t.last.load(Ordering::Relaxed);
+    let interval = PROTECTION_LOG_INTERVAL.as_millis() as u64;
+    if last != 0 && now.saturating_sub(last) < interval {
+        return;
+    }
+    if t.last
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    t.since.fetch_sub(since, Ordering::Relaxed);
+    tracing::warn!(
+        target: "weir::protection",
+        reason = reason.as_str(),
+        events = since,
+        interval_s = PROTECTION_LOG_INTERVAL.as_secs(),
+        "protection: requests turned away or retries refused (counted in load_balancer_protection_events_total)"
+    );
+}
+
+/// The access log's `reason` for a management error status.
+#[must_use]
+pub fn management_reason(status: u16) -> &'static str {
+    match status {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        422 => "invalid_change",
+        s if s >= 500 => "server_error",
+        _ => "client_error",
+    }
+}

@@ -1,0 +1,309 @@
+//! Prometheus metrics (C-OBS-1, C-OBS-2, C-LOAD-3), exposed on the management listener's
+//! `/metrics` in the OpenMetrics text format by the official `prometheus-client` crate.
+//!
+//! **The request path touches atomics only.** Every counter and histogram the data plane
+//! updates is a plain `AtomicU64` (`Relaxed` adds) in a structure built ahead of time:
+//! per listener an array indexed by status code and a fixed-bucket histogram; per reason of
+//! `response::ProtectionReason` one counter; per backend a [`BackendMetrics`] (attempts by
+//! outcome, upstream duration, panic selections, health checks) kept in a table that is
+//! rebuilt on reload and published with an [`ArcSwap`], exactly like the runtime snapshot. No
+//! label set is hashed into a shared map on the request path and no lock is taken; a request
+//! finds its backend's handles with one lock-free `ArcSwap` load and one lookup by id. This is
+//! what DESIGN.md asks of `prometheus-client`'s `Family` ("never hold two guards; keep
+//! per-backend handles in the snapshot"), taken one step further: `Family` and `Histogram` take
+//! a lock per update and per encode, so the hot path does not use them at all.
+//!
+//! **A scrape never blocks the request path (C-OBS-2).** A scrape first takes a [`Snapshot`]:
+//! it reads the atomics and computes the gauges from the runtime in force (backend
+//! availability, in-flight counts, retry-budget tokens, local buckets; the local store's shards
+//! are locked one at a time, briefly, as on any request). The snapshot is owned data; it is
+//! handed to a fresh `prometheus_client::registry::Registry` as a `Collector` and encoded into a
+//! `String` in memory. Only then is the body written to the scraper, so a slow or stalled
+//! scraper holds nothing that a request needs (the reference balancer's rule: "scrape takes a
+//! snapshot first and does not hold the request path while writing to a slow client").
+//!
+//! **Every family is exposed from start (C-OBS-1)**, with zero values: both listeners'
+//! `code="200"` series, every protection reason, every backend's attempt outcomes and health
+//! check results, every reload source and result.
+//!
+//! Labels are bounded: listener, status code, backend id, pool name, outcome, reason, result,
+//! storage kind, reload source. Never a path or a client address.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use weir_core::exchange::StoreResult;
+use weir_core::rate::StorageKind;
+use weir_core::response::ProtectionReason;
+
+pub(crate) mod backends;
+mod histogram;
+pub mod ops;
+pub mod store;
+
+pub use backends::BackendMetrics;
+pub use histogram::AtomicHistogram;
+
+use crate::base::exposition::{
+    FamilySnapshot, Listener, counter, gauge, labels, seconds_histogram,
+};
+use backends::BackendTable;
+
+/// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the duration histograms: 1 ms to 30 s, Prometheus-style steps.
+const DURATION_BOUNDS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`):
+/// core's classification, as the request engine reports it.
+pub use weir_core::exchange::AttemptResult as AttemptOutcome;
+
+/// Who asked for a new runtime (`source` label of `load_balancer_config_reloads_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadSource {
+    /// SIGHUP: the file was re-read (C-CONF-4).
+    Signal,
+    /// `PATCH /api/dashboard/config` (C-CONF-8).
+    Management,
+}
+
+impl ReloadSource {
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReloadSource::Signal => "signal",
+            ReloadSource::Management => "management",
+        }
+    }
+}
+
+/// Per-listener request metrics.
+#[derive(Debug)]
+struct RequestMetrics {
+    /// Indexed by status code (hyper's `StatusCode` is 100..=999).
+    codes: Box<[AtomicU64]>,
+    duration: AtomicHistogram,
+}
+
+impl RequestMetrics {
+    fn new() -> RequestMetrics {
+        RequestMetrics {
+            codes: (0..1000).map(|_| AtomicU64::new(0)).collect(),
+            duration: AtomicHistogram::default(),
+        }
+    }
+}
+
+/// The process's metrics. See the module doc.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: [RequestMetrics; 2],
+    protection: [AtomicU64; ProtectionReason::ALL.len()],
+    pub(crate) backends: ArcSwap<BackendTable>,
+    /// `[signal applied, signal rejected, management applied, management rejected]`.
+    reloads: [AtomicU64; 4],
+    /// Process-level gauges and counters added for on-call (issue 20; `metrics/state.rs`).
+    pub(crate) ops: ops::Ops,
+    /// Time spent in the global gate's queue (issue 20; `metrics/admission.rs`).
+    pub(crate) queue_wait: AtomicHistogram,
+    /// Request-path rate-limit store calls (issue 20; `metrics/store.rs`).
+    pub(crate) store: store::StoreMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// The request-path families (requests, their durations, backends, protection events, the
+    /// retry budget, reloads), read now, appended to `out`.
+    pub(crate) fn families(
+        &self,
+        rt: &weir_core::runtime::Runtime,
+        now: weir_core::Instant,
+        out: &mut Vec<FamilySnapshot>,
+    ) {
+        let table = self.backends.load();
+
+        // Requests per listener and status; `code="200"` always, so the family has series from
+        // the start.
+        let mut requests = Vec::new();
+        let mut durations = Vec::new();
+        for listener in [Listener::Public, Listener::Management] {
+            let r = &self.requests[listener.index()];
+            for (code, c) in r.codes.iter().enumerate() {
+                let n = c.load(Ordering::Relaxed);
+                if n > 0 || code == 200 {
+                    requests.push((
+                        labels([("listener", listener.as_str()), ("code", &code.to_string())]),
+                        n,
+                    ));
+                }
+            }
+            durations.push((
+                labels([("listener", listener.as_str())]),
+                r.duration.snapshot(),
+            ));
+        }
+        out.push(counter(
+            "load_balancer_http_requests",
+            "Requests answered, by listener and status code (/healthz and /readyz included).",
+            requests,
+        ));
+        out.push(seconds_histogram(
+            "load_balancer_http_request_duration",
+            "Time from a request's head to its response head, by listener.",
+            durations,
+        ));
+
+        backends::families(&table, rt, now, out);
+        let reasons = ProtectionReason::ALL
+            .iter()
+            .zip(&self.protection)
+            .map(|(r, c)| (labels([("reason", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        out.push(counter(
+            "load_balancer_protection_events",
+            "Requests turned away or retries refused to protect weir or the backends (overload, bulkhead full, backends saturated, retry budget exhausted, rate limited), by reason.",
+            reasons,
+        ));
+        out.push(gauge(
+            "load_balancer_retry_budget_tokens",
+            "Tokens in the process-wide retry budget now.",
+            vec![(Vec::new(), rt.budget().tokens_milli(now) as f64 / 1000.0)],
+        ));
+
+        let mut reloads = Vec::new();
+        for (si, source) in [ReloadSource::Signal, ReloadSource::Management]
+            .into_iter()
+            .enumerate()
+        {
+            for (ri, result) in ["applied", "rejected"].into_iter().enumerate() {
+                reloads.push((
+                    labels([("source", source.as_str()), ("result", result)]),
+                    self.reloads[si * 2 + ri].load(Ordering::Relaxed),
+                ));
+            }
+        }
+        out.push(counter(
+            "load_balancer_config_reloads",
+            "New runtimes asked for (SIGHUP reloads, management changes), by source and result.",
+            reloads,
+        ));
+    }
+
+    /// Empty metrics (no backends yet: see [`Metrics::set_backends`]).
+    #[must_use]
+    pub fn new() -> Metrics {
+        Metrics {
+            requests: [RequestMetrics::new(), RequestMetrics::new()],
+            protection: std::array::from_fn(|_| AtomicU64::new(0)),
+            backends: ArcSwap::from_pointee(BackendTable::default()),
+            reloads: std::array::from_fn(|_| AtomicU64::new(0)),
+            ops: ops::Ops::new(),
+            queue_wait: AtomicHistogram::default(),
+            store: store::StoreMetrics::default(),
+        }
+    }
+
+    /// Count one wait in the global gate's queue (`Metric::QueueWait`).
+    pub fn queue_wait(&self, waited: Duration) {
+        self.queue_wait.observe(waited);
+    }
+
+    /// Count one request-path call of a rate-limit store (`Metric::Store`).
+    pub fn store_call(
+        &self,
+        storage: StorageKind,
+        result: StoreResult,
+        duration: Option<Duration>,
+    ) {
+        self.store.call(storage, result, duration);
+    }
+
+    /// Count one answered request of `listener` (C-OBS-1, C-OBS-2: every request, sampled for
+    /// the log or not).
+    pub fn request(&self, listener: Listener, status: u16, elapsed: Duration) {
+        let m = &self.requests[listener.index()];
+        if let Some(c) = m.codes.get(usize::from(status)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        m.duration.observe(elapsed);
+    }
+
+    /// Count a protection event (C-LOAD-3).
+    pub fn protection(&self, reason: ProtectionReason) {
+        if let Some(i) = ProtectionReason::ALL.iter().position(|r| *r == reason) {
+            self.protection[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The handles of backend `id`, when it is in the runtime in force (or being warmed up).
+    #[must_use]
+    pub fn backend(&self, id: &str) -> Option<Arc<BackendMetrics>> {
+        self.backends.load().by_id.get(id).cloned()
+    }
+
+    /// The handles of backend `id` for a snapshot (`snapshot::Snapshot::build`): the
+    /// registry's, or new ones (not exposed) for an id it does not have.
+    #[must_use]
+    pub fn backend_or_new(&self, id: &str) -> Arc<BackendMetrics> {
+        self.backend(id)
+            .unwrap_or_else(|| Arc::new(BackendMetrics::new(id)))
+    }
+
+    /// Make the per-backend handles those of `ids` (a reload or a warm-up): kept ids keep their
+    /// counters, new ones start at zero, others are no longer exposed.
+    pub fn set_backends<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let previous = self.backends.load();
+        self.backends
+            .store(Arc::new(BackendTable::build(ids, &previous)));
+    }
+
+    /// Count a reload or management change that was published (`applied`) or not.
+    pub fn reload(&self, source: ReloadSource, applied: bool) {
+        let i = match source {
+            ReloadSource::Signal => 0,
+            ReloadSource::Management => 2,
+        } + usize::from(!applied);
+        self.reloads[i].fetch_add(1, Ordering::Relaxed);
+        if applied {
+            self.ops.reload_succeeded();
+        }
+    }
+
+    /// Whether the latest reload of the file left changes that need a restart unapplied.
+    pub fn set_restart_required(&self, pending: bool) {
+        self.ops.set_restart_required(pending);
+    }
+
+    /// Count a refused management mutation of endpoint `name` (`mgmt::Endpoint::name`).
+    pub fn rejected_mutation(&self, name: &str) {
+        self.ops.rejected_mutation(name);
+    }
+
+    /// Count the retries of one finished request (`attempts - 1`).
+    pub fn retries(&self, attempts: u32) {
+        self.ops.retries(attempts);
+    }
+
+    /// Requests of `listener` answered with `status` so far.
+    #[must_use]
+    pub fn requests(&self, listener: Listener, status: u16) -> u64 {
+        self.requests[listener.index()]
+            .codes
+            .get(usize::from(status))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests;

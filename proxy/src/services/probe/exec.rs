@@ -1,0 +1,184 @@
+//! One probe: connect, optionally TLS, optionally `GET`, all within one deadline (C-HEALTH-1,
+//! C-HEALTH-6).
+
+use core::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::Either;
+use http::header::{CONNECTION, HOST, USER_AGENT};
+use http::{HeaderValue, Method, Request};
+use http_body_util::Empty;
+use hyper::rt::{Read, Write};
+use rustls::ClientConfig;
+use weir_core::health::HealthParams;
+
+use super::target::ProbeTarget;
+use crate::base::rt::{self, Rt};
+
+/// The `User-Agent` of HTTP(S) probes.
+const PROBE_USER_AGENT: &str = concat!("weir-health-check/", env!("CARGO_PKG_VERSION"));
+
+/// What one probe found. Only [`is_success`](Self::is_success) feeds the schedule; the rest is
+/// for logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// TCP: the connection was accepted.
+    Connected,
+    /// HTTP(S): the backend answered with an expected status.
+    Status(u16),
+    /// HTTP(S): the backend answered with a status outside `expected_statuses`.
+    UnexpectedStatus(u16),
+    /// The TCP connect failed (refused, unreachable, name not resolved...).
+    Connect(io::ErrorKind),
+    /// The TLS handshake failed (untrusted or mismatched certificate, protocol error...).
+    Tls(Box<str>),
+    /// The HTTP exchange failed before a status line arrived (closed, reset, malformed).
+    Http(Box<str>),
+    /// Nothing conclusive before the deadline (C-HEALTH-6).
+    TimedOut,
+}
+
+impl ProbeOutcome {
+    /// Whether the probe succeeded: a TCP connect, or an expected HTTP status.
+    #[must_use]
+    pub const fn is_success(&self) -> bool {
+        matches!(self, ProbeOutcome::Connected | ProbeOutcome::Status(_))
+    }
+}
+
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeOutcome::Connected => write!(f, "connected"),
+            ProbeOutcome::Status(s) => write!(f, "status {s}"),
+            ProbeOutcome::UnexpectedStatus(s) => write!(f, "unexpected status {s}"),
+            ProbeOutcome::Connect(kind) => write!(f, "connect failed: {kind}"),
+            ProbeOutcome::Tls(e) => write!(f, "tls handshake failed: {e}"),
+            ProbeOutcome::Http(e) => write!(f, "http exchange failed: {e}"),
+            ProbeOutcome::TimedOut => write!(f, "timed out"),
+        }
+    }
+}
+
+/// Probes `target` once, giving up after `timeout` (C-HEALTH-1). `tls` is used for targets that
+/// speak TLS ([`tls::native_client_config`](super::client_tls::native_client_config) in production);
+/// `params` says which statuses count as success.
+pub async fn probe(
+    rt: Rt,
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+    timeout: Duration,
+) -> ProbeOutcome {
+    let deadline = rt
+        .now()
+        .checked_add(timeout)
+        .unwrap_or_else(|| crate::base::clock::Clock::new(rt).far_future());
+    probe_until(rt, target, tls, params, deadline).await
+}
+
+/// Probes `target` once, giving up at `deadline`: a backend that accepts and never answers is a
+/// [`ProbeOutcome::TimedOut`] failure at the deadline, not later (C-HEALTH-6). Everything the
+/// probe opened is closed when this returns, or when the future is dropped.
+pub async fn probe_until(
+    rt: Rt,
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+    deadline: std::time::Instant,
+) -> ProbeOutcome {
+    rt::timeout_at(rt, deadline, attempt(rt, target, tls, params))
+        .await
+        .unwrap_or(ProbeOutcome::TimedOut)
+}
+
+async fn attempt(
+    rt: Rt,
+    target: &ProbeTarget,
+    tls: &Arc<ClientConfig>,
+    params: &HealthParams,
+) -> ProbeOutcome {
+    // `dial` sets TCP_NODELAY: probes send one small request.
+    let (host, port) = target.addr();
+    let mut stream = match rt::dial(rt, host, port).await {
+        Ok(s) => s,
+        Err(e) => return ProbeOutcome::Connect(e.kind()),
+    };
+    if target.uri().is_none() {
+        // TCP mode: the connect is the probe; dropping the stream closes it.
+        return ProbeOutcome::Connected;
+    }
+    if let Some(v) = target.send_proxy() {
+        let header = weir_core::proxy_proto::encode_local(v);
+        if let Err(e) = rt::write_preface(&mut stream, header.as_bytes()).await {
+            return ProbeOutcome::Http(format!("PROXY header: {e}").into_boxed_str());
+        }
+    }
+    let status = match target.server_name() {
+        None => exchange(stream, target).await,
+        Some(name) => match rt
+            .tls_connect(rt::TlsConnect::new(Arc::clone(tls), name.clone(), stream))
+            .await
+        {
+            Ok(tls_stream) => exchange(tls_stream, target).await,
+            Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
+        },
+    };
+    match status {
+        Ok(s) if params.probe_status_ok(s) => ProbeOutcome::Status(s),
+        Ok(s) => ProbeOutcome::UnexpectedStatus(s),
+        Err(e) => ProbeOutcome::Http(e.to_string().into_boxed_str()),
+    }
+}
+
+/// The message of a TLS handshake error: rustls's own error when it is one.
+fn tls_error_text(e: &io::Error) -> Box<str> {
+    match e.get_ref() {
+        Some(inner) => inner.to_string().into_boxed_str(),
+        None => e.to_string().into_boxed_str(),
+    }
+}
+
+/// Sends `GET <probe uri>` over `io` (HTTP/1.1, `Connection: close`) and returns the status of
+/// the response. The body is not read: the status decides, and dropping the response and the
+/// connection closes the socket.
+async fn exchange<T>(io: T, target: &ProbeTarget) -> Result<u16, hyper::Error>
+where
+    T: Read + Write + Unpin,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    let request = probe_request(target);
+    let mut conn = std::pin::pin!(conn);
+    let response = std::pin::pin!(sender.send_request(request));
+    let mut response = response;
+    // The connection future must be polled for the request to progress. When it ends first
+    // (the server closed), the response, if one arrived, is already waiting in `response`.
+    let result = match futures_util::future::select(&mut response, &mut conn).await {
+        Either::Left((r, _)) => r,
+        Either::Right(_) => response.await,
+    };
+    result.map(|r| r.status().as_u16())
+}
+
+fn probe_request(target: &ProbeTarget) -> Request<Empty<Bytes>> {
+    let mut request = Request::new(Empty::new());
+    *request.method_mut() = Method::GET;
+    // Origin-form target: hyper's http1 client sends the URI as given.
+    if let Some(pq) = target.uri().and_then(http::Uri::path_and_query)
+        && let Ok(origin) = pq.as_str().parse()
+    {
+        *request.uri_mut() = origin;
+    }
+    let headers = request.headers_mut();
+    if let Some(host) = target.host_header()
+        && let Ok(v) = HeaderValue::from_str(host.as_str())
+    {
+        headers.insert(HOST, v);
+    }
+    headers.insert(USER_AGENT, HeaderValue::from_static(PROBE_USER_AGENT));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    request
+}

@@ -1,0 +1,638 @@
+//! Upstream connections: HTTP/1.1 to each backend over TCP or TLS, with a keep-alive pool per
+//! backend and per worker (C-PATH-7, C-PATH-9, C-RETRY-5, C-RETRY-6).
+//!
+//! Why a pool of our own over `hyper::client::conn::http1` instead of hyper-util's legacy
+//! client: the proxy runs one single-threaded runtime per worker (see `server.rs`), so each
+//! worker keeps its own idle connections in a thread-local map and touches no lock and no shared
+//! counter to reuse one (nginx's `upstream keepalive` is per worker in the same way). The legacy
+//! client shares one mutex-protected pool between all threads and spawns a task per request to
+//! return the connection; here the response body hands the connection back when it ends.
+//!
+//! Connections have no task of their own. hyper's connection future (the [`Driver`], which does
+//! the socket IO) is polled by whoever holds the connection: the request while it waits for the
+//! response head ([`Upstream::send`]), the response body while it streams
+//! (`body::Delivered`), the tunnel task after an upgrade. So a proxied request's upstream IO
+//! happens in the task of its client connection and never costs a wake-up of another task
+//! (with a spawned driver, every request crossed two tasks through hyper's dispatch channel).
+//! An idle connection in the pool is not polled; a close by the backend is noticed when it is
+//! checked out (it is driven once first) or by the periodic sweep.
+//!
+//! Rules:
+//! - a connection returns to the pool only after its response body was read to the end; a
+//!   response dropped earlier (a retried `503`, C-RETRY-6; a client that left, C-PATH-9) takes
+//!   its connection with it, and dropping the connection closes the socket;
+//! - which idle connection is reused, kept or expired is weir-core's `idle_pool::IdlePool`:
+//!   last-in first-out (the warmest socket), each for at most `idle_conn_timeout`, at most
+//!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker *or* the
+//!   backend's recent demand (connections lent at once) when that is larger, so steady load
+//!   never churns connections (issue 14 point 6); a connection the backend closed is skipped;
+//! - a request that fails on a *reused* connection before hyper wrote any of it (the backend
+//!   closed the idle socket at that moment) is sent again on a fresh connection: it never reached
+//!   the backend, so it is not an attempt (hyper-util's `retry_canceled_requests`);
+//! - connect (DNS, TCP within `dial_timeout`, TLS within `tls_handshake_timeout`) errors are
+//!   `Connect`; every later error before the response head is `Transport` (C-RETRY-1).
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::Scheme;
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+
+use crate::base::rt::{self, Io, Rt};
+use crate::observe::metrics::BackendMetrics;
+
+mod body;
+pub use body::{BodyTally, ClientBody, UpBody};
+use weir_core::config::UpstreamSettings;
+use weir_core::idle_pool::{IdleParams, IdlePool};
+use weir_core::proxy_proto;
+use weir_core::upstream::{BackendBase, BackendUrlError};
+
+/// The error type of bodies that cross the proxy.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Upstream settings the pool acts on (from `server.upstream`).
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// TCP connect deadline (`dial_timeout`).
+    pub dial_timeout: Duration,
+    /// TLS handshake deadline (`tls_handshake_timeout`).
+    pub tls_handshake_timeout: Duration,
+    /// Idle connections older than this are closed (`idle_conn_timeout`); `None`: kept until
+    /// the backend closes them.
+    pub idle_conn_timeout: Option<Duration>,
+    /// Idle connections kept per backend and worker (`max_idle_conns_per_host`).
+    pub max_idle_per_host: usize,
+    /// Idle connections kept per worker in total (`max_idle_conns` divided over the workers).
+    pub max_idle_total: usize,
+}
+
+impl UpstreamConfig {
+    /// The settings of `server.upstream`, with the total idle bound split over `workers`.
+    #[must_use]
+    pub fn from_settings(s: &UpstreamSettings, workers: usize) -> UpstreamConfig {
+        let workers = workers.max(1);
+        UpstreamConfig {
+            dial_timeout: s.dial_timeout,
+            tls_handshake_timeout: s.tls_handshake_timeout,
+            idle_conn_timeout: s.idle_conn_timeout,
+            max_idle_per_host: s.max_idle_conns_per_host as usize,
+            max_idle_total: (s.max_idle_conns as usize).div_ceil(workers),
+        }
+    }
+}
+
+/// Why an attempt failed before a response head (the flow's `AttemptError` minus timeouts).
+#[derive(Debug)]
+pub enum SendError {
+    /// The connection could not be established (DNS, refused, dial or TLS timeout, handshake).
+    Connect(io::Error),
+    /// The connection broke after it was established.
+    Transport(hyper::Error),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect(e) => write!(f, "connect: {e}"),
+            SendError::Transport(e) => write!(f, "transport: {e}"),
+        }
+    }
+}
+
+/// A backend's key in the HTTP/1 idle pools (`h1::client`): its URL, with the URL's hash made
+/// once when the [`Target`] is built, so that a request's pool look-ups hash one number rather
+/// than the URL's bytes (issue 14). Equal exactly when the URLs are (the same backend URL
+/// shares its idle connections across reloads, as before); the URL itself is compared only
+/// when the hashes are equal and the two keys are not the same allocation.
+#[derive(Debug, Clone)]
+pub struct PoolKey {
+    hash: u64,
+    url: Arc<str>,
+}
+
+impl PoolKey {
+    /// The key of the backend at `url`.
+    #[must_use]
+    pub fn new(url: &str) -> PoolKey {
+        use std::hash::BuildHasher;
+        PoolKey {
+            hash: foldhash::quality::FixedState::default().hash_one(url),
+            url: Arc::from(url),
+        }
+    }
+}
+
+impl PartialEq for PoolKey {
+    fn eq(&self, other: &PoolKey) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.url, &other.url) || self.url == other.url)
+    }
+}
+
+impl Eq for PoolKey {}
+
+impl std::hash::Hash for PoolKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl From<&PoolKey> for PoolKey {
+    fn from(key: &PoolKey) -> PoolKey {
+        key.clone()
+    }
+}
+
+/// One backend as the pool sees it: the parsed base URL, where to connect, and how.
+#[derive(Debug)]
+pub struct Target {
+    id: Box<str>,
+    id_value: HeaderValue,
+    url: Box<str>,
+    pool_key: PoolKey,
+    base: BackendBase,
+    host: Box<str>,
+    port: u16,
+    tls: Option<ServerName<'static>>,
+    host_header: HeaderValue,
+    /// `send_proxy_protocol`: a PROXY header starts each new connection, which is then never
+    /// pooled (docs/tls.md, "Sending the PROXY protocol to backends").
+    send_proxy: Option<proxy_proto::Version>,
+}
+
+impl Target {
+    /// Parse backend `id`'s URL (`http` or `https`).
+    pub fn new(id: &str, url: &str) -> Result<Target, BackendUrlError> {
+        let base = BackendBase::parse(url)?;
+        let https = *base.scheme() == Scheme::HTTPS;
+        let authority = base.authority();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let host = authority.host();
+        let host: Box<str> = Box::from(
+            host.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host),
+        );
+        let tls = if https {
+            Some(ServerName::try_from(host.to_string()).map_err(|_| BackendUrlError::NoHost)?)
+        } else {
+            None
+        };
+        let host_header =
+            HeaderValue::from_str(authority.as_str()).map_err(|_| BackendUrlError::Invalid)?;
+        let id_value = HeaderValue::from_str(id).map_err(|_| BackendUrlError::Invalid)?;
+        Ok(Target {
+            id: Box::from(id),
+            id_value,
+            url: Box::from(url),
+            pool_key: PoolKey::new(url),
+            base,
+            host,
+            port,
+            tls,
+            host_header,
+            send_proxy: None,
+        })
+    }
+
+    /// The same target with a PROXY header of `version` at the start of each new connection
+    /// (`None`: none).
+    #[must_use]
+    pub fn with_send_proxy(mut self, version: Option<proxy_proto::Version>) -> Target {
+        self.send_proxy = version;
+        self
+    }
+
+    /// Whether a connection to this target may serve another client's request (weir-core's
+    /// `idle_pool::poolable`: not when it began with a PROXY header naming one client).
+    #[must_use]
+    pub fn poolable(&self) -> bool {
+        weir_core::idle_pool::poolable(self.send_proxy)
+    }
+
+    /// The PROXY protocol version each new connection begins with (`send_proxy_protocol`).
+    #[must_use]
+    pub fn send_proxy(&self) -> Option<proxy_proto::Version> {
+        self.send_proxy
+    }
+
+    /// The PROXY header a new connection for `client` begins with, if any.
+    fn preface(&self, client: SocketAddr) -> Option<proxy_proto::Encoded> {
+        // The original destination is not known here: the unspecified address, port 0
+        // (receivers use the source; docs/tls.md).
+        let dst = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0));
+        self.send_proxy.map(|v| proxy_proto::encode(v, client, dst))
+    }
+
+    /// The backend id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The backend id as a header value (`X-Balancer-Backend`, `X-Balancer-Backend-Attempt`),
+    /// made once per backend when a snapshot is built (`snapshot::Snapshot::build`).
+    #[must_use]
+    pub fn id_value(&self) -> &HeaderValue {
+        &self.id_value
+    }
+
+    /// The backend URL as configured.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its key in the HTTP/1 idle pools.
+    #[must_use]
+    pub fn pool_key(&self) -> &PoolKey {
+        &self.pool_key
+    }
+
+    /// The parsed base (scheme, authority, path prefix) for [`BackendBase::upstream_uri`].
+    #[must_use]
+    pub fn base(&self) -> &BackendBase {
+        &self.base
+    }
+
+    /// `host[:port]` of the URL, the `Host` of a request that came without one.
+    #[must_use]
+    pub fn host_header(&self) -> &HeaderValue {
+        &self.host_header
+    }
+}
+
+/// Connects to backends and keeps idle connections (one pool per worker thread, see the module
+/// doc). Cheap to share: clone the `Arc`.
+#[derive(Debug)]
+pub struct Upstream {
+    id: u64,
+    config: UpstreamConfig,
+    tls: Option<Arc<ClientConfig>>,
+    h1: http1::Builder,
+    /// The runtime and the idle policy's clock: the process clock (`Data::clock`) where the
+    /// proxy runs.
+    clock: crate::base::clock::Clock,
+}
+
+/// Distinguishes the pools of two `Upstream`s used on one thread (tests run several proxies).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static POOLS: RefCell<Vec<(u64, WorkerPool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How long a backend's demand peak (connections lent at once) is remembered by the idle
+/// policy: between one and two of these (`weir_core::idle_pool`, "Adaptive caps").
+const DEMAND_WINDOW: Duration = Duration::from_secs(10);
+
+/// The idle connections of one worker; which connection is kept, reused or expired is
+/// weir-core's `IdlePool` decision.
+struct WorkerPool {
+    idle: IdlePool<Conn>,
+}
+
+/// hyper's connection future (with upgrades): it performs the connection's IO. It has no task
+/// of its own: whoever uses the connection polls it (module doc).
+pub type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+
+/// A connection lent to one request; give it back with [`Upstream::release`] once the response
+/// body ended, or drop it to close it. While it is lent, the borrower drives its IO with
+/// [`Conn::poll_drive`].
+pub struct Conn {
+    tx: http1::SendRequest<UpBody>,
+    /// `None` once the connection has ended.
+    driver: Option<Driver>,
+    target: Arc<Target>,
+    /// The `Upstream` (its id) this connection is lent from, while lent: dropping a lent
+    /// connection tells its pool the demand fell.
+    lent: Option<u64>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(id) = self.lent.take() else {
+            return;
+        };
+        // `try_*`: never panic in a drop (thread teardown, or a drop inside a pool call, which
+        // cannot happen for a lent connection but costs nothing to guard).
+        let _ = POOLS.try_with(|pools| {
+            if let Ok(mut pools) = pools.try_borrow_mut()
+                && let Some((_, pool)) = pools.iter_mut().find(|(i, _)| *i == id)
+            {
+                pool.idle.handle_closed(self.target.url());
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("backend", &self.target.id())
+            .field("alive", &self.driver.is_some())
+            .finish()
+    }
+}
+
+impl Conn {
+    /// Perform the connection's pending IO (write the request, read the response, feed the
+    /// body). Returns whether the connection is still alive.
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(d) = self.driver.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.driver = None;
+        }
+        self.driver.is_some()
+    }
+
+    /// Whether the connection can take the next request now (driving it once first).
+    fn poll_reusable(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_drive(cx)
+            && !self.tx.is_closed()
+            && matches!(self.tx.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+
+    /// The connection's future, for a tunnel that must run it to the upgrade (C-PATH-8).
+    #[must_use]
+    pub fn into_driver(mut self) -> Option<Driver> {
+        self.driver.take()
+    }
+}
+
+/// Poll `fut` while driving `conn`'s IO, until `fut` completes.
+pub fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> DriveUntil<'_, F> {
+    DriveUntil { conn, fut }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`drive_until`] (a struct, not an `async fn`, for the reason given at
+    /// [`rt::Timeout`]).
+    #[must_use = "futures do nothing unless polled"]
+    pub struct DriveUntil<'c, F> {
+        conn: &'c mut Conn,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for DriveUntil<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        this.conn.poll_drive(cx);
+        this.fut.poll(cx)
+    }
+}
+
+impl Upstream {
+    /// A connector with `config`; `tls` is the client configuration for `https` backends (none:
+    /// connecting to one is a connect error).
+    #[must_use]
+    pub fn new(rt: Rt, config: UpstreamConfig, tls: Option<Arc<ClientConfig>>) -> Upstream {
+        Upstream::on_clock(crate::base::clock::Clock::new(rt), config, tls)
+    }
+
+    /// [`Upstream::new`] on `clock`: the pools' times ([`Upstream::core_now`]) are the
+    /// clock's, so a time the engine was fed serves the pools as it is (issue 14).
+    #[must_use]
+    pub fn on_clock(
+        clock: crate::base::clock::Clock,
+        config: UpstreamConfig,
+        tls: Option<Arc<ClientConfig>>,
+    ) -> Upstream {
+        let mut h1 = http1::Builder::new();
+        // Backends may answer with any header size a browser-facing server accepts.
+        h1.max_buf_size(1 << 20);
+        Upstream {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            tls,
+            h1,
+            clock,
+        }
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&mut WorkerPool) -> R) -> R {
+        POOLS.with(|pools| {
+            let mut pools = pools.borrow_mut();
+            let i = match pools.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    let params = self.idle_params();
+                    let pool = WorkerPool {
+                        idle: IdlePool::new(params),
+                    };
+                    pools.push((self.id, pool));
+                    pools.len() - 1
+                }
+            };
+            f(&mut pools[i].1)
+        })
+    }
+
+    /// `now` on weir-core's clock (this `Upstream`'s [`Clock`](crate::base::clock::Clock)).
+    #[must_use]
+    pub fn core_now(&self, now: std::time::Instant) -> weir_core::Instant {
+        self.clock.at(now)
+    }
+
+    /// The current time on weir-core's clock.
+    #[must_use]
+    pub fn now(&self) -> weir_core::Instant {
+        self.clock.now()
+    }
+
+    /// The most recently idle connection to `target` that has not expired at `now`.
+    fn checkout(&self, target: &Target, now: std::time::Instant) -> Option<Conn> {
+        if !target.poolable() {
+            return None;
+        }
+        let now = self.core_now(now);
+        let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
+        conn.lent = Some(self.id);
+        Some(conn)
+    }
+
+    /// Give a connection back after its response body ended at `now`. Closed connections, and
+    /// any the idle policy does not keep, are dropped (closed).
+    pub fn release(&self, mut conn: Conn, now: std::time::Instant) {
+        if conn.driver.is_none() || conn.tx.is_closed() || !conn.target.poolable() {
+            return; // dropped: the pool hears of it
+        }
+        conn.lent = None;
+        let now = self.core_now(now);
+        let url = Arc::clone(&conn.target);
+        let refused = self.with_pool(|pool| pool.idle.release(url.url(), conn, now));
+        drop(refused);
+    }
+
+    /// Close idle connections past `idle_conn_timeout` or closed by their backend (the worker's
+    /// periodic sweep; checkout does the same lazily). Idle connections have no task: the sweep
+    /// drives each once (with a no-op waker) to notice a close.
+    pub fn sweep(&self) {
+        let now = self.now();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        self.with_pool(|pool| {
+            pool.idle
+                .sweep(now, |c| c.poll_drive(&mut cx) && !c.tx.is_closed());
+        });
+    }
+
+    /// Drop every idle connection of this worker (shutdown).
+    pub fn clear(&self) {
+        self.with_pool(|pool| pool.idle.clear());
+    }
+
+    /// Idle connections this worker holds (tests, status).
+    #[must_use]
+    pub fn idle_count(&self) -> usize {
+        self.with_pool(|pool| pool.idle.idle_count())
+    }
+
+    /// Send `req` from `client` (the C-FWD-1 peer) to `target` on a pooled or new connection,
+    /// from `now` (idle connections that expired by then are closed), counting it in `metrics`
+    /// (opened or reused, issue 20); the response head, and the connection to
+    /// [`release`](Self::release) once the body ended.
+    pub async fn send(
+        &self,
+        target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
+        mut req: Request<UpBody>,
+        now: std::time::Instant,
+        client: SocketAddr,
+    ) -> Result<(Response<Incoming>, Conn), SendError> {
+        while let Some(mut conn) = self.checkout(target, now) {
+            // Drive the idle connection once: a close by the backend shows now.
+            if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
+                continue;
+            }
+            let fut = conn.tx.try_send_request(req);
+            match drive_until(&mut conn, fut).await {
+                Ok(resp) => {
+                    if let Some(m) = metrics {
+                        m.upstream_connection(true);
+                    }
+                    return Ok((resp, conn));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Never written: the idle connection was closed under us. Try another.
+                    Some(back) => req = back,
+                    None => return Err(SendError::Transport(e.into_error())),
+                },
+            }
+        }
+        // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
+        // connection never runs; unboxed, every request's future would carry and copy it.
+        let mut conn = Box::pin(self.connect(target, client)).await?;
+        if let Some(m) = metrics {
+            m.upstream_connection(false);
+        }
+        let fut = conn.tx.send_request(req);
+        match drive_until(&mut conn, fut).await {
+            Ok(resp) => Ok((resp, conn)),
+            Err(e) => Err(SendError::Transport(e)),
+        }
+    }
+
+    /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
+    /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
+    async fn connect(&self, target: &Arc<Target>, client: SocketAddr) -> Result<Conn, SendError> {
+        let io = self
+            .connect_io(target, client)
+            .await
+            .map_err(SendError::Connect)?;
+        let (tx, conn) = self
+            .h1
+            .handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(io::Error::other(e)))?;
+        self.with_pool(|pool| pool.idle.handle_opened(target.url(), self.now()));
+        Ok(Conn {
+            tx,
+            driver: Some(Box::pin(conn.with_upgrades())),
+            target: Arc::clone(target),
+            lent: Some(self.id),
+        })
+    }
+
+    /// A new byte stream to `target` for a request from `client`: DNS, TCP within
+    /// `dial_timeout`, the PROXY header when the backend wants one, TLS within
+    /// `tls_handshake_timeout` for an `https` backend.
+    ///
+    /// # Errors
+    /// The connection could not be made (all of these are connect errors, C-RETRY-1).
+    pub async fn connect_io(&self, target: &Target, client: SocketAddr) -> io::Result<Box<dyn Io>> {
+        let rt = self.rt();
+        let mut tcp = rt::timeout(
+            rt,
+            self.config.dial_timeout,
+            rt::dial(rt, &target.host, target.port),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;
+        if let Some(header) = target.preface(client) {
+            rt::write_preface(&mut tcp, header.as_bytes()).await?;
+        }
+        let Some(name) = &target.tls else {
+            return Ok(tcp);
+        };
+        let Some(config) = &self.tls else {
+            return Err(io::Error::other(
+                "no TLS configuration for an https backend",
+            ));
+        };
+        rt::timeout(
+            rt,
+            self.config.tls_handshake_timeout,
+            rt.tls_connect(rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp)),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "tls handshake timeout"))?
+    }
+
+    /// This upstream's id (which of a thread's pools is its own).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The runtime.
+    #[must_use]
+    pub fn rt(&self) -> Rt {
+        self.clock.rt()
+    }
+
+    /// The idle policy's parameters.
+    #[must_use]
+    pub fn idle_params(&self) -> IdleParams {
+        IdleParams {
+            per_host: self.config.max_idle_per_host,
+            total: self.config.max_idle_total,
+            timeout: self.config.idle_conn_timeout,
+            window: DEMAND_WINDOW,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

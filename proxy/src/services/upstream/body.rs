@@ -1,0 +1,166 @@
+//! The body of an upstream request on the HTTP/2 path (hyper's client).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use super::BoxError;
+use crate::base::rt::{self, Rt};
+
+/// The client's streamed request body as the data path read it (issue 20, C-PATH-9): the bytes
+/// passed upstream, and whether reading it failed (the client went away or `read_timeout`
+/// passed), shared by the body's stream and the request's pending access-log line.
+#[derive(Debug, Default)]
+pub struct BodyTally {
+    bytes: AtomicU64,
+    failed: AtomicBool,
+}
+
+impl BodyTally {
+    /// Count `n` more bytes read.
+    pub fn add(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Reading the body failed.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether reading the body failed.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes read so far.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// The body of an upstream request.
+#[derive(Debug)]
+pub enum UpBody {
+    /// No body.
+    Empty,
+    /// A buffered body (replayable: each attempt sends a cheap clone of the bytes).
+    Full(Option<Bytes>),
+    /// The client's body, streamed as it arrives (never replayed, C-RETRY-1).
+    Stream(ClientBody),
+}
+
+impl UpBody {
+    /// A buffered body; empty bytes are no body.
+    #[must_use]
+    pub fn full(bytes: Bytes) -> UpBody {
+        if bytes.is_empty() {
+            UpBody::Empty
+        } else {
+            UpBody::Full(Some(bytes))
+        }
+    }
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpBody::Empty => Poll::Ready(None),
+            UpBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            UpBody::Stream(s) => Pin::new(s).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpBody::Empty => true,
+            UpBody::Full(b) => b.is_none(),
+            UpBody::Stream(s) => s.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpBody::Empty => SizeHint::with_exact(0),
+            UpBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            UpBody::Stream(s) => s.inner.size_hint(),
+        }
+    }
+}
+
+/// The client's request body on its way upstream. When reading it fails (the client went away,
+/// or `server.read_timeout` passed) it marks its tally failed, so the proxy can tell a client fault from
+/// a backend fault (C-PATH-9).
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: Incoming,
+    failed: Arc<BodyTally>,
+    deadline: Option<rt::Deadline>,
+}
+
+impl ClientBody {
+    /// Stream `inner`, raising `failed` when it breaks or `deadline` passes.
+    #[must_use]
+    pub fn new(
+        rt: Rt,
+        inner: Incoming,
+        failed: Arc<BodyTally>,
+        deadline: Option<std::time::Instant>,
+    ) -> ClientBody {
+        ClientBody {
+            inner,
+            failed,
+            deadline: deadline.map(|d| rt::Deadline::new(rt, d)),
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(d) = self.deadline.as_mut()
+            && Pin::new(d).poll(cx).is_ready()
+        {
+            self.failed.fail();
+            return Poll::Ready(Some(Err("request body read timeout".into())));
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.failed.fail();
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.failed.add(data.len());
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            other => other.map(|o| o.map(|r| r.map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
