@@ -17,7 +17,6 @@
 //! Helpers on top of the trait, written once: [`timeout_at`], [`sleep`], [`spawn_handle`] (a
 //! join handle that cancels on drop), [`unblock`], [`copy_bidirectional`].
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -31,13 +30,15 @@ use futures_util::FutureExt as _;
 
 mod copy;
 mod duplex;
+mod stream;
 mod tls_io;
 pub mod watch;
 
 pub use copy::copy_bidirectional;
 pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
-use hyper::rt::{Read, Sleep, Timer, Write};
+use hyper::rt::{Sleep, Timer};
+pub use stream::{Io, SyncIo, TcpConn};
 pub use tls_io::{Negotiated, TlsAccept, TlsAccepted, TlsConnect};
 
 /// A boxed, sendable future.
@@ -98,31 +99,6 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// A handler could not be installed.
     fn signals(&self) -> io::Result<Box<dyn Signals>>;
-}
-
-/// A byte stream hyper can serve or drive: a TCP connection, or TLS over one.
-pub trait Io: Read + Write + Send + Unpin + 'static {}
-
-impl<T: Read + Write + Send + Unpin + 'static> Io for T {}
-
-/// An [`Io`] that is also `Sync`: a server-side TLS stream (what a connection's handler keeps).
-pub trait SyncIo: Io + Sync {}
-
-impl<T: Io + Sync> SyncIo for T {}
-
-/// A TCP connection of a runtime.
-pub trait TcpConn: Io + Sync {
-    /// Poll for bytes to read without consuming them (the protocol sniff).
-    fn poll_peek(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
-
-    /// Set `TCP_NODELAY`.
-    ///
-    /// # Errors
-    /// The socket option could not be set.
-    fn set_nodelay(&self, on: bool) -> io::Result<()>;
-
-    /// The connection as `Any`, so that its runtime can take its own type back (TLS).
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
 /// Implement hyper's `Read` and `Write` for a newtype `$t` over its field `.0` (which

@@ -37,7 +37,6 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use weir_core::config::HostPort;
 use weir_core::forward::resolve_client;
 use weir_core::mgmt::{
     self, Access, BucketFacts, Decision, Endpoint, FieldError, MgmtRequest, Reply, StatusFacts,
@@ -50,44 +49,19 @@ use crate::base::exposition::Listener;
 use crate::base::rt::{self, Listener as RtListener, Rt, watch};
 use crate::base::worker;
 use crate::control::reload;
-use crate::control::start::StartError;
 use crate::datapath::server;
 use crate::observe::access_log::{self, Line};
 use crate::observe::metrics::{self, ReloadSource};
 use crate::services::state::Shared;
 
 mod answer;
-use answer::{insert_rid, json, problem, reply};
+use answer::{MgmtResponse, insert_rid, json, problem, reply};
 
 /// How long a mutating request's body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most bytes of the synthetic request's response body shown by `/api/dashboard/request`.
 const DASHBOARD_BODY_BYTES: usize = 4096;
-
-/// Resolve `management.address` (an empty host listens on every interface).
-pub async fn resolve_bind(rt: Rt, addr: &HostPort) -> Result<SocketAddr, StartError> {
-    let host = if addr.host.is_empty() {
-        "0.0.0.0"
-    } else {
-        addr.host.as_str()
-    };
-    let err = |error| StartError::Bind {
-        addr: addr.to_string(),
-        error,
-    };
-    rt.resolve(host.to_owned(), addr.port)
-        .await
-        .map_err(err)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "management address does not resolve",
-            ))
-        })
-}
 
 /// Serve the management listener until `shutdown`.
 pub async fn serve(
@@ -122,8 +96,6 @@ pub async fn serve(
         });
     }
 }
-
-type MgmtResponse = Response<Full<Bytes>>;
 
 /// One management request (module doc).
 pub async fn handle(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use weir_core::config::HostPort;
 use weir_core::config::ValidConfig;
 use weir_core::exchange::Services;
 use weir_core::runtime::Runtime;
@@ -231,7 +232,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let management_bind = if cfg.management.enabled {
         match opts.management_bind {
             Some(a) => Some(a),
-            None => Some(management::resolve_bind(rt, &cfg.management.address).await?),
+            None => Some(resolve_bind(rt, &cfg.management.address).await?),
         }
     } else {
         None
@@ -242,7 +243,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let health = health::spawn(&shared, tls);
     shared.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
-    events::first_cycle_done(&shared.data);
+    events::first_cycle_done(&shared.data.runtime());
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
     for (_, backend) in shared.data.runtime().backends() {
         backend.skip_initial_ramp();
@@ -438,4 +439,28 @@ fn spawn_all(
         ));
     }
     Ok((threads, tasks))
+}
+
+/// Resolve `management.address` (an empty host listens on every interface).
+async fn resolve_bind(rt: Rt, addr: &HostPort) -> Result<SocketAddr, StartError> {
+    let host = if addr.host.is_empty() {
+        "0.0.0.0"
+    } else {
+        addr.host.as_str()
+    };
+    let err = |error| StartError::Bind {
+        addr: addr.to_string(),
+        error,
+    };
+    rt.resolve(host.to_owned(), addr.port)
+        .await
+        .map_err(err)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "management address does not resolve",
+            ))
+        })
 }

@@ -19,7 +19,6 @@ use weir_core::exchange::{AttemptResult, Exchange};
 use weir_core::response::ProtectionReason;
 
 use crate::observe::metrics::BackendMetrics;
-use crate::services::state::Data;
 
 /// At most one `weir::protection` line per reason in this interval.
 pub const PROTECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -74,8 +73,7 @@ pub fn health_changed(backend: &str, url: &str, healthy: bool, error: Option<&st
 }
 
 /// At start, after the first check cycle: a `WARN` when no backend is healthy.
-pub fn first_cycle_done(shared: &Data) {
-    let rt = shared.runtime();
+pub fn first_cycle_done(rt: &weir_core::runtime::Runtime) {
     let mut total = 0usize;
     let mut down = Vec::new();
     for (_, b) in rt.backends() {

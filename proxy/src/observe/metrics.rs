@@ -54,11 +54,6 @@ use backends::BackendTable;
 /// The `Content-Type` of the exposition (OpenMetrics text 1.0.0).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Upper bounds (seconds) of the duration histograms: 1 ms to 30 s, Prometheus-style steps.
-const DURATION_BOUNDS: [f64; 15] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
-
 /// How one upstream attempt ended (`outcome` label of `load_balancer_upstream_attempts_total`):
 /// core's classification, as the request engine reports it.
 pub use weir_core::exchange::AttemptResult as AttemptOutcome;

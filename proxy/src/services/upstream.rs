@@ -53,14 +53,11 @@ use crate::base::rt::{self, Io, Rt};
 use crate::observe::metrics::BackendMetrics;
 
 mod body;
-pub use body::{BodyTally, ClientBody, UpBody};
+pub use body::{BodyTally, BoxError, ClientBody, UpBody};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 use weir_core::proxy_proto;
 use weir_core::upstream::{BackendBase, BackendUrlError};
-
-/// The error type of bodies that cross the proxy.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Upstream settings the pool acts on (from `server.upstream`).
 #[derive(Debug, Clone)]

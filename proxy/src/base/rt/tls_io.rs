@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
-use super::{SyncIo, TcpConn};
+use super::stream::{SyncIo, TcpConn};
 
 /// What a TLS client handshake needs: the configuration, the server name, and the TCP
 /// connection (one of the runtime's own, from [`Runtime::connect`]).

@@ -7,7 +7,8 @@ use http_body_util::Full;
 use weir_core::mgmt::{FieldError, Reply};
 use weir_core::request_id::X_REQUEST_ID;
 
-use super::MgmtResponse;
+/// A management API response.
+pub(super) type MgmtResponse = Response<Full<Bytes>>;
 
 pub(super) fn insert_rid(h: &mut HeaderMap, rid: &str) {
     if let Ok(v) = HeaderValue::from_str(rid) {

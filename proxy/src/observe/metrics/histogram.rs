@@ -3,8 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::DURATION_BOUNDS;
 use crate::base::exposition::HistogramSnapshot;
+
+/// Upper bounds (seconds) of the duration histograms: 1 ms to 30 s, Prometheus-style steps.
+pub(crate) const DURATION_BOUNDS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// A histogram over [`DURATION_BOUNDS`] made of atomics: an observation is two `Relaxed` adds.
 /// The count is the sum of the buckets when read, so a snapshot's count and buckets agree.

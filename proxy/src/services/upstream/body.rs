@@ -9,8 +9,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::BoxError;
 use crate::base::rt::{self, Rt};
+
+/// The error type of bodies that cross the proxy.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The client's streamed request body as the data path read it (issue 20, C-PATH-9): the bytes
 /// passed upstream, and whether reading it failed (the client went away or `read_timeout`
