@@ -55,7 +55,7 @@ async fn c_obs_4_readiness_follows_fail_closed_store_and_shutdown() {
     assert!(resp_ok(&h));
     handle.shutdown();
     assert!(
-        !handle.shared().data.ready(),
+        !handle.proxy_state().data_plane.ready(),
         "not ready while shutting down"
     );
     handle.wait().await;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::base::rt::watch::{Wake, next_or_shutdown};
 use crate::base::rt::{self, watch};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// How often the directories are looked at.
 pub const POLL: Duration = Duration::from_millis(500);
@@ -27,9 +27,9 @@ pub const SETTLE: Duration = Duration::from_millis(200);
 /// One entry's identity.
 type Identity = (PathBuf, u64, u64, i64, i64, Option<PathBuf>);
 
-/// What is watched for `shared`'s certificates: each file and its directory.
-fn watched(shared: &Shared) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let Some(tls) = &shared.front.tls else {
+/// What is watched for `proxy_state`'s certificates: each file and its directory.
+fn watched(proxy_state: &ProxyState) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let Some(tls) = &proxy_state.front.tls else {
         return (Vec::new(), Vec::new());
     };
     let mut files = Vec::new();
@@ -84,9 +84,9 @@ fn fingerprint(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<Identity> {
 }
 
 /// Watch until `shutdown`; reload on every settled change.
-pub async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let rt = shared.data.rt;
-    let (files, dirs) = watched(&shared);
+pub async fn run(proxy_state: Arc<ProxyState>, mut shutdown: watch::Receiver<bool>) {
+    let rt = proxy_state.data_plane.rt;
+    let (files, dirs) = watched(&proxy_state);
     if files.is_empty() {
         return;
     }
@@ -117,7 +117,7 @@ pub async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
         if settled != now {
             continue; // still moving: look again at the next poll
         }
-        let s = Arc::clone(&shared);
+        let s = Arc::clone(&proxy_state);
         let _ = rt::unblock(rt, move || s.front.reload("watch")).await;
         last = settled;
     }

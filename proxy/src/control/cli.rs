@@ -377,10 +377,10 @@ async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
         }
         // C-CONF-4: re-read, validate, warm up, publish; the result is logged there.
         // In a task, so a warm-up never delays a SIGTERM; reloads queue on one lock.
-        let shared = std::sync::Arc::clone(handle.shared());
+        let proxy_state = std::sync::Arc::clone(handle.proxy_state());
         let path = path.clone();
         rt.spawn(async move {
-            let _ = crate::control::reload::reload_file(&shared, &path).await;
+            let _ = crate::control::reload::reload_file(&proxy_state, &path).await;
         });
     }
     withdraw(rt, &handle, &mut *signals).await;

@@ -11,7 +11,7 @@ use weir_core::pool::Backend;
 use weir_core::runtime::Runtime;
 
 use crate::services::probe::{HealthDriver, ProbeTarget};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// The probe targets of `rt` (keyed by backend id, unique across pools, C-POOL-1) and the
 /// backends they report on, index for index.
@@ -49,15 +49,15 @@ pub fn on_change(
 
 /// Start probing the backends of the runtime in force.
 #[must_use]
-pub fn spawn(shared: &Arc<Shared>, tls: Arc<ClientConfig>) -> HealthDriver {
-    let rt = shared.data.runtime();
+pub fn spawn(proxy_state: &Arc<ProxyState>, tls: Arc<ClientConfig>) -> HealthDriver {
+    let rt = proxy_state.data_plane.runtime();
     let (targets, backends) = targets(&rt);
-    let metrics = Arc::clone(&shared.data.metrics);
+    let metrics = Arc::clone(&proxy_state.data_plane.metrics);
     HealthDriver::spawn_observed(
         targets,
         rt.config().health.params,
         tls,
-        shared.data.clock,
+        proxy_state.data_plane.clock,
         on_change(backends),
         move |target: &ProbeTarget, ok| {
             if let Some(m) = metrics.backend(target.key()) {

@@ -52,7 +52,7 @@ use crate::control::reload;
 use crate::datapath::server;
 use crate::observe::access_log::{self, Line};
 use crate::observe::metrics::{self, ReloadSource};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 mod answer;
 use answer::{MgmtResponse, insert_rid, json, problem, reply};
@@ -66,28 +66,28 @@ const DASHBOARD_BODY_BYTES: usize = 4096;
 /// Serve the management listener until `shutdown`.
 pub async fn serve(
     listener: Box<dyn RtListener>,
-    shared: Arc<Shared>,
+    proxy_state: Arc<ProxyState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let rt = shared.data.rt;
+    let rt = proxy_state.data_plane.rt;
     let mut builder = http1::Builder::new();
     builder
         .timer(rt)
-        .header_read_timeout(shared.data.limits.read_header_timeout);
+        .header_read_timeout(proxy_state.data_plane.limits.read_header_timeout);
     // Its own cap (`limits::MANAGEMENT_MAX_CONNECTIONS`): a flood on the data plane never takes
     // management's descriptors, nor the other way round.
-    let limit = Arc::clone(&shared.connections.management);
+    let limit = Arc::clone(&proxy_state.connections.management);
     let mut acceptor = server::accept::Acceptor::new(rt, &*listener, limit);
     while let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await {
         let Ok(stream) = rt.register(stream) else {
             continue;
         };
-        let shared = Arc::clone(&shared);
+        let proxy_state = Arc::clone(&proxy_state);
         let conn = builder.serve_connection(
             stream,
             service_fn(move |req| {
-                let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
+                let proxy_state = Arc::clone(&proxy_state);
+                async move { Ok::<_, Infallible>(handle(&proxy_state, peer, req).await) }
             }),
         );
         rt.spawn(async move {
@@ -99,14 +99,14 @@ pub async fn serve(
 
 /// One management request (module doc).
 pub async fn handle(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> MgmtResponse {
-    let started = shared.data.rt.now();
+    let started = proxy_state.data_plane.rt.now();
     let (rid, _) = worker::with_rng(|rng| request_id_in_force(req.headers(), rng));
     let (parts, body) = req.into_parts();
-    let rt = shared.data.runtime();
+    let rt = proxy_state.data_plane.runtime();
     let client = resolve_client(peer.ip(), &parts.headers, rt.trusted_proxies()).client;
     let mutation = parts.method != Method::GET && parts.method != Method::HEAD;
     let endpoint = mgmt::route(&parts.method, parts.uri.path())
@@ -131,7 +131,7 @@ pub async fn handle(
             }
             Ok(()) => {
                 let body = if mutation {
-                    read_body(shared.data.rt, body).await
+                    read_body(proxy_state.data_plane.rt, body).await
                 } else {
                     Ok(Bytes::new())
                 };
@@ -147,11 +147,11 @@ pub async fn handle(
                         };
                         if mutation {
                             // One change at a time, built from the runtime in force (C-CONF-8).
-                            let _one_at_a_time = shared.control.lock().await;
-                            let rt = shared.data.runtime();
-                            execute(shared, &rt, &req).await
+                            let _one_at_a_time = proxy_state.control.lock().await;
+                            let rt = proxy_state.data_plane.runtime();
+                            execute(proxy_state, &rt, &req).await
                         } else {
-                            execute(shared, &rt, &req).await
+                            execute(proxy_state, &rt, &req).await
                         }
                     }
                 }
@@ -166,7 +166,7 @@ pub async fn handle(
         endpoint,
         mutation,
     };
-    account(shared, &rt, &seen, &response, started);
+    account(proxy_state, &rt, &seen, &response, started);
     response
 }
 
@@ -181,7 +181,7 @@ struct Seen<'a> {
 
 /// A management request's metrics (issue 20: refused mutations; C-OBS-1) and access line.
 fn account(
-    shared: &Shared,
+    proxy_state: &ProxyState,
     rt: &Runtime,
     seen: &Seen<'_>,
     response: &MgmtResponse,
@@ -190,17 +190,24 @@ fn account(
     let status = response.status().as_u16();
     if seen.mutation && status >= 400 {
         // Issue 20: every refused mutation is counted (and logged below: mutations always are).
-        shared
-            .data
+        proxy_state
+            .data_plane
             .metrics
             .rejected_mutation(seen.endpoint.unwrap_or("unknown"));
         if seen.endpoint == Some("patch_config") && status == 400 {
-            shared.data.metrics.reload(ReloadSource::Management, false);
+            proxy_state
+                .data_plane
+                .metrics
+                .reload(ReloadSource::Management, false);
         }
     }
-    let elapsed = shared.data.rt.now().saturating_duration_since(started);
-    shared
-        .data
+    let elapsed = proxy_state
+        .data_plane
+        .rt
+        .now()
+        .saturating_duration_since(started);
+    proxy_state
+        .data_plane
         .metrics
         .request(Listener::Management, status, elapsed);
     let server = &rt.config().server;
@@ -248,8 +255,12 @@ struct Authorized<'a> {
 }
 
 /// `mgmt::handle` against `rt`, and what its decision asks for.
-async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) -> MgmtResponse {
-    let now = shared.data.clock.now();
+async fn execute(
+    proxy_state: &Arc<ProxyState>,
+    rt: &Arc<Runtime>,
+    req: &Authorized<'_>,
+) -> MgmtResponse {
+    let now = proxy_state.data_plane.clock.now();
     let mreq = MgmtRequest {
         method: &req.parts.method,
         path: req.parts.uri.path(),
@@ -259,21 +270,24 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
     };
     let decision = worker::with_rng(|rng| mgmt::handle(&mreq, rt, now, rng));
     match decision {
-        Decision::Read(endpoint) => read(shared, rt, &endpoint, req).await,
+        Decision::Read(endpoint) => read(proxy_state, rt, &endpoint, req).await,
         Decision::Reply(r) => reply(&r, req.rid),
         Decision::RefillBucket {
             key,
             tokens,
             reply: r,
-        } => match refill(shared, key, tokens, &rt.config().rate).await {
+        } => match refill(proxy_state, key, tokens, &rt.config().rate).await {
             Ok(()) => reply(&r, req.rid),
             Err(message) => problem(503, &message, Vec::new(), req.rid),
         },
         Decision::Publish { runtime, reply: r } => {
-            let result = reload::install(shared, rt, *runtime).await;
+            let result = reload::install(proxy_state, rt, *runtime).await;
             // A rejection is counted with every other refused PATCH in `handle`.
             if result.is_ok() {
-                shared.data.metrics.reload(ReloadSource::Management, true);
+                proxy_state
+                    .data_plane
+                    .metrics
+                    .reload(ReloadSource::Management, true);
             }
             match result {
                 Ok(()) => {
@@ -303,18 +317,21 @@ async fn execute(shared: &Arc<Shared>, rt: &Arc<Runtime>, req: &Authorized<'_>) 
 }
 
 /// Which cause holds, in words and by name (issue 20): core's wording, as the data plane's.
-fn not_ready_message(shared: &Shared) -> &'static str {
-    shared
-        .data
+fn not_ready_message(proxy_state: &ProxyState) -> &'static str {
+    proxy_state
+        .data_plane
         .services
-        .not_ready_reason(&shared.data.runtime(), shared.data.clock.now())
+        .not_ready_reason(
+            &proxy_state.data_plane.runtime(),
+            proxy_state.data_plane.clock.now(),
+        )
         // Became ready between the two reads.
         .map_or("not ready a moment ago (transient); retry", |c| c.message())
 }
 
 /// The read endpoints (C-MGMT-4, C-OBS-1, C-OBS-4).
 async fn read(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     rt: &Runtime,
     endpoint: &Endpoint,
     req: &Authorized<'_>,
@@ -325,14 +342,14 @@ async fn read(
             Bytes::from_static(b"{\"status\":\"ok\"}"),
             req.rid,
         ),
-        Endpoint::Readyz if shared.data.ready() => json(
+        Endpoint::Readyz if proxy_state.data_plane.ready() => json(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"ready\"}"),
             req.rid,
         ),
-        Endpoint::Readyz => problem(503, not_ready_message(shared), Vec::new(), req.rid),
+        Endpoint::Readyz => problem(503, not_ready_message(proxy_state), Vec::new(), req.rid),
         Endpoint::Metrics => {
-            let body = crate::control::scrape::render(shared);
+            let body = crate::control::scrape::render(proxy_state);
             let mut resp = Response::new(Full::new(Bytes::from(body)));
             let h = resp.headers_mut();
             h.insert(
@@ -347,13 +364,13 @@ async fn read(
             resp
         }
         Endpoint::Status => {
-            let now = shared.data.clock.now();
-            let gate = shared.data.admission.gate();
+            let now = proxy_state.data_plane.clock.now();
+            let gate = proxy_state.data_plane.admission.gate();
             let facts = StatusFacts {
-                instance_id: shared.control.instance_id(),
-                ready: shared.data.ready(),
+                instance_id: proxy_state.control.instance_id(),
+                ready: proxy_state.data_plane.ready(),
                 client: req.client,
-                bucket: bucket_facts(shared, &rt.config().rate, req.client).await,
+                bucket: bucket_facts(proxy_state, &rt.config().rate, req.client).await,
                 gate_in_flight: gate.in_flight(),
                 gate_queued: gate.queued(),
             };
@@ -370,7 +387,7 @@ async fn read(
         }
         Endpoint::DashboardRequest => {
             let timeout = rt.config().management.write_timeout;
-            match dashboard_request(shared, req, timeout).await {
+            match dashboard_request(proxy_state, req, timeout).await {
                 Ok(v) => json(StatusCode::OK, Bytes::from(v.to_string()), req.rid),
                 Err(message) => problem(502, &message, Vec::new(), req.rid),
             }
@@ -385,16 +402,16 @@ async fn read(
 
 /// The caller's bucket, read without taking a token from the store in force (C-MGMT-4). A
 /// store that cannot answer reads as empty, marked degraded.
-async fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> BucketFacts {
+async fn bucket_facts(proxy_state: &ProxyState, rate: &RateParams, client: IpAddr) -> BucketFacts {
     if !rate.enabled() {
         return BucketFacts::default();
     }
     let key = rate.key().key(client);
-    let degraded = shared.data.rate_limit_status().degraded;
-    match shared
-        .data
+    let degraded = proxy_state.data_plane.rate_limit_status().degraded;
+    match proxy_state
+        .data_plane
         .limiter
-        .peek(key, rate, shared.data.clock.now())
+        .peek(key, rate, proxy_state.data_plane.clock.now())
         .await
     {
         Ok(milli) => BucketFacts {
@@ -411,15 +428,15 @@ async fn bucket_facts(shared: &Shared, rate: &RateParams, client: IpAddr) -> Buc
 /// `POST /api/dashboard/limit`: make `key`'s bucket hold `tokens` tokens in the store in force
 /// (and the local one). A shared-store failure answers `503` with what happened.
 async fn refill(
-    shared: &Shared,
+    proxy_state: &ProxyState,
     key: ClientKey,
     tokens: u64,
     rate: &RateParams,
 ) -> Result<(), String> {
-    shared
-        .data
+    proxy_state
+        .data_plane
         .limiter
-        .set_tokens(key, rate, tokens, shared.data.clock.now())
+        .set_tokens(key, rate, tokens, proxy_state.data_plane.clock.now())
         .await
         .map_err(|e| format!("the rate-limit store did not answer: {e}"))
 }
@@ -453,16 +470,16 @@ async fn read_body(rt: Rt, mut body: Incoming) -> Result<Bytes, &'static str> {
 
 /// `GET /api/dashboard/request` (module doc).
 async fn dashboard_request(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     req: &Authorized<'_>,
     timeout: Duration,
 ) -> Result<serde_json::Value, String> {
-    let rt = shared.data.rt;
+    let rt = proxy_state.data_plane.rt;
     let (near, far) = rt::duplex(64 * 1024);
     let as_from = SocketAddr::new(req.client, req.peer.port());
     let server = rt::spawn_handle(
         rt,
-        server::serve_in_process(Arc::clone(&shared.data), as_from, far),
+        server::serve_in_process(Arc::clone(&proxy_state.data_plane), as_from, far),
     );
     let exchange = async {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(near)

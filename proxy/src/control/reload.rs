@@ -52,7 +52,7 @@ use crate::control::config_file::{self, LoadError};
 use crate::observe::metrics::ReloadSource;
 use crate::services::probe::ProbeTarget;
 use crate::services::snapshot::Snapshot;
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// Why a new runtime was not published (the old one keeps serving, C-CONF-4).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,19 +132,20 @@ pub struct Applied {
 /// SIGHUP: re-read `path`, validate it whole, plan it over the running configuration, warm up
 /// and publish (C-CONF-4..7). Logs the result (module doc) and counts it in
 /// `load_balancer_config_reloads_total{source="signal"}`.
-pub async fn reload_file(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+pub async fn reload_file(proxy_state: &Arc<ProxyState>, path: &Path) -> Result<Applied, Rejected> {
     // C-TLS-2: SIGHUP reloads the listener's certificates too, whatever the file's fate.
-    let s = Arc::clone(shared);
-    let _ = crate::base::rt::unblock(shared.data.rt, move || s.front.reload("signal")).await;
-    let result = reload_file_inner(shared, path).await;
-    shared
-        .data
+    let s = Arc::clone(proxy_state);
+    let _ =
+        crate::base::rt::unblock(proxy_state.data_plane.rt, move || s.front.reload("signal")).await;
+    let result = reload_file_inner(proxy_state, path).await;
+    proxy_state
+        .data_plane
         .metrics
         .reload(ReloadSource::Signal, result.is_ok());
     match &result {
         Ok(a) => {
-            shared
-                .data
+            proxy_state
+                .data_plane
                 .metrics
                 .set_restart_required(!a.restart_required.is_empty());
             tracing::info!(
@@ -184,34 +185,43 @@ pub fn log_rejected(source: &str, path: Option<&Path>, e: &Rejected) {
     );
 }
 
-async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied, Rejected> {
+async fn reload_file_inner(
+    proxy_state: &Arc<ProxyState>,
+    path: &Path,
+) -> Result<Applied, Rejected> {
     // Numbered before reading, so that of two reloads whose reads overlap the later one wins.
-    let ticket = shared.control.reload_tickets.fetch_add(1, Ordering::AcqRel) + 1;
+    let ticket = proxy_state
+        .control
+        .reload_tickets
+        .fetch_add(1, Ordering::AcqRel)
+        + 1;
     // Read, parse and validate outside the lock, on a thread of its own under a deadline: a
     // FIFO, a device or a hung file system never holds up a mutation, another reload or the
     // shutdown (config_file, issue 21).
-    let valid = match config_file::load_async(shared.data.rt, path, config_file::READ_TIMEOUT).await
-    {
-        Ok(valid) => valid,
-        Err(LoadError::File(e)) => return Err(Rejected::Read(e.to_string())),
-        Err(LoadError::Invalid(errors)) => {
-            return Err(Rejected::Invalid(
-                errors.errors().iter().map(ToString::to_string).collect(),
-            ));
-        }
-    };
-    let _one_at_a_time = shared.control.lock().await;
+    let valid =
+        match config_file::load_async(proxy_state.data_plane.rt, path, config_file::READ_TIMEOUT)
+            .await
+        {
+            Ok(valid) => valid,
+            Err(LoadError::File(e)) => return Err(Rejected::Read(e.to_string())),
+            Err(LoadError::Invalid(errors)) => {
+                return Err(Rejected::Invalid(
+                    errors.errors().iter().map(ToString::to_string).collect(),
+                ));
+            }
+        };
+    let _one_at_a_time = proxy_state.control.lock().await;
     // A reload that started later already read the file and got the lock first.
-    let newest = shared.control.newest_reload.load(Ordering::Acquire);
+    let newest = proxy_state.control.newest_reload.load(Ordering::Acquire);
     if newest > ticket {
         return Err(Rejected::Superseded);
     }
-    shared
+    proxy_state
         .control
         .newest_reload
         .store(ticket, Ordering::Release);
-    let current = shared.data.runtime();
-    let now = shared.data.clock.now();
+    let current = proxy_state.data_plane.runtime();
+    let now = proxy_state.data_plane.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;
     let warmed_up = reload
         .warmup
@@ -224,7 +234,7 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
         restart_required: reload.diff.restart_paths().map(str::to_owned).collect(),
         warmed_up,
     };
-    install(shared, &current, reload.runtime).await?;
+    install(proxy_state, &current, reload.runtime).await?;
     Ok(applied)
 }
 
@@ -232,28 +242,31 @@ async fn reload_file_inner(shared: &Arc<Shared>, path: &Path) -> Result<Applied,
 /// point the health driver and the metrics at it. The caller holds [`Control::lock`]. See the
 /// module doc.
 pub async fn install(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     current: &Runtime,
     next: Runtime,
 ) -> Result<(), Rejected> {
     let warmup = warmup_required(current, &next);
     if !warmup.is_empty() {
-        warm_up(shared, current, &next, &warmup).await?;
+        warm_up(proxy_state, current, &next, &warmup).await?;
     }
     let next = Arc::new(next);
-    publish(shared, Arc::clone(&next));
-    point_health_at(shared, &[&next]);
+    publish(proxy_state, Arc::clone(&next));
+    point_health_at(proxy_state, &[&next]);
     Ok(())
 }
 
 /// Make `next` the runtime in force: the metrics registry at its backends, then the whole
 /// proxy-side snapshot in one store (`snapshot::Snapshot`: the upstream targets and metrics of
 /// kept backends carry over).
-fn publish(shared: &Shared, next: Arc<Runtime>) {
-    shared.data.metrics.set_backends(next.backend_ids());
-    let previous = shared.data.snapshot.load();
-    let snapshot = Snapshot::build(next, &shared.data.metrics, Some(&previous));
-    shared.data.snapshot.store(Arc::new(snapshot));
+fn publish(proxy_state: &ProxyState, next: Arc<Runtime>) {
+    proxy_state
+        .data_plane
+        .metrics
+        .set_backends(next.backend_ids());
+    let previous = proxy_state.data_plane.snapshot.load();
+    let snapshot = Snapshot::build(next, &proxy_state.data_plane.metrics, Some(&previous));
+    proxy_state.data_plane.snapshot.store(Arc::new(snapshot));
 }
 
 /// Probe targets and the backends each reports on, for the backends of `runtimes` (deduplicated
@@ -291,8 +304,8 @@ fn targets(runtimes: &[&Runtime]) -> (Vec<ProbeTarget>, Vec<Vec<Arc<Backend>>>) 
 }
 
 /// Point the health driver at the backends of `runtimes` with the settings of the first one.
-fn point_health_at(shared: &Shared, runtimes: &[&Runtime]) {
-    let (Some(health), Some(first)) = (shared.control.health.get(), runtimes.first()) else {
+fn point_health_at(proxy_state: &ProxyState, runtimes: &[&Runtime]) {
+    let (Some(health), Some(first)) = (proxy_state.control.health.get(), runtimes.first()) else {
         return;
     };
     let params = first.config().health.params;
@@ -339,7 +352,7 @@ fn pool_warm(pool: &Pool, now: weir_core::Instant) -> bool {
 
 /// C-CONF-5: see the module doc.
 async fn warm_up(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     current: &Runtime,
     next: &Runtime,
     pools: &[usize],
@@ -351,18 +364,18 @@ async fn warm_up(
         .collect();
     tracing::info!(target: "weir::reload", pools = %crate::base::log_json::list(&names), "warming up pools before publishing");
     // Count the candidates' probes too (health checks of backends not yet in force).
-    shared
-        .data
+    proxy_state
+        .data_plane
         .metrics
         .set_backends(current.backend_ids().chain(next.backend_ids()));
-    point_health_at(shared, &[next, current]);
+    point_health_at(proxy_state, &[next, current]);
     let ready = |rt: &Runtime| {
-        let now = shared.data.clock.now();
+        let now = proxy_state.data_plane.clock.now();
         pools
             .iter()
             .all(|i| rt.pool(*i).is_some_and(|p| pool_warm(p, now)))
     };
-    let clock = shared.data.rt;
+    let clock = proxy_state.data_plane.rt;
     let deadline = clock.now() + warmup_deadline(next);
     let mut warmed = ready(next);
     while !warmed && clock.now() < deadline {
@@ -373,9 +386,12 @@ async fn warm_up(
         return Ok(());
     }
     // Back to the running backends only; they were checked all along.
-    shared.data.metrics.set_backends(current.backend_ids());
-    point_health_at(shared, &[current]);
-    let now = shared.data.clock.now();
+    proxy_state
+        .data_plane
+        .metrics
+        .set_backends(current.backend_ids());
+    point_health_at(proxy_state, &[current]);
+    let now = proxy_state.data_plane.clock.now();
     let failed = pools
         .iter()
         .filter(|i| next.pool(**i).is_some_and(|p| !pool_warm(p, now)))

@@ -6,7 +6,7 @@
 use prometheus_client::registry::Registry;
 
 use crate::base::exposition::FamilySnapshot;
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 mod admission;
 mod state;
@@ -20,21 +20,21 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Read every metric of `shared` now.
+    /// Read every metric of `proxy_state` now.
     #[must_use]
-    pub fn take(shared: &Shared) -> Snapshot {
-        let m = &shared.data.metrics;
-        let rt = shared.data.runtime();
-        let now = shared.data.clock.now();
+    pub fn take(proxy_state: &ProxyState) -> Snapshot {
+        let m = &proxy_state.data_plane.metrics;
+        let rt = proxy_state.data_plane.runtime();
+        let now = proxy_state.data_plane.clock.now();
         let mut families = Vec::with_capacity(16);
         m.families(&rt, now, &mut families);
-        admission::families(shared, &rt, &m.queue_wait, &mut families);
-        store::families(shared, &m.store, &mut families);
-        families.extend(crate::observe::limits::families(&shared.connections));
+        admission::families(proxy_state, &rt, &m.queue_wait, &mut families);
+        store::families(proxy_state, &m.store, &mut families);
+        families.extend(crate::observe::limits::families(&proxy_state.connections));
         families.extend(crate::observe::listener_tls::metrics::families(
-            &shared.front.metrics,
+            &proxy_state.front.metrics,
         ));
-        families.extend(state::families(shared, &rt, now));
+        families.extend(state::families(proxy_state, &rt, now));
         Snapshot { families }
     }
 
@@ -53,10 +53,10 @@ impl Snapshot {
     }
 }
 
-/// The exposition of `shared` now (C-OBS-1, C-OBS-2).
+/// The exposition of `proxy_state` now (C-OBS-1, C-OBS-2).
 #[must_use]
-pub fn render(shared: &Shared) -> String {
-    Snapshot::take(shared).encode()
+pub fn render(proxy_state: &ProxyState) -> String {
+    Snapshot::take(proxy_state).encode()
 }
 
 impl prometheus_client::collector::Collector for Snapshot {

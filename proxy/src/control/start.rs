@@ -23,7 +23,7 @@ use crate::services::admission::Admission;
 use crate::services::probe::{self, HealthDriver};
 use crate::services::ratelimit::{self, Limiter, RateLimiter};
 use crate::services::snapshot::Snapshot;
-use crate::services::state::{Control, Data, ServerLimits, Shared};
+use crate::services::state::{Control, DataPlane, ProxyState, ServerLimits};
 use crate::services::upstream::{Upstream, UpstreamConfig};
 
 /// How to start a proxy (the CLI flags of the process protocol).
@@ -84,7 +84,7 @@ pub enum StartError {
 pub struct ProxyHandle {
     public: SocketAddr,
     management: Option<SocketAddr>,
-    shared: Arc<Shared>,
+    proxy_state: Arc<ProxyState>,
     shutdown: watch::Sender<bool>,
     workers: Vec<std::thread::JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
@@ -105,10 +105,10 @@ impl ProxyHandle {
         self.management
     }
 
-    /// The shared state (runtime, gate, limiter).
+    /// The proxy's whole state (data plane, control block, connection caps, listener front).
     #[must_use]
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    pub fn proxy_state(&self) -> &Arc<ProxyState> {
+        &self.proxy_state
     }
 
     /// The health driver (for reloads).
@@ -123,7 +123,7 @@ impl ProxyHandle {
     /// orchestrator removes the endpoint before connections are refused, then calls
     /// [`shutdown`](Self::shutdown).
     pub fn withdraw(&self) {
-        self.shared.data.services.begin_shutdown();
+        self.proxy_state.data_plane.services.begin_shutdown();
     }
 
     /// `server.shutdown_delay`: how long the listeners keep accepting after
@@ -136,7 +136,7 @@ impl ProxyHandle {
     /// Begin a graceful shutdown (C-PATH-10): readiness turns false, the listeners close, idle
     /// connections close, in-flight requests get `server.shutdown_timeout` to finish.
     pub fn shutdown(&self) {
-        self.shared.data.services.begin_shutdown();
+        self.proxy_state.data_plane.services.begin_shutdown();
         self.shutdown.send(true);
     }
 
@@ -146,7 +146,7 @@ impl ProxyHandle {
             let _ = t.await;
         }
         let workers = std::mem::take(&mut self.workers);
-        let _ = rt::unblock(self.shared.data.rt, move || {
+        let _ = rt::unblock(self.proxy_state.data_plane.rt, move || {
             for w in workers {
                 let _ = w.join();
             }
@@ -162,7 +162,7 @@ impl ProxyHandle {
         &self,
         path: &std::path::Path,
     ) -> Result<reload::Applied, reload::Rejected> {
-        reload::reload_file(&self.shared, path).await
+        reload::reload_file(&self.proxy_state, path).await
     }
 
     /// [`shutdown`](Self::shutdown) and [`wait`](Self::wait).
@@ -237,15 +237,15 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     } else {
         None
     };
-    let (shared, tls) = build_shared(rt, cfg, &opts, workers, management_bind).await?;
+    let (proxy_state, tls) = build_state(rt, cfg, &opts, workers, management_bind).await?;
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
-    let health = health::spawn(&shared, tls);
-    shared.control.set_health(health.reloader());
+    let health = health::spawn(&proxy_state, tls);
+    proxy_state.control.set_health(health.reloader());
     health.first_cycle().await.map_err(|_| StartError::Health)?;
-    events::first_cycle_done(&shared.data.runtime());
+    events::first_cycle_done(&proxy_state.data_plane.runtime());
     // C-HEALTH-4: what is available before any traffic is not ramped (docs/health.md).
-    for (_, backend) in shared.data.runtime().backends() {
+    for (_, backend) in proxy_state.data_plane.runtime().backends() {
         backend.skip_initial_ramp();
     }
 
@@ -264,7 +264,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (threads, tasks) = spawn_all(
-        &shared,
+        &proxy_state,
         workers,
         public,
         management.map(|(l, _)| l),
@@ -280,7 +280,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     Ok(ProxyHandle {
         public: public_addr,
         management: management_addr,
-        shared,
+        proxy_state,
         shutdown: shutdown_tx,
         workers: threads,
         tasks,
@@ -292,13 +292,13 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
 /// Everything [`start`] shares between the workers, the acceptor and the management plane: the
 /// runtime snapshot, the gate, the limiter (its store prepared), the upstream client, metrics,
 /// the listener front. Also the TLS client configuration of the health probes.
-async fn build_shared(
+async fn build_state(
     rt: Rt,
     cfg: ValidConfig,
     opts: &Options,
     workers: usize,
     management_bind: Option<SocketAddr>,
-) -> Result<(Arc<Shared>, Arc<rustls::ClientConfig>), StartError> {
+) -> Result<(Arc<ProxyState>, Arc<rustls::ClientConfig>), StartError> {
     let clock = Clock::new(rt);
     let mut rng = weir_core::WyRand::new(worker::entropy_seed());
     let limits = ServerLimits::from_settings(&cfg.server);
@@ -352,7 +352,7 @@ async fn build_shared(
     let metrics = Arc::new(metrics::Metrics::new());
     metrics.set_backends(runtime.backend_ids());
     let snapshot = Snapshot::build(Arc::new(runtime), &metrics, None);
-    let data = Arc::new(Data {
+    let data = Arc::new(DataPlane {
         rt,
         snapshot: ArcSwap::from_pointee(snapshot),
         admission,
@@ -367,13 +367,13 @@ async fn build_shared(
         limits,
         metrics,
     });
-    let shared = Arc::new(Shared {
-        data,
+    let proxy_state = Arc::new(ProxyState {
+        data_plane: data,
         control: Control::new(),
         connections,
         front,
     });
-    Ok((shared, tls))
+    Ok((proxy_state, tls))
 }
 
 /// A listener on `addr`, registered with `rt`, and the address it actually bound.
@@ -396,17 +396,17 @@ type Running = (Vec<std::thread::JoinHandle<()>>, Vec<JoinHandle<()>>);
 /// The worker threads, the acceptor, the rate-limit recovery, the certificate watch and the
 /// management listener, each until `shutdown`.
 fn spawn_all(
-    shared: &Arc<Shared>,
+    proxy_state: &Arc<ProxyState>,
     workers: usize,
     public: Box<dyn rt::Listener>,
     management: Option<Box<dyn rt::Listener>>,
     shutdown_rx: &watch::Receiver<bool>,
 ) -> Result<Running, StartError> {
-    let rt = shared.data.rt;
+    let rt = proxy_state.data_plane.rt;
     let mut handles = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for i in 0..workers {
-        let mut h = server::spawn_worker(i, Arc::clone(shared), shutdown_rx.clone())
+        let mut h = server::spawn_worker(i, Arc::clone(proxy_state), shutdown_rx.clone())
             .map_err(StartError::Worker)?;
         if let Some(t) = h.thread.take() {
             threads.push(t);
@@ -419,23 +419,23 @@ fn spawn_all(
             rt,
             public,
             handles,
-            Arc::clone(&shared.connections.public),
+            Arc::clone(&proxy_state.connections.public),
             shutdown_rx.clone(),
         ),
     )];
     tasks.push(rt::spawn_handle(
         rt,
-        store_recovery::run(Arc::clone(shared), shutdown_rx.clone()),
+        store_recovery::run(Arc::clone(proxy_state), shutdown_rx.clone()),
     ));
     // C-TLS-2: certificate directories are watched for as long as the listener runs.
     tasks.push(rt::spawn_handle(
         rt,
-        cert_watch::run(Arc::clone(shared), shutdown_rx.clone()),
+        cert_watch::run(Arc::clone(proxy_state), shutdown_rx.clone()),
     ));
     if let Some(listener) = management {
         tasks.push(rt::spawn_handle(
             rt,
-            management::serve(listener, Arc::clone(shared), shutdown_rx.clone()),
+            management::serve(listener, Arc::clone(proxy_state), shutdown_rx.clone()),
         ));
     }
     Ok((threads, tasks))

@@ -4,21 +4,21 @@
 use std::sync::Arc;
 
 use crate::base::rt::{self, watch};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// The recovery task (C-RATE-5): every [`RateLimiter::retry_interval`] it calls
 /// [`RateLimiter::probe`] under the rate settings in force, which checks the shared store's
 /// health when it is up or a trial is due; logs each change of the store's state. Ends at
 /// shutdown. Does nothing for the local store.
-pub async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let limiter = Arc::clone(shared.data.limiter.inner());
+pub async fn run(proxy_state: Arc<ProxyState>, mut shutdown: watch::Receiver<bool>) {
+    let limiter = Arc::clone(proxy_state.data_plane.limiter.inner());
     if !limiter.storage().is_shared() {
         return;
     }
     let mut was_up = limiter.store_up();
     let every = limiter.retry_interval();
     loop {
-        let tick = rt::sleep(shared.data.rt, every);
+        let tick = rt::sleep(proxy_state.data_plane.rt, every);
         let stop = shutdown.changed();
         if let futures_util::future::Either::Right(_) =
             futures_util::future::select(std::pin::pin!(tick), std::pin::pin!(stop)).await
@@ -28,9 +28,11 @@ pub async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
         if shutdown.get() {
             return;
         }
-        let rate = shared.data.runtime().config().rate.clone();
+        let rate = proxy_state.data_plane.runtime().config().rate.clone();
         let up = if rate.enabled() {
-            limiter.probe(&rate, shared.data.clock.now()).await
+            limiter
+                .probe(&rate, proxy_state.data_plane.clock.now())
+                .await
         } else {
             limiter.store_up()
         };

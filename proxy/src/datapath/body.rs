@@ -29,7 +29,7 @@ use crate::datapath::downstream::RequestGuard;
 use crate::datapath::effects;
 use crate::datapath::effects::PendingLine;
 use crate::services::snapshot::Bound;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 use crate::services::upstream::{BoxError, Conn};
 
 /// The response body type of the data plane.
@@ -161,7 +161,7 @@ pub struct Delivered {
     body: Incoming,
     exchange: Bound,
     conn: Option<Conn>,
-    shared: Arc<Data>,
+    data_plane: Arc<DataPlane>,
     deadline: Option<Deadline>,
     done: bool,
 }
@@ -171,13 +171,18 @@ impl Delivered {
     /// hand-off, metrics); give `conn` back to the upstream pool when the body was read to the
     /// end. The exchange's `poll_timeout` is the body's `write_timeout` (C-PATH-7).
     #[must_use]
-    pub fn new(body: Incoming, exchange: Bound, conn: Conn, shared: Arc<Data>) -> Delivered {
-        let deadline = deadline(&shared, &exchange);
+    pub fn new(
+        body: Incoming,
+        exchange: Bound,
+        conn: Conn,
+        data_plane: Arc<DataPlane>,
+    ) -> Delivered {
+        let deadline = deadline(&data_plane, &exchange);
         Delivered {
             body,
             exchange,
             conn: Some(conn),
-            shared,
+            data_plane,
             deadline,
             done: false,
         }
@@ -188,25 +193,25 @@ impl Delivered {
             return;
         }
         self.done = true;
-        let now = self.shared.rt.now();
-        let at = self.shared.clock.at(now);
+        let now = self.data_plane.rt.now();
+        let at = self.data_plane.clock.at(now);
         worker::with_rng(|rng| self.exchange.handle_input(Input::BodyEnd(end), at, rng));
-        effects::drain(&self.shared, &mut self.exchange, None);
+        effects::drain(&self.data_plane, &mut self.exchange, None);
         if let Some(conn) = self.conn.take()
             && end == BodyEnd::Complete
         {
-            self.shared.upstream.release(conn, now);
+            self.data_plane.upstream.release(conn, now);
         }
     }
 
     /// The write deadline came: `true` when the engine ended the body (`Output::AbortBody`).
     fn timed_out(&mut self) -> bool {
-        let at = self.shared.clock.now();
+        let at = self.data_plane.clock.now();
         worker::with_rng(|rng| self.exchange.handle_input(Input::Timeout, at, rng));
         let mut abort = false;
         while let Some(out) = self.exchange.poll_output() {
             if let Some(Output::AbortBody) =
-                effects::perform(&self.shared, &self.exchange, out, None)
+                effects::perform(&self.data_plane, &self.exchange, out, None)
             {
                 abort = true;
             }
@@ -215,7 +220,7 @@ impl Delivered {
             self.done = true;
             self.conn = None;
         } else {
-            self.deadline = deadline(&self.shared, &self.exchange);
+            self.deadline = deadline(&self.data_plane, &self.exchange);
         }
         abort
     }
@@ -273,7 +278,7 @@ impl Drop for Delivered {
 }
 
 /// The exchange's deadline as a runtime timer.
-fn deadline(shared: &Data, x: &Exchange) -> Option<Deadline> {
+fn deadline(data_plane: &DataPlane, x: &Exchange) -> Option<Deadline> {
     x.poll_timeout()
-        .map(|d| Deadline::new(shared.rt, shared.clock.deadline(d)))
+        .map(|d| Deadline::new(data_plane.rt, data_plane.clock.deadline(d)))
 }

@@ -1,5 +1,5 @@
-//! One client connection as its requests see it: the context they share ([`ConnCtx`]), the
-//! phase an HTTP/2 watchdog reads ([`ConnState`], an HTTP/2 connection's own: an HTTP/1
+//! One client connection as its requests see it: the context they share ([`DownstreamCtx`]), the
+//! phase an HTTP/2 watchdog reads ([`DownstreamState`], an HTTP/2 connection's own: an HTTP/1
 //! connection keeps its phase in its loop), and the guard an HTTP/2 request holds while it lives
 //! ([`RequestGuard`]). [`crate::datapath::server`] creates these at accept; the protocol loops
 //! ([`crate::datapath::h1`], `server::h2`), the handler ([`crate::datapath::h2::handler`]) and response bodies
@@ -11,42 +11,42 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use crate::observe::limits::ConnPermit;
 use crate::services::park::Worker;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
 /// waits until every clone is dropped (C-PATH-10).
 pub type Alive = async_channel::Sender<()>;
 
-/// Connection phases, kept in [`ConnState::phase`] (HTTP/2's watchdog).
+/// Connection phases, kept in [`DownstreamState::phase`] (HTTP/2's watchdog).
 pub(crate) const IDLE: u8 = 0;
 pub(crate) const BUSY: u8 = 2;
 
 /// What the accept point knows of a connection besides its bytes.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnInfo {
+pub struct DownstreamInfo {
     /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
     pub peer: SocketAddr,
     /// The connection came over TLS.
     pub tls: bool,
 }
 
-/// What an HTTP/2 connection's watchdog and handler know about it: not in [`ConnCtx`], which
-/// every parked HTTP/1 connection keeps (issue 14: 16 bytes there moved `ConnCtx` into the
+/// What an HTTP/2 connection's watchdog and handler know about it: not in [`DownstreamCtx`], which
+/// every parked HTTP/1 connection keeps (issue 14: 16 bytes there moved `DownstreamCtx` into the
 /// allocator's size class of the timers a connection frees when it parks, docs/benchmarks.md
 /// "What an idle connection holds").
 #[derive(Debug)]
-pub struct ConnState {
+pub struct DownstreamState {
     pub(crate) phase: AtomicU8,
     in_flight: AtomicU32,
     /// When the connection last became idle.
     last_idle: AtomicU64,
 }
 
-impl ConnState {
+impl DownstreamState {
     /// An idle connection, idle since `now`.
     #[must_use]
-    pub fn new(now: weir_core::Instant) -> ConnState {
-        ConnState {
+    pub fn new(now: weir_core::Instant) -> DownstreamState {
+        DownstreamState {
             phase: AtomicU8::new(IDLE),
             in_flight: AtomicU32::new(0),
             last_idle: AtomicU64::new(now.as_nanos()),
@@ -60,11 +60,11 @@ impl ConnState {
 }
 
 /// One client connection, shared by its requests (and by tunnels it upgrades into). The worker
-/// waits for every `ConnCtx` to be dropped before it ends (C-PATH-10).
+/// waits for every `DownstreamCtx` to be dropped before it ends (C-PATH-10).
 #[derive(Debug)]
-pub struct ConnCtx {
+pub struct DownstreamCtx {
     /// Process-wide state.
-    pub shared: Arc<Data>,
+    pub data_plane: Arc<DataPlane>,
     /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
     pub peer: SocketAddr,
     /// The connection came over weir's TLS (C-TLS-1).
@@ -77,22 +77,22 @@ pub struct ConnCtx {
     _permit: Option<ConnPermit>,
 }
 
-impl Drop for ConnCtx {
+impl Drop for DownstreamCtx {
     fn drop(&mut self) {
         self.worker.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-impl ConnCtx {
+impl DownstreamCtx {
     pub(crate) fn new(
-        shared: Arc<Data>,
-        info: ConnInfo,
+        data_plane: Arc<DataPlane>,
+        info: DownstreamInfo,
         alive: Alive,
         worker: Arc<Worker>,
         permit: Option<ConnPermit>,
-    ) -> ConnCtx {
-        ConnCtx {
-            shared,
+    ) -> DownstreamCtx {
+        DownstreamCtx {
+            data_plane,
             peer: info.peer,
             tls: info.tls,
             _alive: alive,
@@ -112,14 +112,14 @@ impl ConnCtx {
 /// lives.
 #[derive(Debug)]
 pub struct RequestGuard {
-    ctx: Arc<ConnCtx>,
-    state: Arc<ConnState>,
+    ctx: Arc<DownstreamCtx>,
+    state: Arc<DownstreamState>,
 }
 
 impl RequestGuard {
     /// The request on `ctx`, whose phase `state` holds, has started (its head is complete).
     #[must_use]
-    pub fn new(ctx: &Arc<ConnCtx>, state: &Arc<ConnState>) -> RequestGuard {
+    pub fn new(ctx: &Arc<DownstreamCtx>, state: &Arc<DownstreamState>) -> RequestGuard {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.phase.store(BUSY, Ordering::Relaxed);
         RequestGuard {
@@ -133,8 +133,10 @@ impl Drop for RequestGuard {
     fn drop(&mut self) {
         let s = &self.state;
         if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
-            s.last_idle
-                .store(self.ctx.shared.clock.now().as_nanos(), Ordering::Relaxed);
+            s.last_idle.store(
+                self.ctx.data_plane.clock.now().as_nanos(),
+                Ordering::Relaxed,
+            );
             s.phase.store(IDLE, Ordering::Relaxed);
         }
     }

@@ -11,11 +11,11 @@ use weir_core::rate::ClientKey;
 
 use crate::base::{rt, worker};
 use crate::services::ratelimit::StoreError;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 
 /// Feed `input` now.
-pub fn feed(shared: &Data, x: &mut Exchange, input: Input) {
-    feed_at(x, input, shared.clock.now());
+pub fn feed(data_plane: &DataPlane, x: &mut Exchange, input: Input) {
+    feed_at(x, input, data_plane.clock.now());
 }
 
 /// Feed `input` at `now`, a reading of the clock the caller took just before and uses for
@@ -27,17 +27,17 @@ pub fn feed_at(x: &mut Exchange, input: Input, now: weir_core::Instant) {
 /// `fut`, bounded by the engine's deadline: `None` when the deadline came and the engine moved
 /// on (its `Input::Timeout` was fed); a timer that fired early waits again.
 pub async fn bounded<F: Future>(
-    shared: &Data,
+    data_plane: &DataPlane,
     x: &mut Exchange,
     fut: Pin<&mut F>,
 ) -> Option<F::Output> {
-    bounded_in(shared, x, &mut None, fut).await
+    bounded_in(data_plane, x, &mut None, fut).await
 }
 
 /// [`bounded`] with the timer kept in `slot` across calls (the HTTP/1 path: one per
 /// connection, so that a request boxes no timer).
 pub async fn bounded_in<F: Future>(
-    shared: &Data,
+    data_plane: &DataPlane,
     x: &mut Exchange,
     slot: &mut rt::TimerSlot,
     mut fut: Pin<&mut F>,
@@ -47,11 +47,11 @@ pub async fn bounded_in<F: Future>(
         let Some(deadline) = x.poll_timeout() else {
             return Some(fut.await);
         };
-        let at = shared.clock.deadline(deadline);
-        match rt::timeout_at_in(shared.rt, at, slot, fut.as_mut()).await {
+        let at = data_plane.clock.deadline(deadline);
+        match rt::timeout_at_in(data_plane.rt, at, slot, fut.as_mut()).await {
             Ok(v) => return Some(v),
             Err(_) => {
-                feed(shared, x, Input::Timeout);
+                feed(data_plane, x, Input::Timeout);
                 if x.stage() != stage {
                     return None;
                 }
@@ -61,12 +61,12 @@ pub async fn bounded_in<F: Future>(
 }
 
 /// C-LOAD-1: park until the slot is handed over or the queue deadline comes.
-pub async fn gate_wait(shared: &Data, x: &mut Exchange, ticket: u64) {
+pub async fn gate_wait(data_plane: &DataPlane, x: &mut Exchange, ticket: u64) {
     while matches!(x.stage(), Stage::Queued { .. }) {
         let deadline = x.poll_timeout();
-        let woken = shared.admission.wait(ticket, deadline).await;
+        let woken = data_plane.admission.wait(ticket, deadline).await;
         feed(
-            shared,
+            data_plane,
             x,
             if woken {
                 Input::GateHandoff
@@ -78,12 +78,17 @@ pub async fn gate_wait(shared: &Data, x: &mut Exchange, ticket: u64) {
 }
 
 /// C-RATE-3, C-RATE-5: one take from the shared store, bounded by `operation_timeout`.
-pub async fn store_take(shared: &Data, x: &mut Exchange, key: ClientKey, bucket: BucketParams) {
-    let limiter = shared.limiter.inner();
-    let now = shared.clock.now();
+pub async fn store_take(
+    data_plane: &DataPlane,
+    x: &mut Exchange,
+    key: ClientKey,
+    bucket: BucketParams,
+) {
+    let limiter = data_plane.limiter.inner();
+    let now = data_plane.clock.now();
     // Boxed: the store clients' futures are kilobytes that a local-store request never runs.
     let mut call = Box::pin(limiter.take(key, &bucket, now));
-    match bounded(shared, x, call.as_mut()).await {
+    match bounded(data_plane, x, call.as_mut()).await {
         Some(answer) => {
             let failure = |e: StoreError| {
                 if e.is_partial() {
@@ -92,7 +97,7 @@ pub async fn store_take(shared: &Data, x: &mut Exchange, key: ClientKey, bucket:
                     StoreFailure::Error
                 }
             };
-            feed(shared, x, Input::StoreAnswer(answer.map_err(failure)));
+            feed(data_plane, x, Input::StoreAnswer(answer.map_err(failure)));
         }
         None => {
             let limit = x.runtime().config().rate.operation_timeout();

@@ -22,7 +22,7 @@ use crate::base::exposition::Listener;
 use crate::base::rt::Rt;
 use crate::observe::access_log::Line;
 use crate::services::snapshot::Bound;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 pub use crate::services::upstream::BodyTally;
 
 /// What the access-log line says about the request that the engine does not keep.
@@ -80,11 +80,11 @@ pub struct PendingLine {
 
 impl PendingLine {
     /// The line of `r` (a logged record of `x`), made when the record was emitted.
-    fn new(shared: &Data, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
-        let now = shared.rt.now();
+    fn new(data_plane: &DataPlane, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
+        let now = data_plane.rt.now();
         PendingLine {
             record: *r,
-            rt: shared.rt,
+            rt: data_plane.rt,
             arrived: now.checked_sub(r.duration).unwrap_or(now),
             request_id: Box::from(x.request_id().as_str()),
             method: request.method.clone(),
@@ -158,16 +158,16 @@ impl Drop for PendingLine {
 /// is given back too when `request` is known: the caller makes it a [`PendingLine`] with
 /// [`pending_line`] and keeps it with the response body.
 pub fn perform(
-    shared: &Data,
+    data_plane: &DataPlane,
     x: &Bound,
     out: Output,
     request: Option<Request<'_>>,
 ) -> Option<Output> {
     match out {
-        Output::GateWake { ticket } => shared.admission.wake(ticket),
-        Output::Metric(m) => metric(shared, x, m),
+        Output::GateWake { ticket } => data_plane.admission.wake(ticket),
+        Output::Metric(m) => metric(data_plane, x, m),
         Output::Record(r) => {
-            record(shared, &r);
+            record(data_plane, &r);
             if r.log && request.is_some() {
                 return Some(Output::Record(r));
             }
@@ -180,33 +180,33 @@ pub fn perform(
 /// The pending access-log line of a logged record `r` given back by [`perform`].
 #[must_use]
 pub fn pending_line(
-    shared: &Data,
+    data_plane: &DataPlane,
     x: &Exchange,
     r: &Record,
     request: Request<'_>,
 ) -> Box<PendingLine> {
-    Box::new(PendingLine::new(shared, x, r, request))
+    Box::new(PendingLine::new(data_plane, x, r, request))
 }
 
 /// Feed nothing, perform every queued side effect; other outputs are dropped (after the
 /// response head the engine asks for nothing else but [`Output::AbortBody`], which the caller
 /// handles before draining). A logged record found here has no body to wait for: its line is
 /// written at once.
-pub fn drain(shared: &Data, x: &mut Bound, request: Option<Request<'_>>) {
+pub fn drain(data_plane: &DataPlane, x: &mut Bound, request: Option<Request<'_>>) {
     while let Some(out) = x.poll_output() {
         if let (Some(Output::Record(r)), Some(request)) =
-            (perform(shared, x, out, request), request)
+            (perform(data_plane, x, out, request), request)
         {
-            PendingLine::new(shared, x, &r, request).finish(0);
+            PendingLine::new(data_plane, x, &r, request).finish(0);
         }
     }
 }
 
 /// Count the metric `m` of `x` (what [`perform`] does with an [`Output::Metric`]).
-pub fn metric(shared: &Data, x: &Bound, m: Metric) {
+pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
     match m {
         Metric::Protection(reason) => {
-            shared.metrics.protection(reason);
+            data_plane.metrics.protection(reason);
             crate::observe::events::protection(reason);
         }
         Metric::PanicSelection { backend } => {
@@ -223,12 +223,12 @@ pub fn metric(shared: &Data, x: &Bound, m: Metric) {
                 crate::observe::events::circuit(x, &b.metrics, transition, cause);
             }
         }
-        Metric::QueueWait(waited) => shared.metrics.queue_wait(waited),
+        Metric::QueueWait(waited) => data_plane.metrics.queue_wait(waited),
         Metric::Store {
             storage,
             result,
             duration,
-        } => shared.metrics.store_call(storage, result, duration),
+        } => data_plane.metrics.store_call(storage, result, duration),
         Metric::Attempt {
             backend,
             result,
@@ -243,9 +243,9 @@ pub fn metric(shared: &Data, x: &Bound, m: Metric) {
 
 /// The request metric of `r` (every request, logged or not, C-OBS-2): what [`perform`] does
 /// with an [`Output::Record`] besides giving a logged one back.
-pub fn record(shared: &Data, r: &Record) {
-    shared
+pub fn record(data_plane: &DataPlane, r: &Record) {
+    data_plane
         .metrics
         .request(Listener::Public, r.status, r.duration);
-    shared.metrics.retries(r.attempts);
+    data_plane.metrics.retries(r.attempts);
 }

@@ -22,11 +22,11 @@ use weir_core::proxy_proto::{self, Accept, MAX_LEN, Parse};
 
 use crate::base::rt::{self, SyncIo, TcpConn, TlsAccept};
 use crate::observe::listener_tls::metrics::{HandshakeFailure, ProxyRefusal};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// What the listener learnt of a connection before HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnInfo {
+pub struct DownstreamInfo {
     /// The client as C-FWD-1 sees it: the socket peer, or the PROXY header's source.
     pub peer: SocketAddr,
     /// The TLS session, when the connection came over weir's TLS.
@@ -40,16 +40,16 @@ pub struct TlsInfo {
     pub h2: bool,
 }
 
-/// Run the front of `shared` on a new connection (module doc). `None`: the connection was
+/// Run the front of `proxy_state` on a new connection (module doc). `None`: the connection was
 /// refused (and is dropped, so closed).
 pub async fn prepare(
-    shared: &Shared,
+    proxy_state: &ProxyState,
     mut stream: Box<dyn TcpConn>,
     peer: SocketAddr,
-) -> Option<(Box<dyn TcpConn>, ConnInfo)> {
-    let front = &shared.front;
-    let rt = shared.data.rt;
-    let mut info = ConnInfo { peer, tls: None };
+) -> Option<(Box<dyn TcpConn>, DownstreamInfo)> {
+    let front = &proxy_state.front;
+    let rt = proxy_state.data_plane.rt;
+    let mut info = DownstreamInfo { peer, tls: None };
     if let Some(accept) = front.proxy_protocol {
         let refused = |reason: ProxyRefusal, detail: &dyn std::fmt::Display| {
             front.metrics.proxy_refused(reason);
@@ -68,7 +68,7 @@ pub async fn prepare(
             );
             return None;
         }
-        let deadline = rt.now() + shared.data.limits.read_header_timeout;
+        let deadline = rt.now() + proxy_state.data_plane.limits.read_header_timeout;
         match read_proxy_header(rt, &mut stream, accept, deadline).await {
             Ok(source) => {
                 front.metrics.proxy_accepted();

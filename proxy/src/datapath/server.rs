@@ -12,7 +12,7 @@
 //! `read_header_timeout`: HTTP/2's preface (h2c, prior knowledge) goes to hyper's HTTP/2 server
 //! (`server::h2`, the bytes read handed back through a rewinding IO); anything else is HTTP/1,
 //! served by weir's own codec and IO loop ([`crate::datapath::h1`]). The entry (`opening`, then `serve`) takes any
-//! byte stream (`Box<dyn Io>`: TCP, or TLS over it) and a [`ConnInfo`].
+//! byte stream (`Box<dyn Io>`: TCP, or TLS over it) and a [`DownstreamInfo`].
 //! Before that, the listener's front runs ([`crate::datapath::front::prepare`]): a PROXY protocol
 //! header and a TLS handshake when configured (C-TLS-1, C-TLS-3); over TLS, ALPN chooses
 //! between HTTP/1.1 and HTTP/2 instead of the first bytes.
@@ -51,11 +51,11 @@ use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
 
 use crate::base::rt::watch::{Wake, next_or_shutdown};
 use crate::base::rt::{self, Io, Listener, Rt, TcpConn, watch};
-use crate::datapath::downstream::{Alive, ConnCtx, ConnInfo, ConnState, IDLE};
+use crate::datapath::downstream::{Alive, DownstreamCtx, DownstreamInfo, DownstreamState, IDLE};
 use crate::datapath::h1::io::Buf;
 use crate::observe::limits::{ConnLimit, ConnPermit};
 use crate::services::park::Worker;
-use crate::services::state::{Data, Shared};
+use crate::services::state::{DataPlane, ProxyState};
 
 pub(crate) mod accept;
 mod sniff;
@@ -71,7 +71,7 @@ struct Builders {
 /// A connection whose front ran and whose protocol is known.
 struct Opened {
     builders: Arc<Builders>,
-    ctx: Arc<ConnCtx>,
+    ctx: Arc<DownstreamCtx>,
     io: Box<dyn Io>,
     /// The first bytes, read to tell the protocol.
     buf: Buf,
@@ -111,33 +111,33 @@ async fn opening(
     builders: Arc<Builders>,
     stream: Box<dyn TcpConn>,
     peer: SocketAddr,
-    ctx_parts: (Arc<Shared>, Alive, Arc<Worker>, ConnPermit),
+    ctx_parts: (Arc<ProxyState>, Alive, Arc<Worker>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Opened> {
-    let (shared, alive, worker, permit) = ctx_parts;
+    let (proxy_state, alive, worker, permit) = ctx_parts;
     let prepared = next_or_shutdown(
         &mut shutdown,
-        crate::datapath::front::prepare(&shared, stream, peer),
+        crate::datapath::front::prepare(&proxy_state, stream, peer),
     )
     .await;
     let Wake::Next(Some((stream, front))) = prepared else {
         worker.open.fetch_sub(1, Ordering::Relaxed);
         return None;
     };
-    let info = ConnInfo {
+    let info = DownstreamInfo {
         peer: front.peer,
         tls: front.tls.is_some(),
     };
-    let ctx = Arc::new(ConnCtx::new(
-        Arc::clone(&shared.data),
+    let ctx = Arc::new(DownstreamCtx::new(
+        Arc::clone(&proxy_state.data_plane),
         info,
         alive,
         worker,
         Some(permit),
     ));
     let mut io: Box<dyn Io> = stream;
-    let rt = ctx.shared.rt;
-    let first_deadline = rt.now() + ctx.shared.limits.read_header_timeout;
+    let rt = ctx.data_plane.rt;
+    let first_deadline = rt.now() + ctx.data_plane.limits.read_header_timeout;
     let mut buf = Buf::new();
     // Over TLS, ALPN says which protocol follows; otherwise the first bytes do.
     let proto = match front.tls.map(|t| t.h2) {
@@ -169,12 +169,12 @@ async fn opening(
 /// Serve an HTTP/2 connection with hyper's server and the handler of `crate::datapath::h2::handler`.
 async fn serve_h2(
     builders: &Builders,
-    ctx: Arc<ConnCtx>,
+    ctx: Arc<DownstreamCtx>,
     io: Rewind,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limits = ctx.shared.limits.clone();
-    let state = Arc::new(ConnState::new(ctx.shared.clock.now()));
+    let limits = ctx.data_plane.limits.clone();
+    let state = Arc::new(DownstreamState::new(ctx.data_plane.clock.now()));
     let watchdog = Watchdog {
         ctx: &ctx,
         state: &state,
@@ -196,7 +196,7 @@ async fn serve_h2(
 /// Serve one in-process HTTP/1.1 connection `io` with the data-plane handler, as if it came
 /// from `peer`: the management plane's synthetic request (C-MGMT-4) passes the same gate, client
 /// address resolution, limiter, routing and flow as any request. The caller bounds the exchange.
-pub(crate) async fn serve_in_process<I>(data: Arc<Data>, peer: SocketAddr, io: I)
+pub(crate) async fn serve_in_process<I>(data: Arc<DataPlane>, peer: SocketAddr, io: I)
 where
     I: Read + Write + Unpin + Send + 'static,
 {
@@ -204,15 +204,15 @@ where
     let (_never, shutdown) = watch::channel(false);
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
     let worker = Worker::new(1, shutdown.clone());
-    let info = ConnInfo { peer, tls: false };
-    let ctx = Arc::new(ConnCtx::new(data, info, alive, worker, None));
+    let info = DownstreamInfo { peer, tls: false };
+    let ctx = Arc::new(DownstreamCtx::new(data, info, alive, worker, None));
     crate::datapath::h1::serve::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
 
 /// The per-connection deadlines (module doc).
 struct Watchdog<'a> {
-    ctx: &'a Arc<ConnCtx>,
-    state: &'a ConnState,
+    ctx: &'a Arc<DownstreamCtx>,
+    state: &'a DownstreamState,
     limits: &'a ServerLimits,
 }
 
@@ -228,7 +228,7 @@ enum Check {
 impl Watchdog<'_> {
     /// The connection's phase and core's watchdog decision on it (`weir_core::conn_watch`).
     fn check(&self) -> Check {
-        let clock = &self.ctx.shared.clock;
+        let clock = &self.ctx.data_plane.clock;
         let now = clock.now();
         let phase = match self.state.phase.load(Ordering::Relaxed) {
             IDLE => ConnPhase::Idle {
@@ -259,7 +259,7 @@ async fn drive<C, F>(
     C: std::future::Future,
     F: Fn(Pin<&mut C>),
 {
-    let rt = watchdog.ctx.shared.rt;
+    let rt = watchdog.ctx.data_plane.rt;
     let first = match watchdog.check() {
         Check::Until(t) => t,
         _ => rt.now(),
@@ -330,7 +330,7 @@ pub(crate) struct WorkerHandle {
 /// until `shutdown` turns true, then draining them for at most `shutdown_timeout`.
 pub(crate) fn spawn_worker(
     index: usize,
-    shared: Arc<Shared>,
+    proxy_state: Arc<ProxyState>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<WorkerHandle> {
     let (tx, rx) = async_channel::unbounded();
@@ -339,13 +339,13 @@ pub(crate) fn spawn_worker(
     let thread = std::thread::Builder::new()
         .name(format!("weir-worker-{index}"))
         .spawn(move || {
-            let rt = shared.data.rt;
-            let main = worker_main(Arc::clone(&shared), rx, worker2, shutdown);
+            let rt = proxy_state.data_plane.rt;
+            let main = worker_main(Arc::clone(&proxy_state), rx, worker2, shutdown);
             if let Err(e) = rt.block_on(Box::pin(main)) {
                 tracing::error!(error = %e, worker = index, "cannot build the worker's executor");
             }
-            shared.data.upstream.clear();
-            crate::datapath::h1::upstream_conn::clear(&shared.data.upstream);
+            proxy_state.data_plane.upstream.clear();
+            crate::datapath::h1::upstream_conn::clear(&proxy_state.data_plane.upstream);
         })?;
     Ok(WorkerHandle {
         conns: tx,
@@ -355,18 +355,18 @@ pub(crate) fn spawn_worker(
 }
 
 async fn worker_main(
-    shared: Arc<Shared>,
+    proxy_state: Arc<ProxyState>,
     conns: async_channel::Receiver<Accepted>,
     worker: Arc<Worker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let rt = shared.data.rt;
+    let rt = proxy_state.data_plane.rt;
     let builders = Arc::new(Builders {
-        h2: crate::datapath::h2::limits::builder(rt, &shared.data.limits),
+        h2: crate::datapath::h2::limits::builder(rt, &proxy_state.data_plane.limits),
     });
     let (alive_tx, alive_rx) = async_channel::bounded::<()>(1);
-    let sweep_every = shared
-        .data
+    let sweep_every = proxy_state
+        .data_plane
         .upstream
         .config()
         .idle_conn_timeout
@@ -374,12 +374,12 @@ async fn worker_main(
             (t / 2).max(Duration::from_millis(500))
         });
     let sweeper = {
-        let shared = Arc::clone(&shared);
+        let proxy_state = Arc::clone(&proxy_state);
         rt::spawn_handle(rt, async move {
             loop {
                 rt::sleep(rt, sweep_every).await;
-                shared.data.upstream.sweep();
-                crate::datapath::h1::upstream_conn::sweep(&shared.data.upstream);
+                proxy_state.data_plane.upstream.sweep();
+                crate::datapath::h1::upstream_conn::sweep(&proxy_state.data_plane.upstream);
             }
         })
     };
@@ -409,7 +409,7 @@ async fn worker_main(
         };
         let _ = stream.set_nodelay(true);
         let parts = (
-            Arc::clone(&shared),
+            Arc::clone(&proxy_state),
             alive_tx.clone(),
             Arc::clone(&worker),
             permit,
@@ -429,9 +429,9 @@ async fn worker_main(
         drop(s);
     }
     drop(alive_tx);
-    shared.data.upstream.clear();
-    crate::datapath::h1::upstream_conn::clear(&shared.data.upstream);
-    let grace = shared.data.limits.shutdown_timeout;
+    proxy_state.data_plane.upstream.clear();
+    crate::datapath::h1::upstream_conn::clear(&proxy_state.data_plane.upstream);
+    let grace = proxy_state.data_plane.limits.shutdown_timeout;
     // Every sender gone: `recv` errs (closed).
     if rt::timeout(rt, grace, alive_rx.recv()).await.is_err() {
         tracing::warn!(

@@ -14,7 +14,7 @@
 //! [`RateLimiter::probe`] every [`RateLimiter::retry_interval`] (so a replica without traffic,
 //! such as a fail-closed one taken out of rotation by its readiness, returns to the store by
 //! itself), and reports the state for readiness, metrics and the status endpoint
-//! ([`RateLimitStatus`], read through [`Data::rate_limit_status`](crate::services::state::Data::rate_limit_status)).
+//! ([`RateLimitStatus`], read through [`DataPlane::rate_limit_status`](crate::services::state::DataPlane::rate_limit_status)).
 //!
 //! Runtimes: the store clients are tokio's and are runtime-agnostic once built. The limiter is
 //! built on the control runtime; each Redis or PostgreSQL connection is driven by the runtime

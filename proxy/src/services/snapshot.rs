@@ -2,7 +2,7 @@
 //! each of its backends, the handles the data path uses for it — the parsed upstream
 //! [`Target`] (where and how to connect; the key of its idle connections) and the backend's
 //! [`BackendMetrics`]. Built once per publish ([`reload::install`](crate::control::reload::install) and
-//! [`start`](crate::control::start::start)), stored whole in one `ArcSwap` (`Data::snapshot`), loaded once per
+//! [`start`](crate::control::start::start)), stored whole in one `ArcSwap` (`DataPlane::snapshot`), loaded once per
 //! request ([`Bound::new`]); every attempt then indexes it with the backend index the engine's
 //! output carries (`Send::backend`, `Metric::*::backend`) within the exchange's pool
 //! (`Exchange::pool_index`): no string or hash lookup per attempt.

@@ -1,5 +1,5 @@
-//! The running proxy's state: what the data path uses ([`Data`]), the whole process's state for
-//! the control plane ([`Shared`]), the client-side limits ([`ServerLimits`]) and the control
+//! The running proxy's state: what the data path uses ([`DataPlane`]), the whole process's state for
+//! the control plane ([`ProxyState`]), the client-side limits ([`ServerLimits`]) and the control
 //! block that serialises changes ([`Control`]). Built once by `control::start`; shared by every
 //! worker through `Arc`.
 
@@ -25,9 +25,9 @@ use crate::services::upstream::Upstream;
 /// What the data path uses (the workers, the protocol loops, the exchange's side effects): the
 /// snapshot in force, the gate, the limiter, the upstream client, the clock, the client-side
 /// limits and the metrics it counts. Shared by every worker; the control plane reaches it
-/// through [`Shared::data`].
+/// through [`ProxyState::data_plane`].
 #[derive(Debug)]
-pub struct Data {
+pub struct DataPlane {
     /// The async runtime everything runs on.
     pub rt: Rt,
     /// The snapshot in force (C-POOL-2): weir-core's runtime and each backend's upstream target
@@ -50,12 +50,12 @@ pub struct Data {
     pub metrics: Arc<metrics::Metrics>,
 }
 
-/// Process-wide state of a running proxy: the data path's [`Data`] and what only the control
+/// Process-wide state of a running proxy: the data path's [`DataPlane`] and what only the control
 /// plane (reload, management, the acceptor's caps, the listener front) uses.
 #[derive(Debug)]
-pub struct Shared {
+pub struct ProxyState {
     /// What the data path uses.
-    pub data: Arc<Data>,
+    pub data_plane: Arc<DataPlane>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: Control,
     /// Both listeners' connection caps and counts (issue 21, `limits`).
@@ -65,7 +65,7 @@ pub struct Shared {
     pub front: listener_tls::Front,
 }
 
-impl Data {
+impl DataPlane {
     /// weir-core's runtime snapshot in force (the control plane's reads; a request takes the
     /// whole [`Snapshot`] once instead).
     #[must_use]
@@ -183,5 +183,14 @@ impl Control {
     /// The health driver to reload (set once by `start`).
     pub fn set_health(&self, health: HealthReloader) {
         let _ = self.health.set(health);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_has_an_instance_id() {
+        let c = super::Control::new();
+        assert!(c.instance_id().contains('-'));
     }
 }

@@ -278,7 +278,7 @@ pub struct Upstream {
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
     h1: http1::Builder,
-    /// The runtime and the idle policy's clock: the process clock (`Data::clock`) where the
+    /// The runtime and the idle policy's clock: the process clock (`DataPlane::clock`) where the
     /// proxy runs.
     clock: crate::base::clock::Clock,
 }

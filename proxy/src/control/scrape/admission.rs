@@ -9,7 +9,7 @@ use weir_core::runtime::Runtime;
 use crate::base::exposition::seconds_histogram;
 use crate::base::exposition::{FamilySnapshot, gauge, labels};
 use crate::observe::metrics::AtomicHistogram;
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 fn one(v: f64) -> Vec<(crate::base::exposition::Labels, f64)> {
     vec![(Vec::new(), v)]
@@ -17,12 +17,12 @@ fn one(v: f64) -> Vec<(crate::base::exposition::Labels, f64)> {
 
 /// The admission families, read now; `queue_wait` is the process's queue-wait histogram.
 pub(super) fn families(
-    shared: &Shared,
+    proxy_state: &ProxyState,
     rt: &Runtime,
     queue_wait: &AtomicHistogram,
     out: &mut Vec<FamilySnapshot>,
 ) {
-    let gate = shared.data.admission.gate();
+    let gate = proxy_state.data_plane.admission.gate();
     out.push(gauge(
         "load_balancer_inflight_requests",
         "Data-plane requests inside the global overload gate now.",

@@ -14,7 +14,7 @@ use weir_core::runtime::Runtime;
 use crate::base::exposition::flag;
 use crate::base::exposition::{FamilySnapshot, counter, gauge, labels};
 use crate::observe::metrics::ops::MUTATING;
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// Resident set size and open descriptors of this process, from `/proc/self` (Linux); `None`
 /// elsewhere or when unreadable.
@@ -41,15 +41,15 @@ fn one(v: f64) -> Vec<(crate::base::exposition::Labels, f64)> {
     vec![(Vec::new(), v)]
 }
 
-fn build_and_process(shared: &Shared, out: &mut Vec<FamilySnapshot>) {
-    let ops = &shared.data.metrics.ops;
+fn build_and_process(proxy_state: &ProxyState, out: &mut Vec<FamilySnapshot>) {
+    let ops = &proxy_state.data_plane.metrics.ops;
     out.push(gauge(
         "weir_build_info",
         "Always 1; the labels say which weir build and runtime is running.",
         vec![(
             labels([
                 ("version", env!("CARGO_PKG_VERSION")),
-                ("runtime", shared.data.rt.name()),
+                ("runtime", proxy_state.data_plane.rt.name()),
             ]),
             1.0,
         )],
@@ -83,7 +83,7 @@ fn build_and_process(shared: &Shared, out: &mut Vec<FamilySnapshot>) {
     }
 }
 
-fn backends(shared: &Shared, rt: &Runtime, now: Instant, out: &mut Vec<FamilySnapshot>) {
+fn backends(proxy_state: &ProxyState, rt: &Runtime, now: Instant, out: &mut Vec<FamilySnapshot>) {
     let cfg = rt.config();
     let (mut healthy, mut enabled, mut draining) = (Vec::new(), Vec::new(), Vec::new());
     let (mut circuit, mut share) = (Vec::new(), Vec::new());
@@ -134,7 +134,7 @@ fn backends(shared: &Shared, rt: &Runtime, now: Instant, out: &mut Vec<FamilySna
         "Share of its full weight the backend gets now: below 1 while the slow-start ramp runs.",
         share,
     ));
-    let table = shared.data.metrics.backends.load();
+    let table = proxy_state.data_plane.metrics.backends.load();
     let mut transitions = Vec::new();
     for b in &table.order {
         for (i, to) in ["open", "closed"].into_iter().enumerate() {
@@ -152,11 +152,15 @@ fn backends(shared: &Shared, rt: &Runtime, now: Instant, out: &mut Vec<FamilySna
 }
 
 /// The families of this module, read now.
-pub(crate) fn families(shared: &Shared, rt: &Runtime, now: Instant) -> Vec<FamilySnapshot> {
+pub(crate) fn families(
+    proxy_state: &ProxyState,
+    rt: &Runtime,
+    now: Instant,
+) -> Vec<FamilySnapshot> {
     let mut out = Vec::with_capacity(20);
-    build_and_process(shared, &mut out);
-    backends(shared, rt, now, &mut out);
-    let ops = &shared.data.metrics.ops;
+    build_and_process(proxy_state, &mut out);
+    backends(proxy_state, rt, now, &mut out);
+    let ops = &proxy_state.data_plane.metrics.ops;
     out.push(counter(
         "load_balancer_retries",
         "Retries sent: attempts beyond the first of each data-plane request.",

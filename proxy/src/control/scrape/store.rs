@@ -11,10 +11,10 @@ use weir_core::rate::StorageKind;
 use crate::base::exposition::{FamilySnapshot, counter, gauge, labels};
 use crate::base::exposition::{flag, seconds_histogram};
 use crate::observe::metrics::store::{STORES, StoreMetrics};
-use crate::services::state::Shared;
+use crate::services::state::ProxyState;
 
 /// The rate-limit store's gauges (C-OBS-1), from the limiter's own state
-/// ([`Data::rate_limit_status`]).
+/// ([`DataPlane::rate_limit_status`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RateGauges {
     storage: StorageKind,
@@ -25,8 +25,8 @@ pub(super) struct RateGauges {
 }
 
 impl RateGauges {
-    fn read(shared: &Shared) -> RateGauges {
-        let status = shared.data.rate_limit_status();
+    fn read(proxy_state: &ProxyState) -> RateGauges {
+        let status = proxy_state.data_plane.rate_limit_status();
         RateGauges {
             storage: if status.enabled {
                 status.storage
@@ -43,8 +43,8 @@ impl RateGauges {
 
 /// The store families, read now. Only the store built at start (and the local store, which
 /// serves `local-fallback`) get call series.
-pub(super) fn families(shared: &Shared, m: &StoreMetrics, out: &mut Vec<FamilySnapshot>) {
-    let store = RateGauges::read(shared);
+pub(super) fn families(proxy_state: &ProxyState, m: &StoreMetrics, out: &mut Vec<FamilySnapshot>) {
+    let store = RateGauges::read(proxy_state);
     out.push(gauge(
         "load_balancer_rate_limit_storage_healthy",
         "1 when the configured rate-limit store answers (the local store always does).",
@@ -68,7 +68,7 @@ pub(super) fn families(shared: &Shared, m: &StoreMetrics, out: &mut Vec<FamilySn
         "Buckets evicted from the full local rate-limit store.",
         vec![(Vec::new(), store.local_evictions)],
     ));
-    let built = shared.data.limiter.storage();
+    let built = proxy_state.data_plane.limiter.storage();
     let mut calls = Vec::new();
     let mut latency = Vec::new();
     for (si, kind) in STORES.iter().enumerate() {

@@ -23,7 +23,7 @@ use super::upstream_conn::{
 };
 use crate::base::rt;
 use crate::observe::metrics::BackendMetrics;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 use crate::services::upstream::Target;
 
 /// Run `fut` unless the client closes first (C-PATH-9, C-LOAD-1: a queued client that leaves
@@ -74,7 +74,7 @@ pub(super) struct Side<'r> {
 /// out at.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn attempt(
-    shared: &Data,
+    data_plane: &DataPlane,
     c: &mut DownstreamConn,
     target: &Arc<Target>,
     metrics: &BackendMetrics,
@@ -84,7 +84,7 @@ pub(super) async fn attempt(
     last: &mut Option<Up>,
     now: weir_core::Instant,
 ) -> Result<u16, UpError> {
-    let up = &shared.upstream;
+    let up = &data_plane.upstream;
     let mut conn = None;
     while let Some(mut pooled) = upstream_conn::checkout(up, target, now) {
         if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
@@ -108,7 +108,7 @@ pub(super) async fn attempt(
     // Full duplex (issue 14): the body is sent while the response head is awaited, so a
     // backend that answers before reading it is answered at once; a body not sent whole by
     // then goes on beside the response ([`Pump`], `deliver`).
-    let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(shared.rt, at))));
+    let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(data_plane.rt, at))));
     loop {
         let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
         if !info.interim {

@@ -38,11 +38,11 @@ use super::respond::{connection_line, finish, line, read_body, status_line, stre
 use super::upstream_conn::{self, UpError};
 use crate::base::rt::{self, watch};
 use crate::base::worker;
-use crate::datapath::downstream::ConnCtx;
+use crate::datapath::downstream::DownstreamCtx;
 use crate::datapath::effects::{PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 use crate::services::upstream::Target;
 
 mod reply;
@@ -65,7 +65,7 @@ pub enum Served {
 /// (`drive::bounded_in`); `now`, the clock read as the head began to be served, if it was
 /// (else the exchange reads it).
 pub async fn serve(
-    ctx: &Arc<ConnCtx>,
+    ctx: &Arc<DownstreamCtx>,
     c: &mut DownstreamConn,
     timer: &mut rt::TimerSlot,
     shutdown: &watch::Receiver<bool>,
@@ -88,7 +88,7 @@ pub async fn serve(
 }
 
 async fn serve_parsed(
-    ctx: &Arc<ConnCtx>,
+    ctx: &Arc<DownstreamCtx>,
     c: &mut DownstreamConn,
     head: &RequestHead<'_, '_>,
     timer: &mut rt::TimerSlot,
@@ -129,11 +129,11 @@ async fn serve_parsed(
         BodyFraming::Length(n) => BodyInfo::Sized(n),
         BodyFraming::Chunked => BodyInfo::Unsized,
     };
-    let shared = &ctx.shared;
+    let data_plane = &ctx.data_plane;
     let mut r = Req {
-        shared,
+        data_plane,
         peer: ctx.peer,
-        x: None,
+        exchange: None,
         delivered: false,
         log: Log {
             method: &method,
@@ -167,13 +167,13 @@ async fn serve_parsed(
             body,
         };
         // Built in the request's slot, not returned (issue 14: the exchange is 1.5 KB).
-        let place = &mut r.x;
+        let place = &mut r.exchange;
         worker::with_rng(|rng| {
-            let services = Arc::clone(&shared.services);
-            let now = now.unwrap_or_else(|| shared.clock.now());
+            let services = Arc::clone(&data_plane.services);
+            let now = now.unwrap_or_else(|| data_plane.clock.now());
             Bound::new_in(
                 place,
-                shared.snapshot.load_full(),
+                data_plane.snapshot.load_full(),
                 services,
                 &engine_head,
                 now,
@@ -226,11 +226,11 @@ struct Gone;
 
 /// One request and its exchange; dropping it before the end tells the engine the client left.
 struct Req<'a> {
-    shared: &'a Arc<Data>,
+    data_plane: &'a Arc<DataPlane>,
     /// The client (C-FWD-1 peer): a backend's PROXY header names it.
     peer: std::net::SocketAddr,
     /// `None` before the exchange is made and once it moved into a tunnel.
-    x: Option<Bound>,
+    exchange: Option<Bound>,
     /// The exchange is the response's (being delivered): dropping the request drops it without
     /// a word, as the response would.
     delivered: bool,
@@ -268,13 +268,13 @@ impl Drop for Req<'_> {
         if self.delivered {
             return;
         }
-        let Some(x) = self.x.as_mut() else {
+        let Some(x) = self.exchange.as_mut() else {
             return;
         };
         if !x.is_done() {
-            drive::feed(self.shared, x, Input::ClientGone);
+            drive::feed(self.data_plane, x, Input::ClientGone);
         }
-        effects::drain(self.shared, x, Some(self.log.request()));
+        effects::drain(self.data_plane, x, Some(self.log.request()));
     }
 }
 
@@ -284,36 +284,36 @@ fn unreachable_exchange() -> ! {
 }
 
 impl Req<'_> {
-    fn x(&mut self) -> &mut Bound {
-        match &mut self.x {
+    fn exchange(&mut self) -> &mut Bound {
+        match &mut self.exchange {
             Some(x) => x,
             None => unreachable_exchange(),
         }
     }
 
     fn feed(&mut self, input: Input) {
-        let shared = self.shared;
-        drive::feed(shared, self.x(), input);
+        let data_plane = self.data_plane;
+        drive::feed(data_plane, self.exchange(), input);
     }
 
     /// The next output that is not a side effect (those are performed on the way; a logged
     /// record becomes the pending access-log line).
     fn next(&mut self) -> Option<Output> {
-        let x = self.x.as_mut()?;
+        let x = self.exchange.as_mut()?;
         while let Some(out) = x.poll_output() {
             // The side effects are matched here, each performed from its own value, rather than
             // every output moved through `effects::perform` and back (issue 14); what they do
             // is `perform`'s.
             match out {
                 Output::Record(r) => {
-                    effects::record(self.shared, &r);
+                    effects::record(self.data_plane, &r);
                     if r.log {
                         let request = self.log.request();
-                        self.line = Some(effects::pending_line(self.shared, x, &r, request));
+                        self.line = Some(effects::pending_line(self.data_plane, x, &r, request));
                     }
                 }
-                Output::Metric(m) => effects::metric(self.shared, x, m),
-                Output::GateWake { ticket } => self.shared.admission.wake(ticket),
+                Output::Metric(m) => effects::metric(self.data_plane, x, m),
+                Output::GateWake { ticket } => self.data_plane.admission.wake(ticket),
                 out => return Some(out),
             }
         }
@@ -339,15 +339,15 @@ impl Req<'_> {
             };
             match out {
                 Output::GateWait { ticket } => {
-                    let (shared, cap) = (self.shared, c.cap());
-                    let wait = drive::gate_wait(shared, self.x(), ticket);
+                    let (data_plane, cap) = (self.data_plane, c.cap());
+                    let wait = drive::gate_wait(data_plane, self.exchange(), ticket);
                     if !or_gone(c, cap, wait).await {
                         return false;
                     }
                 }
                 Output::StoreTake { key, bucket } => {
-                    let (shared, cap) = (self.shared, c.cap());
-                    let take = drive::store_take(shared, self.x(), key, bucket);
+                    let (data_plane, cap) = (self.data_plane, c.cap());
+                    let take = drive::store_take(data_plane, self.exchange(), key, bucket);
                     if !or_gone(c, cap, take).await {
                         return false;
                     }
@@ -388,10 +388,10 @@ impl Req<'_> {
             return self.feed(Input::BodyUnreadable);
         }
         let mut body = Vec::new();
-        let shared = self.shared;
+        let data_plane = self.data_plane;
         let read = {
             let Req {
-                x,
+                exchange: x,
                 reader,
                 timer,
                 body_bytes,
@@ -401,7 +401,7 @@ impl Req<'_> {
                 return;
             };
             let read = pin!(read_body(c, reader, &mut body, body_bytes));
-            drive::bounded_in(shared, x, timer, read).await
+            drive::bounded_in(data_plane, x, timer, read).await
         };
         match read {
             Some(Ok(())) => {
@@ -422,9 +422,9 @@ impl Req<'_> {
         s: &Send,
         last: &mut Option<Up>,
     ) -> Result<(), Gone> {
-        let shared = self.shared;
+        let data_plane = self.data_plane;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
-        let handles = self.x().handles(s.backend);
+        let handles = self.exchange().handles(s.backend);
         let Some((target, metrics)) =
             handles.and_then(|h| Some((h.target.clone()?, Arc::clone(&h.metrics))))
         else {
@@ -441,19 +441,19 @@ impl Req<'_> {
                 if self.continue_body(c).await.is_err() {
                     return Err(Gone);
                 }
-                Some(read_deadline.map(|d| shared.clock.deadline(d)))
+                Some(read_deadline.map(|d| data_plane.clock.deadline(d)))
             }
             SendBody::Empty | SendBody::Buffered => None,
         };
         let rctx = ResponseContext {
             head: self.head.is_head(),
-            upgrade: self.x().upgrade_requested(),
+            upgrade: self.exchange().upgrade_requested(),
         };
         let version = self.head.version;
         let peer = self.peer;
         let sent = {
             let Req {
-                x,
+                exchange: x,
                 reader,
                 sent_continue,
                 client_failed,
@@ -477,9 +477,9 @@ impl Req<'_> {
                 kept,
             };
             let attempt = pin!(attempt(
-                shared, c, &target, &metrics, stream, &mut side, rctx, last, s.at
+                data_plane, c, &target, &metrics, stream, &mut side, rctx, last, s.at
             ));
-            drive::bounded_in(shared, x, timer, attempt).await
+            drive::bounded_in(data_plane, x, timer, attempt).await
         };
         match sent {
             // The attempt writes `last` only as it completes: a deadline that came first left
@@ -526,7 +526,7 @@ impl Req<'_> {
         body: SendBody,
     ) {
         let head = self.head;
-        let x = self.x();
+        let x = self.exchange();
         // weir's lines borrow their values where they are (issue 14: not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
         let pairs: [(&str, &[u8]); 3] = [

@@ -16,11 +16,11 @@ use super::upstream_conn::UpConn;
 use crate::base::rt;
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::state::Data;
+use crate::services::state::DataPlane;
 
 /// Relay a delivered body under the engine's `write_timeout` (C-PATH-7): how it ended.
 pub(super) async fn stream_body<F>(
-    shared: &Data,
+    data_plane: &DataPlane,
     x: &mut Bound,
     mut relay: std::pin::Pin<&mut F>,
 ) -> BodyEnd
@@ -31,14 +31,15 @@ where
         let r = match x.poll_timeout() {
             None => relay.as_mut().await,
             Some(d) => {
-                let at = shared.clock.deadline(d);
-                match rt::timeout_at(shared.rt, at, relay.as_mut()).await {
+                let at = data_plane.clock.deadline(d);
+                match rt::timeout_at(data_plane.rt, at, relay.as_mut()).await {
                     Ok(r) => r,
                     Err(_) => {
-                        drive::feed(shared, x, Input::Timeout);
+                        drive::feed(data_plane, x, Input::Timeout);
                         let mut abort = false;
                         while let Some(out) = x.poll_output() {
-                            if let Some(Output::AbortBody) = effects::perform(shared, x, out, None)
+                            if let Some(Output::AbortBody) =
+                                effects::perform(data_plane, x, out, None)
                             {
                                 abort = true;
                             }
@@ -60,14 +61,19 @@ where
 }
 
 /// Report the body's end and perform what it releases.
-pub(super) fn finish(shared: &Data, x: &mut Bound, end: BodyEnd) {
-    drive::feed(shared, x, Input::BodyEnd(end));
-    effects::drain(shared, x, None);
+pub(super) fn finish(data_plane: &DataPlane, x: &mut Bound, end: BodyEnd) {
+    drive::feed(data_plane, x, Input::BodyEnd(end));
+    effects::drain(data_plane, x, None);
 }
 
 /// C-PATH-8: write the `101` head, then tunnel both ways (bytes already read on either side
 /// first); the exchange (backend slot, gate slot) is held until the tunnel closes.
-pub(super) async fn tunnel(shared: &Data, c: &mut DownstreamConn, mut conn: UpConn, mut x: Bound) {
+pub(super) async fn tunnel(
+    data_plane: &DataPlane,
+    c: &mut DownstreamConn,
+    mut conn: UpConn,
+    mut x: Bound,
+) {
     let r = async {
         write_all(&mut c.io, &c.out).await?;
         if !c.buf.is_empty() {
@@ -86,7 +92,7 @@ pub(super) async fn tunnel(shared: &Data, c: &mut DownstreamConn, mut conn: UpCo
     } else {
         BodyEnd::Error
     };
-    finish(shared, &mut x, end);
+    finish(data_plane, &mut x, end);
 }
 
 /// Read a whole request body (framing included) into `out`; `data` counts its own bytes.

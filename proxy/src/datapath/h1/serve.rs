@@ -33,7 +33,7 @@ use super::io::{Buf, write_all};
 use super::request;
 use crate::base::exposition::Listener;
 use crate::base::rt::{self, Io, watch};
-use crate::datapath::downstream::ConnCtx;
+use crate::datapath::downstream::DownstreamCtx;
 use crate::observe::access_log::{self, Line};
 use crate::services::park;
 
@@ -81,8 +81,8 @@ struct Timers {
 
 /// The connection watchdog of `ctx`'s listener (rebuilt where it is used rather than kept in
 /// every connection's state).
-fn watch_of(ctx: &ConnCtx) -> ConnWatch {
-    let limits = &ctx.shared.limits;
+fn watch_of(ctx: &DownstreamCtx) -> ConnWatch {
+    let limits = &ctx.data_plane.limits;
     ConnWatch::new(
         limits.read_header_timeout,
         limits.idle_timeout,
@@ -101,7 +101,7 @@ fn watch_of(ctx: &ConnCtx) -> ConnWatch {
     reason = "an async fn's future keeps each argument twice (rustc 1.95), this one once"
 )]
 pub fn serve(
-    ctx: Arc<ConnCtx>,
+    ctx: Arc<DownstreamCtx>,
     mut io: Box<dyn Io>,
     mut buf: Buf,
     shutdown: watch::Receiver<bool>,
@@ -111,7 +111,7 @@ pub fn serve(
     // parked connection's task.
     async move {
         let mut phase = ConnPhase::Head {
-            started: ctx.shared.clock.now(),
+            started: ctx.data_plane.clock.now(),
         };
         loop {
             // The awake period owns the client state (its buffers die with it); the socket and what was
@@ -138,8 +138,8 @@ pub fn serve(
 }
 
 /// The codec's limits under `ctx`'s listener's `max_header_bytes`.
-fn head_limits(ctx: &ConnCtx) -> h1::Limits {
-    let max = ctx.shared.limits.max_header_bytes;
+fn head_limits(ctx: &DownstreamCtx) -> h1::Limits {
+    let max = ctx.data_plane.limits.max_header_bytes;
     h1::Limits {
         max_request_line: h1::Limits::default().max_request_line.min(max),
         max_head_bytes: max,
@@ -151,14 +151,14 @@ fn head_limits(ctx: &ConnCtx) -> h1::Limits {
 /// holds the references it works on and its place in the worker's lot, nothing more (issue
 /// 14). Its timeout and the shutdown signal are the lot's ([`park`]).
 fn wait_parked<'a>(
-    ctx: &'a Arc<ConnCtx>,
+    ctx: &'a Arc<DownstreamCtx>,
     io: &'a mut Box<dyn Io>,
     buf: &'a mut Buf,
     phase: &'a ConnPhase,
 ) -> impl Future<Output = bool> + 'a {
     let mut place = park::Place::new(&ctx.worker);
     poll_fn(move |cx| {
-        let shared = &ctx.shared;
+        let data_plane = &ctx.data_plane;
         if place.is_closing() {
             return Poll::Ready(false);
         }
@@ -167,14 +167,14 @@ fn wait_parked<'a>(
             Poll::Ready(_) => return Poll::Ready(true),
             Poll::Pending => {}
         }
-        let now = shared.clock.now();
+        let now = data_plane.clock.now();
         if let Some(WatchAction::Close | WatchAction::Idle) = watch_of(ctx).poll_action(*phase, now)
         {
             return Poll::Ready(false);
         }
         let deadline = watch_of(ctx).parked_timeout(*phase, now);
-        let tick = park::tick(shared.limits.idle_timeout);
-        if place.hold(shared.clock, tick, cx.waker(), deadline) {
+        let tick = park::tick(data_plane.limits.idle_timeout);
+        if place.hold(data_plane.clock, tick, cx.waker(), deadline) {
             Poll::Pending
         } else {
             Poll::Ready(false)
@@ -237,12 +237,12 @@ fn poll_event<S: Future<Output = ()>>(
 /// watch on the shutdown signal (polled once to register, then only when the lock-free check
 /// says the signal moved) live as long as the awake period.
 async fn active(
-    ctx: &Arc<ConnCtx>,
+    ctx: &Arc<DownstreamCtx>,
     mut c: DownstreamConn,
     phase: &mut ConnPhase,
     shutdown: &watch::Receiver<bool>,
 ) -> (Step, DownstreamConn) {
-    let (rt, clock) = (ctx.shared.rt, ctx.shared.clock);
+    let (rt, clock) = (ctx.data_plane.rt, ctx.data_plane.clock);
     let armed = watch_of(ctx).poll_timeout(*phase, clock.now());
     let mut t = Timers {
         armed,
@@ -265,15 +265,15 @@ async fn active(
 
 /// The loop of [`active`].
 async fn awake<S: Future<Output = ()>>(
-    ctx: &Arc<ConnCtx>,
+    ctx: &Arc<DownstreamCtx>,
     c: &mut DownstreamConn,
     phase: &mut ConnPhase,
     t: &mut Timers,
     signal: &watch::Receiver<bool>,
     mut stop: Pin<&mut S>,
 ) -> Step {
-    let shared = &ctx.shared;
-    let (rt, clock) = (shared.rt, shared.clock);
+    let data_plane = &ctx.data_plane;
+    let (rt, clock) = (data_plane.rt, data_plane.clock);
     // The request timer (`drive::bounded_in`), kept across this awake period's requests.
     let mut timer: rt::TimerSlot = None;
     // The clock read when the latest request ended, for the wait that follows it (one reading
@@ -439,7 +439,7 @@ fn take_whole_head(c: &mut DownstreamConn) -> Result<bool, HeadError> {
 /// and access-logged like any other error (C-OBS-2, C-OBS-3), with the reason `e` gives
 /// (`HeadError::reason`); the head was not read, so the line has no host, its path is never
 /// logged, and its method and version are read from the request line when they can be.
-async fn refuse(ctx: &ConnCtx, c: &mut DownstreamConn, e: HeadError, waited: Duration) {
+async fn refuse(ctx: &DownstreamCtx, c: &mut DownstreamConn, e: HeadError, waited: Duration) {
     let status = e.status();
     let id = crate::base::worker::with_rng(|rng| weir_core::request_id::RequestId::generate(rng));
     let body = format!(
@@ -462,10 +462,10 @@ async fn refuse(ctx: &ConnCtx, c: &mut DownstreamConn, e: HeadError, waited: Dur
     c.out.extend_from_slice(body.as_bytes());
     let out = std::mem::take(&mut c.out);
     let _ = write_all(&mut c.io, &out).await;
-    let shared = &ctx.shared;
-    shared.metrics.request(Listener::Public, status, waited);
+    let data_plane = &ctx.data_plane;
+    data_plane.metrics.request(Listener::Public, status, waited);
     let (method, version) = request_line_of(c.buf.bytes());
-    let sample_rate = shared
+    let sample_rate = data_plane
         .snapshot
         .load()
         .core()

@@ -40,7 +40,7 @@ use crate::base::rt;
 use crate::base::uri::upstream_uri;
 use crate::base::worker;
 use crate::datapath::body::{Delivered, ResBody};
-use crate::datapath::downstream::{ConnCtx, ConnState, RequestGuard};
+use crate::datapath::downstream::{DownstreamCtx, DownstreamState, RequestGuard};
 use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
@@ -51,8 +51,8 @@ const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTE
 
 /// The hyper service function of the data plane.
 pub async fn handle(
-    ctx: Arc<ConnCtx>,
-    state: Arc<ConnState>,
+    ctx: Arc<DownstreamCtx>,
+    state: Arc<DownstreamState>,
     mut req: Request<Incoming>,
 ) -> Result<Response<ResBody>, Infallible> {
     let guard = RequestGuard::new(&ctx, &state);
@@ -76,7 +76,7 @@ pub async fn handle(
 /// The request's exchange and what the IO around it needs; dropping it early (hyper dropped the
 /// request: the client left) tells the engine so and performs what follows.
 struct Io<'a> {
-    ctx: &'a Arc<ConnCtx>,
+    ctx: &'a Arc<DownstreamCtx>,
     /// `None` once the exchange moved into the response body or a tunnel.
     x: Option<Bound>,
     method: Method,
@@ -126,18 +126,18 @@ impl Drop for Io<'_> {
             return;
         };
         if !x.is_done() {
-            let now = self.ctx.shared.clock.now();
+            let now = self.ctx.data_plane.clock.now();
             worker::with_rng(|rng| x.handle_input(Input::ClientGone, now, rng));
         }
         let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
-        effects::drain(&self.ctx.shared, x, Some(request));
+        effects::drain(&self.ctx.data_plane, x, Some(request));
     }
 }
 
 impl<'a> Io<'a> {
-    fn new(ctx: &'a Arc<ConnCtx>, req: &Request<Incoming>) -> Io<'a> {
-        let shared = &ctx.shared;
-        let now = shared.clock.now();
+    fn new(ctx: &'a Arc<DownstreamCtx>, req: &Request<Incoming>) -> Io<'a> {
+        let data_plane = &ctx.data_plane;
+        let now = data_plane.clock.now();
         let uri = req.uri();
         let head = Head {
             method: req.method(),
@@ -151,8 +151,8 @@ impl<'a> Io<'a> {
             body: body_info(req.body()),
         };
         let x = worker::with_rng(|rng| {
-            let services = Arc::clone(&shared.services);
-            Bound::new(shared.snapshot.load_full(), services, &head, now, rng)
+            let services = Arc::clone(&data_plane.services);
+            Bound::new(data_plane.snapshot.load_full(), services, &head, now, rng)
         });
         let rid_value = x
             .request_id_kept()
@@ -185,7 +185,7 @@ impl<'a> Io<'a> {
 
     /// Feed `input` now.
     fn feed(&mut self, input: Input) {
-        let now = self.ctx.shared.clock.now();
+        let now = self.ctx.data_plane.clock.now();
         if let Some(x) = self.x.as_mut() {
             worker::with_rng(|rng| x.handle_input(input, now, rng));
         }
@@ -193,13 +193,13 @@ impl<'a> Io<'a> {
 
     /// The next output that is not a side effect (those are performed on the way).
     fn next(&mut self) -> Option<Output> {
-        let shared = &self.ctx.shared;
+        let data_plane = &self.ctx.data_plane;
         let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
         let x = self.x.as_mut()?;
         while let Some(out) = x.poll_output() {
-            match effects::perform(shared, x, out, Some(request)) {
+            match effects::perform(data_plane, x, out, Some(request)) {
                 Some(Output::Record(r)) => {
-                    let mut line = effects::pending_line(shared, x, &r, request);
+                    let mut line = effects::pending_line(data_plane, x, &r, request);
                     if let Some(bytes) = self.body_bytes.take() {
                         line.set_request_bytes(bytes);
                     }
@@ -245,7 +245,7 @@ impl<'a> Io<'a> {
     async fn bounded<F: Future>(&mut self, fut: Pin<&mut F>) -> Option<F::Output> {
         let ctx = self.ctx;
         match self.x.as_mut() {
-            Some(x) => drive::bounded(&ctx.shared, x, fut).await,
+            Some(x) => drive::bounded(&ctx.data_plane, x, fut).await,
             None => unreachable_exchange(),
         }
     }
@@ -254,7 +254,7 @@ impl<'a> Io<'a> {
     async fn gate_wait(&mut self, ticket: u64) {
         let ctx = self.ctx;
         if let Some(x) = self.x.as_mut() {
-            drive::gate_wait(&ctx.shared, x, ticket).await;
+            drive::gate_wait(&ctx.data_plane, x, ticket).await;
         }
     }
 
@@ -262,7 +262,7 @@ impl<'a> Io<'a> {
     async fn store_take(&mut self, key: ClientKey, bucket: BucketParams) {
         let ctx = self.ctx;
         if let Some(x) = self.x.as_mut() {
-            drive::store_take(&ctx.shared, x, key, bucket).await;
+            drive::store_take(&ctx.data_plane, x, key, bucket).await;
         }
     }
 
@@ -287,7 +287,7 @@ impl<'a> Io<'a> {
     /// One attempt: a pooled or new connection to the engine's backend, the request, the head.
     async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
         let ctx = self.ctx;
-        let shared = &ctx.shared;
+        let data_plane = &ctx.data_plane;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.x().handles(s.backend);
         let Some((target, metrics)) =
@@ -306,11 +306,11 @@ impl<'a> Io<'a> {
         if let Some(t) = &up.tally {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
-        let begun = shared.rt.now();
+        let begun = data_plane.rt.now();
         let sent = {
             let mut sent =
                 pin!(
-                    shared
+                    data_plane
                         .upstream
                         .send(&target, Some(&metrics), req, begun, ctx.peer)
                 );
@@ -368,7 +368,7 @@ impl<'a> Io<'a> {
         s: &Send,
         up: &mut Outgoing,
     ) -> Result<Request<UpBody>, ClientError> {
-        let shared = &self.ctx.shared;
+        let data_plane = &self.ctx.data_plane;
         let uri = upstream_uri(target.base(), &self.method, &self.uri)?;
         let mut headers = if s.last {
             up.headers.take().unwrap_or_default()
@@ -386,8 +386,8 @@ impl<'a> Io<'a> {
             SendBody::Stream { read_deadline } => match up.body.take() {
                 Some(body) => {
                     let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
-                    let deadline = read_deadline.map(|d| shared.clock.deadline(d));
-                    UpBody::Stream(ClientBody::new(shared.rt, body, failed, deadline))
+                    let deadline = read_deadline.map(|d| data_plane.clock.deadline(d));
+                    UpBody::Stream(ClientBody::new(data_plane.rt, body, failed, deadline))
                 }
                 None => UpBody::Empty,
             },
@@ -438,7 +438,7 @@ impl<'a> Io<'a> {
         let (Some((mut resp, conn, target)), Some(mut x)) = (last, self.x.take()) else {
             return self.answer(Answer::Client(ClientError::Incomplete), guard);
         };
-        let shared = &self.ctx.shared;
+        let data_plane = &self.ctx.data_plane;
         let backend_upgrade = d.upgrade.then(|| hyper::upgrade::on(&mut resp));
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers, d.upgrade);
@@ -459,15 +459,15 @@ impl<'a> Io<'a> {
         }
         if body.is_end_stream() {
             // Nothing to stream (HEAD, 204, 304, empty): settle now.
-            let now = shared.rt.now();
-            let at = shared.clock.at(now);
+            let now = data_plane.rt.now();
+            let at = data_plane.clock.at(now);
             worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
-            effects::drain(shared, &mut x, None);
-            shared.upstream.release(conn, now);
+            effects::drain(data_plane, &mut x, None);
+            data_plane.upstream.release(conn, now);
             let body = ResBody::empty(Some(guard)).with_line(self.line.take());
             return Response::from_parts(parts, body);
         }
-        let delivered = Delivered::new(body, x, conn, Arc::clone(shared));
+        let delivered = Delivered::new(body, x, conn, Arc::clone(data_plane));
         let body = ResBody::upstream(delivered, Some(guard)).with_line(self.line.take());
         Response::from_parts(parts, body)
     }
@@ -476,15 +476,15 @@ impl<'a> Io<'a> {
 /// C-PATH-8: tunnel both ways; the exchange (and with it the backend slot and the gate slot) is
 /// held until the tunnel closes.
 fn tunnel(
-    ctx: &Arc<ConnCtx>,
+    ctx: &Arc<DownstreamCtx>,
     mut x: Bound,
     conn: Conn,
     backend_upgrade: hyper::upgrade::OnUpgrade,
     client_upgrade: hyper::upgrade::OnUpgrade,
 ) {
     let alive = ctx.alive();
-    let shared = Arc::clone(&ctx.shared);
-    ctx.shared.rt.spawn(async move {
+    let data_plane = Arc::clone(&ctx.data_plane);
+    ctx.data_plane.rt.spawn(async move {
         let _alive = alive;
         // The backend side upgrades when its connection future runs to the hand-over.
         let backend_side = async move {
@@ -502,9 +502,9 @@ fn tunnel(
             }
             Err(_) => BodyEnd::Error,
         };
-        let now = shared.clock.now();
+        let now = data_plane.clock.now();
         worker::with_rng(|rng| x.handle_input(Input::BodyEnd(end), now, rng));
-        effects::drain(&shared, &mut x, None);
+        effects::drain(&data_plane, &mut x, None);
     });
 }
 

@@ -11,7 +11,7 @@ impl Req<'_> {
     pub(super) async fn answer(&mut self, c: &mut DownstreamConn, a: Answer) -> bool {
         let status = a.status();
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        let x = self.x();
+        let x = self.exchange();
         let rid = x.request_id().as_bytes();
         let body: Cow<'static, str> = match (a.health_body(), x.synthetic(&a)) {
             (Some(b), _) => {
@@ -90,11 +90,11 @@ impl Req<'_> {
         let keep = self.keep_alive();
         let rctx = ResponseContext {
             head: self.head.is_head(),
-            upgrade: self.x().upgrade_requested(),
+            upgrade: self.exchange().upgrade_requested(),
         };
         // The exchange is the response's from here (borrowed in place, not moved out: 1.5 KB).
-        let shared = self.shared;
-        let Some(x) = self.x.as_mut() else {
+        let data_plane = self.data_plane;
+        let Some(x) = self.exchange.as_mut() else {
             return false;
         };
         self.delivered = true;
@@ -115,7 +115,7 @@ impl Req<'_> {
         let written = response_head(&up.conn, &self.kept, rctx, client, &extra, &mut c.out);
         c.scratch = extra.into_scratch();
         let Some((out, framing, reusable)) = written else {
-            finish(shared, x, BodyEnd::Error);
+            finish(data_plane, x, BodyEnd::Error);
             return false;
         };
         up.conn.buf.consume(up.info.head_len);
@@ -126,16 +126,16 @@ impl Req<'_> {
         if out.body == BodyOut::Tunnel && pump.as_ref().is_some_and(Pump::is_sending) {
             // A switch of protocols before the request's own body ended: no byte stream to
             // join them at; both connections close.
-            finish(shared, x, BodyEnd::Error);
+            finish(data_plane, x, BodyEnd::Error);
             return false;
         }
         if out.body == BodyOut::Tunnel {
             // The line is written when the 101 is sent on (tunnelled bytes are not counted).
             self.log_line(0);
-            let (Some(x), Some(up)) = (self.x.take(), last.take()) else {
+            let (Some(x), Some(up)) = (self.exchange.take(), last.take()) else {
                 return false;
             };
-            tunnel(shared, c, up.conn, x).await;
+            tunnel(data_plane, c, up.conn, x).await;
             return false;
         }
         let mut reader = Reader::new(framing);
@@ -158,17 +158,17 @@ impl Req<'_> {
                 &mut w,
                 &mut sent,
             );
-            let end = stream_body(shared, x, pin!(relay)).await;
+            let end = stream_body(data_plane, x, pin!(relay)).await;
             // The end is reported before the last bytes are written (C-LOAD-1: the gate slot
             // is released at the point HTTP/2 releases it, so a keep-alive client's next
             // request does not queue behind this one); the last write keeps the response's
             // write deadline.
-            let last_write = x.poll_timeout().map(|d| shared.clock.deadline(d));
+            let last_write = x.poll_timeout().map(|d| data_plane.clock.deadline(d));
             // One reading of the clock for the body's end and the connection's release (issue
             // 14), as `finish` would feed it.
-            let at = shared.clock.now();
+            let at = data_plane.clock.now();
             drive::feed_at(x, Input::BodyEnd(end), at);
-            effects::drain(shared, x, None);
+            effects::drain(data_plane, x, None);
             let ended = idle_pool::Ended {
                 response_complete: end == BodyEnd::Complete,
                 response_reusable: reusable,
@@ -179,14 +179,14 @@ impl Req<'_> {
             if idle_pool::reusable_after(ended)
                 && let Some(up) = last.take()
             {
-                upstream_conn::release(&shared.upstream, up.conn, at);
+                upstream_conn::release(&data_plane.upstream, up.conn, at);
             }
             let (mut written, mut waited) = (true, false);
             if end == BodyEnd::Complete && !w.is_empty() {
                 let write = write_all(&mut c.io, &w);
                 (written, waited) = match last_write {
                     Some(deadline) => {
-                        let write = rt::timeout_at(shared.rt, deadline, write);
+                        let write = rt::timeout_at(data_plane.rt, deadline, write);
                         let (r, waited) = first_poll(write).await;
                         (matches!(r, Ok(Ok(()))), waited)
                     }

@@ -23,7 +23,7 @@ fn print_connection_state_sizes() {
     );
     eprintln!("Timers: {} B", std::mem::size_of::<Timers>());
     eprintln!("Buf: {} B", std::mem::size_of::<Buf>());
-    eprintln!("ConnCtx: {} B", std::mem::size_of::<ConnCtx>());
+    eprintln!("DownstreamCtx: {} B", std::mem::size_of::<DownstreamCtx>());
     eprintln!(
         "watch::Receiver: {} B",
         std::mem::size_of::<watch::Receiver<bool>>()
