@@ -1,5 +1,5 @@
-//! Embeds the console's built bundle (`frontend/dist`, made by `npm run build`) into the binary
-//! (issue 15). Without a built bundle (a fresh clone, no npm) the list is empty and the console
+//! Embeds the console's built bundle (`frontend/dist`, made by `npm run build`) into the binary.
+//! Without a built bundle (a fresh clone, no npm) the list is empty and the console
 //! serves a page saying how to build it: `cargo build` never needs npm.
 
 use std::fmt::Write as _;

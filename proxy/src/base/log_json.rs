@@ -1,7 +1,7 @@
 //! The JSON log line format of `weir run` and `weir demo` (docs/operations.md, "Log events"):
 //! one object per line, `{"timestamp","level","fields":{...},"target"}` as tracing-subscriber's
 //! JSON formatter writes it, except that a list logged through [`list`] is a JSON array, not a
-//! string (issue 20: `applied`, `errors`, `unhealthy`, ...). Numbers and booleans stay numbers
+//! string (`applied`, `errors`, `unhealthy`, ...). Numbers and booleans stay numbers
 //! and booleans; everything else is a string.
 
 use std::fmt;

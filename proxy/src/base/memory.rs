@@ -16,7 +16,7 @@
 //! delay) purge them. A worker with no such activity never calls it; under steady traffic on
 //! long-lived connections nothing is collected.
 //!
-//! **Transparent huge pages are off for the process** ([`limit_huge_pages`], issue 21). mimalloc
+//! **Transparent huge pages are off for the process** ([`limit_huge_pages`]). mimalloc
 //! asks for huge pages on its arenas (`madvise(MADV_HUGEPAGE)`), and with THP `always` the
 //! kernel uses them for any large aligned region anyway. A 2 MiB page is resident as a whole:
 //! after a burst of connections, one live allocation keeps its 2 MiB resident, a purge of 64 KiB

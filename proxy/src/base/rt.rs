@@ -437,7 +437,7 @@ impl<F: Future> Future for TimeoutIn<'_, F> {
 /// use).
 ///
 /// A sleep kept from an earlier use stays where it is when it is due no later than `deadline`,
-/// and is moved to `deadline` only when it fires first (issue 14: a keep-alive connection's
+/// and is moved to `deadline` only when it fires first (a keep-alive connection's
 /// requests each have a later deadline than the one before, and moving a timer in the runtime's
 /// wheel on every request cost more than the rare early wake-up does).
 fn poll_bounded<F: Future>(

@@ -1,5 +1,5 @@
 //! Reading a file (the configuration, a secret file) safely, whatever the path points at
-//! (C-CONF-4; issue 21, docs/operations.md "Reliability").
+//! (C-CONF-4, docs/operations.md "Reliability").
 //!
 //! A careless operator or an attacker with write access to the config directory can put
 //! anything where the file was: a named pipe (an `open` for reading blocks until a writer

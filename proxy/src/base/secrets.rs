@@ -55,7 +55,7 @@ impl SecretSource for EnvSecrets {
     }
 }
 
-/// `weir check-config` without `--strict-secrets` (issue 15 point 7): the environment as
+/// `weir check-config` without `--strict-secrets`: the environment as
 /// [`EnvSecrets`] reads it, except that a secret set neither as `NAME` nor as `NAME_FILE` resolves
 /// to a placeholder and its name is recorded, so a linter without production secrets can check
 /// everything else. `weir run` never uses this.

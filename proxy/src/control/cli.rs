@@ -16,7 +16,7 @@ use crate::base::rt::{Rt, Signal, Signals};
 use crate::control::config_file::{self, LoadError};
 use crate::control::start::{Options, ProxyHandle};
 
-/// What `weir --help` opens with: what weir is for a user (issue 20), not the crate's description.
+/// What `weir --help` opens with: what weir is for a user, not the crate's description.
 const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads requests over \
     backends, checks their health, retries safely, sheds load and rate-limits, with a \
     management API and Prometheus metrics.";
@@ -199,7 +199,7 @@ fn config_path(given: Option<PathBuf>) -> PathBuf {
 }
 
 /// Read and validate `path` safely (only a regular file, at most 1 MiB, within
-/// `config_file::READ_TIMEOUT`: a FIFO or `/dev/zero` is a prompt error, issue 21).
+/// `config_file::READ_TIMEOUT`: a FIFO or `/dev/zero` is a prompt error).
 fn load(path: &Path) -> Result<ValidConfig, String> {
     match config_file::load_blocking(path, config_file::READ_TIMEOUT) {
         Ok(cfg) => Ok(cfg),
@@ -289,7 +289,7 @@ fn load_lenient(path: &Path) -> Result<Checked, String> {
 }
 
 /// `MIGRATE_ONLY` (C-RATE-7): unset, empty, `0` or `false` run normally; `1` or `true`
-/// migrate and exit; anything else is an error (issue 20: a typo must not start serving).
+/// migrate and exit; anything else is an error (a typo must not start serving).
 /// A value that is not UTF-8 is an error too, not "unset".
 fn migrate_only_requested(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
     let value = match value.map(std::ffi::OsStr::to_str) {

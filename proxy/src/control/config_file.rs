@@ -1,5 +1,5 @@
 //! Reading the configuration file (and secret files) safely, whatever the path points at
-//! (C-CONF-4; issue 21, docs/operations.md "Reliability").
+//! (C-CONF-4, docs/operations.md "Reliability").
 //!
 //! The file itself is read by [`crate::base::safe_read::read_bounded`] (stat, open without blocking,
 //! fstat, at most `limit + 1` bytes; its module doc says why).

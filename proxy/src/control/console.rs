@@ -1,4 +1,4 @@
-//! The console's server side (issue 15, docs/console.md): `weir console` and `weir demo` serve
+//! The console's server side (docs/console.md): `weir console` and `weir demo` serve
 //! the console's static bundle, embedded in the binary at build time (`build.rs`), on a listener
 //! of their own, and forward `/api/dashboard/*` and `/api/openapi.json` to the management
 //! listener with the bearer token **added here** (from `BALANCER_ADMIN_TOKEN` or

@@ -159,7 +159,7 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
         };
         let _ = writeln!(out, "  management    http://{m}  ({auth})");
     }
-    // The live console (issue 15), with the demo's own token added server-side.
+    // The live console, with the demo's own token added server-side.
     let console = match handle.management_addr() {
         Some(addr) => {
             let token =

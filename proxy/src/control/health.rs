@@ -67,7 +67,7 @@ pub fn spawn(proxy_state: &Arc<ProxyState>, tls: Arc<ClientConfig>) -> HealthDri
     )
 }
 
-/// Point the driver at the backends of a new runtime (reload, issue 5).
+/// Point the driver at the backends of a new runtime (reload).
 pub fn reload(
     driver: &HealthDriver,
     rt: &Runtime,

@@ -125,7 +125,7 @@ pub async fn handle(
         match mgmt::authorize(&unauthenticated, access.token, access.allow_insecure) {
             // C-MGMT-1: refused before anything else looks at the request; the body is not read.
             Err(e) => reply(&Reply::Refused(e), rid.as_str()),
-            // The management API's own OpenAPI document (issue 15).
+            // The management API's own OpenAPI document.
             Ok(()) if crate::control::console::is_openapi(&parts.method, parts.uri.path()) => {
                 crate::control::console::openapi_response(rid.as_str())
             }
@@ -179,7 +179,7 @@ struct Seen<'a> {
     mutation: bool,
 }
 
-/// A management request's metrics (issue 20: refused mutations; C-OBS-1) and access line.
+/// A management request's metrics (refused mutations; C-OBS-1) and access line.
 fn account(
     proxy_state: &ProxyState,
     rt: &Runtime,
@@ -189,7 +189,7 @@ fn account(
 ) {
     let status = response.status().as_u16();
     if seen.mutation && status >= 400 {
-        // Issue 20: every refused mutation is counted (and logged below: mutations always are).
+        // Every refused mutation is counted (and logged below: mutations always are).
         proxy_state
             .data_plane
             .metrics
@@ -316,7 +316,7 @@ async fn execute(
     }
 }
 
-/// Which cause holds, in words and by name (issue 20): core's wording, as the data plane's.
+/// Which cause holds, in words and by name: core's wording, as the data plane's.
 fn not_ready_message(proxy_state: &ProxyState) -> &'static str {
     proxy_state
         .data_plane

@@ -11,7 +11,7 @@
 //! under `config_file::READ_TIMEOUT`, by `config_file::load_async` (only a regular file, opened
 //! without blocking, at most 1 MiB read): a path that points at a FIFO, a device or a hung file
 //! system is rejected with a named error and never holds the lock that mutations, later reloads
-//! and the shutdown need (issue 21). Each reload takes a ticket before it reads; one that reaches
+//! and the shutdown need. Each reload takes a ticket before it reads; one that reaches
 //! the lock after a later ticket was applied is dropped (`superseded`), so overlapping reads
 //! still end with the newest file in force.
 //!
@@ -197,7 +197,7 @@ async fn reload_file_inner(
         + 1;
     // Read, parse and validate outside the lock, on a thread of its own under a deadline: a
     // FIFO, a device or a hung file system never holds up a mutation, another reload or the
-    // shutdown (config_file, issue 21).
+    // shutdown (config_file).
     let valid =
         match config_file::load_async(proxy_state.data_plane.rt, path, config_file::READ_TIMEOUT)
             .await

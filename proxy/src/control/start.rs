@@ -70,7 +70,7 @@ pub enum StartError {
     /// The health checks stopped before their first cycle ended.
     #[error("the health checks stopped before the first cycle ended")]
     Health,
-    /// `management.allow_insecure` with a management bind that is not loopback (issue 20).
+    /// `management.allow_insecure` with a management bind that is not loopback.
     #[error(
         "management.allow_insecure is true but the management listener would bind {0}: without a \
          token only a loopback address is allowed"
@@ -302,7 +302,7 @@ async fn build_state(
     let clock = Clock::new(rt);
     let mut rng = weir_core::WyRand::new(worker::entropy_seed());
     let limits = ServerLimits::from_settings(&cfg.server);
-    // Issue 21: the soft fd limit up to the hard one, and the data plane's cap under it.
+    // The soft fd limit up to the hard one, and the data plane's cap under it.
     let budget = crate::observe::limits::public_budget(
         &cfg,
         workers,

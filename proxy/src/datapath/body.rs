@@ -11,7 +11,7 @@
 //! here (C-RETRY-5).
 //!
 //! Every response body also counts the bytes it passes on and writes the request's pending
-//! access-log line when it ends or is dropped (`effects::PendingLine`, issue 20).
+//! access-log line when it ends or is dropped (`effects::PendingLine`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,7 +38,7 @@ pub struct ResBody {
     kind: Kind,
     /// Marks the client connection busy until the response is done (idle timeout, shutdown).
     _request: Option<RequestGuard>,
-    /// The request's access-log line, written at the end (issue 20).
+    /// The request's access-log line, written at the end.
     line: Option<Box<PendingLine>>,
     /// Body bytes passed on so far.
     sent: u64,

@@ -31,7 +31,7 @@ pub struct DownstreamInfo {
 }
 
 /// What an HTTP/2 connection's watchdog and handler know about it: not in [`DownstreamCtx`], which
-/// every parked HTTP/1 connection keeps (issue 14: 16 bytes there moved `DownstreamCtx` into the
+/// every parked HTTP/1 connection keeps (16 bytes there moved `DownstreamCtx` into the
 /// allocator's size class of the timers a connection frees when it parks, docs/benchmarks.md
 /// "What an idle connection holds").
 #[derive(Debug)]

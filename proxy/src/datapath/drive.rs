@@ -19,7 +19,7 @@ pub fn feed(data_plane: &DataPlane, x: &mut Exchange, input: Input) {
 }
 
 /// Feed `input` at `now`, a reading of the clock the caller took just before and uses for
-/// something else too (issue 14: one reading, not two).
+/// something else too (one reading, not two).
 pub fn feed_at(x: &mut Exchange, input: Input, now: weir_core::Instant) {
     worker::with_rng(|rng| x.handle_input(input, now, rng));
 }

@@ -4,7 +4,7 @@
 //! metric ([`Output::Metric`]), write the access-log record ([`Output::Record`], C-OBS-1..3).
 //! The engine decided each of them; this module copies values.
 //!
-//! The access-log line is written when the response body ends (issue 20), so that it can say
+//! The access-log line is written when the response body ends, so that it can say
 //! how long the whole exchange took and how many body bytes went each way. The engine's
 //! [`Record`] is the request's, emitted when the response head is ready: the request metric is
 //! counted then, and a logged record becomes a [`PendingLine`] that the data path keeps with

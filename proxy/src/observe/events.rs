@@ -1,4 +1,4 @@
-//! Operational events an on-call reads (issue 20), each one line at one level under one target:
+//! Operational events an on-call reads, each one line at one level under one target:
 //!
 //! - `weir::health`: a backend down (`WARN`, with the probe's error) or up (`INFO`), from the
 //!   health driver (`probe/driver.rs`); a circuit opened (`WARN`, with the attempt result that

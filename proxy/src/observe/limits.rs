@@ -1,4 +1,4 @@
-//! Connection caps and the file-descriptor limit (issue 21; docs/operations.md "Connection
+//! Connection caps and the file-descriptor limit (docs/operations.md "Connection
 //! limits").
 //!
 //! At start the soft `RLIMIT_NOFILE` is raised to the hard limit (as nginx's

@@ -103,11 +103,11 @@ pub struct Metrics {
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
-    /// Process-level gauges and counters added for on-call (issue 20; `metrics/state.rs`).
+    /// Process-level gauges and counters added for on-call (`metrics/state.rs`).
     pub(crate) ops: ops::Ops,
-    /// Time spent in the global gate's queue (issue 20; `metrics/admission.rs`).
+    /// Time spent in the global gate's queue (`metrics/admission.rs`).
     pub(crate) queue_wait: AtomicHistogram,
-    /// Request-path rate-limit store calls (issue 20; `metrics/store.rs`).
+    /// Request-path rate-limit store calls (`metrics/store.rs`).
     pub(crate) store: store::StoreMetrics,
 }
 

@@ -1,5 +1,5 @@
 //! The parked HTTP/1 connections of one worker: their `idle_timeout` and the shutdown signal,
-//! watched once for all of them (issue 14, point 5).
+//! watched once for all of them (point 5).
 //!
 //! A parked connection waits for bytes on its socket, for its `idle_timeout` (from the end of its
 //! last response) and for shutdown. It used to hold a runtime timer of its own (a boxed sleep,

@@ -22,7 +22,7 @@
 //! request that found no connection). Calls from any runtime go through channels. The stores'
 //! own background tasks and operation timeouts run on weir's runtime seam: [`install_store_runtime`]
 //! hands [`Rt`](crate::base::rt::Rt) to weir-storage (`weir_storage::StoreRuntime`) at start, so
-//! there is one seam (issue 13).
+//! there is one seam.
 
 use std::sync::Arc;
 use std::time::Duration;

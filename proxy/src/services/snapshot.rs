@@ -1,4 +1,4 @@
-//! The proxy-side snapshot (C-POOL-2; issue 13 point 6): weir-core's runtime snapshot and, for
+//! The proxy-side snapshot (C-POOL-2): weir-core's runtime snapshot and, for
 //! each of its backends, the handles the data path uses for it — the parsed upstream
 //! [`Target`] (where and how to connect; the key of its idle connections) and the backend's
 //! [`BackendMetrics`]. Built once per publish ([`reload::install`](crate::control::reload::install) and
@@ -127,7 +127,7 @@ impl Bound {
     }
 
     /// [`Bound::new`] made in `place` (the request's slot) rather than returned, so that the
-    /// exchange (about 1.5 KB) is not copied through return values (issue 14).
+    /// exchange (about 1.5 KB) is not copied through return values.
     pub fn new_in<'p, H: HeaderLines + ?Sized>(
         place: &'p mut Option<Bound>,
         snap: Arc<Snapshot>,

@@ -58,7 +58,7 @@ pub struct ProxyState {
     pub data_plane: Arc<DataPlane>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: Control,
-    /// Both listeners' connection caps and counts (issue 21, `limits`).
+    /// Both listeners' connection caps and counts (`limits`).
     pub connections: limits::Connections,
     /// The public listener's PROXY protocol and TLS (C-TLS-1..3; restart-only, certificates
     /// reload).

@@ -25,7 +25,7 @@
 //!   last-in first-out (the warmest socket), each for at most `idle_conn_timeout`, at most
 //!   `max_idle_conns_per_host` per backend and `max_idle_conns` in total per worker *or* the
 //!   backend's recent demand (connections lent at once) when that is larger, so steady load
-//!   never churns connections (issue 14 point 6); a connection the backend closed is skipped;
+//!   never churns connections; a connection the backend closed is skipped;
 //! - a request that fails on a *reused* connection before hyper wrote any of it (the backend
 //!   closed the idle socket at that moment) is sent again on a fresh connection: it never reached
 //!   the backend, so it is not an attempt (hyper-util's `retry_canceled_requests`);
@@ -110,7 +110,7 @@ impl std::fmt::Display for SendError {
 
 /// A backend's key in the HTTP/1 idle pools (`h1::client`): its URL, with the URL's hash made
 /// once when the [`Target`] is built, so that a request's pool look-ups hash one number rather
-/// than the URL's bytes (issue 14). Equal exactly when the URLs are (the same backend URL
+/// than the URL's bytes. Equal exactly when the URLs are (the same backend URL
 /// shares its idle connections across reloads, as before); the URL itself is compared only
 /// when the hashes are equal and the two keys are not the same allocation.
 #[derive(Debug, Clone)]
@@ -404,7 +404,7 @@ impl Upstream {
     }
 
     /// [`Upstream::new`] on `clock`: the pools' times ([`Upstream::core_now`]) are the
-    /// clock's, so a time the engine was fed serves the pools as it is (issue 14).
+    /// clock's, so a time the engine was fed serves the pools as it is.
     #[must_use]
     pub fn on_clock(
         clock: crate::base::clock::Clock,
@@ -508,7 +508,7 @@ impl Upstream {
 
     /// Send `req` from `client` (the C-FWD-1 peer) to `target` on a pooled or new connection,
     /// from `now` (idle connections that expired by then are closed), counting it in `metrics`
-    /// (opened or reused, issue 20); the response head, and the connection to
+    /// (opened or reused); the response head, and the connection to
     /// [`release`](Self::release) once the body ended.
     pub async fn send(
         &self,

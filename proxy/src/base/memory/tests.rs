@@ -61,7 +61,7 @@ fn c_path_12_collects_only_after_parks_and_for_the_trailing_ticks() {
     );
 }
 
-/// Issue 21: the process-wide THP switch is set (and reads back as set).
+/// The process-wide THP switch is set (and reads back as set).
 #[test]
 fn huge_pages_are_turned_off() {
     if std::env::var_os("WEIR_THP").is_some() {
@@ -84,7 +84,7 @@ fn without_a_collector_nothing_is_called() {
     assert_eq!(r.ok(), Some(false));
 }
 
-/// Issue 14 point 5: weir runs with a 100 ms purge delay (mimalloc v3's default is 1,000 ms;
+/// weir runs with a 100 ms purge delay (mimalloc v3's default is 1,000 ms;
 /// reading the default first checks that the option number is `purge_delay`'s).
 #[cfg(feature = "mimalloc")]
 #[test]

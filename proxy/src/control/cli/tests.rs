@@ -3,7 +3,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use super::migrate_only_requested;
 
-/// C-RATE-7, issue 20: only 1/true migrate; unset, empty, 0 and false run; a typo or a value
+/// C-RATE-7: only 1/true migrate; unset, empty, 0 and false run; a typo or a value
 /// that is not UTF-8 is an error, never read as "unset" (which would start serving).
 #[test]
 fn c_rate_7_migrate_only_values() {

@@ -1,4 +1,4 @@
-//! Admission families (C-LOAD-1, C-LOAD-2, issue 20): the global overload gate's in-flight,
+//! Admission families (C-LOAD-1, C-LOAD-2): the global overload gate's in-flight,
 //! queued and capacity gauges, the time requests waited in its queue (measured where the
 //! request engine decides it: `Metric::QueueWait`), and each route bulkhead's in-flight and
 //! limit. Labels: one `route` (its prefix) per route that sets a bulkhead: bounded by the

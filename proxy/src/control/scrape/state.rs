@@ -1,4 +1,4 @@
-//! The families an on-call pages on (issue 20), added to every scrape after the C-OBS-1 ones:
+//! The families an on-call pages on, added to every scrape after the C-OBS-1 ones:
 //! build and process facts, per-backend state (healthy, circuit, enabled, draining, slow-start
 //! share), circuit transitions, retries, refused management mutations, reload success time and
 //! the restart-required flag (the gate's families are in `admission.rs`). Every label set is

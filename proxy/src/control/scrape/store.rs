@@ -1,4 +1,4 @@
-//! The rate-limit store's families (C-OBS-1, issue 20): its health and degraded gauges, the
+//! The rate-limit store's families (C-OBS-1): its health and degraded gauges, the
 //! local store's size, and the request path's store calls by store and result with their
 //! latency (counted where the request engine decides them: `Metric::Store`). Labels: the store
 //! kind (`local`, `redis`, `postgres`) and result: bounded.

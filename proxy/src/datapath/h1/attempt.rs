@@ -54,7 +54,7 @@ pub(super) struct Side<'r> {
     pub(super) reader: &'r mut Reader,
     pub(super) sent_continue: &'r mut bool,
     pub(super) client_failed: &'r mut bool,
-    /// The client's streamed body broke its chunked coding (a `400`, issue 14).
+    /// The client's streamed body broke its chunked coding (a `400`).
     pub(super) body_malformed: &'r mut bool,
     pub(super) version: Version,
     /// The request body's bytes sent upstream so far (access log).
@@ -68,7 +68,7 @@ pub(super) struct Side<'r> {
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
 /// the body if `stream` (its read deadline) while reading the response head, relaying interim
 /// ones: the connection, the head, and the body's [`Pump`] if there is one (still sending when
-/// the head came first) into `last` (issue 14: written in place, not moved out through the
+/// the head came first) into `last` (written in place, not moved out through the
 /// bound and the send), the head's status returned. `now`: when the engine sent it
 /// ([`Send::at`](weir_core::exchange::Send::at)), the time a pooled connection is checked
 /// out at.
@@ -105,7 +105,7 @@ pub(super) async fn attempt(
             fresh
         }
     };
-    // Full duplex (issue 14): the body is sent while the response head is awaited, so a
+    // Full duplex: the body is sent while the response head is awaited, so a
     // backend that answers before reading it is answered at once; a body not sent whole by
     // then goes on beside the response ([`Pump`], `deliver`).
     let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(data_plane.rt, at))));

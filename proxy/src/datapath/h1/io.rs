@@ -27,7 +27,7 @@ const INITIAL: usize = 4 * 1024;
 
 /// Released buffers of [`INITIAL`] bytes a worker thread keeps for reuse: a keep-alive request
 /// takes its upstream connection's buffer from here and gives it back with the connection, so
-/// the steady state allocates none (issue 14). Bounded, so that parked connections still cost
+/// the steady state allocates none. Bounded, so that parked connections still cost
 /// no buffer each: at most `STASH_MAX × INITIAL` bytes per thread.
 const STASH_MAX: usize = 16;
 
@@ -247,7 +247,7 @@ pub const MAX_EXTRA: usize = 16;
 const FEW_EXTRA: usize = 4;
 
 /// The buffers an [`Extra`] reuses from head to head on a connection: the values' bytes and the
-/// lines (name, value span), both cleared, never initialised again (issue 14: two 16-line
+/// lines (name, value span), both cleared, never initialised again (two 16-line
 /// arrays were 512 bytes written twice per request).
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -277,7 +277,7 @@ impl Scratch {
 /// Extra header lines being collected: names and value spans into one scratch buffer, so the
 /// head writers get `(&str, &[u8])` pairs without an allocation per line; a few values that
 /// outlive the head (`'v`: the request id, the backend's id) are borrowed where they are rather
-/// than copied (issue 14).
+/// than copied.
 #[derive(Debug)]
 pub struct Extra<'v> {
     lines: Vec<(&'static str, (usize, usize))>,
@@ -355,7 +355,7 @@ impl<'v> Extra<'v> {
 
     /// The lines, for a head writer.
     pub fn with_pairs<R>(&self, f: impl FnOnce(&[(&str, &[u8])]) -> R) -> R {
-        // Most heads carry a few lines: a small array then (issue 14: the full one is 512 bytes
+        // Most heads carry a few lines: a small array then (the full one is 512 bytes
         // to initialise, twice per request).
         let n = self.lines.len();
         if n <= FEW_EXTRA {

@@ -37,8 +37,7 @@ pub enum RelayError {
     Source(io::Error),
     /// The receiving side could not be written.
     Sink(io::Error),
-    /// The body broke its chunked coding (the sender's fault: a `400` for a request body,
-    /// issue 14).
+    /// The body broke its chunked coding (the sender's fault: a `400` for a request body).
     Malformed(ChunkError),
 }
 
@@ -128,7 +127,7 @@ impl Reader {
 pub const BODY_CHUNK: usize = 16 * 1024;
 
 /// A request body still being sent upstream while the response head is awaited and its body
-/// relayed (full duplex, issue 14): the bytes taken from the client and not written yet, and
+/// relayed (full duplex): the bytes taken from the client and not written yet, and
 /// the body's read deadline. It moves only when polled, in the request's own task, beside the
 /// response: a backend that answers before it has read the body (an early `413`, a streaming
 /// echo) is answered at once.

@@ -72,7 +72,7 @@ pub async fn serve(
     now: Option<weir_core::Instant>,
 ) -> Served {
     let raw = std::mem::take(&mut c.head);
-    // One future for the head's parse and the request (not one wrapped in another: issue 14).
+    // One future for the head's parse and the request (not one wrapped in another).
     let mut headers = h1::header_slots::<MAX_HEADERS>();
     let served = match h1::parse_request_in(&raw, &mut headers, &c.limits) {
         Ok(Parsed::Complete(head)) => {
@@ -112,7 +112,7 @@ async fn serve_parsed(
     let Ok(method) = Method::from_bytes(head.method.as_bytes()) else {
         return (false, None);
     };
-    // The access log's host, read as text only when a line is written (issue 14).
+    // The access log's host, read as text only when a line is written.
     let host = Host {
         header: head.host(),
         authority: absolute
@@ -166,7 +166,7 @@ async fn serve_parsed(
             tls: ctx.tls,
             body,
         };
-        // Built in the request's slot, not returned (issue 14: the exchange is 1.5 KB).
+        // Built in the request's slot, not returned (the exchange is 1.5 KB).
         let place = &mut r.exchange;
         worker::with_rng(|rng| {
             let services = Arc::clone(&data_plane.services);
@@ -246,14 +246,14 @@ struct Req<'a> {
     sent_continue: bool,
     /// Reading the client's streamed body failed (C-PATH-9).
     client_failed: bool,
-    /// The client's streamed body broke its chunked coding (issue 14: `400`).
+    /// The client's streamed body broke its chunked coding (`400`).
     body_malformed: bool,
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
-    /// The latest response head's parse, kept to write it from (issue 14).
+    /// The latest response head's parse, kept to write it from.
     kept: upstream_conn::Kept,
-    /// The access-log line once the engine's record says to log (issue 20), written when the
+    /// The access-log line once the engine's record says to log, written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,
     /// The connection's request timer.
@@ -302,7 +302,7 @@ impl Req<'_> {
         let x = self.exchange.as_mut()?;
         while let Some(out) = x.poll_output() {
             // The side effects are matched here, each performed from its own value, rather than
-            // every output moved through `effects::perform` and back (issue 14); what they do
+            // every output moved through `effects::perform` and back; what they do
             // is `perform`'s.
             match out {
                 Output::Record(r) => {
@@ -355,14 +355,14 @@ impl Req<'_> {
                 Output::BufferBody { .. } => self.buffer(c).await,
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes),
-                    // in place (`take` copied the 180-byte `Up` out to drop it; issue 14).
+                    // in place (`take` copied the 180-byte `Up` out to drop it).
                     last = None;
                     if let Err(Gone) = self.send(c, &s, &mut last).await {
                         return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
-                // Lent, not moved into the delivery's future (issue 14).
+                // Lent, not moved into the delivery's future.
                 Output::Deliver(d) => return self.deliver(c, &d, &mut last).await,
                 _ => {}
             }
@@ -415,7 +415,7 @@ impl Req<'_> {
 
     /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,
     /// a streamed body, the response head (interim ones relayed): the head and its connection
-    /// into `last` (written there by the attempt, not returned: issue 14).
+    /// into `last` (written there by the attempt, not returned).
     async fn send(
         &mut self,
         c: &mut DownstreamConn,
@@ -527,7 +527,7 @@ impl Req<'_> {
     ) {
         let head = self.head;
         let x = self.exchange();
-        // weir's lines borrow their values where they are (issue 14: not copied into the
+        // weir's lines borrow their values where they are (not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
         let pairs: [(&str, &[u8]); 3] = [
             (header::REQUEST_ID, x.request_id().as_bytes()),

@@ -95,7 +95,7 @@ fn watch_of(ctx: &DownstreamCtx) -> ConnWatch {
 /// The active part (reading heads and serving requests, whose future is large: the request's
 /// exchange, its attempts, its relays; the awake period's timer and its look at the shutdown signal)
 /// is boxed once per awake period, not once per request; a parked connection holds only this
-/// function's small state and a place in its worker's [`park::Lot`] (issue 14).
+/// function's small state and a place in its worker's [`park::Lot`].
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn's future keeps each argument twice (rustc 1.95), this one once"
@@ -184,7 +184,7 @@ fn wait_parked<'a>(
 
 /// Bytes, the timer or the shutdown signal, whichever comes first. `skip_timer`: leave the
 /// timer unpolled at the first pending look, because it holds the task's waker from an earlier
-/// poll and is not due (issue 14: one timer poll fewer per keep-alive request); a wake-up after
+/// poll and is not due (one timer poll fewer per keep-alive request); a wake-up after
 /// that look polls it.
 fn wait_event<'a, S: Future<Output = ()>>(
     mut read: impl FnMut(&mut Context<'_>) -> Poll<usize> + 'a,

@@ -202,7 +202,7 @@ pub struct HeadInfo {
     pub interim: bool,
 }
 
-/// A response head's parse, kept to write the head from without parsing it again (issue 14):
+/// A response head's parse, kept to write the head from without parsing it again:
 /// a slot in the request (not moved with every [`HeadInfo`]).
 pub type Kept = Option<h1::KeptHead<KEPT_LINES>>;
 

@@ -83,10 +83,10 @@ struct Io<'a> {
     uri: Uri,
     /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
     rid_value: HeaderValue,
-    /// The HTTP version and `Host`, for the access log (issue 20).
+    /// The HTTP version and `Host`, for the access log.
     version: http::Version,
     host: Option<HeaderValue>,
-    /// The access-log line once the engine's record says to log (issue 20), handed to the
+    /// The access-log line once the engine's record says to log, handed to the
     /// response body, which writes it at its end; and where its request bytes come from.
     line: Option<Box<PendingLine>>,
     body_bytes: Option<RequestBytes>,

@@ -1,4 +1,4 @@
-//! hyper's HTTP/2 server limits, set explicitly (issue 21; docs/proxy.md "HTTP/2 limits").
+//! hyper's HTTP/2 server limits, set explicitly (docs/proxy.md "HTTP/2 limits").
 //!
 //! Every abuse of 2023–2024 is bounded by one of these, whatever hyper's defaults become:
 //! - rapid reset (CVE-2023-44487): at most [`MAX_PENDING_ACCEPT_RESET_STREAMS`] streams reset

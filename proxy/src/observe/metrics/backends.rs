@@ -1,4 +1,4 @@
-//! Per-backend metrics (C-OBS-1, issue 20): the handles every request to a backend updates
+//! Per-backend metrics (C-OBS-1): the handles every request to a backend updates
 //! (attempts by outcome, upstream duration, panic selections, health checks, circuit
 //! transitions, upstream connections opened and reused), kept by id across reloads, and the
 //! families read from them and from the runtime in force (availability, in-flight). One series
@@ -28,9 +28,9 @@ pub struct BackendMetrics {
     panic: AtomicU64,
     /// `[success, failure]`.
     checks: [AtomicU64; 2],
-    /// Circuit transitions `[opened, closed]` (issue 20; `metrics/state.rs`).
+    /// Circuit transitions `[opened, closed]` (`metrics/state.rs`).
     pub(crate) circuit: [AtomicU64; 2],
-    /// Upstream requests sent on `[a new connection, a reused idle one]` (issue 20).
+    /// Upstream requests sent on `[a new connection, a reused idle one]`.
     connections: [AtomicU64; 2],
 }
 

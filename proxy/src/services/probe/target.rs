@@ -62,7 +62,7 @@ pub struct ProbeTarget {
     /// The `GET` target and `Host` header; `None` for `tcp`.
     request: Option<(Uri, Authority)>,
     /// Why the latest probe failed (`None` after a success): the cause a `backend down` line
-    /// gives (issue 20).
+    /// gives.
     last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// `send_proxy_protocol`: an HTTP probe begins with a PROXY header saying "no client".
     send_proxy: Option<weir_core::proxy_proto::Version>,

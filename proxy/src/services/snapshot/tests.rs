@@ -84,7 +84,7 @@ fn handles_are_indexed_like_the_core_snapshot() {
     assert!(snap.backend(1, 0).is_none());
 }
 
-/// Issue 13 point 6: a reload that keeps a backend keeps its handles (the metrics counters
+/// A reload that keeps a backend keeps its handles (the metrics counters
 /// continue, the target that keys its idle connections is the same); a changed URL gets a new
 /// target and keeps the metrics (same id); a new backend starts at zero.
 #[test]

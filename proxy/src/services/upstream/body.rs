@@ -14,7 +14,7 @@ use crate::base::rt::{self, Rt};
 /// The error type of bodies that cross the proxy.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The client's streamed request body as the data path read it (issue 20, C-PATH-9): the bytes
+/// The client's streamed request body as the data path read it (C-PATH-9): the bytes
 /// passed upstream, and whether reading it failed (the client went away or `read_timeout`
 /// passed), shared by the body's stream and the request's pending access-log line.
 #[derive(Debug, Default)]

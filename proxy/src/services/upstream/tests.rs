@@ -1,4 +1,4 @@
-//! C-POOL (issue 14): the HTTP/1 idle pools' backend key.
+//! C-POOL: the HTTP/1 idle pools' backend key.
 
 use super::*;
 

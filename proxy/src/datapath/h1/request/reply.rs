@@ -27,7 +27,7 @@ impl Req<'_> {
             (None, None) => Cow::Borrowed(""),
         };
         extra.set_bytes(header::REQUEST_ID, rid);
-        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        // Folded (`for_each`), not stepped through the chain one `next` at a time.
         x.response_headers(None, status)
             .for_each(|(name, value)| extra.set(name, |out| push_text(out, &value)));
         let close = extra.has(header::CONNECTION);
@@ -73,7 +73,7 @@ impl Req<'_> {
 
     /// Pass a backend response on (C-RETRY-4, C-PATH-4, C-PATH-6, C-PATH-7) or tunnel an
     /// upgrade (C-PATH-8).
-    /// `last` is the attempt's response, lent (not moved: issue 14); its connection is taken
+    /// `last` is the attempt's response, lent (not moved); its connection is taken
     /// from it to be released or tunnelled.
     pub(super) async fn deliver(
         &mut self,
@@ -99,7 +99,7 @@ impl Req<'_> {
         };
         self.delivered = true;
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        // Folded (`for_each`), not stepped through the chain one `next` at a time (issue 14).
+        // Folded (`for_each`), not stepped through the chain one `next` at a time.
         let rid = x.request_id().as_bytes();
         x.response_headers(Some(d), d.deliver.status)
             .for_each(|(name, value)| match name {

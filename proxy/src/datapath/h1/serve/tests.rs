@@ -1,4 +1,4 @@
-//! The sizes that decide what a parked connection's task holds (issue 14, docs/benchmarks.md
+//! The sizes that decide what a parked connection's task holds (docs/benchmarks.md
 //! "What an idle connection holds"): printed for the accounting, never asserted.
 
 use super::*;
