@@ -1,6 +1,6 @@
 //! The request engine: one request's whole exchange, from the parsed head to the last body byte,
-//! as one sans-IO machine that the proxy and the simulator both drive (DESIGN.md, "One request,
-//! one engine"; issue 13).
+//! as one sans-IO machine that the proxy and the simulator both drive (docs/architecture.md, "One
+//! request, one engine").
 //!
 //! An [`Exchange`] is created per request from one `Arc` of the runtime snapshot, which it keeps
 //! for its whole life (a reload gives *new* requests a new snapshot; this one never sees two),
