@@ -1,4 +1,4 @@
-//! The engine's contract under any sequence of inputs (issue 13's acceptance): several
+//! The engine's contract under any sequence of inputs: several
 //! exchanges at once over one gate, budget, bulkhead and set of backends; arbitrary facts in any
 //! order (store answers and failures, timeouts, response heads and send errors, body ends, client
 //! cancellation, out-of-stage facts), time steps forwards and backwards, reloads (new exchanges
