@@ -150,7 +150,7 @@ async fn c_obs_1_every_family_from_start() {
         "result",
         "storage",
         "le",
-        "source", // issue 20: circuit state, transition direction, build facts
+        "source", // circuit state, transition direction, build facts
         "state",
         "to",
         "version",
