@@ -5,7 +5,9 @@
 //!   sources; as `C-AREA-N`, a range `C-AREA-N..M`, a list `C-AREA-N/M` or `C-AREA-N, -M`, or a
 //!   test name `c_area_n_...` in Rust) has its line in the index;
 //! - the index defines each id once, and every line links a section of docs/: the file exists and
-//!   the anchor is one of its headings, as GitHub spells heading anchors.
+//!   the anchor is one of its headings, as GitHub spells heading anchors;
+//! - every other relative link of docs/ and the READMEs resolves the same way, so a renamed
+//!   heading cannot leave a link behind.
 //!
 //! A failure names the id and the file:line that cites it, or the index line at fault.
 #![cfg(not(loom))]
@@ -109,7 +111,7 @@ fn parse_index(index: &str) -> (BTreeMap<Id, usize>, Vec<String>) {
     let docs = repo().join("docs");
     let mut defined = BTreeMap::new();
     let mut problems = Vec::new();
-    let mut anchors: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    let mut anchors = Anchors::default();
     for (i, line) in index.lines().enumerate() {
         let at = format!("{INDEX}:{}", i + 1);
         let Some(rest) = line.strip_prefix("- C-") else {
@@ -132,25 +134,113 @@ fn parse_index(index: &str) -> (BTreeMap<Id, usize>, Vec<String>) {
             problems.push(format!("{at}: {} links no section of docs/", show(&id)));
         }
         for target in links {
-            let Some((file, anchor)) = target.split_once('#') else {
+            if !target.contains('#') {
                 problems.push(format!(
                     "{at}: link `{target}` names no section (`file.md#anchor`)"
                 ));
-                continue;
-            };
-            let known = anchors
-                .entry(file.to_string())
-                .or_insert_with(|| read(&docs.join(file)).map(|text| heading_anchors(&text)));
-            match known {
-                None => problems.push(format!("{at}: link `{target}`: docs/{file} does not exist")),
-                Some(set) if !set.contains(anchor) => problems.push(format!(
-                    "{at}: link `{target}`: docs/{file} has no heading with anchor `{anchor}`"
-                )),
-                Some(_) => {}
+            } else if let Some(wrong) = anchors.check(&docs, &docs.join(INDEX), target) {
+                problems.push(format!("{at}: link `{target}`: {wrong}"));
             }
         }
     }
     (defined, problems)
+}
+
+/// The heading anchors of the markdown files links point into, read once each.
+#[derive(Default)]
+struct Anchors(BTreeMap<PathBuf, Option<BTreeSet<String>>>);
+
+impl Anchors {
+    /// What is wrong with a relative link `target` in the file `from` (in directory `dir`): a
+    /// missing file, or an anchor that is none of the target file's headings. Web links pass.
+    fn check(&mut self, dir: &Path, from: &Path, target: &str) -> Option<String> {
+        if target.contains("://") || target.starts_with("mailto:") {
+            return None;
+        }
+        let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+        let path = if file.is_empty() {
+            from.to_path_buf()
+        } else {
+            dir.join(file)
+        };
+        let shown = path
+            .strip_prefix(repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        if !path.exists() {
+            return Some(format!("{shown} does not exist"));
+        }
+        if anchor.is_empty() || !file_name(&path).ends_with(".md") {
+            return None;
+        }
+        let known = self
+            .0
+            .entry(path.clone())
+            .or_insert_with(|| read(&path).map(|text| heading_anchors(&text)));
+        match known {
+            Some(set) if set.contains(anchor) => None,
+            _ => Some(format!("{shown} has no heading with anchor `{anchor}`")),
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Beyond the index: every relative link of docs/ and of the READMEs reaches an existing file
+/// and, into markdown, an existing heading (headings renamed without their links fail here).
+#[test]
+fn every_link_between_docs_resolves() {
+    let root = repo();
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| file_name(p).ends_with(".md"))
+        .collect();
+    for readme in [
+        "README.md",
+        "deploy/README.md",
+        "load/README.md",
+        "frontend/README.md",
+    ] {
+        pages.push(root.join(readme));
+    }
+    pages.sort();
+    let mut anchors = Anchors::default();
+    let mut problems = Vec::new();
+    for page in &pages {
+        let text = read(page).unwrap_or_else(|| panic!("{} is readable UTF-8", page.display()));
+        let dir = page.parent().expect("a page has a directory");
+        let rel = page
+            .strip_prefix(&root)
+            .unwrap_or(page)
+            .display()
+            .to_string();
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced {
+                continue;
+            }
+            for target in links(line) {
+                if let Some(wrong) = anchors.check(dir, page, target) {
+                    problems.push(format!("{rel}:{}: link `{target}`: {wrong}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} broken link(s):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    );
 }
 
 /// The link targets of a markdown line (`[text](target)`).
