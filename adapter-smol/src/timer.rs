@@ -1,5 +1,5 @@
 //! [`LazyTimer`]: hyper's timer seam on async-io's timers, with resets to a later deadline
-//! that touch no timer (issue 14).
+//! that touch no timer.
 //!
 //! An async-io `Timer` lives in the reactor's shared `BTreeMap`, and every (re)insertion
 //! wakes the thread blocked on the reactor (`Reactor::notify`: one eventfd `write`, then the

@@ -1,4 +1,4 @@
-//! `redis.tls` on weir-smol (issue 19; C-RATE-3, C-RATE-5): the smol binary's Redis store
+//! `redis.tls` on weir-smol (C-RATE-3, C-RATE-5): the smol binary's Redis store
 //! (the redis crate's `smol-rustls-comp` connector) against a private `redis-server` that
 //! speaks TLS only on the port weir is given, with certificates made by the test (rcgen):
 //! two weir-smol processes share one limit through it, and a CA that did not sign the server's
@@ -73,7 +73,7 @@ fn exists(plain_port: u16, key: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "1"
 }
 
-/// Issue 19, C-RATE-3: two weir-smol processes on one TLS-only Redis port enforce ONE limit
+/// C-RATE-3: two weir-smol processes on one TLS-only Redis port enforce ONE limit
 /// (capacity 4 across both, 12 requests from one client, alternating), every answer decided
 /// by Redis, and the bucket is on that server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +115,7 @@ async fn c_rate_3_smol_shares_one_limit_over_tls() {
     );
 }
 
-/// Issue 19, C-RATE-5: the server's certificate does not chain to `redis.tls_ca_file` (another
+/// C-RATE-5: the server's certificate does not chain to `redis.tls_ca_file` (another
 /// CA): the TLS handshake fails, and each policy decides the requests as for a store that is
 /// down: fail-open lets them through marked degraded, fail-closed answers 503, local-fallback
 /// limits them locally (capacity 2: two allowed, then 429).

@@ -130,7 +130,7 @@ impl weir_proxy::rt::Runtime for Tokio {
 
 /// hyper-util's [`TokioTimer`], method for method, as a plain static: `TokioTimer` cannot be
 /// built in a `static` (`non_exhaustive`), and a `LazyLock` around it was checked on every
-/// clock reading (issue 14).
+/// clock reading.
 #[derive(Debug, Clone, Copy)]
 struct TokioClock;
 

@@ -1,4 +1,4 @@
-//! Allocations per proxied request on weir's own HTTP/1 path, end to end (issue 14): a counting
+//! Allocations per proxied request on weir's own HTTP/1 path, end to end: a counting
 //! global allocator (all threads), real sockets on 127.0.0.1, weir in-process (one worker), a
 //! backend and a client that allocate nothing in their loops (fixed buffers, blocking std
 //! sockets on their own threads). After a warm-up (the connections, the pooled upstream

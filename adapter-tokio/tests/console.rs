@@ -1,4 +1,4 @@
-//! `weir console` over real sockets (issue 15, docs/console.md): a real weir with its management
+//! `weir console` over real sockets (docs/console.md): a real weir with its management
 //! listener, a real `weir console` process in front of it. The token is added by the console and
 //! never reaches the browser's side (C-MGMT-1, C-CONF-3); a browser's own `Authorization` is not
 //! forwarded; the C-MGMT-2 guards still apply behind the console; every answer carries the CSP;

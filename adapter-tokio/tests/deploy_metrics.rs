@@ -1,4 +1,4 @@
-//! deploy/ (issue 16): the Grafana dashboard and the alert rules query only what weir exports.
+//! deploy/: the Grafana dashboard and the alert rules query only what weir exports.
 //! A running `weir` is scraped (`/metrics`, strict OpenMetrics parser), and every metric each
 //! query of deploy/observability/grafana-weir.json and weir.rules.yml selects must be a series
 //! weir exposes, with every label it matches or groups by, and every value it matches with `=`

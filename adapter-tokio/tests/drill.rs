@@ -1,4 +1,4 @@
-//! The three-replica drill (issue 19, C-RATE-3, C-PATH-10): HAProxy from Debian (installed by
+//! The three-replica drill (C-RATE-3, C-PATH-10): HAProxy from Debian (installed by
 //! `load/ensure-haproxy`) health-checking `/readyz` in front of three `weir` processes on
 //! 127.0.0.1, one private Redis behind all three.
 //! (a) a client limited to N per second gets at most N plus the refill in total across the
@@ -194,7 +194,7 @@ async fn get_status(addr: SocketAddr) -> u16 {
     try_send(addr, &req).await.map_or(0, |r| r.status)
 }
 
-/// Issue 19 (a), C-RATE-3: through HAProxy, a client limited to N=20 with a refill of 5/s sends
+/// C-RATE-3: through HAProxy, a client limited to N=20 with a refill of 5/s sends
 /// 8 concurrent request loops for 1.5 s spread over three replicas: the 200s across all three
 /// are at least N and at most N + refill × elapsed (+1 for the token being refilled), and the
 /// rest are 429.
@@ -258,7 +258,7 @@ async fn drill_a_grants_across_three_replicas_stay_within_the_limit() {
     );
 }
 
-/// Issue 19 (b), C-PATH-10: a rolling restart of the three replicas under steady load. Each
+/// C-PATH-10: a rolling restart of the three replicas under steady load. Each
 /// gets SIGTERM with `server.shutdown_delay: 1s` (its `/readyz` turns 503 at once, HAProxy's
 /// check takes it out within 2 × 200 ms, its listener closes after the delay), exits, and a new
 /// process is started on its port; once HAProxy sees it up, the next one. 0 non-2xx.
@@ -316,7 +316,7 @@ async fn drill_b_rolling_restart_under_load_has_no_errors() {
     );
 }
 
-/// Issue 19 (c): one replica killed with SIGKILL under steady load from 4 loops costs at most
+/// One replica killed with SIGKILL under steady load from 4 loops costs at most
 /// the requests in flight on it (one per loop, HAProxy retries what never reached a server),
 /// and once HAProxy's check has taken it out every answer is 200 again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,7 @@ async fn scrape(m: SocketAddr) -> Exposition {
     prom::parse(&r.text()).unwrap_or_else(|e| panic!("{e}\n{}", r.text()))
 }
 
-/// Every family CONTRACT C-OBS-1 names, as exposed (counters with `_total`).
+/// Every family C-OBS-1 names (docs/contract.md), as exposed (counters with `_total`).
 const CONTRACT_FAMILIES: &[(&str, &str)] = &[
     ("load_balancer_http_requests", "counter"),
     ("load_balancer_http_request_duration_seconds", "histogram"),
@@ -150,7 +150,7 @@ async fn c_obs_1_every_family_from_start() {
         "result",
         "storage",
         "le",
-        "source", // issue 20: circuit state, transition direction, build facts
+        "source", // circuit state, transition direction, build facts
         "state",
         "to",
         "version",

@@ -1,5 +1,5 @@
-//! Issue 20 points 2-4 against the `weir` binary over real sockets: the log events an on-call
-//! reads (backend down/up, circuit open, overload, store down, no healthy backend at start),
+//! What an on-call engineer sees, against the `weir` binary over real sockets: the log events
+//! they read (backend down/up, circuit open, overload, store down, no healthy backend at start),
 //! one line each under `weir::health` / `weir::protection`, the access log's new fields
 //! (`reason`, `upstream_status`, `duration_us`, `protocol`, `host`), and the new `/metrics`
 //! families. The lines the test finds are printed (run with `--nocapture` to see them).
@@ -69,7 +69,7 @@ async fn scrape(p: &Proxy) -> (String, prom::Exposition) {
     (text, e)
 }
 
-/// C-HEALTH-2, C-HEALTH-3, issue 20: a circuit opens (`WARN`, cause and threshold), a backend
+/// C-HEALTH-2, C-HEALTH-3: a circuit opens (`WARN`, cause and threshold), a backend
 /// goes down (`WARN`, probe error) and up (`INFO`), each once under `weir::health`; the state
 /// gauges, transition counter, retries, build and process families follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,7 +261,7 @@ async fn c_health_3_circuit_and_health_events_and_state_metrics() {
     }
 }
 
-/// C-LOAD-1, issue 20: an overload `503` says `reason: overload` in the access log and one
+/// C-LOAD-1: an overload `503` says `reason: overload` in the access log and one
 /// throttled `WARN` under `weir::protection`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_load_1_overload_reason_and_warn() {
@@ -307,7 +307,7 @@ async fn c_load_1_overload_reason_and_warn() {
     assert_eq!(held.await.expect("held").status, 200);
 }
 
-/// C-RATE-5, issue 20: with the shared store down and `fail-closed`, the `503` says
+/// C-RATE-5: with the shared store down and `fail-closed`, the `503` says
 /// `reason: store_unavailable`, and the store's state is a `WARN`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_5_store_down_reason_and_warn() {
@@ -334,7 +334,7 @@ async fn c_rate_5_store_down_reason_and_warn() {
     .await;
 }
 
-/// C-HEALTH-1, issue 20: a start where no backend passes its first check says so at `WARN`,
+/// C-HEALTH-1: a start where no backend passes its first check says so at `WARN`,
 /// and the `503` it answers says `reason: no_healthy_backend`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_health_1_no_healthy_backend_at_start_warns() {
@@ -359,7 +359,7 @@ async fn c_health_1_no_healthy_backend_at_start_warns() {
     .await;
 }
 
-/// C-POOL-5, issue 20: with every backend healthy but disabled, the `503` says
+/// C-POOL-5: with every backend healthy but disabled, the `503` says
 /// `no_enabled_backend`, not `no_healthy_backend`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_pool_5_disabled_backends_are_not_called_unhealthy() {
@@ -388,7 +388,7 @@ async fn c_pool_5_disabled_backends_are_not_called_unhealthy() {
     .await;
 }
 
-/// C-RATE-3, C-RATE-5, issue 20: every request-path call of the shared store is counted by
+/// C-RATE-3, C-RATE-5: every request-path call of the shared store is counted by
 /// store and result and timed (`load_balancer_rate_limit_store_requests_total`,
 /// `_store_duration_seconds`), against a real Redis of the test's own that is then killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

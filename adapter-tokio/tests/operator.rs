@@ -1,7 +1,7 @@
-//! What an operator sees (issue 20) against the `weir` binary over real processes and sockets:
+//! What an operator sees against the `weir` binary over real processes and sockets:
 //! secrets never echoed (C-CONF-3), `allow_insecure` only on loopback (C-MGMT-1), `MIGRATE_ONLY`
 //! parsed strictly (C-RATE-7), and `check-config` on a file whose secrets are not in this
-//! environment (issue 15 point 7).
+//! environment.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -52,7 +52,7 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Issue 15 point 7: the shipped `config/redis.yaml` and `config/postgres.yaml` pass
+/// The shipped `config/redis.yaml` and `config/postgres.yaml` pass
 /// `check-config` without their secrets, each unresolved secret named in a warning; with
 /// `--strict-secrets` they fail as `weir run` does.
 #[test]
@@ -104,7 +104,7 @@ fn c_conf_3_check_config_warns_about_unresolved_secrets() {
     assert!(text(&o).contains("secret not found"), "{}", text(&o));
 }
 
-/// Issue 20 point 1: the secret pasted into `management.auth_token_env` (a common mistake) is
+/// The secret pasted into `management.auth_token_env` (a common mistake) is
 /// rejected without being repeated, by `check-config`, by `weir run`, and by a SIGHUP reload of
 /// a running weir; nothing it logs, answers or exposes carries it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +172,7 @@ async fn c_conf_3_a_secret_in_an_env_field_is_never_echoed() {
     );
 }
 
-/// Issue 20 point 1, C-MGMT-1: `allow_insecure` needs a loopback management bind, in the file
+/// C-MGMT-1: `allow_insecure` needs a loopback management bind, in the file
 /// (a config error) and on the command line (`--management-bind` overrides the file).
 #[test]
 fn c_mgmt_1_allow_insecure_only_on_loopback() {
@@ -212,7 +212,7 @@ fn c_mgmt_1_allow_insecure_only_on_loopback() {
     assert!(text(&o).contains("only a loopback address"), "{}", text(&o));
 }
 
-/// Issue 20 point 1, C-RATE-7: `MIGRATE_ONLY` accepts `1`/`true`; any other value is an error
+/// C-RATE-7: `MIGRATE_ONLY` accepts `1`/`true`; any other value is an error
 /// before anything listens, naming the variable.
 #[test]
 fn c_rate_7_migrate_only_values() {
@@ -242,7 +242,7 @@ fn c_rate_7_migrate_only_values() {
     }
 }
 
-/// Issue 20 point 5, C-MGMT-2, C-MGMT-4: a body of the wrong type names the field path and the
+/// C-MGMT-2, C-MGMT-4: a body of the wrong type names the field path and the
 /// expected type; an unknown backend id is named; every refused mutation is counted (a refused
 /// `PATCH` also as a rejected management reload) and access-logged with a `reason`; `/readyz`
 /// says which cause holds.

@@ -237,7 +237,7 @@ async fn c_conf_4_invalid_file_keeps_serving() {
     assert_eq!(f["reason"], "invalid", "{event}");
     assert_eq!(f["source"], "signal");
     assert!(f["error_count"].as_u64().is_some_and(|n| n >= 4), "{event}");
-    // Issue 20: a JSON array of strings, one per error.
+    // A JSON array of strings, one per error.
     let errors: Vec<&str> = f["errors"]
         .as_array()
         .unwrap_or_else(|| panic!("errors is not a JSON array: {event}"))

@@ -1,4 +1,4 @@
-//! Hostile configuration paths against the real binary (C-CONF-4, C-PATH-10; issue 21): the
+//! Hostile configuration paths against the real binary (C-CONF-4, C-PATH-10): the
 //! config path replaced by a named pipe or a symlink to `/dev/zero`, or a huge file. Each reload
 //! is rejected with an error naming what is wrong, within bounded time and memory; management
 //! mutations keep answering, a later valid reload applies, SIGTERM still exits; and
@@ -32,7 +32,7 @@ fn patch(body: &str) -> Req {
         .body(body)
 }
 
-/// Sends `req`, failing the test if no answer comes within 10 s (the issue: a PATCH hung > 50 s).
+/// Sends `req`, failing the test if no answer comes within 10 s (a PATCH once hung > 50 s).
 async fn answered(m: SocketAddr, req: &Req, what: &str) -> weir_conformance::client::Resp {
     tokio::time::timeout(Duration::from_secs(10), send(m, req))
         .await
@@ -112,7 +112,7 @@ async fn terminate(mut p: Proxy) {
     );
 }
 
-/// Issue 21 point 1: the config path replaced by a named pipe. SIGHUP is rejected with a named
+/// The config path replaced by a named pipe. SIGHUP is rejected with a named
 /// error (before: the reload blocked opening it forever, holding the lock mutations share);
 /// a PATCH still answers, a later SIGHUP with a valid file applies, SIGTERM exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,7 +164,7 @@ async fn c_conf_4_fifo_config_path_is_rejected_and_blocks_nothing() {
     terminate(p).await;
 }
 
-/// Issue 21 point 1: the config path a symlink to `/dev/zero` (before: RSS grew ~500 MB/s until
+/// The config path a symlink to `/dev/zero` (before: RSS grew ~500 MB/s until
 /// allocation failed), then a 200 MB (sparse) regular file: each rejected with a named error,
 /// RSS stays bounded, mutations still answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +239,7 @@ fn run_bounded(mut cmd: Command, what: &str) -> (ExitStatus, String) {
     (status, err)
 }
 
-/// Issue 21 point 1: `check-config /dev/zero` and `run --config <fifo>` fail promptly with an
+/// `check-config /dev/zero` and `run --config <fifo>` fail promptly with an
 /// error naming the path and what it is.
 #[test]
 fn c_conf_4_cli_refuses_devices_and_fifos_promptly() {

@@ -1,5 +1,5 @@
-//! Operating bounds of runtime values over the management API of the real binary (issue 21,
-//! C-CONF-8, C-MGMT-4): a `PATCH` of `health_check.interval: 1ns` (which used to be applied and
+//! Operating bounds of runtime values over the management API of the real binary (C-CONF-8,
+//! C-MGMT-4): a `PATCH` of `health_check.interval: 1ns` (which used to be applied and
 //! made weir probe each backend ~1,480 times a second) is a `400` naming the field and its range,
 //! and changes nothing; a value within range is applied.
 

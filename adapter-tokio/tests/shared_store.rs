@@ -1,4 +1,4 @@
-//! The shared rate-limit stores in the `weir` process (issue 6 item 3), black-box over real
+//! The shared rate-limit stores in the `weir` process, black-box over real
 //! sockets with the process protocol, against the real Redis (127.0.0.1:6379) and PostgreSQL
 //! (127.0.0.1:5432, trust auth, user `postgres` or `WEIR_TEST_PG_USER`) on this machine, and
 //! private `redis-server`s started here on their own ports.

@@ -1,5 +1,5 @@
-//! The request timer a keep-alive connection keeps across its requests (`rt::timeout_at_in`,
-//! issue 14): a sleep armed for an earlier request's deadline is kept when the next deadline is
+//! The request timer a keep-alive connection keeps across its requests (`rt::timeout_at_in`):
+//! a sleep armed for an earlier request's deadline is kept when the next deadline is
 //! later and moved only when it fires; a deadline earlier than the kept one moves it at once.
 //! Either way each bound ends at its own deadline, never at a kept one. Tokio's paused clock:
 //! the times are exact.

@@ -1,4 +1,4 @@
-//! weir's own HTTP/1 codec (issue 14): parse + rewrite of a typical request head and of a
+//! weir's own HTTP/1 codec: parse + rewrite of a typical request head and of a
 //! typical response head, and the whole keep-alive GET head path. Numbers are reported (see
 //! docs/benchmarks.md), never asserted.
 

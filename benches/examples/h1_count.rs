@@ -1,4 +1,4 @@
-//! Runs weir's keep-alive GET head path (issue 14) N times, for instruction counting:
+//! Runs weir's keep-alive GET head path N times, for instruction counting:
 //! `valgrind --tool=callgrind` with N = 0 and N = 100000; the difference over N is the
 //! instructions per request head pair (docs/benchmarks.md).
 

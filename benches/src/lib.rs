@@ -56,7 +56,7 @@ where
     start.elapsed()
 }
 
-/// A keep-alive GET as a browser sends it (issue 14's bench and allocation count).
+/// A keep-alive GET as a browser sends it (the HTTP/1 codec's bench and allocation count).
 pub const H1_GET: &[u8] = b"GET /api/items?page=2 HTTP/1.1\r\nHost: example.test\r\n\
 User-Agent: Mozilla/5.0\r\nAccept: text/html\r\nAccept-Encoding: gzip, br\r\n\
 Accept-Language: en\r\nCookie: a=b\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n";

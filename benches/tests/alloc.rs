@@ -134,7 +134,7 @@ fn c_rate_4_memory_per_bucket_at_100k_keys() {
     assert!((90_000..=100_000).contains(&len), "{len} buckets held");
 }
 
-/// issue 14: the keep-alive GET head path of weir's HTTP/1 codec (parse the client head, write
+/// The keep-alive GET head path of weir's HTTP/1 codec (parse the client head, write
 /// the upstream head, parse the response head, write the client head) allocates nothing once
 /// the connection's two output buffers have grown.
 #[test]

@@ -1,5 +1,5 @@
-//! The suite: one `pub async fn` per case, named by the CONTRACT id it checks. Every case starts
-//! its own backends and its own proxy, so cases run in parallel. The list of cases (which the
+//! The suite: one `pub async fn` per case, named by the contract id it checks (docs/contract.md).
+//! Every case starts its own backends and its own proxy, so cases run in parallel. The list of cases (which the
 //! [`crate::suite!`] macro turns into tests) is [`crate::CASES`].
 
 mod body;

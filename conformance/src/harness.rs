@@ -1,6 +1,6 @@
 //! The process harness: writes a config to a temp dir, starts `<binary> run` with the process
-//! protocol of ADAPTER.md, waits for the ready file, and keeps the child's stdout and stderr to
-//! show when a case fails. The child is killed when the [`Proxy`] is dropped.
+//! protocol (docs/proxy.md, "The CLI and the process protocol"), waits for the ready file, and
+//! keeps the child's stdout and stderr to show when a case fails. The child is killed when the [`Proxy`] is dropped.
 
 use std::io::Read;
 use std::net::SocketAddr;

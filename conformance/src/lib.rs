@@ -1,16 +1,17 @@
 //! weir's black-box conformance suite.
 //!
 //! One suite that any weir adapter binary must pass, driven only through the process protocol
-//! of the adapters (ADAPTER.md): a config file in a temp dir, `<bin> run --config F --public-bind
-//! 127.0.0.1:0 --management-bind 127.0.0.1:0 --ready-file R`, wait for R, then HTTP over real
-//! sockets to real backends in the test process; signals with `kill(1)`.
+//! of the adapters (docs/proxy.md, "The CLI and the process protocol"): a config file in a temp
+//! dir, `<bin> run --config F --public-bind 127.0.0.1:0 --management-bind 127.0.0.1:0
+//! --ready-file R`, wait for R, then HTTP over real sockets to real backends in the test process;
+//! signals with `kill(1)`.
 //!
 //! - [`backend`]: hyper test backends that record what they receive and switch behaviour at run
 //!   time (healthy, status, 503-then-hang, slow headers, slow body, SSE, hold, upgrade echo,
 //!   reset, close without answer, down/up).
 //! - [`client`]: a hyper HTTP/1.1 client bound to a chosen local address, and a raw TCP client.
 //! - [`harness`]: [`harness::Proxy`] starts and stops the binary; [`config`] builds its YAML.
-//! - [`cases`]: one `pub async fn` per case, named by the CONTRACT id it checks.
+//! - [`cases`]: one `pub async fn` per case, named by the contract id it checks (docs/contract.md).
 //!
 //! An adapter runs the whole suite with one line in an integration test:
 //!

@@ -9,7 +9,8 @@
 //! overload; beyond that the client gets `503` + `Retry-After: 1` + `X-Balancer-Overloaded: true`
 //! and no rate-limit token is spent (the gate runs before the limiter, C-PATH-2).
 //!
-//! Concurrency shape (DESIGN.md: no lock shared by all requests on the hot path):
+//! Concurrency shape (docs/architecture.md, "Shared hot-path state": no lock shared by all
+//! requests on the hot path):
 //! - one `AtomicU64` holds both counts, in-flight in the low 32 bits and waiters in the high 32.
 //!   While nobody waits, `enter` and `leave` are a single CAS on it and never touch the lock;
 //! - the queue sits behind a mutex that is taken only when the gate is full or waiters exist.

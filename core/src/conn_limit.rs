@@ -1,5 +1,5 @@
 //! How many client connections the data plane may hold (`server.max_connections`), and what it
-//! leaves of the process's file-descriptor limit to everything else (issue 21, C-PATH-12's
+//! leaves of the process's file-descriptor limit to everything else (C-PATH-12's
 //! client-side limits, docs/operations.md "Connection limits").
 //!
 //! A proxy that accepts until `accept` fails with `EMFILE` has no descriptor left for what keeps

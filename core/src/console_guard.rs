@@ -1,4 +1,4 @@
-//! The web console's request guard (issue 15; C-MGMT-1, C-MGMT-2): which requests the console
+//! The web console's request guard (C-MGMT-1, C-MGMT-2): which requests the console
 //! refuses before it adds the admin token and forwards them. Pure: the console server
 //! (`weir-proxy`'s `console.rs`) passes the request's headers and target authority.
 //!

@@ -1,6 +1,6 @@
 //! The request engine: one request's whole exchange, from the parsed head to the last body byte,
-//! as one sans-IO machine that the proxy and the simulator both drive (DESIGN.md, "One request,
-//! one engine"; issue 13).
+//! as one sans-IO machine that the proxy and the simulator both drive (docs/architecture.md, "One
+//! request, one engine").
 //!
 //! An [`Exchange`] is created per request from one `Arc` of the runtime snapshot, which it keeps
 //! for its whole life (a reload gives *new* requests a new snapshot; this one never sees two),
@@ -147,7 +147,7 @@ impl Services {
         self.not_ready_reason(rt, now).is_none()
     }
 
-    /// Which of the three causes keeps weir from being ready (C-OBS-4, issue 20): `None` when
+    /// Which of the three causes keeps weir from being ready (C-OBS-4): `None` when
     /// ready; else the first that holds, in [`NotReady`]'s order.
     #[must_use]
     pub fn not_ready_reason(&self, rt: &Runtime, now: Instant) -> Option<NotReady> {
@@ -246,7 +246,7 @@ pub struct Exchange {
     started: Instant,
     now: Instant,
     stage: Stage,
-    /// When the current wait (the gate's queue, a store call) began (metrics, issue 20).
+    /// When the current wait (the gate's queue, a store call) began (metrics).
     waiting_since: Instant,
     gate_held: bool,
     flow: Option<Flow>,
@@ -259,7 +259,7 @@ pub struct Exchange {
     attempts: u32,
     backend: Option<usize>,
     /// How the latest attempt ended, and the status of the latest response head (access log,
-    /// circuit transitions; issue 20).
+    /// circuit transitions).
     last_result: Option<AttemptResult>,
     upstream_status: Option<u16>,
     outbox: Outbox,
@@ -284,7 +284,7 @@ impl Exchange {
     /// The first half of [`Exchange::new`]: the exchange of a request arriving at `now`, before
     /// any step. Call [`Exchange::start`] with the same `head` and `now` before anything else.
     /// The two halves let an adapter build the exchange (about 1.5 KB) where it keeps it, rather
-    /// than move it out of `new` (issue 14).
+    /// than move it out of `new`.
     #[inline]
     pub fn arrive<H: HeaderLines + ?Sized>(
         rt: Arc<Runtime>,

@@ -128,7 +128,7 @@ impl Flow {
     }
 
     /// [`Flow::start`] made in `slot` (the exchange's) rather than returned, so that the flow is
-    /// not copied on its way there (issue 14); returns the first action.
+    /// not copied on its way there; returns the first action.
     pub fn start_in(
         slot: &mut Option<Flow>,
         target: FlowTarget,
@@ -369,7 +369,7 @@ impl Flow {
     }
 
     /// The circuit transition (C-HEALTH-3) the latest outcome caused, with its backend's
-    /// index, once: for the adapter's log line and transition counter (issue 20).
+    /// index, once: for the adapter's log line and transition counter.
     pub fn take_transition(&mut self) -> Option<(usize, Transition)> {
         self.transition.take()
     }

@@ -374,7 +374,7 @@ const fn octet_text() -> [[u8; 4]; 256] {
 pub fn ip_text(ip: IpAddr, buf: &mut [u8; 64]) -> usize {
     match ip {
         IpAddr::V4(v4) => {
-            // Each octet from the table (issue 14: a third of the instructions of dividing
+            // Each octet from the table (a third of the instructions of dividing
             // each by 100 and 10 on every request); four bytes are copied, the last one
             // overwritten by the `.` or the next octet, or left past the end.
             let mut len = 0;

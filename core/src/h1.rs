@@ -1,4 +1,4 @@
-//! weir's own HTTP/1.1 codec, the pure part (issue 14; C-PATH-2, C-PATH-6, C-PATH-12).
+//! weir's own HTTP/1.1 codec, the pure part (C-PATH-2, C-PATH-6, C-PATH-12).
 //!
 //! Heads are parsed by `httparse` into a flat list of [`Header`]s borrowed from the read buffer
 //! (no `http::HeaderMap`, no allocation), checked against the framing rules of RFC 9112 (one

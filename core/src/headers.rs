@@ -1,7 +1,7 @@
 //! The seam through which the engine reads request headers by name ([`HeaderLines`]): an
 //! `http::HeaderMap` (the HTTP/2 path, tests) or the flat, borrowed header list of weir's own
 //! HTTP/1 codec (`[h1::Header]`, which is `httparse::Header`: named here by its own crate, so
-//! this module does not import `h1`, which imports it), so the HTTP/1 path builds no map per request (issue 14).
+//! this module does not import `h1`, which imports it), so the HTTP/1 path builds no map per request.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -35,7 +35,7 @@ impl HeaderLines for [httparse::Header<'_>] {
 /// Whether `name` is `lower` in any case, `lower` being the lower-case name of a header weir
 /// looks for: ASCII lower-case letters, digits and `-` only. A letter is compared with its case
 /// bit set on `name`'s side, any other byte as it is: the answers of `eq_ignore_ascii_case`, in
-/// a few wide operations once `N` and `lower` are constants (issue 14: names are compared on
+/// a few wide operations once `N` and `lower` are constants (names are compared on
 /// every line of every head).
 #[inline(always)]
 pub(crate) fn is_name<const N: usize>(name: &[u8], lower: &[u8; N]) -> bool {

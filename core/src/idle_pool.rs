@@ -1,4 +1,4 @@
-//! The idle upstream connection policy of one worker (C-POOL, issue 14 point 6): which idle
+//! The idle upstream connection policy of one worker (C-POOL): which idle
 //! connection a request reuses, which released connection is kept, when one expires.
 //!
 //! - reuse is last in, first out per backend (the warmest socket; the oldest expire first);
@@ -132,7 +132,7 @@ impl<C> Host<C> {
 }
 
 /// `params`' spans in nanoseconds, so that the per-request checks compare integers and never
-/// divide a nanosecond count into a `Duration` (issue 14). `u128`: a `Duration`'s whole range.
+/// divide a nanosecond count into a `Duration`. `u128`: a `Duration`'s whole range.
 #[derive(Debug, Clone, Copy)]
 struct Spans {
     /// `window`.
@@ -161,7 +161,7 @@ fn passed(now: Instant, since: Instant, span: u128) -> bool {
 
 /// The idle connections of one worker, per backend (module doc), each backend known by a key
 /// `K` (its URL by default; the proxy's is a URL with its hash made once per backend, so that a
-/// request's look-ups do not hash the URL's bytes: issue 14). Keys equal as `K` are one
+/// request's look-ups do not hash the URL's bytes). Keys equal as `K` are one
 /// backend.
 #[derive(Debug)]
 pub struct IdlePool<C, K = Box<str>> {

@@ -3,7 +3,8 @@
 //! Nothing here does IO, reads a clock or draws from a global RNG: time arrives as
 //! [`Instant`] arguments, randomness as an [`Rng`] argument, and machines that wait report their
 //! next deadline (`poll_timeout`) instead of sleeping. The adapters (tokio, smol) and the
-//! simulator feed the same machines; see `DESIGN.md` and `docs/` for the contract they implement.
+//! simulator feed the same machines; docs/architecture.md explains the shape, and docs/contract.md
+//! indexes the behaviour they implement.
 //!
 //! Methods of a machine fall into four kinds: getters (`&self`), facts in (`handle_*`),
 //! commands, and actions out (`poll_*`).

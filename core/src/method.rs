@@ -1,4 +1,4 @@
-//! Which request methods the data plane proxies (issue 21; docs/proxy.md "Methods").
+//! Which request methods the data plane proxies (docs/proxy.md "Methods").
 //!
 //! Every method is proxied except `TRACE`, which is answered `405` unless
 //! `server.allow_trace: true`. A `TRACE` echoes the request back as the last server received it,

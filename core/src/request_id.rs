@@ -47,7 +47,7 @@ pub struct RequestId {
 }
 
 /// `x` as 8 lower-case hex characters, most significant first: its nibbles spread to one per
-/// byte, then each made a digit or a letter, all eight at once (issue 14: a table look-up per
+/// byte, then each made a digit or a letter, all eight at once (a table look-up per
 /// nibble cost 32 per generated id).
 const fn hex8(x: u32) -> [u8; 8] {
     let mut v = x as u64;

@@ -62,7 +62,7 @@ pub enum Text<'a> {
     Str(&'a str),
     /// A rate: the shortest decimal that round-trips (`100`, `0.5`).
     Rate(f64),
-    /// A request id: its text is read only where it is written (issue 14: a head writer takes
+    /// A request id: its text is read only where it is written (a head writer takes
     /// its bytes, not a `&str` checked for UTF-8 on every response).
     Id(&'a RequestId),
 }
@@ -198,7 +198,7 @@ impl ManagementError {
     }
 }
 
-/// Which of the three causes keeps weir from being ready (C-OBS-4, issue 20), checked in this
+/// Which of the three causes keeps weir from being ready (C-OBS-4), checked in this
 /// order; both `/readyz` endpoints name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NotReady {
@@ -286,7 +286,7 @@ impl ClientError {
         }
     }
 
-    /// A stable snake_case name for the access log's `reason` (issue 20).
+    /// A stable snake_case name for the access log's `reason`.
     #[must_use]
     pub const fn reason(&self) -> &'static str {
         match self {

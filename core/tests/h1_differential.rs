@@ -1,4 +1,4 @@
-//! Differential test of weir's HTTP/1 request parser (issue 14, C-PATH-12) against hyper's
+//! Differential test of weir's HTTP/1 request parser (C-PATH-12) against hyper's
 //! reading of the same bytes (hyper's server over an in-memory stream, the way the proxy used
 //! it before weir had its own codec).
 //!
@@ -274,7 +274,7 @@ fn runtime() -> tokio::runtime::Runtime {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// issue 14 / C-PATH-12: weir and hyper agree on generated requests (module doc).
+    /// C-PATH-12: weir and hyper agree on generated requests (module doc).
     #[test]
     fn c_path_12_weir_frames_requests_as_hyper_does(raw in request()) {
         let rt = runtime();

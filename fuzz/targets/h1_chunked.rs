@@ -1,4 +1,4 @@
-//! `weir_core::h1::chunked::ChunkedDecoder` (issue 14, C-PATH-12): never panics; the data and
+//! `weir_core::h1::chunked::ChunkedDecoder` (C-PATH-12): never panics; the data and
 //! the end of the body do not depend on how the input is cut; what it consumed is a prefix of
 //! the input; re-encoding the data and decoding it again gives the same data. Re-framing
 //! (`rechunk`): the same output however the input is cut (a partial trailer line kept for the

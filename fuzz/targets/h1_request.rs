@@ -1,4 +1,4 @@
-//! `weir_core::h1::parse_request` (issue 14, C-PATH-12): never panics; a head parsed whole is
+//! `weir_core::h1::parse_request` (C-PATH-12): never panics; a head parsed whole is
 //! parsed the same from any prefix on (a prefix is `Partial` or the same refusal); the head
 //! length is within the buffer; the upstream head weir writes from it parses back with the same
 //! method and framing; the parse into uninitialised storage (the proxy's, `parse_request_in`)

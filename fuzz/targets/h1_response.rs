@@ -1,4 +1,4 @@
-//! `weir_core::h1::parse_response` (issue 14, C-PATH-12): never panics; prefixes agree with the
+//! `weir_core::h1::parse_response` (C-PATH-12): never panics; prefixes agree with the
 //! whole; a parsed status is 100–599; the client head weir writes parses back as a response
 //! with the same status and a framing the client can follow; the parse into uninitialised
 //! storage (`parse_response_in`) gives the same answer, and a head kept as places in its bytes

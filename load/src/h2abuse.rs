@@ -1,4 +1,4 @@
-//! HTTP/2 abuse against any h2c proxy (issue 21), for `load/h2-abuse`: the attacks of the
+//! HTTP/2 abuse against any h2c proxy, for `load/h2-abuse`: the attacks of the
 //! conformance cases `c_path_12_h2_*`, written with the same raw-frame client
 //! ([`weir_conformance::h2raw`]), run against an address while the proxy's CPU time and peak RSS
 //! are read over its process tree (nginx's master and workers summed) and a well-behaved HTTP/2

@@ -1,13 +1,13 @@
-//! weir-load: the side-by-side benchmark of weir against nginx and HAProxy (issue 4, item 7),
-//! and the idle-connection memory probe.
+//! weir-load: the side-by-side benchmark of weir against nginx and HAProxy, and the
+//! idle-connection memory probe.
 //!
 //! The orchestration lives in `load/bench.sh` and `load/idle-conns` (bash: installing packages,
 //! writing the three proxies' configurations, starting and stopping processes). This crate holds
 //! the parts worth testing and the parts that must be fast: the static [`backend`] all three
 //! proxies forward to, the [`wrk`] output parser, the [`summary`] table (medians of interleaved
-//! rounds, paired ratios, the issue's goals), the [`idle`] connection opener, the [`procfs`]
-//! RSS reader and the [`h2abuse`] driver (HTTP/2 abuse cases against weir and nginx, issue 21).
-//! The load profiles (issue 17) are [`profile`] (phases and hypotheses), [`drive`] (wrk as the
+//! rounds, paired ratios, the hot-path goals), the [`idle`] connection opener, the [`procfs`]
+//! RSS reader and the [`h2abuse`] driver (HTTP/2 abuse cases against weir and nginx).
+//! The load profiles are [`profile`] (phases and hypotheses), [`drive`] (wrk as the
 //! engine, with a Lua script that counts statuses and backends) and [`run`] (windows, progress,
 //! samples, summary, JSON report); [`plot`] draws the soak and side-by-side plots and [`probe`]
 //! watches which rate-limit store answers during the store drills. See load/README.md and

@@ -1,4 +1,4 @@
-//! The load profiles and their hypotheses (issue 17; the reference's k6 profiles, document 000).
+//! The load profiles and their hypotheses (the reference's k6 profiles, document 000).
 //!
 //! A profile is a list of [`Phase`]s (connections, length, whether its answers are judged) and a
 //! hypothesis checked over the judged answers ([`verdict`]):

@@ -16,7 +16,7 @@ use crate::wrk::Sample;
 pub const SUBJECT: &str = "weir";
 /// The proxies weir is compared with, in table order.
 pub const BASELINES: [&str; 2] = ["nginx", "haproxy"];
-/// The same proxy on another runtime (issue 8): listed right after weir, not a baseline.
+/// The same proxy on another runtime: listed right after weir, not a baseline.
 pub const SIBLINGS: [&str; 1] = ["weir-smol"];
 
 /// One wrk round of one proxy.
@@ -298,9 +298,9 @@ fn fmt_us(us: f64) -> String {
     }
 }
 
-/// Issue 14's goals checked against one cell: req/s ≥ 1.10× nginx at 50 connections (≥ 1.0×
-/// at more) and ≥ 1.0× HAProxy; p99 ≤ nginx's; CPU per request ≤ nginx's and ≤ 0.8× HAProxy's
-/// (when measured for both). Informational: benchmarks report, they never assert.
+/// The goals of the HTTP/1 hot-path work, checked against one cell: req/s ≥ 1.10× nginx at 50
+/// connections (≥ 1.0× at more) and ≥ 1.0× HAProxy; p99 ≤ nginx's; CPU per request ≤ nginx's and
+/// ≤ 0.8× HAProxy's (when measured for both). Informational: benchmarks report, they never assert.
 pub fn goals(cell: &Cell) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     for r in &cell.ratios {

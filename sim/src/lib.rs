@@ -1,4 +1,5 @@
-//! weir-sim: deterministic chaos simulation of the real weir-core (DESIGN.md, tests layer 3).
+//! weir-sim: deterministic chaos simulation of the real weir-core (docs/simulation.md; the third
+//! layer of docs/architecture.md, "Tests, by layer").
 //!
 //! A discrete-event world (`world.rs`) drives the same core machines an adapter drives — the
 //! overload gate, the rate limiter's local store (or a virtual shared store behind the

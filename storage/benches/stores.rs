@@ -6,7 +6,7 @@
 //! `WEIR_BENCH_SECS` (default 3) sets each run's length, `WEIR_BENCH_TASKS` (default 32) the
 //! concurrent takers of the shared stores. A store that is not reachable is skipped.
 //! `WEIR_BENCH_CLUSTER=host:port` adds Redis Cluster rows (one seed node) and
-//! `WEIR_BENCH_SENTINEL=host:port,host:port,...@master` Sentinel rows (issue 19).
+//! `WEIR_BENCH_SENTINEL=host:port,host:port,...@master` Sentinel rows.
 //! `WEIR_BENCH_REDIS=host:port` (default 127.0.0.1:6379, `none`: no such rows) is the standalone server,
 //! `WEIR_BENCH_POOLS=1,4,16` the connection counts each Redis topology is run with, and
 //! `WEIR_BENCH_ONLY_REDIS=1` leaves out the local store and PostgreSQL. `load/store-bench` starts

@@ -10,7 +10,7 @@ pub enum StoreError {
     /// the call did not finish within `rate_limit.operation_timeout` (C-RATE-5)
     Timeout(Duration),
     /// only the node holding this key failed (one Redis Cluster master of several): the policy
-    /// decides the call, the store stays up (C-RATE-5, issue 19)
+    /// decides the call, the store stays up (C-RATE-5)
     Partial(String),
     /// no connection could be had, or the connection broke during the call
     Connection(String),

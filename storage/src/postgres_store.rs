@@ -336,7 +336,7 @@ impl PostgresStore {
 
     /// Note a database error: `undefined_function` or `undefined_table` means the server was
     /// replaced by one without the schema (a restored or rebuilt server on the same address),
-    /// so the schema is migrated again by the next call (issue 19, C-RATE-7).
+    /// so the schema is migrated again by the next call (C-RATE-7).
     fn seen(&self, e: tokio_postgres::Error) -> StoreError {
         let code = e.as_db_error().map(|d| d.code().code().to_owned());
         if matches!(code.as_deref(), Some("42883" | "42P01")) {

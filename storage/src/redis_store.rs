@@ -1,7 +1,7 @@
 //! The Redis store: one Lua script, run with EVALSHA (reloaded on NOSCRIPT), steps the bucket on
 //! the Redis server's clock and sets the key TTL (C-RATE-3); a handful of lazily connecting,
 //! self-reconnecting connection managers carry the calls (C-RATE-5); `maxmemory` refusals are
-//! store errors (C-RATE-6). `redis.mode` picks the topology (issue 19): one server
+//! store errors (C-RATE-6). `redis.mode` picks the topology: one server
 //! ([`standalone`]), a Redis Cluster ([`cluster`], the redis crate's cluster client) or a master
 //! found through Sentinel ([`sentinel`], the redis crate's sentinel client). The script touches
 //! one key per call, so it runs on whichever node holds that key's slot.
@@ -359,7 +359,7 @@ impl RedisStore {
     }
 
     /// Map an error. In a cluster, a keyed call's node failure is [`StoreError::Partial`]:
-    /// the other masters' keys are unaffected (issue 19).
+    /// the other masters' keys are unaffected.
     fn checked(&self, r: RedisResult<Value>, keyed: bool) -> Result<Value, StoreError> {
         r.map_err(|e| {
             let cluster = matches!(self.backend, Backend::Cluster(_));

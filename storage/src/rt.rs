@@ -1,7 +1,7 @@
 //! The two runtime calls the stores make themselves (a background task, a timeout), through one
 //! seam: [`StoreRuntime`]. The proxy installs its own runtime seam here at start
 //! (`weir_proxy::rt::Rt` implements the trait; [`install_runtime`]), so in weir the stores spawn
-//! and time out on the very runtime that runs the data plane (issue 13).
+//! and time out on the very runtime that runs the data plane.
 //!
 //! Without an installed runtime (weir-storage used on its own: its tests, its benchmarks, the
 //! migration helper binary) the calls fall back to the runtime the build has: tokio (`tokio`

@@ -1,4 +1,4 @@
-//! The PostgreSQL store behind a restarted and a replaced server (issue 19, C-RATE-5, C-RATE-7),
+//! The PostgreSQL store behind a restarted and a replaced server (C-RATE-5, C-RATE-7),
 //! on private PostgreSQL clusters the test makes (`initdb` into a temp dir as the `postgres`
 //! user, ports 5600-5699). The shared server on 5432 is never stopped.
 
@@ -154,7 +154,7 @@ impl Outage for Restarts {
     }
 }
 
-/// Issue 19, C-RATE-5: PostgreSQL down at start (initdb'ed, not started), started, its
+/// C-RATE-5: PostgreSQL down at start (initdb'ed, not started), started, its
 /// sessions terminated, crashed (`pg_ctl stop -m immediate`) and restarted, all under load:
 /// the pool reconnects by itself and the answers follow the same recovery machine as Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,7 +176,7 @@ async fn c_rate_5_postgres_restart_reconnects() {
     common::outage_scenario(limiter, rate, mode, timeout, &mut outage).await;
 }
 
-/// Issue 19, C-RATE-7: the server replaced by a fresh one on the same address (its schema
+/// C-RATE-7: the server replaced by a fresh one on the same address (its schema
 /// gone): the store notices the missing function, migrates the new server and serves again,
 /// without being rebuilt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

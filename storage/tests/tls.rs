@@ -1,4 +1,4 @@
-//! `redis.tls` and `redis.sentinel_password` against real servers (issue 19; C-RATE-3,
+//! `redis.tls` and `redis.sentinel_password` against real servers (C-RATE-3,
 //! C-RATE-5, C-CONF-3): Debian's `redis-server` started by the test with `--tls-port` and
 //! certificates made by the test (rcgen). A take over TLS works on a standalone server, a
 //! 3-master Cluster (`tls-cluster yes`) and a master found through a TLS sentinel; a server
@@ -51,7 +51,7 @@ async fn tls_failure(o: RedisOptions) -> StoreError {
         .expect_err("must not connect")
 }
 
-/// Issue 19, C-RATE-3, C-RATE-5: a standalone server over TLS, verified against the CA.
+/// C-RATE-3, C-RATE-5: a standalone server over TLS, verified against the CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_standalone_over_tls_verifies_the_server() {
     let pki = Pki::new();
@@ -110,7 +110,7 @@ async fn c_rate_3_standalone_over_tls_verifies_the_server() {
     }
 }
 
-/// Issue 19: a certificate from the trusted CA for another name is refused (the host name is
+/// A certificate from the trusted CA for another name is refused (the host name is
 /// verified, not only the chain).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_tls_verifies_the_host_name() {
@@ -122,7 +122,7 @@ async fn c_rate_3_tls_verifies_the_host_name() {
     assert!(e.to_string().contains("certificate"), "wrong name: {e}");
 }
 
-/// Issue 19: a server with `tls-auth-clients yes` refuses a client without a certificate
+/// A server with `tls-auth-clients yes` refuses a client without a certificate
 /// and serves one with the configured certificate and key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_client_certificate_when_the_server_asks() {
@@ -139,7 +139,7 @@ async fn c_rate_3_client_certificate_when_the_server_asks() {
     three_of_four(&store, 1).await;
 }
 
-/// Issue 19: files the store cannot use stop the start with their name.
+/// Files the store cannot use stop the start with their name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_conf_1_unusable_tls_files_stop_the_start() {
     let pki = Pki::new();
@@ -174,7 +174,7 @@ async fn c_conf_1_unusable_tls_files_stop_the_start() {
     }
 }
 
-/// Issue 19, C-RATE-3: a 3-master cluster over TLS (`tls-cluster yes`: the slot map names
+/// C-RATE-3: a 3-master cluster over TLS (`tls-cluster yes`: the slot map names
 /// the TLS ports), found from one seed; buckets on every master; `pool_size` connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_cluster_over_tls() {
@@ -213,7 +213,7 @@ async fn c_rate_3_cluster_over_tls() {
     );
 }
 
-/// Issue 19, C-CONF-3: a master (password `mpw`, TLS on 7241) behind a sentinel that speaks
+/// C-CONF-3: a master (password `mpw`, TLS on 7241) behind a sentinel that speaks
 /// TLS (7243), talks to the master over TLS, and has its own password (`spw`): with both
 /// passwords and TLS the store finds the master and takes there; without the sentinel's
 /// password, or with the master's in its place, the sentinel refuses and the call fails.

@@ -1,5 +1,5 @@
 //! The Redis store on a real Redis Cluster and a real Sentinel setup, started by the tests
-//! from Debian's `redis-server` (issue 19; C-RATE-3, C-RATE-5): buckets spread over every
+//! from Debian's `redis-server` (C-RATE-3, C-RATE-5): buckets spread over every
 //! master and shared by two replicas; a master killed under load and its replica promoted,
 //! failing only that master's keys and keeping the store up; a forced Sentinel failover that
 //! keeps the buckets' state. Each test takes a few seconds; every wait is bounded.
@@ -113,7 +113,7 @@ fn keyed_load(
     })
 }
 
-/// Issue 19, C-RATE-3: on a 3-master cluster, found from one seed, buckets land on every
+/// C-RATE-3: on a 3-master cluster, found from one seed, buckets land on every
 /// master, and two replicas (two stores, seeded from different nodes) share each bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_3_cluster_spreads_and_shares_buckets() {
@@ -149,7 +149,7 @@ fn cluster_opts_prefix(store: &RedisStore) -> String {
         .to_owned()
 }
 
-/// Issue 19, C-RATE-5: a master killed under load. Until its replica is promoted only the keys
+/// C-RATE-5: a master killed under load. Until its replica is promoted only the keys
 /// it held get the policy's answer (fail-closed: 503); every other key keeps the shared store,
 /// the store stays up and the limiter ready. After the promotion every key is back on the
 /// store, and two replicas share the moved keys' buckets again.
@@ -272,7 +272,7 @@ async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
     assert_eq!(shared_takes(&a, &b, moved, &p, 6).await, 3);
 }
 
-/// Issue 19, C-RATE-3, C-RATE-5: Sentinel with one master, one replica and three sentinels; a
+/// C-RATE-3, C-RATE-5: Sentinel with one master, one replica and three sentinels; a
 /// forced failover (`SENTINEL FAILOVER`) under load. The store finds the new master by itself,
 /// every answer meanwhile is the store's or the policy's within the timeout, and a bucket's
 /// state taken before the failover is the state after it.
@@ -349,7 +349,7 @@ async fn c_rate_5_sentinel_forced_failover_keeps_the_buckets() {
     assert_eq!(on_new, Some(redis::Value::Int(1)));
 }
 
-/// Issue 19, C-RATE-5: a cluster store made while no node runs fails its calls (the process
+/// C-RATE-5: a cluster store made while no node runs fails its calls (the process
 /// still starts) and uses the cluster once it is there, without being rebuilt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_5_cluster_store_made_before_the_cluster() {
@@ -370,7 +370,7 @@ async fn c_rate_5_cluster_store_made_before_the_cluster() {
     eprintln!("connected {:?} after the cluster was made", clock.elapsed());
 }
 
-/// Issue 13: the cases every shared store runs, on the cluster too (set_tokens, peek/reset,
+/// The cases every shared store runs, on the cluster too (set_tokens, peek/reset,
 /// two replicas × 50 concurrent takers, refill on the server clock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_cases_on_the_cluster() {

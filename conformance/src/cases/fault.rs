@@ -1,5 +1,5 @@
-//! Fault behaviour from issue 4's acceptance, over the failure matrix of CONTRACT.md: a backend
-//! killed under load, every backend down, and recovery.
+//! Fault behaviour over the failure matrix (docs/operations.md, "Runbook: the failure matrix"): a
+//! backend killed under load, every backend down, and recovery.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,5 +1,5 @@
-//! The process protocol of ADAPTER.md itself: ready file, startup errors, `check-config`,
-//! `--version`, SIGHUP.
+//! The process protocol itself (docs/proxy.md, "The CLI and the process protocol"): ready file,
+//! startup errors, `check-config`, `--version`, SIGHUP.
 
 use std::process::Stdio;
 

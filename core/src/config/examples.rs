@@ -287,7 +287,7 @@ fn c_conf_1_hostile_files_fail_fast() {
     eprintln!("billion laughs: rejected in {took:?}: {e}");
 }
 
-/// issue 19: the cluster and sentinel examples load with their topology.
+/// The cluster and sentinel examples load with their topology.
 #[test]
 fn c_rate_3_redis_topology_examples() {
     let v = load_example("redis-cluster.yaml");

@@ -67,7 +67,7 @@ pub struct ServerConfig {
     /// `max_header_bytes` [1048576, 1024..=67108864].
     pub max_header_bytes: u64,
     /// `max_connections` [derived from the fd limit; 1..=16777216]: client connections held at
-    /// most (weir, issue 21).
+    /// most (weir).
     pub max_connections: Option<u32>,
     /// `upstream`.
     pub upstream: UpstreamConfig,

@@ -765,7 +765,7 @@ fn c_conf_0_null_is_absent() {
     );
 }
 
-/// issue 21: `server.max_connections` is optional (derived from the fd limit), 1..=2^24, and a
+/// `server.max_connections` is optional (derived from the fd limit), 1..=2^24, and a
 /// change needs a restart (C-CONF-7).
 #[test]
 fn server_max_connections_range_and_restart() {
@@ -784,7 +784,7 @@ fn server_max_connections_range_and_restart() {
     );
 }
 
-/// Issue 20: a `*_env` field holding something that is not a variable name (most likely the
+/// A `*_env` field holding something that is not a variable name (most likely the
 /// secret itself) is an error that never repeats the value, in every such field, used or not.
 #[test]
 fn c_conf_3_env_fields_must_be_variable_names_and_are_never_echoed() {
@@ -821,7 +821,7 @@ fn c_conf_3_env_fields_must_be_variable_names_and_are_never_echoed() {
     }
 }
 
-/// Issue 20, C-MGMT-1: `allow_insecure` only with a loopback management address.
+/// C-MGMT-1: `allow_insecure` only with a loopback management address.
 #[test]
 fn c_mgmt_1_allow_insecure_needs_a_loopback_address() {
     for addr in [

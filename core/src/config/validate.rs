@@ -5,7 +5,7 @@
 //! one error at a time, so each is called again with the offending field reset to its default
 //! until it accepts: every bad field of a section is listed, and the range checks stay in one
 //! place (the constructor). Before them, [`bounds`] checks the operating bounds of every runtime
-//! value (what a sane deployment may set, narrower than what a machine can work with; issue 21).
+//! value (what a sane deployment may set, narrower than what a machine can work with).
 
 use core::time::Duration;
 use std::collections::BTreeMap;

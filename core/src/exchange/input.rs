@@ -58,7 +58,7 @@ pub enum StoreFailure {
     Error,
     /// Only the part of the store holding this key failed (one Redis Cluster master of
     /// several): the failure policy decides this request, but the store stays up, so the
-    /// other keys keep their shared state and `/readyz` stays ready (C-RATE-5, issue 19). A
+    /// other keys keep their shared state and `/readyz` stays ready (C-RATE-5). A
     /// whole outage is found by the store's health probe.
     Partial,
 }
@@ -89,7 +89,7 @@ pub enum Input {
     /// The request body asked for by [`Output::BufferBody`](super::Output::BufferBody) is read.
     BodyBuffered,
     /// The request body could not be read: while buffering it, or, while an attempt streams
-    /// it, because it broke its framing (a malformed chunk, issue 14). Either way `400`; a
+    /// it, because it broke its framing (a malformed chunk). Either way `400`; a
     /// streaming attempt is cancelled (neutral for the backend's health) and not retried.
     BodyUnreadable,
     /// The current attempt's response head arrived.

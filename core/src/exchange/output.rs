@@ -164,9 +164,9 @@ pub enum Metric {
         duration: Duration,
     },
     /// A request left the global gate's queue (C-LOAD-1): admitted, expired or gone, after
-    /// waiting this long (`load_balancer_overload_queue_wait_seconds`, issue 20).
+    /// waiting this long (`load_balancer_overload_queue_wait_seconds`).
     QueueWait(Duration),
-    /// One rate-limit store call of the request path ended (issue 20): which store, how, and
+    /// One rate-limit store call of the request path ended: which store, how, and
     /// how long it took (`None` for the local store, which is in memory and not timed).
     Store {
         /// The store called (`local`, `redis`, `postgres`).
@@ -177,7 +177,7 @@ pub enum Metric {
         duration: Option<Duration>,
     },
     /// A circuit opened or closed (C-HEALTH-3): the adapter logs it (`WARN` open, `INFO`
-    /// closed) and counts it (issue 20).
+    /// closed) and counts it.
     Circuit {
         /// Index in the exchange's pool.
         backend: usize,
@@ -189,7 +189,7 @@ pub enum Metric {
 }
 
 /// How one call of the request path to a rate-limit store ended (`result` label of
-/// `load_balancer_rate_limit_store_requests_total`, issue 20).
+/// `load_balancer_rate_limit_store_requests_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreResult {
     /// The store answered (a token taken or refused).
@@ -284,7 +284,7 @@ pub struct Record {
     /// Whether the line shows the path (`server.access_log_include_path`).
     pub include_path: bool,
     /// Why weir answered itself (`overload`, `store_unavailable`, `no_healthy_backend`,
-    /// `upstream_timeout`, ...; issue 20); `None` when a backend's response was passed on.
+    /// `upstream_timeout`, ...); `None` when a backend's response was passed on.
     pub reason: Option<&'static str>,
     /// The status of the latest backend response head, if any.
     pub upstream_status: Option<u16>,
@@ -319,7 +319,7 @@ const OUTBOX: usize = 10;
 /// A fixed FIFO of outputs: `items[head..end]`, in order. The adapter drains after every call,
 /// so the queue is almost always empty when a push comes: both indices then go back to the
 /// start, and a push or a pop is an index bump (no ring arithmetic, whose `% 10` was a
-/// multiplication and a few shifts per output; issue 14). A push that finds the end of the array
+/// multiplication and a few shifts per output). A push that finds the end of the array
 /// taken while earlier slots are free moves the queued outputs to the front first (cold).
 #[derive(Debug)]
 pub(super) struct Outbox {
@@ -332,7 +332,7 @@ impl Outbox {
     pub(super) fn new() -> Outbox {
         Outbox {
             // Element by element: only each slot's discriminant is written (a constant array
-            // was copied whole, 800 bytes, into every new exchange; issue 14).
+            // was copied whole, 800 bytes, into every new exchange).
             items: core::array::from_fn(|_| None),
             head: 0,
             end: 0,
@@ -388,9 +388,9 @@ mod outbox_tests {
     use super::{OUTBOX, Outbox, Output};
 
     proptest! {
-        /// The outbox is the FIFO of at most `OUTBOX` outputs that the ring it replaced was
-        /// (issue 14): any run of pushes and pops within the capacity gives the same outputs,
-        /// in the same order, as a `VecDeque`.
+        /// The outbox is the FIFO of at most `OUTBOX` outputs that the ring it replaced was: any
+        /// run of pushes and pops within the capacity gives the same outputs, in the same order,
+        /// as a `VecDeque`.
         #[test]
         fn outbox_is_a_bounded_fifo(ops in proptest::collection::vec(any::<bool>(), 0..200)) {
             let mut outbox = Outbox::new();

@@ -1,9 +1,9 @@
-//! The engine's contract under any sequence of inputs (issue 13's acceptance): several
+//! The engine's contract under any sequence of inputs: several
 //! exchanges at once over one gate, budget, bulkhead and set of backends; arbitrary facts in any
 //! order (store answers and failures, timeouts, response heads and send errors, body ends, client
 //! cancellation, out-of-stage facts), time steps forwards and backwards, reloads (new exchanges
 //! get the new snapshot, running ones keep theirs) and exchanges dropped mid-way. After every
-//! step and at the end it checks CONTRACT:
+//! step and at the end it checks the contract (docs/contract.md):
 //!
 //! - exactly one final response per exchange (an answer or a delivery), or none when the client
 //!   left first, and exactly one record (C-PATH-11, C-OBS-3);

@@ -20,7 +20,7 @@ impl Exchange {
     /// rules of C-PATH-12 are the HTTP/1 codec's, `h1::parse_request`: a head that breaks one
     /// never makes an exchange.)
     pub(super) fn begin<H: ?Sized>(&mut self, head: &Head<'_, H>, now: Instant, rng: &mut dyn Rng) {
-        // Issue 21: TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
+        // TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
         // the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;
         if let Err(refused) = crate::method::check(head.method, allow_trace) {
@@ -196,13 +196,13 @@ impl Exchange {
         }
     }
 
-    /// The queue wait that ends now (C-LOAD-1, issue 20).
+    /// The queue wait that ends now (C-LOAD-1).
     fn queue_left(&mut self, now: Instant) {
         let waited = now.saturating_since(self.waiting_since);
         self.outbox.push(Output::Metric(Metric::QueueWait(waited)));
     }
 
-    /// The shared-store call that ends now, and how (issue 20).
+    /// The shared-store call that ends now, and how.
     fn store_metric(&mut self, result: StoreResult, now: Instant) {
         self.outbox.push(Output::Metric(Metric::Store {
             storage: self.services.storage,
@@ -432,7 +432,7 @@ impl Exchange {
         }));
     }
 
-    /// Why weir answered itself, for the access log (issue 20): `None` for a backend's
+    /// Why weir answered itself, for the access log: `None` for a backend's
     /// response and for `/healthz` / `/readyz` while ready.
     fn reason(&self, status: u16) -> Option<&'static str> {
         if status == 499 {

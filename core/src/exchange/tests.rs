@@ -362,7 +362,7 @@ fn c_load_1_the_queue_deadline_answers_503_overloaded_and_counts_it() {
     assert_eq!(protections(&out), [ProtectionReason::Overload]);
     assert!(
         out.contains(&Output::Metric(Metric::QueueWait(ms(50)))),
-        "issue 20: the wait is measured where it is decided: {out:?}"
+        "the wait is measured where it is decided: {out:?}"
     );
     let s = second.synthetic(&answer(&out)).expect("synthetic");
     assert!(s.headers().any(|(n, _)| n == header::OVERLOADED));
@@ -445,7 +445,7 @@ fn c_rate_5_a_store_answer_decides_and_names_the_store() {
             result: StoreResult::Ok,
             duration: Some(ms(3)),
         })),
-        "issue 20: one store call, timed from the call: {out:?}"
+        "one store call, timed from the call: {out:?}"
     );
     let rate = x.rate_outcome().expect("allowed");
     assert_eq!((rate.storage, rate.degraded), (StorageKind::Redis, false));
@@ -515,7 +515,7 @@ fn c_rate_5_a_store_timeout_applies_each_failure_policy() {
     }
 }
 
-/// C-RATE-5, issue 19: a failure of the one node holding the key (a cluster master) is decided
+/// C-RATE-5: a failure of the one node holding the key (a cluster master) is decided
 /// by the policy, and the store stays up and ready for every other key.
 #[test]
 fn c_rate_5_a_partial_failure_decides_by_policy_and_keeps_the_store_up() {
@@ -896,7 +896,7 @@ fn access_log_sampling_logs_errors_always_and_successes_at_the_rate() {
     assert!((2_200..2_800).contains(&hits), "{hits}");
 }
 
-/// Issue 21 (docs/proxy.md, "Methods"): TRACE is 405 with `Allow`, right after the framing
+/// docs/proxy.md, "Methods": TRACE is 405 with `Allow`, right after the framing
 /// checks (even for `/healthz`), past neither the gate nor a backend, unless
 /// `server.allow_trace`.
 #[test]
@@ -915,7 +915,7 @@ fn trace_is_refused_with_405_before_the_gate_unless_allowed() {
     assert_eq!(send(&out).attempt, 1);
 }
 
-/// Issue 21 (docs/proxy.md, "Upstream status validity"): a status outside 100..=599 is an
+/// docs/proxy.md, "Upstream status validity": a status outside 100..=599 is an
 /// invalid response: counted as a transport error, retried like one, answered 502, never
 /// delivered.
 #[test]

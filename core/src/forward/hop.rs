@@ -56,7 +56,7 @@ fn byte_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[must_use]
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
     use crate::headers::is_name;
-    // By length, then one folded comparison (issue 14): `connection`, `http2-settings`,
+    // By length, then one folded comparison: `connection`, `http2-settings`,
     // `keep-alive`, `proxy-connection`, `te`, `trailer`, `transfer-encoding`, `upgrade`.
     match name.len() {
         2 => is_name(name, b"te"),

@@ -1,4 +1,4 @@
-//! issue 14, C-PATH-12: split invariance (any split of the byte stream gives the same result)
+//! C-PATH-12: split invariance (any split of the byte stream gives the same result)
 //! and write/parse round trips.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -333,7 +333,7 @@ fn decode(pieces: &[&[u8]]) -> Result<(Vec<u8>, usize), ChunkError> {
     Ok((data, used))
 }
 
-/// [`valid_host`] as it was before its one-pass reg-name (issue 14): the colon found first,
+/// [`valid_host`] as it was before its one-pass reg-name: the colon found first,
 /// then the reg-name and the port checked apart. An IP-literal is checked by the function
 /// under test (that branch did not change).
 fn valid_host_before(v: &[u8]) -> bool {
@@ -402,7 +402,7 @@ fn valid_host_before(v: &[u8]) -> bool {
 }
 
 proptest! {
-    /// The one-pass `valid_host` gives the answers of the two-pass one (issue 14).
+    /// The one-pass `valid_host` gives the answers of the two-pass one.
     #[test]
     fn valid_host_is_as_before(
         v in prop_oneof![

@@ -247,7 +247,7 @@ impl ResponseHead<'_, '_> {
     }
 
     /// [`keep`](Self::keep) into `slot` (the same value), written in place rather than returned
-    /// (issue 14: a kept head of 24 lines is about 460 bytes).
+    /// (a kept head of 24 lines is about 460 bytes).
     pub fn keep_in<const N: usize>(&self, slot: &mut Option<KeptHead<N>>) {
         let reason = if self.headers.len() > N {
             None

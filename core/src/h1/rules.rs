@@ -103,7 +103,7 @@ impl Facts {
                 }
             }
             14 if is_name(name, b"content-length") => {
-                // One line, one number (issue 14: a repeated Content-Length is refused even
+                // One line, one number (a repeated Content-Length is refused even
                 // with equal values, as nginx and hyper do; RFC 9112 §6.3 allows either).
                 match (content_length(value), self.content_length) {
                     (Some(n), None) => self.content_length = Some(n),
@@ -254,7 +254,7 @@ pub fn valid_host(v: &[u8]) -> bool {
             };
     }
     // A non-empty reg-name (an IPv4 address is one too) up to the first `:`, in one pass
-    // (issue 14: no separate search for the colon).
+    // (no separate search for the colon).
     let mut i = 0;
     while i < v.len() {
         match v[i] {

@@ -1,4 +1,4 @@
-//! issue 14, C-PATH-6, C-PATH-12: weir's HTTP/1 head parsers, writers and body machines.
+//! C-PATH-6, C-PATH-12: weir's HTTP/1 head parsers, writers and body machines.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -280,7 +280,7 @@ x-forwarded-proto: https\r\nx-request-id: abc\r\n\r\n"
     );
 }
 
-/// C-PATH-7 (issue 14): weir answers `Expect: 100-continue` itself, so no `Expect` line (any
+/// C-PATH-7: weir answers `Expect: 100-continue` itself, so no `Expect` line (any
 /// value, any spelling) reaches the upstream; the request is otherwise unchanged.
 #[test]
 fn c_path_7_expect_is_not_forwarded_upstream() {

@@ -39,7 +39,7 @@ pub fn write_upstream_request(
     let upgrading = head.upgrade();
     let mut copy = Runs::new(head.raw);
     // The request line joins the run of lines after it when the client's stands as weir's
-    // would (issue 14): its method, the same target bytes, HTTP/1.1.
+    // would: its method, the same target bytes, HTTP/1.1.
     if !copy.request_line(head.method.as_bytes(), req.target) {
         out.extend_from_slice(head.method.as_bytes());
         out.push(b' ');
@@ -100,7 +100,7 @@ pub fn write_upstream_request(
     let mut ip = [0u8; 64];
     let len = forward::ip_text(req.client.to_canonical(), &mut ip);
     let ip = &ip[..len];
-    // weir's forwarding lines, their constant parts joined (issue 14: fewer, larger copies;
+    // weir's forwarding lines, their constant parts joined (fewer, larger copies;
     // the same bytes as one `line` each).
     out.reserve(2 * ip.len() + authority.map_or(0, <[u8]>::len) + 96);
     out.extend_from_slice(b"x-forwarded-for: ");
@@ -226,7 +226,7 @@ pub(super) fn response_out<'a>(
         && !matches!(body, BodyOut::DecodeChunked | BodyOut::UntilClose);
     let mut copy = Runs::new(head.raw);
     // The status line joins the run of lines after it when the upstream's stands as weir's
-    // would (issue 14): HTTP/1.1, the same status and reason.
+    // would: HTTP/1.1, the same status and reason.
     if !copy.status_line(head.status, head.reason) {
         status_line(out, head.status, head.reason);
     }
@@ -474,7 +474,7 @@ fn content_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `n` in decimal appended to `out`, digit by digit (issue 14: `core::fmt` costs about a
+/// `n` in decimal appended to `out`, digit by digit (`core::fmt` costs about a
 /// hundred instructions for a small number); the same text as `Display`.
 pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];

@@ -1,4 +1,4 @@
-//! C-POOL (issue 14 point 6): the idle upstream connection policy.
+//! C-POOL: the idle upstream connection policy.
 
 use core::time::Duration;
 
@@ -92,7 +92,7 @@ fn c_pool_caps_bound_idle_connections_without_demand() {
     assert_eq!(off.release("a", c, at(0)), Some(c));
 }
 
-/// Issue 14 point 6: with 128 requests at once on a backend and a configured cap of 64, every
+/// With 128 requests at once on a backend and a configured cap of 64, every
 /// connection the steady load opened is kept, and the next round opens none.
 #[test]
 fn c_pool_adaptive_cap_keeps_what_steady_load_reuses() {
@@ -124,7 +124,7 @@ fn c_pool_adaptive_cap_keeps_what_steady_load_reuses() {
     assert_eq!(pool.cap_for("a"), 64);
 }
 
-/// C-POOL, issue 14 point 6: once load falls, the sweep trims the idle connections back to the
+/// C-POOL: once load falls, the sweep trims the idle connections back to the
 /// configured cap, oldest first, also with `idle_conn_timeout: 0s` (no expiry by age), and the
 /// total cap the same way.
 #[test]
@@ -241,7 +241,7 @@ fn c_path_7_a_connection_is_reused_only_after_a_complete_clean_exchange() {
 }
 
 proptest::proptest! {
-    /// C-POOL (issue 14): the pool's integer span checks give the answers of the `Duration`
+    /// C-POOL: the pool's integer span checks give the answers of the `Duration`
     /// comparisons they replace (`now.saturating_since(since) >= span`, `window * 2`).
     #[test]
     fn spans_compare_as_durations(

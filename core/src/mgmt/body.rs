@@ -1,4 +1,4 @@
-//! Why a management request body was refused, as precisely as the YAML errors say it (issue 20):
+//! Why a management request body was refused, as precisely as the YAML errors say it:
 //! the field path where the JSON went wrong and serde's reason (`invalid type: string "3",
 //! expected u32`, `unknown field "x", expected one of ...`, `missing field "enabled"`).
 

@@ -186,7 +186,7 @@ pub fn handle(
     }
 }
 
-/// `404` naming the backend id that is not in the configuration (issue 20).
+/// `404` naming the backend id that is not in the configuration.
 fn unknown_backend(id: &str) -> Reply {
     let shown: String = id.chars().take(128).collect();
     Reply::Problem {

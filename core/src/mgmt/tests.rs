@@ -145,7 +145,7 @@ fn snapshot(rt: &Runtime) -> (Vec<(String, bool, bool, bool)>, crate::config::Co
 fn refused(d: &Decision) -> Option<ManagementError> {
     match d {
         Decision::Reply(Reply::Refused(e)) => Some(*e),
-        // Issue 20: a refused body and an unknown backend id are answered with their details
+        // A refused body and an unknown backend id are answered with their details
         // (`body::problem`, `unknown_backend`); the class is the same.
         Decision::Reply(Reply::Problem {
             status: 400,
@@ -644,7 +644,7 @@ fn c_conf_8_patch_with_invalid_values_lists_errors_and_changes_nothing() {
     }
     assert_eq!(snapshot(&rt), before);
 
-    // Values outside their operating bounds (issue 21): each named with its range, nothing
+    // Values outside their operating bounds: each named with its range, nothing
     // changes.
     let d = patch(
         &rt,

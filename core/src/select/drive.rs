@@ -60,7 +60,7 @@ pub enum Selection {
 struct Scan {
     untried: bool,
     saturated: bool,
-    /// Some untried backend fails its health checks / has an open circuit (issue 20: the `503`
+    /// Some untried backend fails its health checks / has an open circuit (the `503`
     /// names the cause that holds, not `no_healthy_backend` for drained or ejected backends).
     unhealthy: bool,
     circuit_open: bool,

@@ -2,7 +2,7 @@
 //! cursor per process since C-POOL-4's refinement, so no worker index is handed to them.)
 //!
 //! Each worker thread owns one [`WyRand`] seeded from OS entropy (std's `RandomState` keys come
-//! from the OS; DESIGN.md: only adapters turn "no seed" into entropy). A thread-local generator
+//! from the OS; docs/architecture.md: only adapters draw on entropy). A thread-local generator
 //! needs no lock and no atomic: the request path draws request ids, round-robin starts, P2C
 //! choices and slow-start admissions from it.
 

@@ -9,7 +9,7 @@
 //! rebuilt on reload and published with an [`ArcSwap`], exactly like the runtime snapshot. No
 //! label set is hashed into a shared map on the request path and no lock is taken; a request
 //! finds its backend's handles with one lock-free `ArcSwap` load and one lookup by id. This is
-//! what DESIGN.md asks of `prometheus-client`'s `Family` ("never hold two guards; keep
+//! docs/architecture.md's rule for `prometheus-client`'s `Family` ("never hold two guards; keep
 //! per-backend handles in the snapshot"), taken one step further: `Family` and `Histogram` take
 //! a lock per update and per encode, so the hot path does not use them at all.
 //!

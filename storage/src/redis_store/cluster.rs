@@ -1,6 +1,6 @@
 //! A Redis Cluster through the redis crate's own async cluster client: it reads the slot map
 //! from the seed nodes, routes each call by its one key, follows MOVED/ASK and refreshes the
-//! map after a failover (issue 19). `redis.pool_size` cluster connections, calls spread
+//! map after a failover. `redis.pool_size` cluster connections, calls spread
 //! round-robin: each is one multiplexed connection per node, so every node gets `pool_size`
 //! connections, as the one server does in standalone mode.
 
@@ -110,7 +110,7 @@ impl Cluster {
 
     /// `PING` every master; healthy when at least one answers. A partial outage (one master
     /// of several) keeps the store up and `/readyz` ready; the keys of the missing master
-    /// fail one by one (C-RATE-5, issue 19).
+    /// fail one by one (C-RATE-5).
     ///
     /// When no node answers, the cluster client says only that it has no connection; the
     /// seeds are then dialled directly so that the probe's error (logged, and in the status

@@ -1,7 +1,7 @@
 //! A master found through Redis Sentinel with the redis crate's own sentinel client: the
 //! sentinels are asked for the master of `sentinel_master`, a [`Conns`] set is opened to it,
 //! and the sentinels are asked again when that master stops answering or answers `READONLY`
-//! (a failover demoted it). Asking happens on the next call, one at a time (issue 19). With
+//! (a failover demoted it). Asking happens on the next call, one at a time. With
 //! `redis.tls` the sentinels are spoken to over TLS as well, and `redis.sentinel_password` is
 //! their own `AUTH` (Sentinel's `requirepass`), apart from the master's.
 

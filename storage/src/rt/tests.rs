@@ -1,4 +1,4 @@
-//! The stores' runtime seam (issue 13): once a runtime is installed, the stores' background
+//! The stores' runtime seam: once a runtime is installed, the stores' background
 //! tasks and timeouts go through it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! The cases every shared store runs, written once over [`Store`] (issue 13): Redis standalone,
+//! The cases every shared store runs, written once over [`Store`]: Redis standalone,
 //! Redis Cluster and PostgreSQL call the same functions; what is specific to one store (its key
 //! or row, its TTL) stays in that store's file.
 

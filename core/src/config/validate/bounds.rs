@@ -1,4 +1,4 @@
-//! Operating bounds of every runtime value (issue 21; docs/configuration.md "Bounds").
+//! Operating bounds of every runtime value (docs/configuration.md "Bounds").
 //!
 //! The core constructors (`HealthParams::new`, `RetryPolicy::new`, ...) accept every value their
 //! machine can work with: a 1 ns probe interval is a valid machine (the simulator and the unit

@@ -6,7 +6,7 @@ use super::*;
 
 /// Whether `name` looks like an environment variable name (`[A-Z_][A-Z0-9_]*`, at most 128
 /// bytes). A `*_env` field names a variable; anything else is most likely the secret itself,
-/// pasted into the wrong field, so the error never repeats it (issue 20).
+/// pasted into the wrong field, so the error never repeats it.
 pub(crate) fn is_env_name(name: &str) -> bool {
     let b = name.as_bytes();
     (1..=128).contains(&b.len())

@@ -1,4 +1,4 @@
-//! Upstream status validity (issue 21, C-PATH-12 refinement in docs/proxy.md): a status outside
+//! Upstream status validity (C-PATH-12 refinement in docs/proxy.md): a status outside
 //! 100..=599 is an invalid response, `502` (or a retry) and a passive failure of the backend.
 
 use super::*;

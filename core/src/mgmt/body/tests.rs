@@ -14,7 +14,7 @@ fn explained(endpoint: &Endpoint, body: &str) -> (String, String) {
     }
 }
 
-/// Issue 20, C-MGMT-2: a wrong type names the field path and the expected type.
+/// C-MGMT-2: a wrong type names the field path and the expected type.
 #[test]
 fn c_mgmt_2_body_errors_name_the_field_and_the_reason() {
     let (path, message) = explained(

@@ -100,8 +100,8 @@ fn every_count_and_rate_range_is_enforced_at_its_edges() {
     }
 }
 
-/// The case: `health_check.interval: 1ns` is a named error with the range, and one
-/// error only (the constructor's own checks do not repeat it).
+/// The case that made the bounds: `health_check.interval: 1ns` is a named error with the range,
+/// and one error only (the constructor's own checks do not repeat it).
 #[test]
 fn a_one_nanosecond_probe_interval_is_one_named_error() {
     let e = errors("health_check.interval", "1ns").expect_err("1ns rejected");

@@ -1,4 +1,4 @@
-//! `redis.mode` and its fields (issue 19, C-RATE-3, C-CONF-1).
+//! `redis.mode` and its fields (C-RATE-3, C-CONF-1).
 
 use crate::config::{ConfigErrors, MapSecrets, RedisMode, ValidConfig, load};
 
