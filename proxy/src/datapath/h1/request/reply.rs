@@ -98,22 +98,11 @@ impl Req<'_> {
             return false;
         };
         self.delivered = true;
-        let mut extra = Extra::new(std::mem::take(&mut c.scratch));
-        // Folded (`for_each`), not stepped through the chain one `next` at a time.
-        let rid = x.request_id().as_bytes();
-        x.response_headers(Some(d), d.deliver.status)
-            .for_each(|(name, value)| match name {
-                header::BACKEND => extra.set_borrowed(name, up.target.id().as_bytes()),
-                header::REQUEST_ID => extra.set_borrowed(name, rid),
-                _ => extra.set(name, |out| push_text(out, &value)),
-            });
-        c.out.clear();
         let client = ClientSide {
             version: self.head.version,
             keep_alive: keep,
         };
-        let written = response_head(&up.conn, &self.kept, rctx, client, &extra, &mut c.out);
-        c.scratch = extra.into_scratch();
+        let written = write_head(x, d, up, &self.kept, (rctx, client), c);
         let Some((out, framing, reusable)) = written else {
             finish(data_plane, x, BodyEnd::Error);
             return false;
@@ -164,38 +153,18 @@ impl Req<'_> {
             // request does not queue behind this one); the last write keeps the response's
             // write deadline.
             let last_write = x.poll_timeout().map(|d| data_plane.clock.deadline(d));
-            // One reading of the clock for the body's end and the connection's release (issue
-            // 14), as `finish` would feed it.
+            // One reading of the clock for the body's end and the connection's release, as
+            // `finish` would feed it.
             let at = data_plane.clock.now();
             drive::feed_at(x, Input::BodyEnd(end), at);
             effects::drain(data_plane, x, None);
-            let ended = idle_pool::Ended {
-                response_complete: end == BodyEnd::Complete,
-                response_reusable: reusable,
-                request_sent: pump.as_ref().is_none_or(Pump::is_sent),
-                stray_bytes: !up.conn.buf.is_empty(),
-                send_proxy: up.target.send_proxy(),
+            let sent_whole = pump.as_ref().is_none_or(Pump::is_sent);
+            release_after(data_plane, last, end, reusable, sent_whole, at);
+            let (written, waited) = if end == BodyEnd::Complete && !w.is_empty() {
+                write_last(data_plane, &mut c.io, &w, last_write).await
+            } else {
+                (true, false)
             };
-            if idle_pool::reusable_after(ended)
-                && let Some(up) = last.take()
-            {
-                upstream_conn::release(&data_plane.upstream, up.conn, at);
-            }
-            let (mut written, mut waited) = (true, false);
-            if end == BodyEnd::Complete && !w.is_empty() {
-                let write = write_all(&mut c.io, &w);
-                (written, waited) = match last_write {
-                    Some(deadline) => {
-                        let write = rt::timeout_at(data_plane.rt, deadline, write);
-                        let (r, waited) = first_poll(write).await;
-                        (matches!(r, Ok(Ok(()))), waited)
-                    }
-                    None => {
-                        let (r, waited) = first_poll(write).await;
-                        (r.is_ok(), waited)
-                    }
-                };
-            }
             // The connection's idle time counts from this reading unless the write waited.
             self.ended = (!waited).then_some(at);
             w.clear();
@@ -217,4 +186,78 @@ async fn first_poll<F: Future>(fut: F) -> (F::Output, bool) {
     })
     .await;
     (out, polls > 1)
+}
+
+/// The delivered response's head for the client, written into `c.out` with weir's lines
+/// (folded with `for_each`, not stepped through the chain one `next` at a time); `None` when
+/// the head cannot be passed on.
+fn write_head(
+    x: &Bound,
+    d: &Delivery,
+    up: &Up,
+    kept: &upstream_conn::Kept,
+    (rctx, client): (ResponseContext, ClientSide),
+    c: &mut DownstreamConn,
+) -> Option<(weir_core::h1::ResponseOut, weir_core::h1::BodyFraming, bool)> {
+    let mut extra = Extra::new(std::mem::take(&mut c.scratch));
+    let rid = x.request_id().as_bytes();
+    x.response_headers(Some(d), d.deliver.status)
+        .for_each(|(name, value)| match name {
+            header::BACKEND => extra.set_borrowed(name, up.target.id().as_bytes()),
+            header::REQUEST_ID => extra.set_borrowed(name, rid),
+            _ => extra.set(name, |out| push_text(out, &value)),
+        });
+    c.out.clear();
+    let written = response_head(&up.conn, kept, rctx, client, &extra, &mut c.out);
+    c.scratch = extra.into_scratch();
+    written
+}
+
+/// After a delivered body's end: the upstream connection goes back to its pool when weir-core's
+/// idle policy says it can be reused (whole response, whole request, nothing stray).
+fn release_after(
+    data_plane: &DataPlane,
+    last: &mut Option<Up>,
+    end: BodyEnd,
+    reusable: bool,
+    sent_whole: bool,
+    at: weir_core::Instant,
+) {
+    let Some(up) = last.as_ref() else {
+        return;
+    };
+    let ended = idle_pool::Ended {
+        response_complete: end == BodyEnd::Complete,
+        response_reusable: reusable,
+        request_sent: sent_whole,
+        stray_bytes: !up.conn.buf.is_empty(),
+        send_proxy: up.target.send_proxy(),
+    };
+    if idle_pool::reusable_after(ended)
+        && let Some(up) = last.take()
+    {
+        upstream_conn::release(&data_plane.upstream, up.conn, at);
+    }
+}
+
+/// The response's last bytes to the client, within its write deadline when it has one:
+/// whether they were all written, and whether the write had to wait.
+async fn write_last(
+    data_plane: &DataPlane,
+    io: &mut Box<dyn crate::base::rt::Io>,
+    w: &[u8],
+    last_write: Option<std::time::Instant>,
+) -> (bool, bool) {
+    let write = write_all(io, w);
+    match last_write {
+        Some(deadline) => {
+            let write = rt::timeout_at(data_plane.rt, deadline, write);
+            let (r, waited) = first_poll(write).await;
+            (matches!(r, Ok(Ok(()))), waited)
+        }
+        None => {
+            let (r, waited) = first_poll(write).await;
+            (r.is_ok(), waited)
+        }
+    }
 }
