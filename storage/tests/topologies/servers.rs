@@ -284,6 +284,32 @@ impl Sentinels {
         }
     }
 
+    /// `SENTINEL FAILOVER` at the sentinel on `via`, asked again while it refuses: just after
+    /// the start, on a loaded machine, a sentinel may not count the replica as fit yet (it
+    /// answers `NOGOODSLAVE` until it has the replica's recent `INFO`).
+    pub fn failover(&self, via: u16) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{via}/")).expect("client");
+            let r: redis::RedisResult<redis::Value> = client
+                .get_connection_with_timeout(Duration::from_millis(300))
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL")
+                        .arg("FAILOVER")
+                        .arg(&self.name)
+                        .query(&mut c)
+                });
+            if let Ok(redis::Value::Okay) = r {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "SENTINEL FAILOVER refused for 10 s: {r:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The master's port as the first sentinel reports it.
     pub fn master_port(&self) -> Option<u16> {
         let p = self.sentinels[0].port;
