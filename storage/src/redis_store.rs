@@ -234,16 +234,52 @@ impl RedisOptions {
 
     /// The client for the standalone server.
     fn client(&self) -> Result<Client, StoreError> {
+        self.client_at(&self.host, self.port, self.tls_certificates()?)
+    }
+
+    /// A client for the Redis server at `host:port` (the database and password of the
+    /// settings), over TLS with `certs` when `tls`.
+    fn client_at(
+        &self,
+        host: &str,
+        port: u16,
+        certs: Option<TlsCertificates>,
+    ) -> Result<Client, StoreError> {
         let mut redis = RedisConnectionInfo::default().set_db(i64::from(self.database));
         if let Some(p) = &self.password {
             redis = redis.set_password(p);
         }
+        self.open(host, port, redis, certs)
+    }
+
+    /// A client for the sentinel at `host:port`: its own password (`sentinel_password`), over
+    /// TLS with `certs` when `tls`.
+    fn sentinel_client_at(
+        &self,
+        host: &str,
+        port: u16,
+        certs: Option<TlsCertificates>,
+    ) -> Result<Client, StoreError> {
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(p) = &self.sentinel_password {
+            redis = redis.set_password(p);
+        }
+        self.open(host, port, redis, certs)
+    }
+
+    fn open(
+        &self,
+        host: &str,
+        port: u16,
+        redis: RedisConnectionInfo,
+        certs: Option<TlsCertificates>,
+    ) -> Result<Client, StoreError> {
         let info = self
-            .addr(&self.host, self.port)
+            .addr(host, port)
             .into_connection_info()
             .map_err(|e| StoreError::Config(e.to_string()))?
             .set_redis_settings(redis);
-        let client = match self.tls_certificates()? {
+        let client = match certs {
             Some(certs) => Client::build_with_tls(info, certs),
             None => Client::open(info),
         };

@@ -103,6 +103,26 @@ pub(crate) async fn timeout<T>(limit: Duration, fut: impl Future<Output = T>) ->
     }
 }
 
+/// A future that ends after `d`, on the caller's runtime.
+pub(crate) async fn sleep(d: Duration) {
+    if let Some(rt) = RUNTIME.get() {
+        return rt.sleep(d).await;
+    }
+    #[cfg(feature = "tokio")]
+    if on_tokio() {
+        return tokio::time::sleep(d).await;
+    }
+    #[cfg(feature = "smol")]
+    {
+        smol::Timer::after(d).await;
+    }
+    #[cfg(not(feature = "smol"))]
+    {
+        // No runtime (`spawn` drops its task then): never end rather than let a loop spin.
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Make the redis crate use smol even where a tokio runtime might be current (weir-smol calls
 /// this before anything connects). A preference already set is kept; a build without tokio
 /// has nothing to choose between.

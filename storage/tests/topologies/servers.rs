@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::RedisServer;
+use crate::common::{RedisServer, free_port};
 
 /// Poll `f` every 20 ms until it is true, or panic with `what` after `limit`.
 pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
@@ -230,6 +230,21 @@ pub struct Sentinels {
 
 impl Sentinels {
     pub fn start(master_port: u16, replica_port: u16, sentinel_base: u16) -> Sentinels {
+        Sentinels::start_on(
+            master_port,
+            replica_port,
+            [sentinel_base, sentinel_base + 1, sentinel_base + 2],
+        )
+    }
+
+    /// The same on free ports: nothing else in this or a parallel run uses them.
+    pub fn start_free() -> Sentinels {
+        let ports = [free_port(), free_port(), free_port()];
+        Sentinels::start_on(free_port(), free_port(), ports)
+    }
+
+    /// A master on `master_port`, its replica on `replica_port`, sentinels on `sentinel_ports`.
+    pub fn start_on(master_port: u16, replica_port: u16, sentinel_ports: [u16; 3]) -> Sentinels {
         let dir = temp_dir("weirsentinel");
         let master = RedisServer::start(Some(master_port), &[]);
         let of = master_port.to_string();
@@ -239,7 +254,7 @@ impl Sentinels {
         });
         let name = "weirmaster".to_owned();
         let mut sentinels = Vec::new();
-        for port in sentinel_base..sentinel_base + 3 {
+        for port in sentinel_ports {
             let conf = dir.join(format!("sentinel-{port}.conf"));
             std::fs::write(
                 &conf,
@@ -255,7 +270,7 @@ impl Sentinels {
             sentinels.push(RedisServer::start_sentinel(port, &conf));
         }
         wait_until(Duration::from_secs(10), "sentinels see the replica", || {
-            (sentinel_base..sentinel_base + 3).all(|p| {
+            sentinel_ports.iter().all(|&p| {
                 matches!(cmd(p, &["SENTINEL", "REPLICAS", &name]),
                     Some(redis::Value::Array(r)) if !r.is_empty())
             })
@@ -266,6 +281,32 @@ impl Sentinels {
             sentinels,
             name,
             dir,
+        }
+    }
+
+    /// `SENTINEL FAILOVER` at the sentinel on `via`, asked again while it refuses: just after
+    /// the start, on a loaded machine, a sentinel may not count the replica as fit yet (it
+    /// answers `NOGOODSLAVE` until it has the replica's recent `INFO`).
+    pub fn failover(&self, via: u16) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{via}/")).expect("client");
+            let r: redis::RedisResult<redis::Value> = client
+                .get_connection_with_timeout(Duration::from_millis(300))
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL")
+                        .arg("FAILOVER")
+                        .arg(&self.name)
+                        .query(&mut c)
+                });
+            if let Ok(redis::Value::Okay) = r {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "SENTINEL FAILOVER refused for 10 s: {r:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -291,4 +332,100 @@ impl Drop for Sentinels {
         self.replica.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What the sentinels on some ports announce on `+switch-master`, as the test sees it: one
+/// thread per sentinel with a plain subscription, stopped on drop.
+pub struct Announcements {
+    /// (when, from which sentinel, the message) in the order seen.
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(Instant, u16, String)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Announcements {
+    /// Subscribed to every sentinel in `ports` when this returns.
+    pub fn subscribe(ports: &[u16]) -> Announcements {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex, mpsc};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for &port in ports {
+            let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+            let (ready, subscribed) = mpsc::channel();
+            threads.push(std::thread::spawn(move || {
+                let client =
+                    redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
+                let mut conn = client.get_connection().expect("connect to the sentinel");
+                let mut ps = conn.as_pubsub();
+                ps.subscribe("+switch-master").expect("subscribe");
+                ps.set_read_timeout(Some(Duration::from_millis(50)))
+                    .expect("read timeout");
+                let _ = ready.send(());
+                while !stop.load(Ordering::Relaxed) {
+                    match ps.get_message() {
+                        Ok(m) => {
+                            let text: String = m.get_payload().unwrap_or_default();
+                            seen.lock()
+                                .expect("lock")
+                                .push((Instant::now(), port, text));
+                        }
+                        Err(e) if e.is_timeout() => {}
+                        Err(_) => return,
+                    }
+                }
+            }));
+            subscribed
+                .recv_timeout(Duration::from_secs(5))
+                .expect("subscribed to the sentinel");
+        }
+        Announcements {
+            seen,
+            stop,
+            threads,
+        }
+    }
+
+    /// The first announcement: when, and its text.
+    pub fn first(&self) -> Option<(Instant, String)> {
+        let seen = self.seen.lock().expect("lock");
+        seen.first().map(|(t, _, m)| (*t, m.clone()))
+    }
+
+    /// Every announcement so far: (when, from which sentinel, the text).
+    pub fn all(&self) -> Vec<(Instant, u16, String)> {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for Announcements {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The role `port` reports (`master`, `slave`), `None` when it does not answer.
+pub fn role(port: u16) -> Option<String> {
+    match cmd(port, &["ROLE"])? {
+        redis::Value::Array(r) => match r.first()? {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The clients of `port` in pub/sub mode (`CLIENT LIST` flag `P`).
+pub fn subscribers(port: u16) -> usize {
+    text(port, &["CLIENT", "LIST"])
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('P')))
+        })
+        .count()
 }
