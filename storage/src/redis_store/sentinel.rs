@@ -10,7 +10,7 @@
 //!
 //! The first call (and any call after the connections were dropped) asks the sentinels for the
 //! master of `sentinel_master` with the redis crate's sentinel client and opens a [`Conns`] set
-//! to it, one caller at a time (issue 19).
+//! to it, one caller at a time.
 //!
 //! Moving is led by the sentinels' announcements: one task per configured sentinel keeps a
 //! subscription to its `+switch-master` channel (made again, with a short backoff, when it
