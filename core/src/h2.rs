@@ -6,6 +6,16 @@
 //!   request smuggling between tiers uses. The request engine refuses it with `400`
 //!   ([`ClientError::HostMismatch`](crate::response::ClientError::HostMismatch)) before anything
 //!   else, as the HTTP/1 codec refuses a bad `Host`.
+//! - [`Inbound`] (module `inbound`): a client's trailers that carry a pseudo-header field are
+//!   malformed (RFC 9113 §8.1). h2 0.4 drops such fields from the trailers silently and reports
+//!   the request complete; `Inbound` reads the client's frames before h2 does and marks such a
+//!   trailer block so that h2 resets the stream (`PROTOCOL_ERROR`) itself.
+
+mod hpack;
+mod inbound;
+
+pub use hpack::HpackError;
+pub use inbound::{HEADER_TABLE_SIZE, Inbound, MAX_FRAME_SIZE};
 
 use crate::headers::HeaderLines;
 
