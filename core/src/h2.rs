@@ -78,9 +78,7 @@ fn split(v: &[u8], default: u16) -> Option<(&[u8], u16)> {
     if port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let n = port
-        .iter()
-        .fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    let n = port.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
     Some((host, u16::try_from(n).ok()?))
 }
 

@@ -28,15 +28,27 @@ fn host_and_authority_agree_after_scheme_based_normalisation() {
     assert!(agrees("example.com", false, &[]), "no host field");
     assert!(agrees("example.com", false, &["example.com"]));
     assert!(agrees("Example.COM", false, &["example.com"]), "case");
-    assert!(agrees("example.com", false, &["example.com:80"]), "http default");
-    assert!(agrees("example.com:443", true, &["EXAMPLE.com"]), "https default");
-    assert!(agrees("example.com:", false, &["example.com"]), "empty port");
+    assert!(
+        agrees("example.com", false, &["example.com:80"]),
+        "http default"
+    );
+    assert!(
+        agrees("example.com:443", true, &["EXAMPLE.com"]),
+        "https default"
+    );
+    assert!(
+        agrees("example.com:", false, &["example.com"]),
+        "empty port"
+    );
     assert!(agrees("[::1]:8080", false, &["[::1]:8080"]));
     assert!(agrees("a:8080", false, &["a:8080", "A:8080"]), "two equal");
 
     assert!(!agrees("example.com", false, &["evil.example"]));
     assert!(!agrees("example.com", false, &["example.com:8080"]), "port");
-    assert!(!agrees("example.com", true, &["example.com:80"]), "80 is not https's");
+    assert!(
+        !agrees("example.com", true, &["example.com:80"]),
+        "80 is not https's"
+    );
     assert!(!agrees("a", false, &["a", "b"]), "one of two differs");
     assert!(!agrees("a", false, &["user@a"]), "userinfo");
     assert!(!agrees("a", false, &["a:99999"]), "port range");
@@ -98,7 +110,11 @@ fn hpack_pseudo_names_by_literal_and_refusals() {
     b[0] = 0x40;
     assert_eq!(t.block(&b), Ok(true));
     assert_eq!(t.block(&[0x40 | 62, 1, b'x']), Ok(true));
-    assert_eq!(t.block(&[0x0f, 0x2f, 1, b'x']), Ok(true), "name index 62 as 4-bit prefix");
+    assert_eq!(
+        t.block(&[0x0f, 0x2f, 1, b'x']),
+        Ok(true),
+        "name index 62 as 4-bit prefix"
+    );
     // Regular names.
     assert_eq!(t.block(&[0x40, 1, b'a', 1, b'b']), Ok(false));
     assert_eq!(t.block(&[0x80 | 15]), Ok(false), "static accept-charset");
@@ -106,8 +122,16 @@ fn hpack_pseudo_names_by_literal_and_refusals() {
     // Errors.
     assert_eq!(t.block(&[0x80]), Err(HpackError::Index));
     assert_eq!(t.block(&[0x00, 5, b':']), Err(HpackError::Truncated));
-    assert_eq!(t.block(&[0x3f, 0xe2, 0x1f]), Err(HpackError::SizeUpdate), "over 4096");
-    assert_eq!(t.block(&[0x82, 0x20]), Err(HpackError::SizeUpdate), "after a field");
+    assert_eq!(
+        t.block(&[0x3f, 0xe2, 0x1f]),
+        Err(HpackError::SizeUpdate),
+        "over 4096"
+    );
+    assert_eq!(
+        t.block(&[0x82, 0x20]),
+        Err(HpackError::SizeUpdate),
+        "after a field"
+    );
     assert_eq!(
         t.block(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
         Err(HpackError::Integer)
@@ -126,11 +150,18 @@ fn huffman_decoding_follows_rfc7541() {
         Ok((15, Some(b'w')))
     );
     assert_eq!(huffman_decode(&hex("a8eb10649cbf")), Ok((8, Some(b'n'))));
-    assert_eq!(huffman_decode(&hex("25a849e95ba97d7f")), Ok((10, Some(b'c'))));
+    assert_eq!(
+        huffman_decode(&hex("25a849e95ba97d7f")),
+        Ok((10, Some(b'c')))
+    );
     assert_eq!(huffman_decode(&[]), Ok((0, None)));
     // Padding of 8 ones, or padding that is not ones, or EOS itself.
     assert_eq!(huffman_decode(&[0xff]), Err(HpackError::Huffman));
-    assert_eq!(huffman_decode(&[0x00]), Err(HpackError::Huffman), "'0' + 0 padding");
+    assert_eq!(
+        huffman_decode(&[0x00]),
+        Err(HpackError::Huffman),
+        "'0' + 0 padding"
+    );
     assert_eq!(
         huffman_decode(&[0xff, 0xff, 0xff, 0xfc]),
         Err(HpackError::Huffman),
@@ -237,10 +268,18 @@ fn inbound_holds_a_trailer_block_until_end_headers() {
     c.extend(frame(9, 0x4, 1, tail));
     let mut g = Inbound::new(1 << 20);
     let mut pending = c[..held_from + 9 + head.len()].to_vec();
-    assert_eq!(g.scan(&mut pending), held_from, "held at the trailer HEADERS");
+    assert_eq!(
+        g.scan(&mut pending),
+        held_from,
+        "held at the trailer HEADERS"
+    );
     pending.drain(..held_from);
     pending.extend_from_slice(&c[held_from + 9 + head.len()..]);
-    assert_eq!(g.scan(&mut pending), pending.len(), "released at END_HEADERS");
+    assert_eq!(
+        g.scan(&mut pending),
+        pending.len(),
+        "released at END_HEADERS"
+    );
     assert_eq!(pending[4], 0x0, "END_STREAM cleared on the HEADERS frame");
     assert_eq!(g.refused(), 1);
 }
