@@ -300,6 +300,9 @@ pub async fn c_path_12_h2_host_must_match_authority(bin: Binary) {
     assert_eq!(b.count(), 2);
 }
 
+/// Header fields, by name and value.
+type Fields<'a> = &'a [(&'a str, &'a str)];
+
 /// The request head and `body` in one DATA frame (no END_STREAM) of a POST on `stream`.
 fn post_head_and_body(stream: u32, path: &str, head: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     let mut f = h2raw::frame(
@@ -340,7 +343,7 @@ pub async fn c_path_12_h2_pseudo_header_in_trailers_resets_the_stream(bin: Binar
             .iter()
             .any(|r| r.target != "/clean" && !r.body.is_empty())
     };
-    let cases: [(u32, &str, &[(&str, &str)]); 2] = [
+    let cases: [(u32, &str, Fields); 2] = [
         (1, "/sized", &[("content-length", "5")]),
         (3, "/unsized", &[]),
     ];

@@ -116,10 +116,11 @@ pub struct ClientBody {
     inner: Incoming,
     failed: Arc<BodyTally>,
     deadline: Option<rt::Deadline>,
-    /// The frame that completed the declared length, until the stream's end is known.
-    held: Option<Frame<Bytes>>,
-    /// A frame read while one was held, to pass after it.
-    after: Option<Frame<Bytes>>,
+    /// The data that completed the declared length, until the stream's end is known.
+    held: Option<Bytes>,
+    /// A frame read while data was held, to pass after it (boxed: trailers are rare, and the
+    /// body lives in every streamed request).
+    after: Option<Box<Frame<Bytes>>>,
 }
 
 impl ClientBody {
@@ -150,7 +151,7 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(f) = self.after.take() {
-            return Poll::Ready(Some(Ok(f)));
+            return Poll::Ready(Some(Ok(*f)));
         }
         if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
@@ -166,7 +167,9 @@ impl Body for ClientBody {
                     self.failed.fail();
                     return Poll::Ready(Some(Err(e.into())));
                 }
-                Poll::Ready(None) => return Poll::Ready(self.held.take().map(Ok)),
+                Poll::Ready(None) => {
+                    return Poll::Ready(self.held.take().map(|d| Ok(Frame::data(d))));
+                }
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Pending => return Poll::Pending,
             };
@@ -174,16 +177,16 @@ impl Body for ClientBody {
                 self.failed.add(data.len());
             }
             if let Some(held) = self.held.take() {
-                self.after = Some(frame);
-                return Poll::Ready(Some(Ok(held)));
+                self.after = Some(Box::new(frame));
+                return Poll::Ready(Some(Ok(Frame::data(held))));
             }
-            let completes = frame.is_data()
-                && self.inner.size_hint().exact() == Some(0)
-                && !self.inner.is_end_stream();
-            if !completes {
-                return Poll::Ready(Some(Ok(frame)));
+            let completes =
+                self.inner.size_hint().exact() == Some(0) && !self.inner.is_end_stream();
+            match frame.into_data() {
+                Ok(data) if completes => self.held = Some(data),
+                Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
             }
-            self.held = Some(frame);
         }
     }
 
@@ -192,13 +195,12 @@ impl Body for ClientBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held = self
-            .held
-            .iter()
-            .chain(&self.after)
-            .filter_map(Frame::data_ref)
-            .map(|d| d.len() as u64)
-            .sum::<u64>();
+        let held = self.held.as_ref().map_or(0, Bytes::len) as u64
+            + self
+                .after
+                .as_ref()
+                .and_then(|f| f.data_ref())
+                .map_or(0, Bytes::len) as u64;
         let inner = self.inner.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower() + held);
