@@ -4,6 +4,7 @@
 
 mod body;
 mod conn;
+mod console;
 mod fault;
 mod fwd;
 mod h2;
@@ -21,6 +22,7 @@ mod tls;
 
 pub use body::*;
 pub use conn::*;
+pub use console::*;
 pub use fault::*;
 pub use fwd::*;
 pub use h2::*;

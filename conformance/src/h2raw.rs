@@ -96,6 +96,42 @@ pub fn rst(stream: u32, code: u32) -> Vec<u8> {
     frame(kind::RST_STREAM, 0, stream, &code.to_be_bytes())
 }
 
+/// A literal header field without indexing with a new name (HPACK, RFC 7541 §6.2.2): any
+/// name, pseudo-header fields included, with no dynamic-table state.
+pub fn literal(name: &str, value: &str) -> Vec<u8> {
+    let mut b = vec![0x00, u8::try_from(name.len()).expect("short name")];
+    b.extend_from_slice(name.as_bytes());
+    b.push(u8::try_from(value.len()).expect("short value"));
+    b.extend_from_slice(value.as_bytes());
+    b
+}
+
+/// The HPACK block of `POST <path>` with `:authority: localhost` and `extra` fields.
+pub fn post_block(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
+    b.extend(literal(":path", path));
+    b.extend(literal(":authority", "localhost"));
+    for (n, v) in extra {
+        b.extend(literal(n, v));
+    }
+    b
+}
+
+/// What the server sent on one stream until it ended it or reset it (or the wait ended).
+#[derive(Debug, Default, Clone)]
+pub struct StreamSeen {
+    /// The payloads of its HEADERS frames (the response head first).
+    pub headers: Vec<Vec<u8>>,
+    /// DATA bytes.
+    pub data: usize,
+    /// The stream ended with END_STREAM.
+    pub ended: bool,
+    /// Its RST_STREAM's error code.
+    pub reset: Option<u32>,
+    /// A GOAWAY's error code, when one came.
+    pub goaway: Option<u32>,
+}
+
 /// What the server sent until it went away (or the wait ended).
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
@@ -228,7 +264,52 @@ impl H2Raw {
         }
     }
 
+    /// Reads frames for at most `timeout`, until `stream` ends or is reset, or the connection
+    /// ends; frames of other streams are skipped.
+    pub async fn read_stream(&mut self, stream: u32, timeout: Duration) -> StreamSeen {
+        let mut seen = StreamSeen::default();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tmp = vec![0u8; 64 * 1024];
+        loop {
+            while let Some((kind, flags, id, payload)) = self.next_frame_full() {
+                if kind == kind::GOAWAY && payload.len() >= 8 {
+                    let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                    seen.goaway = Some(code);
+                    return seen;
+                }
+                if id != stream {
+                    continue;
+                }
+                match kind {
+                    kind::HEADERS => seen.headers.push(payload),
+                    kind::DATA => seen.data += payload.len(),
+                    kind::RST_STREAM if payload.len() >= 4 => {
+                        seen.reset = Some(u32::from_be_bytes([
+                            payload[0], payload[1], payload[2], payload[3],
+                        ]));
+                        return seen;
+                    }
+                    _ => {}
+                }
+                if flags & END_STREAM != 0 && (kind == kind::HEADERS || kind == kind::DATA) {
+                    seen.ended = true;
+                    return seen;
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.rd.read(&mut tmp)).await {
+                Err(_) | Ok(Ok(0) | Err(_)) => return seen,
+                Ok(Ok(n)) => self.buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    }
+
     fn next_frame(&mut self) -> Option<(u8, Vec<u8>)> {
+        self.next_frame_full()
+            .map(|(kind, _, _, payload)| (kind, payload))
+    }
+
+    /// The next whole frame read: its type, flags, stream and payload.
+    fn next_frame_full(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
         if self.buf.len() < 9 {
             return None;
         }
@@ -238,9 +319,11 @@ impl H2Raw {
         if self.buf.len() < 9 + len {
             return None;
         }
-        let kind = self.buf[3];
+        let (kind, flags) = (self.buf[3], self.buf[4]);
+        let stream =
+            u32::from_be_bytes([self.buf[5], self.buf[6], self.buf[7], self.buf[8]]) & 0x7fff_ffff;
         let payload = self.buf[9..9 + len].to_vec();
         self.buf.drain(..9 + len);
-        Some((kind, payload))
+        Some((kind, flags, stream, payload))
     }
 }

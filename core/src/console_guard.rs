@@ -10,8 +10,42 @@
 //! - **Cross-site requests**: API calls whose `Sec-Fetch-Site` is not `same-origin`, or whose
 //!   `Origin` is not `http://<Host>`, are refused with `403` before the token is added (a form
 //!   post or `<img>` from any site would otherwise act with the admin's credential).
+//! - **Who reaches it** ([`listen_refusal`], [`authenticated`]): whoever reaches the console acts
+//!   with the admin token, so it listens beyond loopback only when the operator says how it is
+//!   protected: `--allow-remote` (an authenticating proxy in front, or a network only such a
+//!   proxy reaches) or its own bearer token (`--auth-token-env`), which every request must then
+//!   carry (`401` otherwise, before anything else is looked at).
+
+use std::net::SocketAddr;
 
 use http::{HeaderMap, StatusCode};
+
+use crate::config::Secret;
+
+/// Why `weir console` must not listen on `addr`, if it must not: an address beyond loopback
+/// needs `allow_remote` (the operator vouches for a protection in front) or `authenticated`
+/// (the console's own bearer token). The message names the safe options.
+#[must_use]
+pub fn listen_refusal(addr: SocketAddr, allow_remote: bool, authenticated: bool) -> Option<String> {
+    if addr.ip().to_canonical().is_loopback() || allow_remote || authenticated {
+        return None;
+    }
+    Some(format!(
+        "refusing to listen on {addr}: the console adds the admin token to every call it \
+         forwards, so anyone who reaches it is an administrator. Listen on loopback (the default \
+         127.0.0.1:3000; from elsewhere, an SSH tunnel or kubectl port-forward), or require a \
+         bearer token of the console's own with --auth-token-env VAR, or, only behind an \
+         authenticating proxy, say so with --allow-remote (docs/console.md)"
+    ))
+}
+
+/// Whether a console request carries the console's own token (`--auth-token-env`): exactly one
+/// `Authorization: Bearer <token>`, compared in constant time (as the management plane's,
+/// C-MGMT-1). The console answers `401` otherwise and forwards nothing.
+#[must_use]
+pub fn authenticated(headers: &HeaderMap, token: &Secret) -> bool {
+    crate::mgmt::bearer_matches(headers, token)
+}
 
 /// A refusal: the status and the message the console answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,6 +36,7 @@ pub mod exchange;
 pub mod flow;
 pub mod forward;
 pub mod h1;
+pub mod h2;
 pub mod headers;
 pub mod health;
 pub mod idle_pool;

@@ -49,7 +49,7 @@ mod tests;
 
 /// Re-exported from [`crate::config`], where durations are read.
 pub use crate::config::format_duration;
-pub use access::{Access, authorize, guard};
+pub use access::{Access, authorize, bearer_matches, guard};
 pub use command::{Command, Parsed, parse, parse_raw};
 pub use decision::{Decision, FieldError, Reply, apply, handle};
 pub use endpoint::{Endpoint, MgmtRequest, route};

@@ -262,6 +262,9 @@ pub enum ClientError {
     Incomplete,
     /// `TRACE` while `server.allow_trace` is false (`method::check`): `405` with `Allow`.
     MethodNotAllowed,
+    /// An HTTP/2 request whose `host` names another entity than its `:authority` (RFC 9113
+    /// §8.3.1, `h2::host_agrees`): malformed, `400`.
+    HostMismatch,
 }
 
 impl From<crate::method::Refused> for ClientError {
@@ -277,7 +280,8 @@ impl ClientError {
         match self {
             ClientError::AsteriskWithoutOptions
             | ClientError::UnsupportedTarget
-            | ClientError::BodyUnreadable => 400,
+            | ClientError::BodyUnreadable
+            | ClientError::HostMismatch => 400,
             ClientError::BodyTimeout => 408,
             ClientError::MethodNotAllowed => 405,
             ClientError::TargetTooLong => 414,
@@ -298,6 +302,8 @@ impl ClientError {
             ClientError::UnrequestedUpgrade => "unrequested_upgrade",
             ClientError::Incomplete => "incomplete",
             ClientError::MethodNotAllowed => "method_not_allowed",
+            // The reason the HTTP/1 codec gives a refused head (a bad `Host` among them).
+            ClientError::HostMismatch => "malformed_request",
         }
     }
 
@@ -320,6 +326,7 @@ impl ClientError {
             ClientError::MethodNotAllowed => {
                 "method TRACE is not allowed (server.allow_trace is false)"
             }
+            ClientError::HostMismatch => "host does not name the same authority as :authority",
         }
     }
 }

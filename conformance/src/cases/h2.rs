@@ -14,7 +14,7 @@ use crate::client::{Req, try_send};
 use crate::config::Config;
 use crate::h2raw::{self, ENHANCE_YOUR_CALM, H2Raw, PROTOCOL_ERROR, kind};
 use crate::harness::{Binary, Proxy};
-use crate::util::{cpu_time, eventually, rss_kib, secs};
+use crate::util::{cpu_time, eventually, rss_kib, secs, stays};
 
 /// RSS growth any one abuse may cause (the limits put it far below: docs/proxy.md).
 const RSS_MARGIN_KIB: u64 = 64 * 1024;
@@ -262,4 +262,137 @@ pub async fn c_path_12_h2_zero_window_peer_bounded(bin: Binary) {
         Some(PROTOCOL_ERROR),
         "WINDOW_UPDATE 0: {seen:?}"
     );
+}
+
+/// RFC 9113 §8.3.1 (C-PATH-12 refined, C-PATH-11; docs/proxy.md "HTTP/2 requests"): an h2c
+/// request whose `host` names another entity than its `:authority` is weir's JSON `400` and
+/// reaches no backend (before, `host` won for routing and `X-Forwarded-Host`); the same entity
+/// spelled in another case, or with the scheme's default port, passes.
+pub async fn c_path_12_h2_host_must_match_authority(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let p = Proxy::start(&bin, &Config::new(&[&b])).await;
+    let port = p.public.port();
+    let uri = format!("http://good.example:{port}/x");
+    for host in [
+        "evil.example".to_owned(),
+        format!("good.example:{}", port + 1),
+    ] {
+        let r = crate::client::h2c_get(p.public, &uri, &[("host", &host)])
+            .await
+            .unwrap_or_else(|e| panic!("host {host}: {e}"));
+        super::expect_weir_error(&r, 400, &format!("host {host} against :authority"));
+    }
+    assert_eq!(b.count(), 0, "a mismatched request reached the backend");
+
+    let same = format!("GOOD.example:{port}");
+    let r = crate::client::h2c_get(p.public, &uri, &[("host", &same)])
+        .await
+        .unwrap_or_else(|e| panic!("host {same}: {e}"));
+    expect_status(&r, 200, "the same entity in another case");
+    let r = crate::client::h2c_get(
+        p.public,
+        "http://good.example/y",
+        &[("host", "good.example:80")],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("default port: {e}"));
+    expect_status(&r, 200, "the scheme's default port");
+    assert_eq!(b.count(), 2);
+}
+
+/// Header fields, by name and value.
+type Fields<'a> = &'a [(&'a str, &'a str)];
+
+/// The request head and `body` in one DATA frame (no END_STREAM) of a POST on `stream`.
+fn post_head_and_body(stream: u32, path: &str, head: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut f = h2raw::frame(
+        kind::HEADERS,
+        h2raw::END_HEADERS,
+        stream,
+        &h2raw::post_block(path, head),
+    );
+    f.extend(h2raw::frame(kind::DATA, 0, stream, body));
+    f
+}
+
+/// A trailer block of `fields` that ends `stream`.
+fn trailers(stream: u32, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (n, v) in fields {
+        block.extend(h2raw::literal(n, v));
+    }
+    h2raw::frame(
+        kind::HEADERS,
+        h2raw::END_HEADERS | h2raw::END_STREAM,
+        stream,
+        &block,
+    )
+}
+
+/// RFC 9113 §8.1 (C-PATH-12 refined; docs/proxy.md "HTTP/2 requests"): trailers that carry a
+/// pseudo-header field (`:path` after the body) make the request malformed: its stream is reset
+/// with `PROTOCOL_ERROR`, no response head is sent, and the backend never sees the request
+/// complete, with a `Content-Length` body (whose last bytes would otherwise complete it while
+/// the trailers are still to come) and without one; the connection serves the next stream.
+/// The same request with clean trailers is answered `200` and reaches the backend whole.
+pub async fn c_path_12_h2_pseudo_header_in_trailers_resets_the_stream(bin: Binary) {
+    let (b, p) = start(&bin, Mode::Ok, |c| c).await;
+    let mut c = H2Raw::connect(p.public, &[]).await.expect("connect");
+    let whole = |b: &Backend| {
+        b.requests()
+            .iter()
+            .any(|r| r.target != "/clean" && !r.body.is_empty())
+    };
+    let cases: [(u32, &str, Fields); 2] = [
+        (1, "/sized", &[("content-length", "5")]),
+        (3, "/unsized", &[]),
+    ];
+    for (stream, path, head) in cases {
+        c.write(&post_head_and_body(stream, path, head, b"hello"))
+            .await
+            .expect("request");
+        // The head and the body go upstream at once; the request is not complete before the
+        // trailers, so the backend must not have read it whole meanwhile.
+        stays(
+            Duration::from_millis(300),
+            "no whole request upstream",
+            || !whole(&b),
+        )
+        .await;
+        c.write(&trailers(stream, &[(":path", "/evil"), ("x-sum", "1")]))
+            .await
+            .expect("trailers");
+        let seen = c.read_stream(stream, secs(10)).await;
+        assert_eq!(
+            seen.reset,
+            Some(PROTOCOL_ERROR),
+            "{path}: a pseudo-header in trailers: {seen:?}"
+        );
+        assert!(seen.headers.is_empty(), "{path}: a response head: {seen:?}");
+    }
+    // The connection goes on: a clean request on it is answered.
+    let mut clean = post_head_and_body(5, "/clean", &[("content-length", "5")], b"hello");
+    clean.extend(trailers(5, &[("x-sum", "1")]));
+    c.write(&clean).await.expect("clean request");
+    let seen = c.read_stream(5, secs(10)).await;
+    assert_eq!(seen.reset, None, "clean trailers: {seen:?}");
+    assert_eq!(
+        seen.headers.first().and_then(|h| h.first()),
+        Some(&0x88),
+        "clean trailers: :status 200 (static index 8) first: {seen:?}"
+    );
+    // A backend reading a cut body records it empty; a whole one would show its bytes.
+    stays(
+        Duration::from_millis(300),
+        "no whole malformed request upstream",
+        || !whole(&b),
+    )
+    .await;
+    let clean: Vec<_> = b
+        .requests()
+        .into_iter()
+        .filter(|r| r.target == "/clean")
+        .collect();
+    assert_eq!(clean.len(), 1, "the clean request reached the backend");
+    assert_eq!(&clean[0].body[..], b"hello");
 }

@@ -93,3 +93,56 @@ fn c_mgmt_2_a_cross_site_api_call_is_refused_before_the_token_is_added() {
         None
     );
 }
+
+/// C-MGMT-1 (refined, docs/console.md): beyond loopback the console needs `--allow-remote` or
+/// its own token; the refusal names the safe options.
+#[test]
+fn listening_beyond_loopback_needs_a_protection() {
+    let at = |s: &str| s.parse::<std::net::SocketAddr>().expect("addr");
+    for local in [
+        "127.0.0.1:3000",
+        "127.0.0.2:0",
+        "[::1]:3000",
+        "[::ffff:127.0.0.1]:3000",
+    ] {
+        assert_eq!(
+            super::listen_refusal(at(local), false, false),
+            None,
+            "{local}"
+        );
+    }
+    for remote in ["0.0.0.0:3000", "[::]:3000", "192.0.2.1:3000"] {
+        let why = super::listen_refusal(at(remote), false, false).expect(remote);
+        for option in ["loopback", "--auth-token-env", "--allow-remote"] {
+            assert!(why.contains(option), "{why}");
+        }
+        assert_eq!(super::listen_refusal(at(remote), true, false), None);
+        assert_eq!(super::listen_refusal(at(remote), false, true), None);
+    }
+}
+
+/// The console's own bearer token: exactly one `Authorization: Bearer <token>`.
+#[test]
+fn the_console_token_is_a_bearer_token() {
+    let token = weir_core_secret("console-s3cret");
+    let ok = |v: &[&str]| {
+        let mut h = HeaderMap::new();
+        for v in v {
+            h.append(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        super::authenticated(&h, &token)
+    };
+    assert!(ok(&["Bearer console-s3cret"]));
+    assert!(ok(&["bearer console-s3cret"]));
+    assert!(!ok(&[]));
+    assert!(!ok(&["Bearer console-s3cre"]));
+    assert!(!ok(&["Basic console-s3cret"]));
+    assert!(!ok(&["Bearer console-s3cret", "Bearer console-s3cret"]));
+}
+
+fn weir_core_secret(v: &str) -> crate::config::Secret {
+    crate::config::Secret::new(v)
+}

@@ -30,6 +30,10 @@ pub struct Head<'h, H: ?Sized = HeaderMap> {
     pub tls: bool,
     /// What the codec knows of the body's length.
     pub body: BodyInfo,
+    /// An HTTP/2 request's `:scheme` and `:authority`, when it has an `:authority`: its `host`
+    /// fields must name the same entity (RFC 9113 §8.3.1). `None` for HTTP/1, whose codec
+    /// checks `Host` itself (C-PATH-12).
+    pub authority: Option<crate::h2::Authority<'h>>,
 }
 
 impl<H: ?Sized> Clone for Head<'_, H> {

@@ -19,7 +19,21 @@ impl Exchange {
     /// From the head to the first wait: the method, health endpoints, the gate. (The framing
     /// rules of C-PATH-12 are the HTTP/1 codec's, `h1::parse_request`: a head that breaks one
     /// never makes an exchange.)
-    pub(super) fn begin<H: ?Sized>(&mut self, head: &Head<'_, H>, now: Instant, rng: &mut dyn Rng) {
+    pub(super) fn begin<H: crate::headers::HeaderLines + ?Sized>(
+        &mut self,
+        head: &Head<'_, H>,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) {
+        // RFC 9113 §8.3.1: `host` and `:authority` naming two entities is a malformed request,
+        // refused first, as the HTTP/1 codec refuses a bad `Host` (docs/proxy.md, "HTTP/2
+        // requests"): routing and `X-Forwarded-Host` would follow `host`, the client's stack
+        // and any tier before weir `:authority`.
+        if let Some(authority) = head.authority
+            && !crate::h2::host_agrees(head.headers, authority)
+        {
+            return self.answer(Answer::Client(ClientError::HostMismatch), now, rng);
+        }
         // TRACE → 405 unless `server.allow_trace`, before `/healthz`, the gate and
         // the limiter (docs/proxy.md, "Methods").
         let allow_trace = self.rt.config().server.allow_trace;

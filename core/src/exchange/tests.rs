@@ -105,6 +105,8 @@ pub(crate) struct Req {
     pub(crate) peer: IpAddr,
     pub(crate) tls: bool,
     pub(crate) body: BodyInfo,
+    /// An HTTP/2 request's `:authority` (`:scheme` http).
+    pub(crate) authority: Option<&'static str>,
 }
 
 impl Req {
@@ -117,6 +119,7 @@ impl Req {
             peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
             tls: false,
             body: BodyInfo::Empty,
+            authority: None,
         }
     }
 
@@ -140,6 +143,10 @@ impl Req {
             peer: self.peer,
             tls: self.tls,
             body: self.body,
+            authority: self.authority.map(|value| crate::h2::Authority {
+                https: false,
+                value,
+            }),
         }
     }
 }
@@ -894,6 +901,27 @@ fn access_log_sampling_logs_errors_always_and_successes_at_the_rate() {
     assert!(should_log(200, false, 1.0, &mut rng));
     let hits = (0..10_000).filter(|_| sampled(0.25, &mut rng)).count();
     assert!((2_200..2_800).contains(&hits), "{hits}");
+}
+
+/// RFC 9113 §8.3.1 (C-PATH-12 refined, docs/proxy.md "HTTP/2 requests"): an HTTP/2 request
+/// whose `host` names another entity than its `:authority` is a `400` before `/healthz`, the
+/// gate and any backend; the same entity in another spelling passes.
+#[test]
+fn h2_host_naming_another_authority_is_400_first() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let mut req = Req::get("/healthz").header("host", "evil.example");
+    req.authority = Some("good.example");
+    let (x, out) = f.start(&req, T0);
+    assert_eq!(answer(&out), Answer::Client(ClientError::HostMismatch));
+    assert!(x.synthetic(&answer(&out)).is_some());
+    assert_eq!(record(&out).status, 400);
+    assert_eq!(f.services.gate().in_flight(), 0);
+    assert!(!out.iter().any(|o| matches!(o, Output::Send(_))));
+
+    let mut req = Req::get("/healthz").header("host", "GOOD.example:80");
+    req.authority = Some("good.example");
+    let (_x, out) = f.start(&req, T0);
+    assert_eq!(answer(&out), Answer::Live);
 }
 
 /// docs/proxy.md, "Methods": TRACE is 405 with `Allow`, right after the framing

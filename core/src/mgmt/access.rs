@@ -44,26 +44,27 @@ pub fn authorize(
     if allow_insecure {
         return Ok(());
     }
-    let Some(token) = token else {
-        return Err(ManagementError::Unauthorized);
-    };
-    let mut values = req.headers.get_all(http::header::AUTHORIZATION).iter();
+    match token {
+        Some(token) if bearer_matches(req.headers, token) => Ok(()),
+        _ => Err(ManagementError::Unauthorized),
+    }
+}
+
+/// Whether `headers` hold exactly one `Authorization: Bearer <token>` (scheme
+/// case-insensitive, RFC 7235) whose token matches `token` in constant time ([`Secret::matches`]).
+/// The management plane's check (C-MGMT-1) and the console's own (`console_guard`).
+#[must_use]
+pub fn bearer_matches(headers: &http::HeaderMap, token: &Secret) -> bool {
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return Err(ManagementError::Unauthorized);
+        return false;
     };
-    let v = value.as_bytes();
-    let Some((scheme, rest)) = v.split_at_checked(6) else {
-        return Err(ManagementError::Unauthorized);
+    let Some((scheme, rest)) = value.as_bytes().split_at_checked(6) else {
+        return false;
     };
-    if !scheme.eq_ignore_ascii_case(b"bearer") || rest.first() != Some(&b' ') {
-        return Err(ManagementError::Unauthorized);
-    }
-    let candidate = rest.trim_ascii();
-    if token.matches(candidate) {
-        Ok(())
-    } else {
-        Err(ManagementError::Unauthorized)
-    }
+    scheme.eq_ignore_ascii_case(b"bearer")
+        && rest.first() == Some(&b' ')
+        && token.matches(rest.trim_ascii())
 }
 
 /// The header checks of a mutating request, in the contract's order (C-MGMT-2): cross-site,

@@ -310,6 +310,7 @@ impl World {
             peer: VISITOR,
             tls: false,
             body: BodyInfo::Empty,
+            authority: None,
         };
         let x = Exchange::new(
             Arc::clone(&self.runtime),

@@ -55,12 +55,25 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct ConsoleArgs {
-    /// Where the console listens.
+    /// Where the console listens. Beyond loopback it needs --auth-token-env or --allow-remote:
+    /// whoever reaches the console acts with the admin token.
     #[arg(long, default_value = "127.0.0.1:3000")]
     listen: SocketAddr,
     /// The management listener of the weir to manage.
-    #[arg(long, default_value = "http://127.0.0.1:9090")]
+    #[arg(
+        long,
+        env = "WEIR_MANAGEMENT_URL",
+        default_value = "http://127.0.0.1:9090"
+    )]
     management: String,
+    /// Require a bearer token of the console's own, read from this variable (or the file
+    /// VAR_FILE names), on every request: `Authorization: Bearer <token>`, else 401.
+    #[arg(long, value_name = "VAR")]
+    auth_token_env: Option<String>,
+    /// Listen beyond loopback without a token of the console's own: only behind an
+    /// authenticating proxy (or where only such a proxy can reach it).
+    #[arg(long)]
+    allow_remote: bool,
 }
 
 #[derive(Debug, Args)]
@@ -113,7 +126,12 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
         Command::Console(args) => {
             init_logs("info");
             block_on(rt, name, async move {
-                match crate::control::console::run(rt, args.listen, &args.management).await {
+                let access = crate::control::console::Access {
+                    allow_remote: args.allow_remote,
+                    auth_token_env: args.auth_token_env,
+                };
+                match crate::control::console::run(rt, args.listen, &args.management, access).await
+                {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(name, &e),
                 }

@@ -22,7 +22,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use weir_core::config::SecretSource;
+use weir_core::config::{Secret, SecretSource};
 
 use crate::base::rt::{self, JoinHandle, Rt};
 
@@ -72,6 +72,9 @@ pub struct Upstream {
     pub addr: SocketAddr,
     /// The bearer token (`None`: sent without one, for `management.allow_insecure`).
     pub token: Option<String>,
+    /// The console's own token (`--auth-token-env`): every request must carry it as
+    /// `Authorization: Bearer`, or gets `401` and nothing is served or forwarded.
+    pub auth: Option<Secret>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -79,6 +82,7 @@ impl std::fmt::Debug for Upstream {
         f.debug_struct("Upstream")
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -193,13 +197,6 @@ pub fn serve(
     let listener = std::net::TcpListener::bind(listen)?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() {
-        tracing::warn!(
-            listen = %addr,
-            "the console listens beyond loopback: anyone who reaches it acts with the admin \
-             token; put an authenticating proxy in front (docs/console.md)"
-        );
-    }
     let listener = rt.listener(listener)?;
     let task = rt::spawn_handle::<()>(rt, async move {
         loop {
@@ -227,20 +224,64 @@ pub fn serve(
     Ok((addr, task))
 }
 
-/// `weir console`: resolve the management address, read the token, serve until SIGINT/SIGTERM.
+/// How `weir console` may be reached beyond loopback (docs/console.md).
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// `--allow-remote`: the operator vouches for an authenticating proxy in front.
+    pub allow_remote: bool,
+    /// `--auth-token-env VAR`: the console's own bearer token comes from `VAR` (or the file
+    /// `VAR_FILE` names).
+    pub auth_token_env: Option<String>,
+}
+
+/// `weir console`: read the tokens, refuse a listener beyond loopback that nothing protects
+/// (`weir_core::console_guard::listen_refusal`), resolve the management address, serve until
+/// SIGINT/SIGTERM.
 ///
 /// # Errors
-/// A bad `--management`, an unreadable token file, or a listener that cannot be bound.
-pub async fn run(rt: Rt, listen: SocketAddr, management: &str) -> Result<(), String> {
+/// A listener refused, a bad `--management`, a token that is not set or an unreadable token
+/// file, or a listener that cannot be bound.
+pub async fn run(
+    rt: Rt,
+    listen: SocketAddr,
+    management: &str,
+    access: Access,
+) -> Result<(), String> {
+    let secrets = crate::base::secrets::EnvSecrets::new();
+    let auth = match &access.auth_token_env {
+        None => None,
+        Some(var) => match token_from(&secrets, var)? {
+            Some(t) if !t.is_empty() => Some(Secret::new(t)),
+            _ => {
+                return Err(format!(
+                    "--auth-token-env {var}: neither {var} nor {var}_FILE is set (the console's \
+                     own token, which every request must carry)"
+                ));
+            }
+        },
+    };
+    if let Some(why) =
+        weir_core::console_guard::listen_refusal(listen, access.allow_remote, auth.is_some())
+    {
+        return Err(why);
+    }
+    if auth.is_none() && !listen.ip().to_canonical().is_loopback() {
+        tracing::warn!(
+            listen = %listen,
+            "the console listens beyond loopback without a token of its own (--allow-remote): \
+             anyone who reaches it acts with the admin token, so only an authenticating proxy \
+             may reach it (docs/console.md)"
+        );
+    }
     let addr = resolve_management(rt, management).await?;
-    let token = token_from(&crate::base::secrets::EnvSecrets::new(), TOKEN_ENV)?;
+    let token = token_from(&secrets, TOKEN_ENV)?;
     if token.is_none() {
         tracing::warn!(
             "neither {TOKEN_ENV} nor {TOKEN_ENV}_FILE is set: API calls go without a token \
              (the management plane answers 401 unless management.allow_insecure is true)"
         );
     }
-    let (bound, task) = serve(rt, listen, Upstream { addr, token })
+    let (bound, task) = serve(rt, listen, Upstream { addr, token, auth })
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let _ = writeln!(
         std::io::stdout(),
@@ -257,6 +298,22 @@ type ConsoleResponse = Response<Full<Bytes>>;
 /// was not addressed to this console or comes from another site
 /// (`weir_core::console_guard::refusal`).
 pub async fn handle(rt: Rt, upstream: &Upstream, req: Request<Incoming>) -> ConsoleResponse {
+    // The console's own token first: without it nothing is served, the bundle included (a
+    // browser reaches such a console through a proxy that adds the header; docs/console.md).
+    if let Some(auth) = &upstream.auth
+        && !weir_core::console_guard::authenticated(req.headers(), auth)
+    {
+        let mut resp = json_error(
+            StatusCode::UNAUTHORIZED,
+            "the console requires its bearer token (Authorization: Bearer, --auth-token-env)",
+        );
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"weir console\""),
+        );
+        secure(resp.headers_mut());
+        return resp;
+    }
     let path = req.uri().path();
     let api = path.starts_with("/api/dashboard/") || path == OPENAPI_PATH;
     let target = req.uri().authority().map(http::uri::Authority::as_str);

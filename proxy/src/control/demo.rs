@@ -164,7 +164,18 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
         Some(addr) => {
             let token =
                 crate::control::console::token_from(&secrets, crate::control::console::TOKEN_ENV)?;
-            let upstream = crate::control::console::Upstream { addr, token };
+            // The demo's console has no token of its own: loopback only.
+            if let Some(why) = weir_core::console_guard::listen_refusal(console_bind, false, false)
+            {
+                return Err(format!(
+                    "{why} (weir demo's console has neither option; run `weir console`)"
+                ));
+            }
+            let upstream = crate::control::console::Upstream {
+                addr,
+                token,
+                auth: None,
+            };
             let (at, task) = crate::control::console::serve(rt, console_bind, upstream)
                 .map_err(|e| format!("cannot listen on {console_bind} for the console: {e}"))?;
             let _ = writeln!(out, "  console       http://{at}  (open it in a browser)");

@@ -96,7 +96,10 @@ async fn serve(open: Pin<Box<impl Future<Output = Option<Opened>> + Send>>) {
         return;
     };
     if h2 {
-        let io = Rewind { first: buf, io };
+        // A header block may take `max_header_bytes` decoded; its encoded form may be somewhat
+        // larger (Huffman), and h2 refuses larger blocks itself.
+        let max_block = ctx.data_plane.limits.max_header_bytes.saturating_mul(2);
+        let io = Rewind::new(buf, io, max_block);
         Box::pin(serve_h2(&builders, ctx, io, shutdown)).await;
     } else {
         drop(builders);

@@ -188,6 +188,7 @@ impl World<'_> {
                 BodyKind::Sized(n) => BodyInfo::Sized(n),
                 BodyKind::Streaming => BodyInfo::Unsized,
             },
+            authority: None,
         };
         let x = Exchange::new(
             Arc::clone(&self.runtime),

@@ -1,11 +1,3 @@
-<<<<<<< HEAD
-//! A master found through Redis Sentinel with the redis crate's own sentinel client: the
-//! sentinels are asked for the master of `sentinel_master`, a [`Conns`] set is opened to it,
-//! and the sentinels are asked again when that master stops answering or answers `READONLY`
-//! (a failover demoted it). Asking happens on the next call, one at a time. With
-//! `redis.tls` the sentinels are spoken to over TLS as well, and `redis.sentinel_password` is
-//! their own `AUTH` (Sentinel's `requirepass`), apart from the master's.
-=======
 //! A master found through Redis Sentinel, and followed when the sentinels move it.
 //!
 //! The first call (and any call after the connections were dropped) asks the sentinels for the
@@ -29,7 +21,6 @@
 //! With `redis.tls` the sentinels are spoken to over TLS as well, and
 //! `redis.sentinel_password` is their own `AUTH` (Sentinel's `requirepass`), apart from the
 //! master's.
->>>>>>> sentinel
 
 mod follow;
 

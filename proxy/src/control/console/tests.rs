@@ -21,6 +21,7 @@ fn the_upstream_debug_never_shows_the_token() {
     let u = Upstream {
         addr: "127.0.0.1:9090".parse().expect("addr"),
         token: Some("s3cret-token".to_owned()),
+        auth: Some(weir_core::config::Secret::new("console-s3cret")),
     };
     let shown = format!("{u:?}");
     assert!(!shown.contains("s3cret"), "{shown}");

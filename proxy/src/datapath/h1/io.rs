@@ -97,6 +97,11 @@ impl Buf {
         &self.data[self.start..self.end]
     }
 
+    /// The unconsumed bytes, to change in place (the HTTP/2 guard clears a flag).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.start..self.end]
+    }
+
     /// Whether no byte is waiting.
     #[must_use]
     pub const fn is_empty(&self) -> bool {

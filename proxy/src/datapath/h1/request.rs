@@ -165,6 +165,8 @@ async fn serve_parsed(
             peer: ctx.peer.ip(),
             tls: ctx.tls,
             body,
+            // HTTP/1's `Host` rules are the codec's (`h1::parse_request`).
+            authority: None,
         };
         // Built in the request's slot, not returned (the exchange is 1.5 KB).
         let place = &mut r.exchange;

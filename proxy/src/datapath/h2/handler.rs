@@ -149,6 +149,12 @@ impl<'a> Io<'a> {
             peer: ctx.peer.ip(),
             tls: ctx.tls,
             body: body_info(req.body()),
+            // Only HTTP/2 requests come here (HTTP/1 is weir's own codec): hyper's URI carries
+            // `:scheme` and `:authority` (RFC 9113 §8.3.1, checked by the engine).
+            authority: uri.authority().map(|a| weir_core::h2::Authority {
+                https: uri.scheme() == Some(&http::uri::Scheme::HTTPS),
+                value: a.as_str(),
+            }),
         };
         let x = worker::with_rng(|rng| {
             let services = Arc::clone(&data_plane.services);

@@ -49,6 +49,11 @@ pub(crate) fn builder(rt: Rt, limits: &ServerLimits) -> http2::Builder<Rt> {
     let mut h2 = http2::Builder::new(rt);
     h2.timer(rt)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        // What the trailer guard (`weir_core::h2::Inbound`, in front of h2) assumes: set here so
+        // that a change of hyper's or h2's defaults cannot make it read frames or HPACK
+        // indexes differently from h2.
+        .max_frame_size(weir_core::h2::MAX_FRAME_SIZE)
+        .header_table_size(weir_core::h2::HEADER_TABLE_SIZE)
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)

@@ -142,6 +142,7 @@ fn c_pool_2_a_request_in_flight_across_a_reload_keeps_its_snapshot() {
         peer: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
         tls: false,
         body: BodyInfo::Empty,
+        authority: None,
     };
     let mut rng = WyRand::new(5);
     let services = services(before.core());

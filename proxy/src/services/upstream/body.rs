@@ -105,11 +105,24 @@ impl Body for UpBody {
 /// The client's request body on its way upstream. When reading it fails (the client went away,
 /// or `server.read_timeout` passed) it marks its tally failed, so the proxy can tell a client fault from
 /// a backend fault (C-PATH-9).
+///
+/// The data frame that completes a declared length is held until the stream's end is known
+/// (RFC 9113 §8.1): an HTTP/1 backend takes a `Content-Length` body as the whole request once
+/// its last byte arrives, but the HTTP/2 request is complete only at `END_STREAM`, and trailers
+/// that come after the data may still make it malformed (a pseudo-header field: h2 resets the
+/// stream, docs/proxy.md "HTTP/2 requests"). Held, that frame is never written when the stream
+/// ends in an error, and the backend never sees the request whole. When `END_STREAM` came with
+/// the last data (the usual case) nothing is held.
 #[derive(Debug)]
 pub struct ClientBody {
     inner: Incoming,
     failed: Arc<BodyTally>,
     deadline: Option<rt::Deadline>,
+    /// The data that completed the declared length, until the stream's end is known.
+    held: Option<Bytes>,
+    /// A frame read while data was held, to pass after it (boxed: trailers are rare, and the
+    /// body lives in every streamed request).
+    after: Option<Box<Frame<Bytes>>>,
 }
 
 impl ClientBody {
@@ -125,6 +138,8 @@ impl ClientBody {
             inner,
             failed,
             deadline: deadline.map(|d| rt::Deadline::new(rt, d)),
+            held: None,
+            after: None,
         }
     }
 }
@@ -137,32 +152,63 @@ impl Body for ClientBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.after.take() {
+            return Poll::Ready(Some(Ok(*f)));
+        }
         if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
         {
             self.failed.fail();
             return Poll::Ready(Some(Err("request body read timeout".into())));
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Err(e))) => {
-                self.failed.fail();
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.failed.add(data.len());
+        loop {
+            let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Err(e))) => {
+                    // A held frame is dropped: the request never reaches its end upstream.
+                    self.held = None;
+                    self.failed.fail();
+                    return Poll::Ready(Some(Err(e.into())));
                 }
-                Poll::Ready(Some(Ok(frame)))
+                Poll::Ready(None) => {
+                    return Poll::Ready(self.held.take().map(|d| Ok(Frame::data(d))));
+                }
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Pending => return Poll::Pending,
+            };
+            if let Some(data) = frame.data_ref() {
+                self.failed.add(data.len());
             }
-            other => other.map(|o| o.map(|r| r.map_err(Into::into))),
+            if let Some(held) = self.held.take() {
+                self.after = Some(Box::new(frame));
+                return Poll::Ready(Some(Ok(Frame::data(held))));
+            }
+            let completes =
+                self.inner.size_hint().exact() == Some(0) && !self.inner.is_end_stream();
+            match frame.into_data() {
+                Ok(data) if completes => self.held = Some(data),
+                Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.after.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let held = self.held.as_ref().map_or(0, Bytes::len) as u64
+            + self
+                .after
+                .as_ref()
+                .and_then(|f| f.data_ref())
+                .map_or(0, Bytes::len) as u64;
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + held);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
     }
 }
