@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, TlsMode, Value};
 
+use super::options::{RedisOptions, is_connection_error, tls_config_error};
 use super::standalone::Conns;
-use super::{RedisOptions, is_connection_error, tls_config_error};
 use crate::error::StoreError;
 
 /// The sentinels, and the connections to the master they named last.
