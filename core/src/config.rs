@@ -24,11 +24,11 @@
 //! [`diff`] compares two valid configurations and says, per changed field, whether the reload
 //! applies it or it needs a restart (C-CONF-7).
 
-use core::fmt;
 use std::collections::BTreeSet;
 
 mod diff;
 mod duration;
+mod error;
 mod read;
 mod schema;
 mod secret;
@@ -42,6 +42,7 @@ mod tests;
 
 pub use diff::{Apply, Change, ConfigDiff, classify, diff};
 pub use duration::{format_duration, parse_duration};
+pub use error::{ConfigError, ConfigErrors};
 pub use schema::{
     BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig, HealthCheckConfig,
     ManagementConfig, OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig,
@@ -57,66 +58,6 @@ pub use validate::{
 
 use read::{Field, Path, Reader};
 
-/// One problem in a configuration: where, and what (C-CONF-1). Never contains a secret value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Field path, e.g. `server.retry.max_attempts` or `backends[1].url`; empty for an error of
-    /// the text as a whole (syntax, size).
-    pub path: String,
-    /// Line and column where the parser placed the value (or its nearest written parent).
-    pub pos: Option<Pos>,
-    /// What is wrong, lower case.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.path.is_empty(), self.pos) {
-            (false, Some(pos)) => write!(f, "{} ({pos}): {}", self.path, self.message),
-            (false, None) => write!(f, "{}: {}", self.path, self.message),
-            (true, Some(pos)) => write!(f, "{pos}: {}", self.message),
-            (true, None) => f.write_str(&self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// Every error found in a configuration, in document order (C-CONF-1). Never empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
-
-impl ConfigErrors {
-    /// The errors.
-    #[must_use]
-    pub fn errors(&self) -> &[ConfigError] {
-        &self.0
-    }
-
-    /// Whether some error is at exactly `path`.
-    #[must_use]
-    pub fn has(&self, path: &str) -> bool {
-        self.0.iter().any(|e| e.path == path)
-    }
-}
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0.len();
-        writeln!(
-            f,
-            "invalid configuration: {n} error{}",
-            if n == 1 { "" } else { "s" }
-        )?;
-        for e in &self.0 {
-            writeln!(f, "  {e}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
-
 /// Parse, read and validate a configuration; resolve its secrets through `secrets`.
 /// The one entry point for start, SIGHUP reload (C-CONF-4) and tests.
 pub fn load(text: &str, secrets: &dyn SecretSource) -> Result<ValidConfig, ConfigErrors> {
@@ -128,7 +69,7 @@ pub fn load(text: &str, secrets: &dyn SecretSource) -> Result<ValidConfig, Confi
         }])
     })?;
     let mut r = Reader::default();
-    let cfg = schema::read_config(
+    let cfg = schema::from_tree::read_config(
         &mut r,
         &Field {
             node: Some(&root),
@@ -170,7 +111,7 @@ pub fn validate_config(
 ) -> Result<ValidConfig, ConfigErrors> {
     let root = unread::config(&cfg);
     let mut r = Reader::default();
-    let read = schema::read_config(
+    let read = schema::from_tree::read_config(
         &mut r,
         &Field {
             node: Some(&root),
@@ -203,8 +144,8 @@ pub fn validate_config(
 }
 
 /// A [`Config`] written back as the value tree the reader reads, field by field (the inverse of
-/// `schema::read_config`). Empty required strings are left out, so they are reported as missing
-/// exactly as in a file.
+/// `schema::from_tree::read_config`). Empty required strings are left out, so they are reported
+/// as missing exactly as in a file.
 mod unread {
     use core::time::Duration;
 
@@ -532,7 +473,7 @@ pub fn schema_paths() -> BTreeSet<String> {
                  routes: [{}]\n";
     let mut r = Reader::default();
     if let Ok(root) = tree::parse(probe) {
-        let _ = schema::read_config(
+        let _ = schema::from_tree::read_config(
             &mut r,
             &Field {
                 node: Some(&root),

@@ -42,6 +42,7 @@ mod command;
 mod decision;
 mod endpoint;
 mod patch;
+mod reply;
 mod status;
 
 #[cfg(all(test, not(loom)))]
@@ -49,26 +50,17 @@ mod tests;
 
 /// Re-exported from [`crate::config`], where durations are read.
 pub use crate::config::format_duration;
-pub use access::{Access, authorize, bearer_matches, guard};
+pub use access::{Access, CSRF_HEADER, MAX_BODY_BYTES, authorize, bearer_matches, guard};
 pub use command::{Command, Parsed, parse, parse_raw};
-pub use decision::{Decision, FieldError, Reply, apply, handle};
-pub use endpoint::{Endpoint, MgmtRequest, route};
+pub use decision::{Decision, apply, handle};
+pub use endpoint::{ALLOW_READ, Endpoint, MgmtRequest, route};
 pub use patch::{ConfigPatch, HealthPatch, RatePatch, RetryPatch};
+pub use reply::{FieldError, Reply};
 pub use status::{
     BackendStatus, BucketFacts, BucketStatus, BudgetStatus, HealthCheckStatus, OverloadStatus,
     PoolStatus, ProtectionStatus, RateLimitStatus, RetryStatus, RouteStatus, StatusDocument,
     StatusFacts, status_document,
 };
-
-/// Largest request body, in bytes (C-MGMT-2). The adapter reads at most one byte more, so an
-/// oversized body is seen as such and answered `413` without being read to the end.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// The CSRF header every mutating request carries with the value `1` (C-MGMT-2).
-pub const CSRF_HEADER: &str = "x-balancer-csrf";
-
-/// `Allow` of the read endpoints.
-pub const ALLOW_READ: &str = "GET, HEAD";
 
 /// Headers the synthetic `GET /` of `/api/dashboard/request` carries into the data plane
 /// (C-MGMT-4): only `Accept`, `Accept-Language`, `User-Agent`, `X-Request-ID`, `traceparent`

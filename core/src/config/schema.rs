@@ -10,9 +10,7 @@ use core::time::Duration;
 
 use crate::retry::RetryParams;
 
-mod from_tree;
-
-pub(crate) use from_tree::read_config;
+pub(super) mod from_tree;
 
 /// The whole file: every top-level section (C-CONF-0).
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -9,7 +9,6 @@
 
 use core::time::Duration;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
 
 use ipnet::IpNet;
@@ -34,19 +33,25 @@ use crate::slow_start::SlowStart;
 use crate::time::Instant;
 
 mod bounds;
+mod check;
 mod listener;
 mod pools;
 mod redis;
 mod secrets;
 mod stores;
 
+pub use check::HostPort;
+use check::{Check, parse_proxy};
 pub use listener::{CertPair, ListenerTls, ProxyProtocol, TlsVersion};
 use listener::{check_proxy_protocol, check_tls};
+pub use pools::{DEFAULT_POOL, HashKey, HealthCheck, PoolSpec, RouteSpec};
 use pools::{check_health, check_pool_params, check_pools_and_routes, check_retry};
-pub use redis::RedisMode;
+pub use redis::{RedisMode, RedisSettings};
+pub use secrets::ManagementSettings;
 #[cfg(test)]
 pub(crate) use secrets::is_env_name;
 use secrets::{check_management, env_name_ok, secret_at};
+pub use stores::DatabaseSettings;
 use stores::{check_database, check_rate};
 
 /// Largest `server.max_header_bytes` (64 MiB): a typo must not let one request hold that much.
@@ -55,8 +60,6 @@ pub const MAX_HEADER_BYTES_LIMIT: u64 = 64 << 20;
 pub const MIN_HEADER_BYTES: u64 = 1024;
 /// Largest `server.max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: u32 = 1 << 24;
-/// Name of the default pool in `routes[].pool`.
-pub const DEFAULT_POOL: &str = "default";
 
 /// A validated configuration: the typed core parameters, ready to hand to the machines, and the
 /// file as read (with defaults) for the status API.
@@ -152,204 +155,6 @@ pub struct UpstreamSettings {
     pub max_idle_conns_per_host: u32,
     /// Accepted, not acted on yet; `None`: unlimited.
     pub max_conns_per_host: Option<u32>,
-}
-
-/// `health_check` probe settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthCheck {
-    /// http, https or tcp.
-    pub mode: ProbeMode,
-    /// Joined to each backend URL's path (http and https).
-    pub path: String,
-    /// Interval, jitter, timeout, thresholds, concurrency, expected statuses.
-    pub params: HealthParams,
-}
-
-/// `host:port`; an empty host means every interface (listeners only).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPort {
-    /// Host name or address (IPv6 without brackets); may be empty for a listener.
-    pub host: String,
-    /// Port, 1..=65535.
-    pub port: u16,
-}
-
-impl core::fmt::Display for HostPort {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// `redis` connection settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisSettings {
-    /// The topology (`redis.mode`).
-    pub mode: RedisMode,
-    /// Server address (standalone; the first of `addresses` otherwise).
-    pub address: HostPort,
-    /// Every node to start from: `[address]` (standalone), the seed nodes (cluster) or the
-    /// sentinels (sentinel), in the order given.
-    pub addresses: Vec<HostPort>,
-    /// The master's name the sentinels monitor (sentinel mode only).
-    pub sentinel_master: Option<String>,
-    /// Connect over TLS (`redis.tls`), to the Redis nodes and to the sentinels.
-    pub tls: bool,
-    /// The CA certificates (PEM) the servers are verified against; `None`: the system's
-    /// roots. Checked readable and holding a certificate.
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Client certificate chain and its key (PEM), both or neither.
-    pub tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    /// Password (from `password_env`, C-CONF-3), when configured and storage is redis.
-    pub password: Option<Secret>,
-    /// The sentinels' own password (from `sentinel_password_env`), sentinel mode only.
-    pub sentinel_password: Option<Secret>,
-    /// Database number.
-    pub database: u32,
-    /// Connections in the pool.
-    pub pool_size: u32,
-    /// Connect deadline.
-    pub dial_timeout: Duration,
-    /// Read deadline.
-    pub read_timeout: Duration,
-    /// Write deadline.
-    pub write_timeout: Duration,
-}
-
-/// `database` connection settings (PostgreSQL store).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatabaseSettings {
-    /// Server host.
-    pub host: String,
-    /// Server port.
-    pub port: u16,
-    /// User name.
-    pub user: String,
-    /// Database name.
-    pub name: String,
-    /// libpq sslmode.
-    pub sslmode: String,
-    /// Password (from `password_env`, C-CONF-3).
-    pub password: Secret,
-    /// Connect deadline.
-    pub connect_timeout: Duration,
-    /// Connections in the pool.
-    pub max_open_connections: u32,
-}
-
-/// `management` listener settings (C-MGMT-1..3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagementSettings {
-    /// Whether the management listener runs.
-    pub enabled: bool,
-    /// Its address.
-    pub address: HostPort,
-    /// The bearer token (from `auth_token_env`, C-CONF-3); always present when enabled without
-    /// `allow_insecure`.
-    pub auth_token: Option<Secret>,
-    /// Serve without a token (the process logs a warning).
-    pub allow_insecure: bool,
-    /// Accepted, not acted on.
-    pub enable_pprof: bool,
-    /// Mutating endpoints allowed (C-MGMT-3).
-    pub runtime_mutations: bool,
-    /// Response deadline on the management listener.
-    pub write_timeout: Duration,
-}
-
-/// Where `consistent_hash` reads the key of a request (C-POOL-4).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HashKey {
-    /// `header:<Name>`: the value of this request header (absent: the client address).
-    Header(http::HeaderName),
-    /// `cookie:<name>`: the value of this cookie (absent: the client address).
-    Cookie(String),
-    /// `client_address`: the resolved client address (C-FWD-1).
-    ClientAddress,
-}
-
-impl HashKey {
-    /// Parse the config spelling.
-    pub fn parse(text: &str) -> Result<HashKey, String> {
-        if text == "client_address" {
-            return Ok(HashKey::ClientAddress);
-        }
-        if let Some(name) = text.strip_prefix("header:") {
-            return http::HeaderName::from_bytes(name.as_bytes())
-                .map(HashKey::Header)
-                .map_err(|_| format!("{name:?} is not a valid header name"));
-        }
-        if let Some(name) = text.strip_prefix("cookie:") {
-            if !name.is_empty() && name.bytes().all(is_tchar) {
-                return Ok(HashKey::Cookie(name.to_owned()));
-            }
-            return Err(format!("{name:?} is not a valid cookie name"));
-        }
-        Err(format!(
-            "hash_key must be header:<Name>, cookie:<name> or client_address, got {text:?}"
-        ))
-    }
-}
-
-/// One pool: its name, policy and backends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolSpec {
-    /// `default` for the top-level pool, else the key under `pools`.
-    pub name: String,
-    /// `balancing.policy`.
-    pub policy: PolicyKind,
-    /// `balancing.hash_key` (set exactly when the policy is consistent_hash).
-    pub hash_key: Option<HashKey>,
-    /// Backends in config order.
-    pub backends: Vec<BackendSpec>,
-}
-
-/// One route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteSpec {
-    /// The prefix as written.
-    pub prefix: String,
-    /// Index into [`ValidConfig::pools`].
-    pub pool: usize,
-    /// The route's bulkhead limit (`None`: unlimited).
-    pub max_concurrent_requests: Option<u32>,
-}
-
-/// RFC 7230 `tchar` (also the set of cookie-name characters of RFC 6265).
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Checks collect into the reader (which knows every path's position).
-struct Check<'r> {
-    r: &'r mut Reader,
-}
-
-impl Check<'_> {
-    fn err(&mut self, path: &str, message: impl Into<String>) {
-        self.r.error(path, None, message);
-    }
-
-    /// An error from a core constructor, unless the reader already rejected that field. The
-    /// constructor's own field prefix (`health_check.interval must...`, `methods: ...`) is
-    /// dropped: the path says it.
-    fn core_err(&mut self, path: &str, message: impl Into<String>) {
-        if self.r.errors.iter().any(|e| e.path == path) {
-            return;
-        }
-        let message = message.into();
-        let section = path.split('.').next().unwrap_or("");
-        let field = path.rsplit('.').next().unwrap_or("");
-        let mut m = message.as_str();
-        m = m.strip_prefix(&format!("{path}: ")).unwrap_or(m);
-        m = m.strip_prefix(&format!("{section}.")).unwrap_or(m);
-        m = m.strip_prefix(&format!("{field}: ")).unwrap_or(m);
-        let m = m.to_owned();
-        self.err(path, m);
-    }
 }
 
 /// Zero means none.
@@ -475,61 +280,5 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         },
         proxy_protocol,
         tls,
-    })
-}
-
-/// A trusted proxy: a CIDR without host bits, or a bare address (a /32 or /128).
-fn parse_proxy(text: &str) -> Result<IpNet, String> {
-    if text.contains('/') {
-        let net = IpNet::from_str(text)
-            .map_err(|_| format!("{text:?} is not a CIDR such as 10.0.0.0/8 or fd00::/8"))?;
-        if net.trunc() != net {
-            return Err(format!(
-                "{text:?} has host bits set; did you mean {}?",
-                net.trunc()
-            ));
-        }
-        Ok(net)
-    } else {
-        IpAddr::from_str(text)
-            .map(IpNet::from)
-            .map_err(|_| format!("{text:?} is not an IP address or a CIDR"))
-    }
-}
-
-/// Parse `host:port` (`[v6]:port` for IPv6). `listener`: the host may be empty (every interface).
-fn parse_host_port(text: &str, listener: bool) -> Result<HostPort, String> {
-    let bad = || {
-        if listener {
-            format!("expected [host]:port such as :9090 or 127.0.0.1:9090, got {text:?}")
-        } else {
-            format!("expected host:port such as redis:6379, got {text:?}")
-        }
-    };
-    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
-    let port = port
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p >= 1 && port.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(bad)?;
-    let host = if let Some(inner) = host.strip_prefix('[') {
-        let inner = inner.strip_suffix(']').ok_or_else(bad)?;
-        Ipv6Addr::from_str(inner).map_err(|_| bad())?;
-        inner
-    } else {
-        let ok = host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
-        if !ok {
-            return Err(bad());
-        }
-        host
-    };
-    if host.is_empty() && !listener {
-        return Err(bad());
-    }
-    Ok(HostPort {
-        host: host.to_owned(),
-        port,
     })
 }

@@ -5,9 +5,11 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 
+use super::head::reusable;
 use super::write::{self, ClientSide, ResponseOut};
 use super::{
-    BodyFraming, Facts, FramingError, Header, Limits, Parsed, Version, facts_of, malformed,
+    BodyFraming, Facts, FramingError, Header, Limits, Parsed, ResponseHead, Version, facts_of,
+    malformed,
 };
 
 /// What the response answers, which decides its framing (RFC 9112 §6.3).
@@ -56,55 +58,6 @@ impl fmt::Display for BadResponse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.message())
     }
-}
-
-/// A parsed response head, borrowing the read buffer and the header storage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResponseHead<'h, 'b> {
-    /// 100–599.
-    pub status: u16,
-    /// The reason phrase, as sent.
-    pub reason: &'b str,
-    /// The upstream's version.
-    pub version: Version,
-    /// Header lines in order.
-    pub headers: &'h [Header<'b>],
-    /// Bytes of the buffer the head took.
-    pub head_len: usize,
-    /// Those bytes (the writers copy runs of lines that stand as they would write them).
-    pub raw: &'b [u8],
-    /// How the body is framed.
-    pub body: BodyFraming,
-    /// What the headers said.
-    pub facts: Facts,
-}
-
-impl ResponseHead<'_, '_> {
-    /// An interim response (1xx other than `101`): relayed (to HTTP/1.1 clients) and followed
-    /// by the final one on the same connection.
-    #[must_use]
-    pub const fn is_interim(&self) -> bool {
-        self.status >= 100 && self.status < 200 && self.status != 101
-    }
-
-    /// `101 Switching Protocols`: the connection becomes a tunnel after this head.
-    #[must_use]
-    pub const fn switching(&self) -> bool {
-        self.status == 101
-    }
-
-    /// Whether the upstream connection can carry another request once this body is read: the
-    /// upstream did not ask to close and the body has an end of its own.
-    #[must_use]
-    pub fn reusable(&self) -> bool {
-        reusable(self.status, self.body, &self.facts, self.version)
-    }
-}
-
-/// Whether the connection of a response with these parts can carry another request after it:
-/// not a switch of protocols, a delimited body, and persistence (RFC 9112 §9.3).
-const fn reusable(status: u16, body: BodyFraming, facts: &Facts, version: Version) -> bool {
-    status != 101 && body.is_delimited() && facts.persistent(matches!(version, Version::Http10))
 }
 
 /// Parses a response head at the start of `buf` into `headers`.

@@ -1,6 +1,23 @@
 //! One backend's active-check state with hysteresis (C-HEALTH-2).
 
-use super::{Health, HealthParams};
+use super::HealthParams;
+
+/// A backend's health as the active checks see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// Not eligible for traffic; the state every backend starts in (C-HEALTH-1).
+    Unhealthy,
+    /// Eligible for traffic.
+    Healthy,
+}
+
+impl Health {
+    /// `true` for [`Health::Healthy`].
+    #[must_use]
+    pub const fn is_healthy(self) -> bool {
+        matches!(self, Health::Healthy)
+    }
+}
 
 /// A backend's health with hysteresis: it starts [`Health::Unhealthy`]; a healthy backend
 /// becomes unhealthy after `failure_threshold` consecutive failed probes, an unhealthy one

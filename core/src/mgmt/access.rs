@@ -3,10 +3,17 @@
 
 use http::HeaderValue;
 
-use super::{CSRF_HEADER, MAX_BODY_BYTES, MgmtRequest};
+use super::MgmtRequest;
 use crate::config::Secret;
 use crate::response::ManagementError;
 use crate::runtime::Runtime;
+
+/// Largest request body, in bytes (C-MGMT-2). The adapter reads at most one byte more, so an
+/// oversized body is seen as such and answered `413` without being read to the end.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The CSRF header every mutating request carries with the value `1` (C-MGMT-2).
+pub const CSRF_HEADER: &str = "x-balancer-csrf";
 
 /// Who may call, from the configuration in force.
 #[derive(Debug, Clone, Copy)]

@@ -6,8 +6,10 @@ use std::net::IpAddr;
 
 use http::{HeaderMap, Method};
 
-use super::ALLOW_READ;
 use crate::response::ManagementError;
+
+/// `Allow` of the read endpoints.
+pub const ALLOW_READ: &str = "GET, HEAD";
 
 /// A management request as the handler sees it.
 #[derive(Debug, Clone, Copy)]

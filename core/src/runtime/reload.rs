@@ -21,6 +21,28 @@ use crate::config::{self, Config, ConfigDiff, ConfigErrors, Secret, SecretSource
 use crate::rng::Rng;
 use crate::time::Instant;
 
+impl Runtime {
+    /// Reload: plan `next` against this runtime (restart-only changes are kept as running,
+    /// C-CONF-7), build the next runtime (C-CONF-6) and say which pools must be warmed up before
+    /// it is published (C-CONF-5).
+    pub fn reload(
+        &self,
+        next: ValidConfig,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Result<Reload, ReloadError> {
+        reload(self, next, now, rng)
+    }
+
+    /// The secrets of this runtime's configuration, as a [`SecretSource`](crate::config::SecretSource) under the names the
+    /// configuration gives them (for re-validating an edited configuration without reading the
+    /// environment again).
+    #[must_use]
+    pub fn secrets(&self) -> RunningSecrets<'_> {
+        running_secrets(self.config())
+    }
+}
+
 /// What a reload of `next` over the running configuration does (C-CONF-7).
 #[derive(Debug, Clone)]
 pub struct ReloadPlan {

@@ -8,10 +8,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use http::{HeaderMap, HeaderValue};
 
 use super::*;
-use crate::config::{self, Apply, MapSecrets, SecretSource, load, validate_config};
+use crate::bulkhead::Bulkhead;
+use crate::config::{self, Apply, MapSecrets, SecretSource, ValidConfig, load, validate_config};
 use crate::pool::Backend;
 use crate::rng::WyRand;
-use crate::select::hash_key;
+use crate::select::{PickContext, hash_key};
+use crate::sync::Arc;
+use crate::time::Instant;
 
 const T0: Instant = Instant::ZERO;
 

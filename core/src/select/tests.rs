@@ -1,5 +1,6 @@
 //! Tests of the selection driver and of every policy through it.
 
+use core::ops::ControlFlow;
 use core::time::Duration;
 
 use proptest::prelude::*;
@@ -9,6 +10,7 @@ use crate::breaker::Outcome;
 use crate::pool::{Availability, Backend, BackendSpec, Pool, PoolParams, Slot};
 use crate::rng::WyRand;
 use crate::slow_start::SlowStart;
+use crate::time::Instant;
 
 pub(crate) fn specs(n: usize) -> Vec<BackendSpec> {
     (0..n)

@@ -11,7 +11,7 @@ use weir_core::retry::RetryParams;
 use weir_core::rng::{Rng, WyRand};
 use weir_core::select::PolicyKind;
 
-use super::{
+use super::setup::{
     Checks, ConnTimers, Generation, PoolSetup, ReloadSetup, RouteSetup, Setup, StoreSetup,
     StoreState, Stream, Timers,
 };

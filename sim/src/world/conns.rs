@@ -15,136 +15,15 @@
 
 use core::time::Duration;
 
-use weir_core::Instant;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
-use weir_core::rng::{Rng, WyRand};
+
+mod plan;
+
+use plan::End;
+pub(super) use plan::{Conns, Step};
 
 use super::{Ev, World};
 use crate::report::Invariant;
-use crate::scenario::ConnTimers;
-
-/// One request on a connection, as its client plays it.
-#[derive(Debug, Clone, Copy)]
-struct Visit {
-    /// Idle time before the head's first byte (zero for the first: it starts at accept).
-    gap: Duration,
-    /// How long the head takes to arrive (`None`: it never completes).
-    head: Option<Duration>,
-    /// How long the request is served, from its complete head to the end of its response.
-    serve: Duration,
-}
-
-/// What a connection's client does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
-    /// The head of the next request starts (its first byte).
-    HeadStart,
-    /// The head is complete.
-    HeadDone,
-    /// The response ended.
-    Served,
-}
-
-/// How a connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    HeadTimeout,
-    Idle,
-    ParkingStuck,
-    ParkedExpired,
-}
-
-#[derive(Debug)]
-struct Conn {
-    phase: ConnPhase,
-    /// Parked since the end of the last response (the socket alone waits).
-    parked: Option<Instant>,
-    /// When it was told to park (parking in progress).
-    park_at: Option<Instant>,
-    /// Its parking never lets go (a planted fault).
-    stuck: bool,
-    visits: Vec<Visit>,
-    next: usize,
-    /// Bumped at every change of phase, so an older watchdog timer is stale.
-    generation: u64,
-    ended: Option<End>,
-    /// Counted among the closed ones.
-    counted: bool,
-}
-
-/// The connections of a run and the watchdog they share.
-#[derive(Debug)]
-pub(super) struct Conns {
-    watch: ConnWatch,
-    limits: ConnTimers,
-    conns: Vec<Conn>,
-    pub(super) open: usize,
-    pub(super) closes: u64,
-    pub(super) parks: u64,
-}
-
-impl Conns {
-    /// Plan `limits.connections` connections from `rng`; each opens within the first seconds.
-    pub(super) fn plan(
-        limits: ConnTimers,
-        watch: ConnWatch,
-        rng: &mut WyRand,
-    ) -> (Conns, Vec<Instant>) {
-        let rht = limits.read_header_timeout;
-        let mut conns = Vec::new();
-        let mut opens = Vec::new();
-        for _ in 0..limits.connections {
-            let n = 1 + rng.below(4) as usize;
-            let visits = (0..n)
-                .map(|i| {
-                    let gap = if i == 0 {
-                        Duration::ZERO
-                    } else {
-                        ms(rng.below(limits.idle_timeout.as_millis() as u64 * 3 / 2 + 1))
-                    };
-                    let head = match rng.below(10) {
-                        0 => None,
-                        1 | 2 => Some(ms(
-                            rht.as_millis() as u64 / 2 + rng.below(rht.as_millis() as u64 / 2)
-                        )),
-                        _ => Some(ms(1 + rng.below(50))),
-                    };
-                    Visit {
-                        gap,
-                        head,
-                        serve: ms(1 + rng.below(300)),
-                    }
-                })
-                .collect();
-            opens.push(Instant::ZERO + ms(rng.below(3000)));
-            conns.push(Conn {
-                phase: ConnPhase::Busy,
-                parked: None,
-                park_at: None,
-                stuck: rng.chance_permille(100),
-                visits,
-                next: 0,
-                generation: 0,
-                ended: None,
-                counted: false,
-            });
-        }
-        let open = conns.len();
-        let c = Conns {
-            watch,
-            limits,
-            conns,
-            open,
-            closes: 0,
-            parks: 0,
-        };
-        (c, opens)
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 impl World<'_> {
     /// Open the planned connections (their first head starts at accept).

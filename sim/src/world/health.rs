@@ -15,6 +15,11 @@ use weir_core::health::ProbeSchedule;
 use weir_core::health::ProbeToken;
 use weir_core::pool::{BackendSpec, Pool};
 
+mod runner;
+
+use runner::Warmup;
+pub(super) use runner::{PoolSlot, Runner};
+
 use super::{Arc, Ev, Snapshot, Stage, Tracked, World};
 use crate::backend::Fault;
 use crate::trace::Rec;
@@ -26,30 +31,6 @@ use crate::trace::Rec;
 /// its first successful probe (found by `reload_warmup` seed 4; docs/simulation.md).
 fn schedule_key(id: &str, url: &str) -> String {
     format!("{id} {url}")
-}
-
-/// One published pool: its current snapshot and the schedule that checks it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PoolSlot {
-    pub snapshot: usize,
-    pub runner: u64,
-}
-
-/// A pending warm-up: publish into `pool` once the first cycle found a healthy backend.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Warmup {
-    pub pool: usize,
-    pub decommission_after: Option<Duration>,
-}
-
-/// A probe schedule and the snapshot whose backends it checks.
-#[derive(Debug)]
-pub(super) struct Runner {
-    pub schedule: ProbeSchedule,
-    pub snapshot: usize,
-    timer: Option<weir_core::Instant>,
-    timer_gen: u64,
-    warmup: Option<Warmup>,
 }
 
 impl World<'_> {

@@ -19,9 +19,11 @@ use core::time::Duration;
 
 use weir_core::Instant;
 use weir_core::exchange::{Input, Send, Stage as XStage};
-use weir_core::pool::Pool;
 use weir_core::response::ClientError;
-use weir_core::runtime::Runtime;
+
+mod made;
+
+pub(super) use made::Made;
 
 use super::{Arc, Ev, World, config};
 use crate::backend::uniform;
@@ -30,24 +32,6 @@ use crate::trace::Rec;
 
 /// `server.upstream.response_header_timeout` when the scenario does not set it (the default).
 const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the world handed an exchange at creation, and the deadlines it expects of it.
-#[derive(Debug, Default)]
-pub(super) struct Made {
-    pub runtime: Option<Arc<Runtime>>,
-    pub pool: Option<Arc<Pool>>,
-    /// The configuration generation in force.
-    pub generation: usize,
-    /// Configuration reloads published before it.
-    pub reloads: u64,
-    /// When a slow client has sent its body.
-    pub upload_at: Option<Instant>,
-    /// The current attempt's header deadline.
-    pub header_deadline: Option<Instant>,
-    /// The delivered response's write deadline, or the delivery itself when the head came
-    /// after that deadline (the body is then aborted at once).
-    pub write_deadline: Option<Instant>,
-}
 
 impl World<'_> {
     /// What a request arriving now is created from.

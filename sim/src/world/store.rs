@@ -13,113 +13,25 @@
 //! `retry_interval + operation_timeout + 2 s` after its last outage ends.
 
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet};
 
-use weir_core::Instant;
-use weir_core::admission::Gate;
 use weir_core::bucket::{BucketParams, Take};
-use weir_core::exchange::Services;
 use weir_core::exchange::{Input, Stage as XStage, StoreFailure};
-use weir_core::rate::{
-    ClientKey, FailureMode, LocalStore, LocalStoreParams, StorageKind, StoreCircuit,
-};
-use weir_core::rng::{Rng, WyRand};
+use weir_core::rate::{FailureMode, StorageKind};
 
-use super::{Arc, Ev, World};
+mod state;
+
+pub(super) use state::{StoreReply, StoreView, VirtualStore, services};
+
+use super::{Ev, World};
 use crate::backend::uniform;
 use crate::model::BucketModel;
 use crate::report::Invariant;
-use crate::scenario::{Setup, StoreSetup, StoreState};
+use crate::scenario::StoreState;
 use crate::trace::Rec;
 
 /// Slack after the last outage for the circuit to be up again: a trial is due every
 /// `retry_interval`, takes under `operation_timeout`, and traffic runs at ≥ 20 req/s.
 const RECOVERY_SLACK: Duration = Duration::from_secs(2);
-
-/// How a store call ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StoreReply {
-    /// The store takes the token and answers in time.
-    Answer,
-    /// The store takes the token, but answers after `operation_timeout` (the adapter dropped
-    /// the call at its deadline, so the answer goes nowhere).
-    Late,
-    /// The store answers with an error.
-    Error,
-}
-
-/// The virtual store and the world's accounting of it.
-#[derive(Debug)]
-pub(super) struct VirtualStore {
-    setup: StoreSetup,
-    state: StoreState,
-    /// What the shared store holds.
-    buckets: LocalStore,
-    /// Per key: first take, grants, the model of the shared bucket.
-    models: BTreeMap<ClientKey, (Instant, u64, BucketModel)>,
-    /// Requests whose exchange waits on a store call.
-    waiting: BTreeSet<usize>,
-}
-
-impl VirtualStore {
-    pub(super) fn new(setup: StoreSetup, hash_seed: u64) -> Result<VirtualStore, String> {
-        let params = LocalStoreParams {
-            shards: 4,
-            max_buckets: 4096,
-        };
-        Ok(VirtualStore {
-            setup,
-            state: StoreState::Up,
-            buckets: LocalStore::new(params, hash_seed).map_err(|e| e.to_string())?,
-            models: BTreeMap::new(),
-            waiting: BTreeSet::new(),
-        })
-    }
-}
-
-/// The engine's process-wide services of `s`: the gate, the local store and the shared store's
-/// circuit, and the virtual shared store when the scenario has one (storage `redis`).
-pub(super) fn services(
-    s: &Setup,
-    rng_core: &mut WyRand,
-) -> Result<(Arc<Services>, Option<VirtualStore>), String> {
-    let params = LocalStoreParams {
-        shards: 4,
-        max_buckets: 4096,
-    };
-    let local = LocalStore::new(params, rng_core.next_u64()).map_err(|e| e.to_string())?;
-    let store = match &s.store {
-        Some(setup) => Some(VirtualStore::new(setup.clone(), rng_core.next_u64())?),
-        None => None,
-    };
-    let storage = if store.is_some() {
-        StorageKind::Redis
-    } else {
-        StorageKind::Local
-    };
-    let services = Services::new(
-        Arc::new(Gate::new(s.gate)),
-        storage,
-        Arc::new(local),
-        Arc::new(StoreCircuit::default()),
-    );
-    Ok((Arc::new(services), store))
-}
-
-/// What the world knows of one request's rate decision under a shared store.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct StoreView {
-    /// Calls made for it.
-    pub calls: u32,
-    /// The store answered in time with this decision.
-    pub answered: Option<bool>,
-    /// The circuit was up right before the call into the exchange that decided.
-    pub up_before: bool,
-    /// The request was refused with `503` because the store is unavailable.
-    pub refused: bool,
-    /// The rate outcome of a `429`.
-    pub denied: Option<weir_core::rate::RateOutcome>,
-}
 
 impl World<'_> {
     /// Schedule the store's faults and the recovery check.

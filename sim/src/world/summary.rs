@@ -1,57 +1,12 @@
 //! The run's counters and its summary (identical for two runs of one seed), and the labels the
 //! trace uses.
 
-use weir_core::select::NoBackend;
+mod counters;
+
+pub(super) use counters::{Stats, header, method_str, no_backend_label};
 
 use super::World;
 use crate::report::Summary;
-use crate::scenario::{Scenario, Setup};
-use crate::trace::Header;
-
-/// The trace's first line: the scenario's backends, pools and routes.
-pub(super) fn header(scenario: Scenario, seed: u64, s: &Setup) -> Header {
-    Header {
-        kind: "header",
-        scenario: scenario.name(),
-        seed,
-        backends: s.backends.iter().map(|b| b.id.clone()).collect(),
-        pools: s
-            .pools
-            .iter()
-            .map(|p| (p.backends.clone(), p.policy.as_str()))
-            .collect(),
-        routes: s
-            .routes
-            .iter()
-            .map(|r| (r.prefix, r.pool, r.limit))
-            .collect(),
-    }
-}
-
-/// Counters for the summary.
-#[derive(Debug, Default)]
-pub(super) struct Stats {
-    pub(super) requests: u64,
-    pub(super) succeeded: u64,
-    pub(super) delivered_5xx: u64,
-    pub(super) failed: u64,
-    pub(super) overloaded: u64,
-    pub(super) rate_limited: u64,
-    pub(super) rejected: u64,
-    pub(super) abandoned: u64,
-    pub(super) retries: u64,
-    pub(super) budget_refusals: u64,
-    pub(super) ejections: u64,
-    pub(super) panic_selections: u64,
-    pub(super) health_flips: u64,
-    pub(super) reloads_published: u64,
-    pub(super) reloads_rejected: u64,
-    pub(super) store_calls: u64,
-    pub(super) policy_decisions: u64,
-    pub(super) config_reloads: u64,
-    pub(super) reloaded_mid: u64,
-    pub(super) timer_expiries: u64,
-}
 
 impl World<'_> {
     pub(super) fn summary(&mut self) -> Summary {
@@ -93,27 +48,5 @@ impl World<'_> {
             events: self.events,
             trace_hash: self.trace.hash(),
         }
-    }
-}
-
-pub(super) fn method_str(m: &http::Method) -> &'static str {
-    match *m {
-        http::Method::GET => "GET",
-        http::Method::HEAD => "HEAD",
-        http::Method::OPTIONS => "OPTIONS",
-        http::Method::POST => "POST",
-        http::Method::PUT => "PUT",
-        _ => "OTHER",
-    }
-}
-
-pub(super) fn no_backend_label(why: NoBackend) -> &'static str {
-    match why {
-        NoBackend::EmptyPool => "no_backend:empty_pool",
-        NoBackend::AllTried => "no_backend:all_tried",
-        NoBackend::NoHealthy => "no_backend:no_healthy",
-        NoBackend::AllOpen => "no_backend:all_open",
-        NoBackend::AllSaturated => "no_backend:all_saturated",
-        NoBackend::NoneEnabled => "no_backend:none_enabled",
     }
 }

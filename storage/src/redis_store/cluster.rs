@@ -13,7 +13,7 @@ use redis::cluster_routing::{
 };
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, TlsMode, Value};
 
-use super::{RedisOptions, tls_config_error};
+use super::options::{RedisOptions, tls_config_error};
 use crate::error::StoreError;
 
 /// Redirections and reconnects one call may make before its error is returned: enough to

@@ -37,8 +37,9 @@ use redis::{
 };
 
 use self::follow::{Addr, Follow, View, about, resubscribe_delay, view_of};
+
+use super::options::{RedisOptions, is_connection_error, tls_config_error};
 use super::standalone::Conns;
-use super::{RedisOptions, is_connection_error, tls_config_error};
 use crate::error::StoreError;
 
 /// The channel on which a sentinel announces that a master moved.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, RedisResult, Value};
 
-use super::{RedisOptions, is_connection_error};
+use super::options::{RedisOptions, is_connection_error};
 use crate::error::StoreError;
 
 /// The connections to one server.

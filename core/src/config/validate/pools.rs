@@ -4,6 +4,83 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// Name of the default pool in `routes[].pool`.
+pub const DEFAULT_POOL: &str = "default";
+
+/// `health_check` probe settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// http, https or tcp.
+    pub mode: ProbeMode,
+    /// Joined to each backend URL's path (http and https).
+    pub path: String,
+    /// Interval, jitter, timeout, thresholds, concurrency, expected statuses.
+    pub params: HealthParams,
+}
+
+/// Where `consistent_hash` reads the key of a request (C-POOL-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// `header:<Name>`: the value of this request header (absent: the client address).
+    Header(http::HeaderName),
+    /// `cookie:<name>`: the value of this cookie (absent: the client address).
+    Cookie(String),
+    /// `client_address`: the resolved client address (C-FWD-1).
+    ClientAddress,
+}
+
+impl HashKey {
+    /// Parse the config spelling.
+    pub fn parse(text: &str) -> Result<HashKey, String> {
+        if text == "client_address" {
+            return Ok(HashKey::ClientAddress);
+        }
+        if let Some(name) = text.strip_prefix("header:") {
+            return http::HeaderName::from_bytes(name.as_bytes())
+                .map(HashKey::Header)
+                .map_err(|_| format!("{name:?} is not a valid header name"));
+        }
+        if let Some(name) = text.strip_prefix("cookie:") {
+            if !name.is_empty() && name.bytes().all(is_tchar) {
+                return Ok(HashKey::Cookie(name.to_owned()));
+            }
+            return Err(format!("{name:?} is not a valid cookie name"));
+        }
+        Err(format!(
+            "hash_key must be header:<Name>, cookie:<name> or client_address, got {text:?}"
+        ))
+    }
+}
+
+/// One pool: its name, policy and backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// `default` for the top-level pool, else the key under `pools`.
+    pub name: String,
+    /// `balancing.policy`.
+    pub policy: PolicyKind,
+    /// `balancing.hash_key` (set exactly when the policy is consistent_hash).
+    pub hash_key: Option<HashKey>,
+    /// Backends in config order.
+    pub backends: Vec<BackendSpec>,
+}
+
+/// One route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// The prefix as written.
+    pub prefix: String,
+    /// Index into [`ValidConfig::pools`].
+    pub pool: usize,
+    /// The route's bulkhead limit (`None`: unlimited).
+    pub max_concurrent_requests: Option<u32>,
+}
+
+/// RFC 7230 `tchar` (also the set of cookie-name characters of RFC 6265).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 pub(super) fn check_health(h: &HealthCheckConfig, c: &mut Check<'_>) -> Option<HealthCheck> {
     if !h.path.starts_with('/')
         || h.path.contains('#')

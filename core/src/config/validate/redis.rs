@@ -3,12 +3,47 @@
 
 use core::fmt;
 use core::str::FromStr;
+use core::time::Duration;
 use std::path::PathBuf;
 
 use super::super::schema::Config;
-use super::{
-    Check, HostPort, RedisSettings, Secret, SecretSource, env_name_ok, parse_host_port, secret_at,
-};
+use super::check::parse_host_port;
+use super::{Check, HostPort, Secret, SecretSource, env_name_ok, secret_at};
+
+/// `redis` connection settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// The topology (`redis.mode`).
+    pub mode: RedisMode,
+    /// Server address (standalone; the first of `addresses` otherwise).
+    pub address: HostPort,
+    /// Every node to start from: `[address]` (standalone), the seed nodes (cluster) or the
+    /// sentinels (sentinel), in the order given.
+    pub addresses: Vec<HostPort>,
+    /// The master's name the sentinels monitor (sentinel mode only).
+    pub sentinel_master: Option<String>,
+    /// Connect over TLS (`redis.tls`), to the Redis nodes and to the sentinels.
+    pub tls: bool,
+    /// The CA certificates (PEM) the servers are verified against; `None`: the system's
+    /// roots. Checked readable and holding a certificate.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate chain and its key (PEM), both or neither.
+    pub tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Password (from `password_env`, C-CONF-3), when configured and storage is redis.
+    pub password: Option<Secret>,
+    /// The sentinels' own password (from `sentinel_password_env`), sentinel mode only.
+    pub sentinel_password: Option<Secret>,
+    /// Database number.
+    pub database: u32,
+    /// Connections in the pool.
+    pub pool_size: u32,
+    /// Connect deadline.
+    pub dial_timeout: Duration,
+    /// Read deadline.
+    pub read_timeout: Duration,
+    /// Write deadline.
+    pub write_timeout: Duration,
+}
 
 /// `redis.mode`: how weir finds the server that holds a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

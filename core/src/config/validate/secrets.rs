@@ -1,8 +1,29 @@
 //! Validation of the management listener and of secrets: `*_env` fields name an environment
 //! variable and are never echoed, `allow_insecure` only on loopback (C-CONF-3, C-MGMT-1).
 
+use super::check::parse_host_port;
 #[allow(clippy::wildcard_imports)]
 use super::*;
+
+/// `management` listener settings (C-MGMT-1..3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagementSettings {
+    /// Whether the management listener runs.
+    pub enabled: bool,
+    /// Its address.
+    pub address: HostPort,
+    /// The bearer token (from `auth_token_env`, C-CONF-3); always present when enabled without
+    /// `allow_insecure`.
+    pub auth_token: Option<Secret>,
+    /// Serve without a token (the process logs a warning).
+    pub allow_insecure: bool,
+    /// Accepted, not acted on.
+    pub enable_pprof: bool,
+    /// Mutating endpoints allowed (C-MGMT-3).
+    pub runtime_mutations: bool,
+    /// Response deadline on the management listener.
+    pub write_timeout: Duration,
+}
 
 /// Whether `name` looks like an environment variable name (`[A-Z_][A-Z0-9_]*`, at most 128
 /// bytes). A `*_env` field names a variable; anything else is most likely the secret itself,

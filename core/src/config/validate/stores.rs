@@ -4,6 +4,27 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// `database` connection settings (PostgreSQL store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseSettings {
+    /// Server host.
+    pub host: String,
+    /// Server port.
+    pub port: u16,
+    /// User name.
+    pub user: String,
+    /// Database name.
+    pub name: String,
+    /// libpq sslmode.
+    pub sslmode: String,
+    /// Password (from `password_env`, C-CONF-3).
+    pub password: Secret,
+    /// Connect deadline.
+    pub connect_timeout: Duration,
+    /// Connections in the pool.
+    pub max_open_connections: u32,
+}
+
 pub(super) fn check_rate(rl: &RateLimitConfig, c: &mut Check<'_>) -> Option<RateParams> {
     let defaults = RateConfig::default();
     let mut failed = false;
