@@ -1,7 +1,7 @@
 //! What an operator sees against the `weir` binary over real processes and sockets:
 //! secrets never echoed (C-CONF-3), `allow_insecure` only on loopback (C-MGMT-1), `MIGRATE_ONLY`
-//! parsed strictly (C-RATE-7), and `check-config` on a file whose secrets are not in this
-//! environment.
+//! parsed strictly (C-RATE-7), `check-config` on a file whose secrets are not in this
+//! environment, and a start error printed with its whole cause chain.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -397,4 +397,51 @@ fn c_tls_1_check_config_validates_certificate_pairs() {
     // `run` refuses to start on the same error.
     let o = run(&["run", "--config", crossed.to_str().unwrap()], &[]);
     assert!(!o.status.success(), "{}", text(&o));
+}
+
+/// A fatal start error is printed with its whole cause chain, each level once: what failed
+/// (`cannot start`, the listener's TLS), the setting and file, down to the system's error.
+#[test]
+fn a_start_error_prints_its_cause_chain() {
+    use weir_conformance::tls::Cert;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, key) = Cert::new(&["a.test"]).write(dir.path(), "a");
+    let crt = dir.path().join("missing.crt");
+    let file = dir.path().join("w.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "server:\n  tls:\n    certificates:\n      - cert_file: {}\n        key_file: {}\n\
+             backends:\n  - id: a\n    url: http://127.0.0.1:9\n",
+            crt.display(),
+            key.display()
+        ),
+    )
+    .expect("write config");
+    let o = run(
+        &[
+            "run",
+            "--config",
+            file.to_str().expect("utf-8"),
+            "--public-bind",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("weir: cannot start: "))
+        .unwrap_or_else(|| panic!("no start error on stderr:\n{}", text(&o)));
+    let want = format!(
+        "weir: cannot start: cannot set up TLS on the public listener: \
+         server.tls.certificates[0]: cannot read {}: ",
+        crt.display()
+    );
+    assert!(line.starts_with(&want), "{line}");
+    // The OS error, once, at the end.
+    assert!(line.ends_with("(os error 2)"), "{line}");
+    assert_eq!(line.matches("os error").count(), 1, "{line}");
+    assert_eq!(line.matches("missing.crt").count(), 1, "{line}");
 }

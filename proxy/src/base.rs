@@ -2,10 +2,12 @@
 //! channels), the process clock (`clock`), per-worker helpers (`worker`: the thread's rng and
 //! entropy), the allocator and its collection (`memory`), metric exposition (`exposition`:
 //! owned metric families and their encoding), bounded file reading (`safe_read`), secrets from
-//! files and the environment (`secrets`), the upstream URI (`uri`) and JSON log lines
-//! (`log_json`). Imports nothing of weir-proxy above it.
+//! files and the environment (`secrets`), the upstream URI (`uri`), JSON log lines
+//! (`log_json`) and an error with its causes on one line (`error_chain`). Imports nothing of
+//! weir-proxy above it.
 
 pub mod clock;
+pub mod error_chain;
 pub mod exposition;
 pub mod log_json;
 pub mod memory;

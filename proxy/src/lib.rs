@@ -28,5 +28,6 @@ pub mod services;
 pub use base::{memory, rt};
 pub use control::cli;
 pub use control::start::{
-    Options, ProxyHandle, StartError, check_runtime_support, default_public_bind, start,
+    Options, ProxyHandle, StartError, Unsupported, check_runtime_support, default_public_bind,
+    start,
 };

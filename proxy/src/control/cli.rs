@@ -12,9 +12,12 @@ use futures_util::future::Either;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use weir_core::config::{ConfigErrors, ValidConfig};
 
+use crate::base::error_chain::chain;
 use crate::base::rt::{Rt, Signal, Signals};
+use crate::base::safe_read::FileError;
 use crate::control::config_file::{self, LoadError};
 use crate::control::start::{Options, ProxyHandle};
+use crate::observe::listener_tls::ListenerTlsError;
 
 /// What `weir --help` opens with: what weir is for a user, not the crate's description.
 const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads requests over \
@@ -24,6 +27,60 @@ const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads r
 const AFTER_HELP: &str = "Start with `weir demo` (backends and proxy on 127.0.0.1), or \
     `weir check-config FILE` then `weir run --config FILE`. Docs: README.md, docs/proxy.md, \
     docs/operations.md.";
+
+/// What the command line itself fails on, around the proxy's own start (why that fails is a
+/// [`StartError`](crate::control::start::StartError)).
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// This binary's async runtime cannot be built.
+    #[error("cannot build the {runtime} runtime")]
+    Runtime {
+        /// Its name (`tokio`, `smol`).
+        runtime: &'static str,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The signal handlers cannot be registered.
+    #[error("cannot register signal handlers")]
+    Signals(#[source] std::io::Error),
+    /// The configuration file cannot be read (the message names the path and why).
+    #[error(transparent)]
+    ConfigFile(#[from] FileError),
+    /// The configuration is invalid: every error on a line of its own, each with the file,
+    /// the field path and the line (C-CONF-1). The errors are listed here, so they are kept
+    /// as a field, not as the `source()`, which would print them a second time.
+    #[error("{}", list_errors(.path, .errors))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every error.
+        errors: ConfigErrors,
+    },
+    /// `MIGRATE_ONLY` is neither on nor off (C-RATE-7).
+    #[error(
+        "MIGRATE_ONLY must be 1 or true (migrate and exit) or 0, false or unset (run), got {0}"
+    )]
+    MigrateOnly(String),
+    /// The migrations `MIGRATE_ONLY=true` asked for did not apply (C-RATE-7).
+    #[error("MIGRATE_ONLY: cannot migrate {database}")]
+    Migrate {
+        /// `database.name`.
+        database: String,
+        /// Why.
+        #[source]
+        error: weir_storage::StoreError,
+    },
+    /// `--ready-file` cannot be written.
+    #[error("cannot write {}", .file.display())]
+    ReadyFile {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+}
 
 /// The command line (`weir --help`).
 #[derive(Debug, Parser)]
@@ -133,7 +190,7 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
                 match crate::control::console::run(rt, args.listen, &args.management, access).await
                 {
                     Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => fail(name, &e),
+                    Err(e) => cannot_start(name, &e),
                 }
             })
         }
@@ -154,7 +211,7 @@ pub fn main(rt: Rt, name: &'static str) -> ExitCode {
                 };
                 match crate::control::demo::run(rt, opts, args.console_bind).await {
                     Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => fail(name, &e),
+                    Err(e) => cannot_start(name, &e),
                 }
             })
         }
@@ -198,16 +255,31 @@ fn block_on(
     };
     match rt.block_on(Box::pin(main)) {
         Ok(()) => code,
-        Err(e) => fail(
+        Err(error) => cannot_start(
             name,
-            &format!("cannot start the {} runtime: {e}", rt.name()),
+            &CliError::Runtime {
+                runtime: rt.name(),
+                error,
+            },
         ),
     }
 }
 
+/// `NAME: <message>` on stderr; exit 1.
 fn fail(name: &str, message: &str) -> ExitCode {
     let _ = writeln!(std::io::stderr(), "{name}: {message}");
     ExitCode::FAILURE
+}
+
+/// `NAME: <error>: <its source>: ...` on stderr, each level of the cause chain once; exit 1.
+fn fail_with(name: &str, error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    fail(name, &chain(error).to_string())
+}
+
+/// `NAME: cannot start: <error>: <its source>: ...` on stderr: a failure before the process
+/// serves anything; exit 1.
+fn cannot_start(name: &str, error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    fail(name, &format!("cannot start: {}", chain(error)))
 }
 
 fn config_path(given: Option<PathBuf>) -> PathBuf {
@@ -218,11 +290,14 @@ fn config_path(given: Option<PathBuf>) -> PathBuf {
 
 /// Read and validate `path` safely (only a regular file, at most 1 MiB, within
 /// `config_file::READ_TIMEOUT`: a FIFO or `/dev/zero` is a prompt error).
-fn load(path: &Path) -> Result<ValidConfig, String> {
+fn load(path: &Path) -> Result<ValidConfig, CliError> {
     match config_file::load_blocking(path, config_file::READ_TIMEOUT) {
         Ok(cfg) => Ok(cfg),
-        Err(LoadError::File(e)) => Err(e.to_string()),
-        Err(LoadError::Invalid(e)) => Err(list_errors(path, &e)),
+        Err(LoadError::File(e)) => Err(CliError::ConfigFile(e)),
+        Err(LoadError::Invalid(errors)) => Err(CliError::Invalid {
+            path: path.to_owned(),
+            errors,
+        }),
     }
 }
 
@@ -250,7 +325,7 @@ fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
         Ok((_, Err(tls))) => {
             let mut err = std::io::stderr();
             for e in &tls {
-                let _ = writeln!(err, "{}: {e}", path.display());
+                let _ = writeln!(err, "{}: {}", path.display(), chain(e));
             }
             ExitCode::FAILURE
         }
@@ -276,7 +351,7 @@ fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "{e}");
+            let _ = writeln!(std::io::stderr(), "{}", chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -284,11 +359,11 @@ fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
 
 /// What `check-config` found in a valid file: unresolved secret names, and the TLS pairs'
 /// check.
-type Checked = (Vec<String>, Result<(), Vec<String>>);
+type Checked = (Vec<String>, Result<(), Vec<ListenerTlsError>>);
 
 /// [`load`] with [`LenientSecrets`](crate::base::secrets::LenientSecrets): the valid configuration's
 /// unresolved secret names and its certificate check, or the errors.
-fn load_lenient(path: &Path) -> Result<Checked, String> {
+fn load_lenient(path: &Path) -> Result<Checked, CliError> {
     let owned = path.to_owned();
     let read = config_file::READERS.run_blocking(path, config_file::READ_TIMEOUT, move || {
         let secrets = crate::base::secrets::LenientSecrets::new();
@@ -301,33 +376,32 @@ fn load_lenient(path: &Path) -> Result<Checked, String> {
     });
     match read {
         Ok(Ok(checked)) => Ok(checked),
-        Ok(Err(LoadError::File(e))) | Err(e) => Err(e.to_string()),
-        Ok(Err(LoadError::Invalid(e))) => Err(list_errors(path, &e)),
+        Ok(Err(LoadError::File(e))) | Err(e) => Err(CliError::ConfigFile(e)),
+        Ok(Err(LoadError::Invalid(errors))) => Err(CliError::Invalid {
+            path: path.to_owned(),
+            errors,
+        }),
     }
 }
 
 /// `MIGRATE_ONLY` (C-RATE-7): unset, empty, `0` or `false` run normally; `1` or `true`
 /// migrate and exit; anything else is an error (a typo must not start serving).
 /// A value that is not UTF-8 is an error too, not "unset".
-fn migrate_only_requested(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
+fn migrate_only_requested(value: Option<&std::ffi::OsStr>) -> Result<bool, CliError> {
     let value = match value.map(std::ffi::OsStr::to_str) {
         None => None,
         Some(Some(v)) => Some(v),
         Some(None) => {
-            return Err(format!(
-                "MIGRATE_ONLY must be 1 or true (migrate and exit) or 0, false or unset (run), got \
-                 {:?} (not UTF-8)",
+            return Err(CliError::MigrateOnly(format!(
+                "{:?} (not UTF-8)",
                 value.unwrap_or_default()
-            ));
+            )));
         }
     };
     match value.map(str::trim) {
         None | Some("" | "0" | "false") => Ok(false),
         Some("1" | "true") => Ok(true),
-        Some(other) => Err(format!(
-            "MIGRATE_ONLY must be 1 or true (migrate and exit) or 0, false or unset (run), got \
-             {other:?}"
-        )),
+        Some(other) => Err(CliError::MigrateOnly(format!("{other:?}"))),
     }
 }
 
@@ -343,20 +417,21 @@ async fn terminated(signals: &mut dyn Signals) {
 
 async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
     // Registered first: SIGHUP's default action would kill the process.
-    let Ok(mut signals) = rt.signals() else {
-        return fail(name, "cannot register signal handlers");
+    let mut signals = match rt.signals() {
+        Ok(s) => s,
+        Err(e) => return cannot_start(name, &CliError::Signals(e)),
     };
     let path = config_path(args.config);
     let cfg = match load(&path) {
         Ok(c) => c,
-        Err(e) => return fail(name, &e),
+        Err(e) => return cannot_start(name, &e),
     };
     if let Err(e) = crate::control::start::check_runtime_support(rt, &cfg) {
-        return fail(name, &e);
+        return cannot_start(name, &e);
     }
     let migrate = match migrate_only_requested(std::env::var_os("MIGRATE_ONLY").as_deref()) {
         Ok(m) => m,
-        Err(e) => return fail(name, &e),
+        Err(e) => return cannot_start(name, &e),
     };
     if migrate {
         // A migration may queue behind another process's on the advisory lock: a signal ends
@@ -379,15 +454,21 @@ async fn run(rt: Rt, name: &'static str, args: RunArgs) -> ExitCode {
         let stop = std::pin::pin!(terminated(&mut *signals));
         match futures_util::future::select(start, stop).await {
             Either::Left((Ok(h), _)) => h,
-            Either::Left((Err(e), _)) => return fail(name, &e.to_string()),
+            Either::Left((Err(e), _)) => return cannot_start(name, &e),
             Either::Right(_) => return ExitCode::SUCCESS,
         }
     };
     if let Some(file) = &args.ready_file
-        && let Err(e) = write_ready_file(file, &handle)
+        && let Err(error) = write_ready_file(file, &handle)
     {
         handle.stop().await;
-        return fail(name, &format!("cannot write {}: {e}", file.display()));
+        return fail_with(
+            name,
+            &CliError::ReadyFile {
+                file: file.clone(),
+                error,
+            },
+        );
     }
     while let Some(signal) = signals.next().await {
         if signal != Signal::Hangup {
@@ -447,9 +528,12 @@ async fn migrate_only(name: &str, cfg: &ValidConfig) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => fail(
+        Err(error) => fail_with(
             name,
-            &format!("MIGRATE_ONLY: cannot migrate {}: {e}", db.name),
+            &CliError::Migrate {
+                database: db.name.clone(),
+                error,
+            },
         ),
     }
 }

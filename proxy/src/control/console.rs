@@ -65,6 +65,67 @@ const RETURNED: [&str; 5] = [
     "www-authenticate",
 ];
 
+/// Why `weir console` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// `--management` is not `http://…`.
+    #[error(
+        "--management {0:?}: expected http://HOST:PORT (the management listener speaks plain HTTP)"
+    )]
+    Scheme(String),
+    /// `--management` has a path.
+    #[error("--management {0:?}: expected http://HOST:PORT, without a path")]
+    Path(String),
+    /// `--management` has no port, or one that is not a number.
+    #[error("--management {0:?}: expected http://HOST:PORT")]
+    HostPort(String),
+    /// The host of `--management` could not be resolved.
+    #[error("--management {url:?}: cannot resolve the host")]
+    Resolve {
+        /// `--management` as given.
+        url: String,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The host of `--management` resolves to no address.
+    #[error("--management {0:?}: the host does not resolve")]
+    NoAddress(String),
+    /// The token file cannot be read.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// `--auth-token-env VAR` names a variable that is not set, nor `VAR_FILE`.
+    #[error(
+        "--auth-token-env {0}: neither {0} nor {0}_FILE is set (the console's own token, which \
+         every request must carry)"
+    )]
+    NoToken(String),
+    /// A listen address beyond loopback without `--allow-remote` or the console's own token
+    /// (the message names the safe options).
+    #[error("{0}")]
+    Refused(String),
+    /// The console's listener cannot be bound.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+/// `NAME_FILE` names a file that cannot be read ([`token_from`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{var} names a file that cannot be read")]
+pub struct TokenError {
+    /// The variable (`BALANCER_ADMIN_TOKEN_FILE`).
+    pub var: String,
+    /// Why: the reason `SecretSource::read_file` gives, which weir-core's trait passes as text.
+    #[source]
+    pub reason: Box<dyn std::error::Error + Send + Sync>,
+}
+
 /// Where the console forwards to, and with what token.
 #[derive(Clone)]
 pub struct Upstream {
@@ -138,7 +199,7 @@ pub fn bundle_embedded() -> bool {
 ///
 /// # Errors
 /// `NAME_FILE` names a file that cannot be read.
-pub fn token_from(source: &dyn SecretSource, name: &str) -> Result<Option<String>, String> {
+pub fn token_from(source: &dyn SecretSource, name: &str) -> Result<Option<String>, TokenError> {
     if let Some(v) = source.env(name).filter(|v| !v.is_empty()) {
         return Ok(Some(v));
     }
@@ -146,9 +207,10 @@ pub fn token_from(source: &dyn SecretSource, name: &str) -> Result<Option<String
     let Some(path) = source.env(&file_var).filter(|p| !p.is_empty()) else {
         return Ok(None);
     };
-    let mut text = source
-        .read_file(&path)
-        .map_err(|e| format!("{file_var}: {e}"))?;
+    let mut text = source.read_file(&path).map_err(|reason| TokenError {
+        var: file_var,
+        reason: reason.into(),
+    })?;
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {
@@ -162,27 +224,28 @@ pub fn token_from(source: &dyn SecretSource, name: &str) -> Result<Option<String
 ///
 /// # Errors
 /// Another scheme, a path, or a host that does not resolve.
-pub async fn resolve_management(rt: Rt, url: &str) -> Result<SocketAddr, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--management {url:?}: expected http://HOST:PORT (the management listener speaks plain HTTP)")
-    })?;
+pub async fn resolve_management(rt: Rt, url: &str) -> Result<SocketAddr, ConsoleError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| ConsoleError::Scheme(url.to_owned()))?;
     let hostport = rest.trim_end_matches('/');
     if hostport.contains('/') {
-        return Err(format!(
-            "--management {url:?}: expected http://HOST:PORT, without a path"
-        ));
+        return Err(ConsoleError::Path(url.to_owned()));
     }
     let (host, port) = hostport
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| format!("--management {url:?}: expected http://HOST:PORT"))?;
+        .ok_or_else(|| ConsoleError::HostPort(url.to_owned()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     rt.resolve(host.to_owned(), port)
         .await
-        .map_err(|e| format!("--management {url:?}: {e}"))?
+        .map_err(|error| ConsoleError::Resolve {
+            url: url.to_owned(),
+            error,
+        })?
         .into_iter()
         .next()
-        .ok_or_else(|| format!("--management {url:?}: the host does not resolve"))
+        .ok_or_else(|| ConsoleError::NoAddress(url.to_owned()))
 }
 
 /// Bind `listen` and serve the console until the returned handle is dropped.
@@ -246,24 +309,21 @@ pub async fn run(
     listen: SocketAddr,
     management: &str,
     access: Access,
-) -> Result<(), String> {
+) -> Result<(), ConsoleError> {
     let secrets = crate::base::secrets::EnvSecrets::new();
     let auth = match &access.auth_token_env {
         None => None,
         Some(var) => match token_from(&secrets, var)? {
             Some(t) if !t.is_empty() => Some(Secret::new(t)),
             _ => {
-                return Err(format!(
-                    "--auth-token-env {var}: neither {var} nor {var}_FILE is set (the console's \
-                     own token, which every request must carry)"
-                ));
+                return Err(ConsoleError::NoToken(var.clone()));
             }
         },
     };
     if let Some(why) =
         weir_core::console_guard::listen_refusal(listen, access.allow_remote, auth.is_some())
     {
-        return Err(why);
+        return Err(ConsoleError::Refused(why));
     }
     if auth.is_none() && !listen.ip().to_canonical().is_loopback() {
         tracing::warn!(
@@ -281,8 +341,12 @@ pub async fn run(
              (the management plane answers 401 unless management.allow_insecure is true)"
         );
     }
-    let (bound, task) = serve(rt, listen, Upstream { addr, token, auth })
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let (bound, task) = serve(rt, listen, Upstream { addr, token, auth }).map_err(|error| {
+        ConsoleError::Listen {
+            addr: listen,
+            error,
+        }
+    })?;
     let _ = writeln!(
         std::io::stdout(),
         "weir console: http://{bound} (management http://{addr})"

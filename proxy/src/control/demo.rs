@@ -15,12 +15,66 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 
+use crate::base::error_chain::chain;
 use crate::base::rt::{self, JoinHandle, Rt};
 use crate::base::secrets::EnvSecrets;
-use crate::control::start::Options;
+use crate::control::console::TokenError;
+use crate::control::start::{Options, StartError};
 
 /// The shipped configuration, embedded.
 pub const SHIPPED_CONFIG: &str = include_str!("../../../config/weir.yaml");
+
+/// Why `weir demo` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A demo backend cannot listen on 127.0.0.1.
+    #[error("cannot start a demo backend")]
+    Backend(#[source] std::io::Error),
+    /// The embedded configuration does not load (a bug of the build).
+    #[error("the embedded configuration is invalid")]
+    Config(#[source] weir_core::config::ConfigErrors),
+    /// The proxy does not start (its own message says which step).
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The console's token file cannot be read.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The console would listen beyond loopback: the demo's console has no token of its own.
+    #[error("{0} (weir demo's console has neither option; run `weir console`)")]
+    ConsoleRefused(String),
+    /// The console's listener cannot be bound.
+    #[error("cannot listen on {addr} for the console")]
+    Console {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+/// Why one of the demo's own requests failed.
+#[derive(Debug, thiserror::Error)]
+enum ClientError {
+    /// No connection to the proxy.
+    #[error("cannot connect to {addr}")]
+    Connect {
+        /// The proxy's address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The HTTP/1.1 handshake failed.
+    #[error("HTTP/1.1 handshake")]
+    Handshake(#[source] hyper::Error),
+    /// The request could not be built.
+    #[error("cannot build the request")]
+    Build(#[source] http::Error),
+    /// The exchange failed (connection closed, body cut short).
+    #[error("request failed")]
+    Exchange(#[source] hyper::Error),
+}
 
 /// A demo backend: answers JSON naming itself; `/health` is always `200`; a flaky one answers
 /// every `flaky_every`-th other request with `503`.
@@ -121,8 +175,12 @@ pub fn config_text(backends: &[(&str, SocketAddr)]) -> String {
 }
 
 /// Run the demo until SIGINT/SIGTERM; the web console listens on `console_bind`.
-pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), String> {
-    let err = |e: std::io::Error| format!("cannot start a demo backend: {e}");
+///
+/// # Errors
+/// A backend or the console cannot listen, the proxy does not start, or the token file named
+/// by `BALANCER_ADMIN_TOKEN_FILE` cannot be read.
+pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), DemoError> {
+    let err = DemoError::Backend;
     let backends = [
         backend(rt, "demo-1", None).await.map_err(err)?,
         backend(rt, "demo-2", None).await.map_err(err)?,
@@ -131,11 +189,8 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
     let list: Vec<(&str, SocketAddr)> = backends.iter().map(|b| (b.id.as_str(), b.addr)).collect();
     let token = format!("demo-{:016x}", crate::base::worker::entropy_seed());
     let secrets = EnvSecrets::new().with_fallback("BALANCER_ADMIN_TOKEN", &token);
-    let cfg = weir_core::config::load(&config_text(&list), &secrets)
-        .map_err(|e| format!("the embedded configuration is invalid: {e}"))?;
-    let handle = crate::control::start::start(rt, cfg, opts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let cfg = weir_core::config::load(&config_text(&list), &secrets).map_err(DemoError::Config)?;
+    let handle = crate::control::start::start(rt, cfg, opts).await?;
     let public = handle.public_addr();
     let mut out = std::io::stdout();
     let _ = writeln!(out, "\nweir demo: proxy on http://{public}");
@@ -167,17 +222,20 @@ pub async fn run(rt: Rt, opts: Options, console_bind: SocketAddr) -> Result<(), 
             // The demo's console has no token of its own: loopback only.
             if let Some(why) = weir_core::console_guard::listen_refusal(console_bind, false, false)
             {
-                return Err(format!(
-                    "{why} (weir demo's console has neither option; run `weir console`)"
-                ));
+                return Err(DemoError::ConsoleRefused(why));
             }
             let upstream = crate::control::console::Upstream {
                 addr,
                 token,
                 auth: None,
             };
-            let (at, task) = crate::control::console::serve(rt, console_bind, upstream)
-                .map_err(|e| format!("cannot listen on {console_bind} for the console: {e}"))?;
+            let (at, task) =
+                crate::control::console::serve(rt, console_bind, upstream).map_err(|error| {
+                    DemoError::Console {
+                        addr: console_bind,
+                        error,
+                    }
+                })?;
             let _ = writeln!(out, "  console       http://{at}  (open it in a browser)");
             Some(task)
         }
@@ -206,7 +264,7 @@ async fn show_requests(rt: Rt, public: SocketAddr, n: usize, out: &mut impl std:
     let mut client = match Client::connect(rt, public).await {
         Ok(c) => c,
         Err(e) => {
-            let _ = writeln!(out, "  cannot connect: {e}");
+            let _ = writeln!(out, "  {}", chain(&e));
             return;
         }
     };
@@ -230,7 +288,7 @@ async fn show_requests(rt: Rt, public: SocketAddr, n: usize, out: &mut impl std:
                 );
             }
             Err(e) => {
-                let _ = writeln!(out, "  #{i}: request failed: {e}");
+                let _ = writeln!(out, "  #{i}: {}", chain(&e));
             }
         }
     }
@@ -243,27 +301,38 @@ struct Client {
 }
 
 impl Client {
-    async fn connect(rt: Rt, addr: SocketAddr) -> Result<Client, String> {
-        let stream = rt.connect(addr).await.map_err(|e| e.to_string())?;
+    async fn connect(rt: Rt, addr: SocketAddr) -> Result<Client, ClientError> {
+        let stream = rt
+            .connect(addr)
+            .await
+            .map_err(|error| ClientError::Connect { addr, error })?;
         let (tx, conn) = hyper::client::conn::http1::handshake(stream)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(ClientError::Handshake)?;
         rt.spawn(async move {
             let _ = conn.await;
         });
         Ok(Client { addr, tx })
     }
 
-    async fn get(&mut self, path: &str) -> Result<Response<Bytes>, String> {
-        self.tx.ready().await.map_err(|e| e.to_string())?;
+    async fn get(&mut self, path: &str) -> Result<Response<Bytes>, ClientError> {
+        self.tx.ready().await.map_err(ClientError::Exchange)?;
         let req = Request::builder()
             .uri(path)
             .header(http::header::HOST, self.addr.to_string())
             .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let resp = self.tx.send_request(req).await.map_err(|e| e.to_string())?;
+            .map_err(ClientError::Build)?;
+        let resp = self
+            .tx
+            .send_request(req)
+            .await
+            .map_err(ClientError::Exchange)?;
         let (parts, body) = resp.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = body
+            .collect()
+            .await
+            .map_err(ClientError::Exchange)?
+            .to_bytes();
         Ok(Response::from_parts(parts, body))
     }
 }

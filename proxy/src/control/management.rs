@@ -45,6 +45,7 @@ use weir_core::rate::{ClientKey, RateParams};
 use weir_core::request_id::request_id_in_force;
 use weir_core::runtime::Runtime;
 
+use crate::base::error_chain::chain;
 use crate::base::exposition::Listener;
 use crate::base::rt::{self, Listener as RtListener, Rt, watch};
 use crate::base::worker;
@@ -62,6 +63,21 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most bytes of the synthetic request's response body shown by `/api/dashboard/request`.
 const DASHBOARD_BODY_BYTES: usize = 4096;
+
+/// Why a dashboard action that needs the data plane or the store failed: the problem's
+/// message is [`chain`] of it.
+#[derive(Debug, thiserror::Error)]
+enum DashboardError {
+    /// `POST /api/dashboard/limit`: the store in force did not set the bucket.
+    #[error("the rate-limit store did not answer")]
+    Store(#[source] weir_storage::StoreError),
+    /// `GET /api/dashboard/request`: the in-process exchange with the data plane failed.
+    #[error("synthetic request")]
+    Synthetic(#[source] hyper::Error),
+    /// `GET /api/dashboard/request`: no answer within `management.write_timeout`.
+    #[error("synthetic request timed out after {}", mgmt::format_duration(*.0))]
+    TimedOut(Duration),
+}
 
 /// Serve the management listener until `shutdown`.
 pub async fn serve(
@@ -278,7 +294,7 @@ async fn execute(
             reply: r,
         } => match refill(proxy_state, key, tokens, &rt.config().rate).await {
             Ok(()) => reply(&r, req.rid),
-            Err(message) => problem(503, &message, Vec::new(), req.rid),
+            Err(e) => problem(503, &chain(&e).to_string(), Vec::new(), req.rid),
         },
         Decision::Publish { runtime, reply: r } => {
             let result = reload::install(proxy_state, rt, *runtime).await;
@@ -389,7 +405,7 @@ async fn read(
             let timeout = rt.config().management.write_timeout;
             match dashboard_request(proxy_state, req, timeout).await {
                 Ok(v) => json(StatusCode::OK, Bytes::from(v.to_string()), req.rid),
-                Err(message) => problem(502, &message, Vec::new(), req.rid),
+                Err(e) => problem(502, &chain(&e).to_string(), Vec::new(), req.rid),
             }
         }
         // `mgmt::handle` answers mutations itself; a read decision never names one.
@@ -432,13 +448,13 @@ async fn refill(
     key: ClientKey,
     tokens: u64,
     rate: &RateParams,
-) -> Result<(), String> {
+) -> Result<(), DashboardError> {
     proxy_state
         .data_plane
         .limiter
         .set_tokens(key, rate, tokens, proxy_state.data_plane.clock.now())
         .await
-        .map_err(|e| format!("the rate-limit store did not answer: {e}"))
+        .map_err(DashboardError::Store)
 }
 
 /// Read at most `mgmt::MAX_BODY_BYTES + 1` bytes of a body (C-MGMT-2: one byte more shows an
@@ -473,7 +489,7 @@ async fn dashboard_request(
     proxy_state: &Arc<ProxyState>,
     req: &Authorized<'_>,
     timeout: Duration,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, DashboardError> {
     let rt = proxy_state.data_plane.rt;
     let (near, far) = rt::duplex(64 * 1024);
     let as_from = SocketAddr::new(req.client, req.peer.port());
@@ -484,7 +500,7 @@ async fn dashboard_request(
     let exchange = async {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(near)
             .await
-            .map_err(|e| format!("synthetic request: {e}"))?;
+            .map_err(DashboardError::Synthetic)?;
         let conn = rt::spawn_handle(rt, conn);
         let mut synthetic = Request::new(Empty::<Bytes>::new());
         *synthetic.uri_mut() = http::Uri::from_static("/");
@@ -496,7 +512,7 @@ async fn dashboard_request(
         let resp = sender
             .send_request(synthetic)
             .await
-            .map_err(|e| format!("synthetic request: {e}"))?;
+            .map_err(DashboardError::Synthetic)?;
         let head_after = rt.now().saturating_duration_since(started);
         let (parts, mut body) = resp.into_parts();
         let mut text = BytesMut::new();
@@ -515,16 +531,13 @@ async fn dashboard_request(
         }
         drop(sender);
         drop(conn);
-        Ok::<_, String>(summary(&parts, head_after, &text, truncated))
+        Ok::<_, DashboardError>(summary(&parts, head_after, &text, truncated))
     };
     let result = rt::timeout(rt, timeout, exchange).await;
     drop(server);
     match result {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "synthetic request timed out after {}",
-            mgmt::format_duration(timeout)
-        )),
+        Err(_) => Err(DashboardError::TimedOut(timeout)),
     }
 }
 

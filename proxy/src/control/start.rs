@@ -40,33 +40,42 @@ pub struct Options {
     pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
-/// Why a proxy could not start.
+/// Why a proxy could not start. Each message says which step failed; the underlying error is
+/// the `source()` (`base::error_chain::chain` prints them all).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The runtime snapshot could not be built from the configuration.
-    #[error("cannot build the runtime: {0}")]
-    Runtime(String),
+    #[error("cannot build the runtime")]
+    Runtime(#[source] weir_core::runtime::BuildError),
+    /// The configuration needs a rate-limit store this runtime cannot run
+    /// ([`check_runtime_support`]).
+    #[error("cannot build the rate-limit store")]
+    Unsupported(#[source] Unsupported),
     /// The rate-limit store could not be built (invalid store settings, or the local store
     /// could not be allocated).
-    #[error("cannot build the rate-limit store: {0}")]
-    RateStore(String),
-    /// The TLS client configuration could not be built.
-    #[error("cannot build the TLS client configuration: {0}")]
-    Tls(String),
+    #[error("cannot build the rate-limit store")]
+    RateStore(#[source] weir_storage::StoreError),
+    /// The TLS client configuration (health probes, upstream TLS) could not be built.
+    #[error("cannot build the TLS client configuration")]
+    Tls(#[source] rustls::Error),
     /// The public listener's TLS could not be set up (a certificate pair or the client CA).
-    #[error("cannot set up TLS on the public listener: {0}")]
-    ListenerTls(String),
+    #[error("cannot set up TLS on the public listener")]
+    ListenerTls(#[source] listener_tls::ListenerTlsError),
+    /// The thread loading the listener's certificates panicked.
+    #[error("cannot set up TLS on the public listener: loading the certificates panicked")]
+    ListenerTlsPanicked,
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {error}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: String,
         /// Why.
+        #[source]
         error: std::io::Error,
     },
     /// A worker thread could not be started.
-    #[error("cannot start a worker thread: {0}")]
-    Worker(std::io::Error),
+    #[error("cannot start a worker thread")]
+    Worker(#[source] std::io::Error),
     /// The health checks stopped before their first cycle ended.
     #[error("the health checks stopped before the first cycle ended")]
     Health,
@@ -192,19 +201,29 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
     Ok(socket.into())
 }
 
+/// What the configuration asks for and this runtime cannot run ([`check_runtime_support`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    /// `rate_limit.storage: postgres` on a runtime other than tokio (docs/storage.md).
+    #[error(
+        "rate_limit.storage: postgres is not supported on the {runtime} runtime: the PostgreSQL \
+         store needs a tokio runtime (tokio-postgres and deadpool-postgres); use redis or \
+         local, or run the tokio binary `weir` (docs/storage.md)"
+    )]
+    Postgres {
+        /// The runtime's name (`smol`).
+        runtime: &'static str,
+    },
+}
+
 /// Whether `rt` can run everything `cfg` asks for (the smol runtime has no PostgreSQL store,
 /// docs/storage.md); the message names the field and why.
 ///
 /// # Errors
 /// The configuration needs what this runtime lacks.
-pub fn check_runtime_support(rt: Rt, cfg: &ValidConfig) -> Result<(), String> {
+pub fn check_runtime_support(rt: Rt, cfg: &ValidConfig) -> Result<(), Unsupported> {
     if cfg.database.is_some() && !weir_storage::postgres_supported() {
-        return Err(format!(
-            "rate_limit.storage: postgres is not supported on the {} runtime: the PostgreSQL \
-             store needs a tokio runtime (tokio-postgres and deadpool-postgres); use redis or \
-             local, or run the tokio binary `weir` (docs/storage.md)",
-            rt.name()
-        ));
+        return Err(Unsupported::Postgres { runtime: rt.name() });
     }
     Ok(())
 }
@@ -220,7 +239,7 @@ pub fn default_public_bind(cfg: &ValidConfig) -> SocketAddr {
 /// its own executor of `rt`. Returns once the first health-check cycle has ended and the
 /// listeners are open (C-HEALTH-1).
 pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandle, StartError> {
-    check_runtime_support(rt, &cfg).map_err(StartError::RateStore)?;
+    check_runtime_support(rt, &cfg).map_err(StartError::Unsupported)?;
     let shutdown_delay = cfg.server.shutdown_delay;
     let workers = opts
         .workers
@@ -312,13 +331,13 @@ async fn build_state(
         usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
-    let tls =
-        probe::client_tls::native_client_config().map_err(|e| StartError::Tls(e.to_string()))?;
+    let tls = probe::client_tls::native_client_config().map_err(StartError::Tls)?;
     ratelimit::install_store_runtime(rt);
     let limiter = match opts.rate_limiter.clone() {
         Some(l) => Limiter::new(l),
-        None => Limiter::from_config(&cfg, worker::entropy_seed())
-            .map_err(|e| StartError::RateStore(e.to_string()))?,
+        None => {
+            Limiter::from_config(&cfg, worker::entropy_seed()).map_err(StartError::RateStore)?
+        }
     };
     // C-RATE-5, C-RATE-7: migrations / a first connection, bounded; never fatal.
     limiter.prepare(&cfg, clock.now()).await;
@@ -340,13 +359,12 @@ async fn build_state(
             "management.allow_insecure is true: the management API accepts requests without a token (C-MGMT-1)"
         );
     }
-    let runtime = Runtime::build(cfg, None, clock.now(), &mut rng)
-        .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let runtime = Runtime::build(cfg, None, clock.now(), &mut rng).map_err(StartError::Runtime)?;
     let front = {
         let server = runtime.config().server.clone();
         rt::unblock(rt, move || listener_tls::Front::build(&server))
             .await
-            .unwrap_or_else(|| Err("certificate loading panicked".to_owned()))
+            .ok_or(StartError::ListenerTlsPanicked)?
             .map_err(StartError::ListenerTls)?
     };
     let metrics = Arc::new(metrics::Metrics::new());
@@ -464,3 +482,6 @@ async fn resolve_bind(rt: Rt, addr: &HostPort) -> Result<SocketAddr, StartError>
             ))
         })
 }
+
+#[cfg(test)]
+mod tests;

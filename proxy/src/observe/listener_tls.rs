@@ -40,8 +40,70 @@ pub mod metrics;
 use certs::{CertSet, Loaded, PairError};
 use metrics::{ReloadResult, TlsMetrics};
 
+use crate::base::error_chain::chain;
+
 /// ALPN protocols offered, in preference order (C-TLS-1).
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// Why the listener's TLS cannot be set up (start) or checked (`check-config`). Each message
+/// names the setting; the library's own error is the `source()`.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerTlsError {
+    /// A certificate pair does not load or its key does not match.
+    #[error("server.tls.certificates[{index}]")]
+    Pair {
+        /// Its position in `server.tls.certificates`.
+        index: usize,
+        /// Why.
+        #[source]
+        error: PairError,
+    },
+    /// The crypto provider cannot serve the configured protocol versions.
+    #[error("server.tls.min_version: the TLS versions cannot be offered")]
+    Versions(#[source] rustls::Error),
+    /// The client CA file cannot be read.
+    #[error("server.tls.client_ca_file: cannot read {file}")]
+    ClientCaRead {
+        /// The file.
+        file: String,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The client CA file's PEM is broken.
+    #[error("server.tls.client_ca_file {file}: malformed PEM")]
+    ClientCaPem {
+        /// The file.
+        file: String,
+        /// Why.
+        #[source]
+        error: rustls::pki_types::pem::Error,
+    },
+    /// A certificate of the client CA file is not a usable trust anchor.
+    #[error("server.tls.client_ca_file {file}: a certificate cannot be trusted as a CA")]
+    ClientCaCertificate {
+        /// The file.
+        file: String,
+        /// Why.
+        #[source]
+        error: rustls::Error,
+    },
+    /// The client CA file holds no certificate.
+    #[error("server.tls.client_ca_file {file}: no PEM certificate in it")]
+    ClientCaEmpty {
+        /// The file.
+        file: String,
+    },
+    /// No client certificate verifier can be built from the client CAs.
+    #[error("server.tls.client_ca_file {file}: cannot build the client certificate verifier")]
+    ClientVerifier {
+        /// The file.
+        file: String,
+        /// Why.
+        #[source]
+        error: rustls::server::VerifierBuilderError,
+    },
+}
 
 /// What the public listener does before HTTP: the PROXY protocol and TLS, each when configured.
 #[derive(Debug)]
@@ -73,7 +135,7 @@ impl Front {
     /// # Errors
     /// A certificate pair or the client CA file does not load: weir does not start without
     /// every configured certificate (C-TLS-1).
-    pub fn build(server: &ServerSettings) -> Result<Front, String> {
+    pub fn build(server: &ServerSettings) -> Result<Front, ListenerTlsError> {
         let tls = server.tls.as_ref().map(TlsListener::build).transpose()?;
         let front = Front {
             proxy_protocol: server.proxy_protocol.as_ref().map(|p| p.accept),
@@ -112,7 +174,7 @@ impl Front {
                 source,
                 cert_file = %cert_file,
                 reason = e.reason(),
-                error = %e,
+                error = %chain(e),
                 "certificate reload failed; the previous certificate stays in force"
             );
         }
@@ -156,10 +218,10 @@ impl TlsListener {
     /// Load every pair and build the configuration (blocking).
     ///
     /// # Errors
-    /// A pair or the client CA does not load; the message names the file.
-    pub fn build(settings: &ListenerTls) -> Result<TlsListener, String> {
+    /// A pair or the client CA does not load; the message names the setting and the file.
+    pub fn build(settings: &ListenerTls) -> Result<TlsListener, ListenerTlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let pairs = load_all(settings, &provider).map_err(|e| e.to_string())?;
+        let pairs = load_all(settings, &provider)?;
         let resolver = Arc::new(Resolver {
             set: ArcSwap::from_pointee(CertSet { pairs }),
         });
@@ -169,7 +231,7 @@ impl TlsListener {
         };
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(versions)
-            .map_err(|e| format!("server.tls: {e}"))?;
+            .map_err(ListenerTlsError::Versions)?;
         let builder = match &settings.client_ca_file {
             None => builder.with_no_client_auth(),
             Some(file) => {
@@ -179,7 +241,10 @@ impl TlsListener {
                     Arc::clone(&provider),
                 )
                 .build()
-                .map_err(|e| format!("server.tls.client_ca_file {file}: {e}"))?;
+                .map_err(|error| ListenerTlsError::ClientVerifier {
+                    file: file.clone(),
+                    error,
+                })?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -217,38 +282,41 @@ impl TlsListener {
     }
 }
 
-/// Every configured pair, or the first failure (start, `check-config`).
+/// Every configured pair, or the first failure (start; `check-config` reports them all).
 ///
 /// # Errors
-/// The first pair that does not load.
+/// The first pair that does not load ([`ListenerTlsError::Pair`]).
 pub fn load_all(
     settings: &ListenerTls,
     provider: &CryptoProvider,
-) -> Result<Vec<Loaded>, PairError> {
+) -> Result<Vec<Loaded>, ListenerTlsError> {
     settings
         .certificates
         .iter()
-        .map(|p| certs::load(p, provider))
+        .enumerate()
+        .map(|(index, p)| {
+            certs::load(p, provider).map_err(|error| ListenerTlsError::Pair { index, error })
+        })
         .collect()
 }
 
 /// `check-config`: every pair of `server.tls` loads and matches, and the client CA loads.
 ///
 /// # Errors
-/// One message per failure.
-pub fn check(server: &ServerSettings) -> Result<(), Vec<String>> {
+/// One error per failure.
+pub fn check(server: &ServerSettings) -> Result<(), Vec<ListenerTlsError>> {
     let Some(t) = &server.tls else {
         return Ok(());
     };
     let provider = rustls::crypto::ring::default_provider();
-    let mut errors: Vec<String> = t
+    let mut errors: Vec<ListenerTlsError> = t
         .certificates
         .iter()
         .enumerate()
-        .filter_map(|(i, p)| {
+        .filter_map(|(index, p)| {
             certs::load(p, &provider)
                 .err()
-                .map(|e| format!("server.tls.certificates[{i}]: {e}"))
+                .map(|error| ListenerTlsError::Pair { index, error })
         })
         .collect();
     if let Some(file) = &t.client_ca_file
@@ -263,23 +331,30 @@ pub fn check(server: &ServerSettings) -> Result<(), Vec<String>> {
     }
 }
 
-fn client_roots(file: &str) -> Result<RootCertStore, String> {
+fn client_roots(file: &str) -> Result<RootCertStore, ListenerTlsError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let pem = std::fs::read(file)
-        .map_err(|e| format!("server.tls.client_ca_file: cannot read {file}: {e}"))?;
+    let pem = std::fs::read(file).map_err(|error| ListenerTlsError::ClientCaRead {
+        file: file.to_owned(),
+        error,
+    })?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert =
-            cert.map_err(|e| format!("server.tls.client_ca_file {file}: malformed PEM: {e}"))?;
+        let cert = cert.map_err(|error| ListenerTlsError::ClientCaPem {
+            file: file.to_owned(),
+            error,
+        })?;
         roots
             .add(cert)
-            .map_err(|e| format!("server.tls.client_ca_file {file}: {e}"))?;
+            .map_err(|error| ListenerTlsError::ClientCaCertificate {
+                file: file.to_owned(),
+                error,
+            })?;
     }
     if roots.is_empty() {
-        return Err(format!(
-            "server.tls.client_ca_file {file}: no PEM certificate in it"
-        ));
+        return Err(ListenerTlsError::ClientCaEmpty {
+            file: file.to_owned(),
+        });
     }
     Ok(roots)
 }

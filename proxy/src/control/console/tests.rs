@@ -13,7 +13,13 @@ fn token_from_env_wins_over_the_file() {
     assert_eq!(token_from(&MapSecrets::new(), TOKEN_ENV).expect("ok"), None);
     let missing = MapSecrets::new().with_env("BALANCER_ADMIN_TOKEN_FILE", "/nope");
     let err = token_from(&missing, TOKEN_ENV).expect_err("unreadable file");
-    assert!(err.contains("BALANCER_ADMIN_TOKEN_FILE"), "{err}");
+    assert!(
+        err.to_string().contains("BALANCER_ADMIN_TOKEN_FILE"),
+        "{err}"
+    );
+    // The secret source's reason is the cause, printed after the variable's name.
+    let reason = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(reason.is_some_and(|r| r.contains("/nope")), "{err:?}");
 }
 
 #[test]

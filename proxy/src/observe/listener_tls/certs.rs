@@ -36,7 +36,7 @@ pub struct Loaded {
 /// Why a pair cannot be served.
 #[derive(Debug)]
 pub enum PairError {
-    /// A file could not be read.
+    /// A file could not be read (the system's error is the `source()`).
     Read {
         /// The file.
         file: String,
@@ -63,7 +63,7 @@ pub enum PairError {
 impl fmt::Display for PairError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PairError::Read { file, error } => write!(f, "cannot read {file}: {error}"),
+            PairError::Read { file, .. } => write!(f, "cannot read {file}"),
             PairError::NoCertificate(file) => write!(f, "{file}: no PEM certificate in it"),
             PairError::BadPem(file, e) => write!(f, "{file}: malformed PEM: {e}"),
             PairError::BadKey(file, e) => write!(f, "{file}: no usable private key: {e}"),
@@ -79,7 +79,14 @@ impl fmt::Display for PairError {
     }
 }
 
-impl std::error::Error for PairError {}
+impl std::error::Error for PairError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PairError::Read { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 impl PairError {
     /// A short label for metrics and structured logs.

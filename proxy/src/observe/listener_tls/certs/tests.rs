@@ -76,10 +76,14 @@ fn c_tls_1_a_mismatched_or_broken_pair_is_refused_with_its_reason() {
         cert_file: dir.path().join("nope.crt").display().to_string(),
         key_file: a.key_file.clone(),
     };
-    assert_eq!(
-        load(&missing, &provider()).unwrap_err().reason(),
-        "unreadable"
-    );
+    let unreadable = load(&missing, &provider()).unwrap_err();
+    assert_eq!(unreadable.reason(), "unreadable");
+    // The system's error is the cause, not part of the message (printed once in a chain).
+    let cause = std::error::Error::source(&unreadable)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    assert_eq!(cause, Some(std::io::ErrorKind::NotFound), "{unreadable}");
+    assert!(unreadable.to_string().ends_with("nope.crt"), "{unreadable}");
     std::fs::write(&b.cert_file, "not pem").unwrap();
     assert_eq!(
         load(&b, &provider()).unwrap_err().reason(),
