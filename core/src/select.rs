@@ -25,6 +25,7 @@ mod consistent_hash;
 mod drive;
 mod least_request;
 mod pick_first;
+mod rotation;
 mod round_robin;
 mod weighted;
 
