@@ -267,6 +267,9 @@ impl Rotation {
             }
         }
         let first = self.entry(view, t);
+        // The loom models check the publication: a table is only read once it is whole.
+        #[cfg(loom)]
+        assert!(view.table_len() == 0 || !self.excluded(view, first));
         if visit(first, rng).is_break() || n == 1 {
             return;
         }
@@ -477,3 +480,6 @@ fn is_down(b: &Backend, params: &PoolParams, now: Instant) -> bool {
         Availability::Available | Availability::Saturated
     )
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests;
