@@ -27,6 +27,7 @@ mod kind;
 mod least_request;
 mod pick_first;
 mod policy;
+mod rotation;
 mod round_robin;
 mod weighted;
 

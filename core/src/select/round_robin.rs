@@ -1,4 +1,4 @@
-//! `round_robin` (C-POOL-4): each backend in turn, starting at a random index.
+//! `round_robin` (C-POOL-4): each available backend in turn, starting at a random index.
 //!
 //! The random start (gRPC's round_robin picker does the same, reference/001) keeps replicas that
 //! start together from all sending their first request to the first backend. There is one cursor
@@ -9,20 +9,23 @@
 //! contended cache line: nanoseconds against the microseconds a proxied request takes
 //! (docs/balancing.md has the measurement).
 //!
-//! When the next backend is unavailable the driver asks for the one after it, so a backend that
-//! is down passes its turn to its successor (nginx and HAProxy behave the same).
+//! While a backend is down (disabled, draining, unhealthy, circuit open) the rotation is over the
+//! others: a, b, c with a down go b, c, b, c, not b, b, c (the backend after the missing one used
+//! to get its turn as well). `rotation.rs` has how, and why that way. When the next backend is
+//! unusable for a passing reason (a full slot, a slow-start draw, a retry that already tried it)
+//! it keeps its turn and the driver asks for the ones after it, in order.
 
+use super::rotation::{Rotation, Sequence};
 use super::{PickContext, Policy, Visit};
 use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
-use crate::sync::Padded;
-use crate::sync::{Arc, AtomicUsize, Ordering};
+use crate::sync::Arc;
 use crate::time::Instant;
 
 /// The round-robin policy. See the module doc.
 #[derive(Debug)]
 pub struct RoundRobin {
-    cursor: Padded<AtomicUsize>,
+    rotation: Rotation,
 }
 
 impl RoundRobin {
@@ -30,7 +33,7 @@ impl RoundRobin {
     #[must_use]
     pub fn new(n: usize, rng: &mut dyn Rng) -> RoundRobin {
         RoundRobin {
-            cursor: Padded(AtomicUsize::new(rng.below(n as u64) as usize)),
+            rotation: Rotation::new(n, Sequence::Rotation(n), false, 1, rng),
         }
     }
 }
@@ -40,25 +43,11 @@ impl Policy for RoundRobin {
         &self,
         backends: &[Arc<Backend>],
         _ctx: &PickContext,
-        _params: &PoolParams,
-        _now: Instant,
+        params: &PoolParams,
+        now: Instant,
         rng: &mut dyn Rng,
         visit: &mut Visit<'_>,
     ) {
-        let n = backends.len();
-        if n == 0 {
-            return;
-        }
-        // One read-modify-write: concurrent picks each get their own position.
-        let mut i = self.cursor.0.fetch_add(1, Ordering::Relaxed) % n;
-        for _ in 0..n {
-            if visit(i, rng).is_break() {
-                return;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-        }
+        self.rotation.visit(backends, params, now, rng, visit);
     }
 }

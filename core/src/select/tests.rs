@@ -871,3 +871,307 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Smooth among the available backends (C-POOL-4): while some backends are down, round robin and
+// weighted round robin interleave the others by their weights, as nginx's rule over the
+// available peers does, with no double turn and no random replacement.
+
+/// `count` consecutive picks at `now`, each expected to find a backend.
+fn picks(pool: &Pool, count: usize, now: Instant, rng: &mut WyRand) -> Vec<usize> {
+    let ctx = PickContext::default();
+    (0..count)
+        .map(|_| pick(pool, &ctx, now, rng).expect("a backend is available"))
+        .collect()
+}
+
+/// The longest run of `x` in `seq` (not cyclic).
+fn max_run(seq: &[usize], x: usize) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for &i in seq {
+        run = if i == x { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
+}
+
+/// One period of nginx's smooth sequence over the backends that `up` keeps, as pool indices.
+fn nginx_among(weights: &[u32], up: &[bool]) -> Vec<usize> {
+    let members: Vec<usize> = (0..weights.len()).filter(|&i| up[i]).collect();
+    let w: Vec<u32> = members.iter().map(|&i| weights[i]).collect();
+    let g = w.iter().fold(0, |a, &b| {
+        let (mut a, mut b) = (a, b);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    });
+    let period = w.iter().map(|&x| (x / g.max(1)) as usize).sum();
+    weighted::reference::nginx(&w, period)
+        .into_iter()
+        .map(|j| members[j])
+        .collect()
+}
+
+/// Whether `window` is `period` repeated from some offset.
+fn is_rotation_of(window: &[usize], period: &[usize]) -> bool {
+    let len = period.len();
+    (0..len).any(|o| {
+        window
+            .iter()
+            .enumerate()
+            .all(|(k, &b)| b == period[(o + k) % len])
+    })
+}
+
+/// A pool of healthy backends with these weights, `down` marked unhealthy.
+fn pool_with_down(weights: &[u32], kind: PolicyKind, down: &[usize], seed: u64) -> Pool {
+    let pool = healthy_pool_of(&weighted_specs(weights), kind, seed);
+    for &i in down {
+        pool.backends()[i].set_healthy(false, Instant::ZERO);
+    }
+    pool
+}
+
+#[test]
+fn c_pool_4_round_robin_with_a_down_alternates_b_and_c() {
+    for seed in 0..16 {
+        let pool = pool_with_down(&[1, 1, 1], PolicyKind::RoundRobin, &[0], seed);
+        let seq = picks(&pool, 24, Instant::ZERO, &mut WyRand::new(seed));
+        assert!(!seq.contains(&0), "{seq:?}");
+        for w in seq.windows(2) {
+            assert_ne!(w[0], w[1], "seed {seed}: a double turn in {seq:?}");
+        }
+    }
+}
+
+#[test]
+fn c_pool_4_weighted_equal_weights_with_a_down_alternate_b_and_c() {
+    for weights in [[1, 1, 1], [7, 7, 7]] {
+        for seed in 0..16 {
+            let pool = pool_with_down(&weights, PolicyKind::WeightedRoundRobin, &[0], seed);
+            let seq = picks(&pool, 24, Instant::ZERO, &mut WyRand::new(seed));
+            assert!(!seq.contains(&0), "{seq:?}");
+            for w in seq.windows(2) {
+                assert_ne!(w[0], w[1], "{weights:?} seed {seed}: a run in {seq:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn c_pool_4_weighted_5_1_1_with_the_5_down_alternates_the_1s() {
+    for seed in 0..16 {
+        let pool = pool_with_down(&[5, 1, 1], PolicyKind::WeightedRoundRobin, &[0], seed);
+        let seq = picks(&pool, 24, Instant::ZERO, &mut WyRand::new(seed));
+        assert!(!seq.contains(&0), "{seq:?}");
+        for w in seq.windows(2) {
+            assert_ne!(w[0], w[1], "seed {seed}: not 1:1 in {seq:?}");
+        }
+    }
+}
+
+#[test]
+fn c_pool_4_weighted_5_1_1_with_a_1_down_is_nginx_5_1() {
+    for down in [1, 2] {
+        let other = 3 - down;
+        let mut up = [true; 3];
+        up[down] = false;
+        let smooth = nginx_among(&[5, 1, 1], &up);
+        assert_eq!(smooth.len(), 6);
+        let bound = max_cyclic_run(&smooth, 0);
+        assert_eq!(bound, 5, "nginx's 5:1 sequence a a a b a a");
+        for seed in 0..16 {
+            let pool = pool_with_down(&[5, 1, 1], PolicyKind::WeightedRoundRobin, &[down], seed);
+            let seq = picks(&pool, 7 + 60, Instant::ZERO, &mut WyRand::new(seed));
+            assert!(!seq.contains(&down), "{seq:?}");
+            // From the first pick, the 5 never runs longer than in nginx's 5:1 sequence...
+            assert!(max_run(&seq, 0) <= bound, "seed {seed}: {seq:?}");
+            // ...and once the down backend's turn has come (within the 7 of one period),
+            // the picks are exactly that sequence: 5 a's per b.
+            assert!(is_rotation_of(&seq[7..], &smooth), "seed {seed}: {seq:?}");
+            assert_eq!(seq[7..].iter().filter(|&&b| b == other).count(), 10);
+        }
+    }
+}
+
+/// The example of `rotation.rs`: skipping the down backend's entries of nginx's sequence for
+/// 1, 1, 1, 3 (`d a b d c d`) would give `d a b d d`; nginx's rule over the three others gives
+/// `d a d b d`, never three d's in a row.
+#[test]
+fn c_pool_4_weighted_1_1_1_3_with_the_third_down_is_nginx_over_the_others() {
+    let weights = [1, 1, 1, 3];
+    assert_eq!(
+        weighted::reference::nginx(&weights, 6),
+        vec![3, 0, 1, 3, 2, 3]
+    );
+    let smooth = nginx_among(&weights, &[true, true, false, true]);
+    assert_eq!(smooth, vec![3, 0, 3, 1, 3]);
+    for seed in 0..16 {
+        let pool = pool_with_down(&weights, PolicyKind::WeightedRoundRobin, &[2], seed);
+        let seq = picks(&pool, 6 + 50, Instant::ZERO, &mut WyRand::new(seed));
+        assert!(max_run(&seq, 3) <= 2, "seed {seed}: {seq:?}");
+        assert!(is_rotation_of(&seq[6..], &smooth), "seed {seed}: {seq:?}");
+    }
+}
+
+/// Round robin over a, b, c while a goes down and comes back, several times: never a double
+/// turn, before, across or after a change, and never a pick of a while it is down.
+#[test]
+fn c_pool_4_round_robin_no_double_turn_across_changes() {
+    for seed in 0..16 {
+        let pool = healthy_pool(3, PolicyKind::RoundRobin, seed);
+        let mut rng = WyRand::new(seed);
+        let mut seq = Vec::new();
+        let mut now = Instant::ZERO;
+        for round in 0..6 {
+            let down = round % 2 == 1;
+            now = now + Duration::from_secs(1);
+            pool.backends()[0].set_healthy(!down, now);
+            let part = picks(&pool, 5 + (seed as usize % 4), now, &mut rng);
+            if down {
+                assert!(!part.contains(&0), "seed {seed}: {part:?}");
+            }
+            seq.extend(part);
+        }
+        for w in seq.windows(2) {
+            assert_ne!(w[0], w[1], "seed {seed}: a double turn in {seq:?}");
+        }
+    }
+}
+
+/// `reason` makes backend `i` unavailable (1..=4) or available again (0) at `now`.
+fn set_state(pool: &Pool, i: usize, reason: u8, now: Instant) {
+    let b = &pool.backends()[i];
+    match reason {
+        1 => {
+            b.set_healthy(false, now);
+        }
+        2 => {
+            b.set_enabled(false, now);
+        }
+        3 => {
+            b.start_drain(now);
+        }
+        4 => {
+            let params = *pool.params();
+            for _ in 0..2 {
+                if let Ok(mut s) = Backend::try_reserve(b, &params, now, false) {
+                    s.record(Outcome::Failure, &params, now);
+                }
+            }
+        }
+        _ => {
+            b.set_healthy(true, now);
+            b.set_enabled(true, now);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// C-POOL-4: for any set of available backends held fixed, once every backend's turn has
+    /// come (one period of the sequence over all of them), round robin and weighted round
+    /// robin walk exactly nginx's smooth sequence over the available ones: over N × the sum of
+    /// their weights each gets exactly N × its weight, and, from the very first pick, no backend
+    /// runs longer than it does in that sequence.
+    #[test]
+    fn c_pool_4_smooth_among_the_available_for_any_fixed_set(
+        weights in proptest::collection::vec(1u32..=12, 2..7),
+        mask in proptest::collection::vec(any::<bool>(), 7),
+        reasons in proptest::collection::vec(1u8..=4, 7),
+        weighted_kind in any::<bool>(),
+        rounds in 1usize..3,
+        seed in any::<u64>(),
+    ) {
+        let n = weights.len();
+        let up = &mask[..n];
+        prop_assume!(up.iter().any(|&u| u));
+        let (kind, weights) = if weighted_kind {
+            (PolicyKind::WeightedRoundRobin, weights)
+        } else {
+            (PolicyKind::RoundRobin, vec![1; n])
+        };
+        let pool = healthy_pool_of(&weighted_specs(&weights), kind, seed);
+        let now = Instant::from_secs(1);
+        for i in (0..n).filter(|&i| !up[i]) {
+            set_state(&pool, i, reasons[i], now);
+        }
+        let smooth = nginx_among(&weights, up);
+        let full = nginx_among(&weights, &vec![true; n]).len();
+        let sum: usize = (0..n).filter(|&i| up[i]).map(|i| weights[i] as usize).sum();
+        let seq = picks(&pool, full + rounds * sum, now, &mut WyRand::new(seed));
+        let window = &seq[full..];
+        for i in 0..n {
+            let count = window.iter().filter(|&&b| b == i).count();
+            let expected = if up[i] { rounds * weights[i] as usize } else { 0 };
+            prop_assert_eq!(count, expected, "backend {} in {:?}", i, seq);
+            if up[i] && smooth.len() > 1 && up.iter().filter(|&&u| u).count() > 1 {
+                prop_assert!(
+                    max_run(&seq, i) <= max_cyclic_run(&smooth, i),
+                    "backend {} runs longer than in {:?}: {:?}", i, smooth, seq
+                );
+            }
+        }
+        prop_assert!(is_rotation_of(window, &smooth), "{:?} is not {:?}", window, smooth);
+    }
+
+    /// C-POOL-3, C-POOL-4: while backends go down and come back between picks (health, admin
+    /// disable and drain, circuits), no pick ever returns a backend that is unavailable at that
+    /// moment (panic routing aside), and once the changes stop the sequence settles on nginx's
+    /// over the available backends.
+    #[test]
+    fn c_pool_4_changes_mid_sequence_never_pick_an_unavailable_backend(
+        weights in proptest::collection::vec(1u32..=8, 2..7),
+        steps in proptest::collection::vec((0usize..7, 0u8..=4, 0u64..3, 0usize..4), 1..40),
+        weighted_kind in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let n = weights.len();
+        let (kind, weights) = if weighted_kind {
+            (PolicyKind::WeightedRoundRobin, weights)
+        } else {
+            (PolicyKind::RoundRobin, vec![1; n])
+        };
+        let pool = healthy_pool_of(&weighted_specs(&weights), kind, seed);
+        let params = *pool.params();
+        let ctx = PickContext::default();
+        let mut rng = WyRand::new(seed);
+        let mut now = Instant::from_secs(1);
+        for (i, reason, ms, count) in steps {
+            now = now + Duration::from_millis(ms);
+            set_state(&pool, i % n, reason, now);
+            for _ in 0..count {
+                let available: Vec<usize> = (0..n)
+                    .filter(|&b| pool.backends()[b].availability(&params, now) == Availability::Available)
+                    .collect();
+                match pool.select(&ctx, &Tried::new(), now, &mut rng) {
+                    Selection::Selected { index, slot } => {
+                        if slot.is_panic() {
+                            prop_assert!(available.is_empty(), "panic while {:?} available", available);
+                        } else {
+                            prop_assert!(available.contains(&index), "{} not in {:?}", index, available);
+                        }
+                    }
+                    Selection::Unavailable(why) => {
+                        prop_assert!(available.is_empty(), "{:?} while {:?} available", why, available);
+                    }
+                }
+            }
+        }
+        now = now + Duration::from_secs(1);
+        let up: Vec<bool> = (0..n)
+            .map(|b| pool.backends()[b].availability(&params, now) == Availability::Available)
+            .collect();
+        if !up.iter().any(|&u| u) {
+            // Circuits stay open for their cooldown: nothing to settle on.
+            return Ok(());
+        }
+        let smooth = nginx_among(&weights, &up);
+        let full = nginx_among(&weights, &vec![true; n]).len();
+        let seq = picks(&pool, full + n + 2 * smooth.len(), now, &mut rng);
+        let window = &seq[full + n..];
+        prop_assert!(is_rotation_of(window, &smooth), "{:?} is not {:?}", window, smooth);
+    }
+}

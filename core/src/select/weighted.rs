@@ -8,16 +8,25 @@
 //! exact share (a test checks less than two for arbitrary weights; a burst is `weight` off).
 //!
 //! The algorithm is nginx's smooth weighted round robin (`ngx_http_upstream_get_peer`, 2012):
-//! every step adds each backend's weight to its `current` value, picks the largest `current`
-//! (ties: lowest index) and subtracts the total weight from the winner. nginx runs it per pick,
-//! which is O(n) and needs a lock; weir runs it once when the pool snapshot is built and stores
-//! the resulting sequence. The sequence repeats after `sum(weights) / gcd(weights)` picks, in
-//! which backend `i` appears exactly `weight_i / gcd` times; with weights 1..=100 it is at most
-//! `100 × n` entries, stored as `u16` indices (`u32` for pools of more than 65535 backends).
-//! A pick is then one relaxed `fetch_add` on the process's one cursor and one array read, whatever
-//! the pool's size. As in [`RoundRobin`](super::RoundRobin), consecutive picks from any worker
-//! walk one smooth sequence (C-POOL-4), and the cursor starts at a random offset so that replicas
-//! do not walk the sequence in lockstep.
+//! every step adds each available backend's weight to its `current` value, picks the largest
+//! `current` (ties: lowest index) and subtracts the available backends' total weight from the
+//! winner. nginx runs it per pick, which is O(n) and needs a lock when workers share it; weir
+//! runs it when the pool snapshot is built, and again whenever the set of available backends
+//! changes, and stores the resulting sequence. The sequence repeats after
+//! `sum(weights) / gcd(weights)` picks, in which backend `i` appears exactly `weight_i / gcd`
+//! times; with weights 1..=100 it is at most `100 × n` entries, stored as `u16` indices (`u32`
+//! for pools of more than 65535 backends). A pick is then one relaxed `fetch_add` on the
+//! process's one cursor and one array read, whatever the pool's size. As in
+//! [`RoundRobin`](super::RoundRobin), consecutive picks from any worker walk one smooth sequence
+//! (C-POOL-4), and the cursor starts at a random offset so that replicas do not walk the
+//! sequence in lockstep.
+//!
+//! While some backends are down, the sequence is nginx's over the others (C-POOL-4: "the others
+//! keep a smooth interleaving by their weights among themselves, as nginx does"): weights 5, 1, 1
+//! with the 5 down alternate the two 1s; with a 1 down they give nginx's 5:1 sequence
+//! `a a a b a a`. How the change is noticed and the sequence replaced without a lock, and why
+//! that rather than running nginx's rule per pick or skipping the down backend's entries, is in
+//! `rotation.rs`, shared with round robin.
 //!
 //! Building the sequence by nginx's rule costs O(n) per step. Backends of equal weight are always
 //! chosen among themselves in index order (they differ only in how often they have been picked),
@@ -25,50 +34,27 @@
 //! sequence of length L and d ≤ 100 distinct weights, with exactly nginx's output (a test checks
 //! it against the per-step rule).
 //!
-//! When the sequence's backend cannot be used (unavailable, warming and passed over, already
-//! tried), the driver asks again: the policy then offers up to [`FALLBACK_DRAWS`] entries of the
-//! sequence at random positions (a random entry is a weight-proportional random backend, so a
-//! down backend's share is spread over the others in proportion to their weights), then every
-//! backend from a random start, so a pick succeeds whenever any backend is available.
+//! When the sequence's backend cannot be used for a passing reason (its slots full, warming and
+//! passed over, already tried), the driver asks again: the policy then offers up to
+//! [`FALLBACK_DRAWS`] entries of the sequence at random positions (a random entry is a
+//! weight-proportional random backend, so the turns it loses are spread over the others in
+//! proportion to their weights), then every backend from a random start, so a pick succeeds
+//! whenever any backend is available.
 
+use super::rotation::{Rotation, Sequence};
 use super::{PickContext, Policy, Visit};
 use crate::backend::{Backend, PoolParams};
 use crate::rng::Rng;
-use crate::sync::Padded;
-use crate::sync::{Arc, AtomicUsize, Ordering};
+use crate::sync::Arc;
 use crate::time::Instant;
 
 /// Weight-proportional random draws offered after the sequence's own entry.
 pub const FALLBACK_DRAWS: usize = 4;
 
-/// The precomputed sequence of backend indices, as compact as the pool allows.
-#[derive(Debug)]
-enum Sequence {
-    U16(Box<[u16]>),
-    U32(Box<[u32]>),
-}
-
-impl Sequence {
-    fn len(&self) -> usize {
-        match self {
-            Sequence::U16(s) => s.len(),
-            Sequence::U32(s) => s.len(),
-        }
-    }
-
-    fn get(&self, pos: usize) -> usize {
-        match self {
-            Sequence::U16(s) => usize::from(s[pos]),
-            Sequence::U32(s) => s[pos] as usize,
-        }
-    }
-}
-
 /// The smooth weighted round-robin policy. See the module doc.
 #[derive(Debug)]
 pub struct WeightedRoundRobin {
-    sequence: Sequence,
-    cursor: Padded<AtomicUsize>,
+    rotation: Rotation,
 }
 
 impl WeightedRoundRobin {
@@ -84,22 +70,28 @@ impl WeightedRoundRobin {
         } else {
             Sequence::U32(seq.into_boxed_slice())
         };
-        let len = sequence.len() as u64;
-        let cursor = Padded(AtomicUsize::new(rng.below(len) as usize));
-        WeightedRoundRobin { sequence, cursor }
+        let mut distinct = weights.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        WeightedRoundRobin {
+            rotation: Rotation::new(backends.len(), sequence, true, distinct.len(), rng),
+        }
     }
 
-    /// The length of one period of the smooth sequence: `sum(weights) / gcd(weights)`.
+    /// The length of one period of the smooth sequence over all backends:
+    /// `sum(weights) / gcd(weights)`.
     #[must_use]
     pub fn period(&self) -> usize {
-        self.sequence.len()
+        self.rotation.full().len()
     }
 
-    /// The `pos`-th entry of the sequence (modulo its period); `None` for an empty pool.
+    /// The `pos`-th entry of the sequence over all backends (modulo its period); `None` for an
+    /// empty pool.
     #[must_use]
     pub fn entry(&self, pos: usize) -> Option<usize> {
-        let len = self.sequence.len();
-        (len > 0).then(|| self.sequence.get(pos % len))
+        let full = self.rotation.full();
+        let len = full.len();
+        (len > 0).then(|| full.get(pos % len))
     }
 }
 
@@ -165,40 +157,12 @@ impl Policy for WeightedRoundRobin {
         &self,
         backends: &[Arc<Backend>],
         _ctx: &PickContext,
-        _params: &PoolParams,
-        _now: Instant,
+        params: &PoolParams,
+        now: Instant,
         rng: &mut dyn Rng,
         visit: &mut Visit<'_>,
     ) {
-        let n = backends.len();
-        let len = self.sequence.len();
-        if n == 0 || len == 0 {
-            return;
-        }
-        let pos = self.cursor.0.fetch_add(1, Ordering::Relaxed) % len;
-        let first = self.sequence.get(pos);
-        if visit(first, rng).is_break() {
-            return;
-        }
-        if n == 1 {
-            return;
-        }
-        for _ in 0..FALLBACK_DRAWS {
-            let i = self.sequence.get(rng.below(len as u64) as usize);
-            if i != first && visit(i, rng).is_break() {
-                return;
-            }
-        }
-        let mut i = rng.below(n as u64) as usize;
-        for _ in 0..n {
-            if i != first && visit(i, rng).is_break() {
-                return;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-        }
+        self.rotation.visit(backends, params, now, rng, visit);
     }
 }
 
