@@ -29,6 +29,7 @@ mod pick_first;
 mod policy;
 mod rotation;
 mod round_robin;
+mod smooth;
 mod weighted;
 
 pub use consistent_hash::ConsistentHash;

@@ -90,7 +90,7 @@
 //! find the 5 down go on alternating the two 1s.
 
 use super::Visit;
-use super::weighted::{FALLBACK_DRAWS, smooth_sequence};
+use super::smooth::{FALLBACK_DRAWS, smooth_sequence};
 use crate::backend::{Availability, Backend, PoolParams};
 use crate::rng::Rng;
 use crate::sync::Padded;
