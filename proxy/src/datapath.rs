@@ -4,11 +4,11 @@
 //! and its request handler (`h2`), the IO that drives weir-core's request engine (`drive`,
 //! `effects`) and the response bodies (`body`). Imports only from the layers below it.
 
-pub mod body;
 pub mod downstream;
 pub mod drive;
 pub mod effects;
 pub mod front;
 pub mod h1;
 pub mod h2;
+pub mod response_body;
 pub mod server;

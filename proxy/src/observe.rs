@@ -5,7 +5,7 @@
 //! (`listener_tls`). Imports only from `base`.
 
 pub mod access_log;
+pub mod conn_limits;
 pub mod events;
-pub mod limits;
 pub mod listener_tls;
 pub mod metrics;

@@ -90,7 +90,7 @@ pub async fn serve(
     builder
         .timer(rt)
         .header_read_timeout(proxy_state.data_plane.limits.read_header_timeout);
-    // Its own cap (`limits::MANAGEMENT_MAX_CONNECTIONS`): a flood on the data plane never takes
+    // Its own cap (`conn_limits::MANAGEMENT_MAX_CONNECTIONS`): a flood on the data plane never takes
     // management's descriptors, nor the other way round.
     let limit = Arc::clone(&proxy_state.connections.management);
     let mut acceptor = server::accept::Acceptor::new(rt, &*listener, limit);

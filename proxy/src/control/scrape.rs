@@ -8,8 +8,8 @@ use prometheus_client::registry::Registry;
 use crate::base::exposition::FamilySnapshot;
 use crate::services::state::ProxyState;
 
-mod admission;
-mod state;
+mod gate;
+mod oncall;
 mod store;
 
 /// Everything a scrape exposes, read at one moment (C-OBS-2). Owned: encoding it holds no
@@ -28,13 +28,15 @@ impl Snapshot {
         let now = proxy_state.data_plane.clock.now();
         let mut families = Vec::with_capacity(16);
         m.families(&rt, now, &mut families);
-        admission::families(proxy_state, &rt, &m.queue_wait, &mut families);
+        gate::families(proxy_state, &rt, &m.queue_wait, &mut families);
         store::families(proxy_state, &m.store, &mut families);
-        families.extend(crate::observe::limits::families(&proxy_state.connections));
-        families.extend(crate::observe::listener_tls::metrics::families(
+        families.extend(crate::observe::conn_limits::families(
+            &proxy_state.connections,
+        ));
+        families.extend(crate::observe::listener_tls::tls_metrics::families(
             &proxy_state.front.metrics,
         ));
-        families.extend(state::families(proxy_state, &rt, now));
+        families.extend(oncall::families(proxy_state, &rt, now));
         Snapshot { families }
     }
 

@@ -322,12 +322,12 @@ async fn build_state(
     let mut rng = weir_core::WyRand::new(worker::entropy_seed());
     let limits = ServerLimits::from_settings(&cfg.server);
     // The soft fd limit up to the hard one, and the data plane's cap under it.
-    let budget = crate::observe::limits::public_budget(
+    let budget = crate::observe::conn_limits::public_budget(
         &cfg,
         workers,
-        crate::observe::limits::raise_nofile(),
+        crate::observe::conn_limits::raise_nofile(),
     );
-    let connections = crate::observe::limits::Connections::new(
+    let connections = crate::observe::conn_limits::Connections::new(
         usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);

@@ -3,13 +3,13 @@
 //! connection keeps its phase in its loop), and the guard an HTTP/2 request holds while it lives
 //! ([`RequestGuard`]). [`crate::datapath::server`] creates these at accept; the protocol loops
 //! ([`crate::datapath::h1`], `server::h2`), the handler ([`crate::datapath::h2::handler`]) and response bodies
-//! ([`crate::datapath::body`]) use them, without depending on the server that accepts.
+//! ([`crate::datapath::response_body`]) use them, without depending on the server that accepts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use crate::observe::limits::ConnPermit;
+use crate::observe::conn_limits::ConnPermit;
 use crate::services::park::Worker;
 use crate::services::state::DataPlane;
 

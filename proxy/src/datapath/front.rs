@@ -21,7 +21,7 @@ use hyper::rt::{Read, ReadBuf};
 use weir_core::proxy_proto::{self, Accept, MAX_LEN, Parse};
 
 use crate::base::rt::{self, SyncIo, TcpConn, TlsAccept};
-use crate::observe::listener_tls::metrics::{HandshakeFailure, ProxyRefusal};
+use crate::observe::listener_tls::tls_metrics::{HandshakeFailure, ProxyRefusal};
 use crate::services::state::ProxyState;
 
 /// What the listener learnt of a connection before HTTP.

@@ -53,7 +53,7 @@ use crate::base::rt::watch::{Wake, next_or_shutdown};
 use crate::base::rt::{self, Io, Listener, Rt, TcpConn, watch};
 use crate::datapath::downstream::{Alive, DownstreamCtx, DownstreamInfo, DownstreamState, IDLE};
 use crate::datapath::h1::io::Buf;
-use crate::observe::limits::{ConnLimit, ConnPermit};
+use crate::observe::conn_limits::{ConnLimit, ConnPermit};
 use crate::services::park::Worker;
 use crate::services::state::{DataPlane, ProxyState};
 

@@ -35,10 +35,10 @@ use weir_core::proxy_proto::Accept;
 
 pub mod certs;
 mod expiry;
-pub mod metrics;
+pub mod tls_metrics;
 
 use certs::{CertSet, Loaded, PairError};
-use metrics::{ReloadResult, TlsMetrics};
+use tls_metrics::{ReloadResult, TlsMetrics};
 
 use crate::base::error_chain::chain;
 

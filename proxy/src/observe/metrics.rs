@@ -41,7 +41,7 @@ use weir_core::response::ProtectionReason;
 pub(crate) mod backends;
 mod histogram;
 pub mod ops;
-pub mod store;
+pub mod store_calls;
 
 pub use backends::BackendMetrics;
 pub use histogram::AtomicHistogram;
@@ -103,12 +103,12 @@ pub struct Metrics {
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
-    /// Process-level gauges and counters added for on-call (`metrics/state.rs`).
+    /// Process-level gauges and counters added for on-call (`control/scrape/oncall.rs`).
     pub(crate) ops: ops::Ops,
-    /// Time spent in the global gate's queue (`metrics/admission.rs`).
+    /// Time spent in the global gate's queue (`control/scrape/gate.rs`).
     pub(crate) queue_wait: AtomicHistogram,
-    /// Request-path rate-limit store calls (`metrics/store.rs`).
-    pub(crate) store: store::StoreMetrics,
+    /// Request-path rate-limit store calls (`metrics/store_calls.rs`).
+    pub(crate) store: store_calls::StoreMetrics,
 }
 
 impl Default for Metrics {
@@ -205,7 +205,7 @@ impl Metrics {
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: ops::Ops::new(),
             queue_wait: AtomicHistogram::default(),
-            store: store::StoreMetrics::default(),
+            store: store_calls::StoreMetrics::default(),
         }
     }
 

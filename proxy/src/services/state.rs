@@ -13,7 +13,7 @@ use weir_core::runtime::Runtime;
 
 use crate::base::clock::Clock;
 use crate::base::rt::Rt;
-use crate::observe::limits;
+use crate::observe::conn_limits;
 use crate::observe::listener_tls;
 use crate::observe::metrics;
 use crate::services::admission::Admission;
@@ -58,8 +58,8 @@ pub struct ProxyState {
     pub data_plane: Arc<DataPlane>,
     /// Reloads and management changes: their lock, the health driver, the instance id.
     pub control: Control,
-    /// Both listeners' connection caps and counts (`limits`).
-    pub connections: limits::Connections,
+    /// Both listeners' connection caps and counts (`conn_limits`).
+    pub connections: conn_limits::Connections,
     /// The public listener's PROXY protocol and TLS (C-TLS-1..3; restart-only, certificates
     /// reload).
     pub front: listener_tls::Front,

@@ -10,7 +10,7 @@ use weir_core::rate::StorageKind;
 
 use crate::base::exposition::{FamilySnapshot, counter, gauge, labels};
 use crate::base::exposition::{flag, seconds_histogram};
-use crate::observe::metrics::store::{STORES, StoreMetrics};
+use crate::observe::metrics::store_calls::{STORES, StoreMetrics};
 use crate::services::state::ProxyState;
 
 /// The rate-limit store's gauges (C-OBS-1), from the limiter's own state

@@ -1,4 +1,4 @@
-//! One listener's acceptor under its connection cap (`limits` module doc): a place under the
+//! One listener's acceptor under its connection cap (`conn_limits` module doc): a place under the
 //! cap first, then `accept`; on `EMFILE`/`ENFILE` (or `ENOBUFS`/`ENOMEM`) a pause that doubles
 //! up to a second instead of a retry loop; every failure counted, warnings rate-limited.
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::base::rt::watch::{Wake, next_or_shutdown};
 use crate::base::rt::{self, Listener, Rt, watch};
-use crate::observe::limits::{self, ConnLimit, ConnPermit, Warn};
+use crate::observe::conn_limits::{self, ConnLimit, ConnPermit, Warn};
 
 /// The accepting side of one listener.
 pub(crate) struct Acceptor<'a> {
@@ -55,7 +55,7 @@ impl<'a> Acceptor<'a> {
                         continue;
                     }
                     self.failures = self.failures.saturating_add(1);
-                    let pause = rt::sleep(self.rt, limits::backoff(self.failures));
+                    let pause = rt::sleep(self.rt, conn_limits::backoff(self.failures));
                     if let Wake::Shutdown = next_or_shutdown(shutdown, pause).await {
                         return None;
                     }

@@ -28,7 +28,7 @@ pub struct BackendMetrics {
     panic: AtomicU64,
     /// `[success, failure]`.
     checks: [AtomicU64; 2],
-    /// Circuit transitions `[opened, closed]` (`metrics/state.rs`).
+    /// Circuit transitions `[opened, closed]` (`control/scrape/oncall.rs`).
     pub(crate) circuit: [AtomicU64; 2],
     /// Upstream requests sent on `[a new connection, a reused idle one]`.
     connections: [AtomicU64; 2],

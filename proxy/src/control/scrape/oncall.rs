@@ -1,7 +1,7 @@
 //! The families an on-call pages on, added to every scrape after the C-OBS-1 ones:
 //! build and process facts, per-backend state (healthy, circuit, enabled, draining, slow-start
 //! share), circuit transitions, retries, refused management mutations, reload success time and
-//! the restart-required flag (the gate's families are in `admission.rs`). Every label set is
+//! the restart-required flag (the gate's families are in `gate.rs`). Every label set is
 //! bounded by the configuration: one series per backend (times three circuit states), none per
 //! request (docs/operations.md, "Metrics").
 
