@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use crate::bucket::BucketParams;
 use crate::flow::{Deliver, Failure};
+use crate::h1::HeadError;
 use crate::rate::{ClientKey, StorageKind};
 use crate::response::{ClientError, ProtectionReason, Reject};
 use crate::rng::Rng;
@@ -288,6 +289,28 @@ pub struct Record {
     pub reason: Option<&'static str>,
     /// The status of the latest backend response head, if any.
     pub upstream_status: Option<u16>,
+}
+
+impl Record {
+    /// The record of an HTTP/1 head the codec refused before any exchange began (C-OBS-2,
+    /// C-OBS-3, C-PATH-12): `error`'s status and reason, no attempt, `duration` from the head's
+    /// first byte to the refusal, the connection's peer as the client (no header was read, so
+    /// no forwarded address can be trusted). Always logged, as every error is; never with a
+    /// path (the target may be what was refused).
+    #[must_use]
+    pub const fn refused_head(error: &HeadError, duration: Duration, client: IpAddr) -> Record {
+        Record {
+            status: error.status(),
+            duration,
+            client,
+            backend: None,
+            attempts: 0,
+            log: true,
+            include_path: false,
+            reason: Some(error.reason()),
+            upstream_status: None,
+        }
+    }
 }
 
 /// Whether a request with `status` is logged: errors and management mutations always,

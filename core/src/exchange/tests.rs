@@ -979,3 +979,37 @@ fn exchange_is_send_and_sync() {
     check::<Output>();
     let _ = RateDecision::Allowed;
 }
+
+/// C-OBS-2, C-OBS-3, C-PATH-12: a head the HTTP/1 codec refused has a record of its own: its
+/// status and reason, no attempt, no path, always logged.
+#[test]
+fn c_obs_3_a_refused_head_is_recorded_and_always_logged() {
+    let client = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+    for (e, status, reason) in [
+        (
+            crate::h1::HeadError::Malformed("x"),
+            400,
+            "malformed_request",
+        ),
+        (crate::h1::HeadError::Target, 400, "bad_target"),
+        (
+            crate::h1::HeadError::RequestLineTooLong,
+            414,
+            "uri_too_long",
+        ),
+        (crate::h1::HeadError::HeadTooLarge, 431, "header_too_large"),
+        (
+            crate::h1::HeadError::TooManyHeaders,
+            431,
+            "header_too_large",
+        ),
+    ] {
+        let r = Record::refused_head(&e, Duration::from_millis(3), client);
+        assert_eq!(
+            (r.status, r.reason, r.client, r.duration),
+            (status, Some(reason), client, Duration::from_millis(3))
+        );
+        assert!(r.log && !r.include_path, "{r:?}");
+        assert_eq!((r.attempts, r.backend, r.upstream_status), (0, None, None));
+    }
+}
