@@ -126,14 +126,6 @@ pub async fn c_obs_3_refused_heads_are_logged_and_counted(bin: Binary) {
     let r = send(p.public, &Req::new("TRACE", "/t")).await;
     expect_status(&r, 405, "TRACE");
     let reference = line_of(&p, &r.header("x-request-id").unwrap_or_default()).await;
-    let fields = |v: &Value| -> Vec<String> {
-        let mut names: Vec<String> = v["fields"]
-            .as_object()
-            .map(|o| o.keys().filter(|k| *k != "host").cloned().collect())
-            .unwrap_or_default();
-        names.sort();
-        names
-    };
     let many: String = (0..120).map(|i| format!("X-H{i}: v\r\n")).collect();
     let cases = [
         (
@@ -165,45 +157,7 @@ pub async fn c_obs_3_refused_heads_are_logged_and_counted(bin: Binary) {
         ),
     ];
     for (what, raw, status, reason) in &cases {
-        let mut c = Raw::connect(p.public).await;
-        let _ = c.write(raw.as_bytes()).await;
-        let (head, body) = c
-            .read_response(secs(5))
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
-        assert_eq!(head.status, *status, "{what}: {head:?}");
-        assert_eq!(
-            head.header("content-type").as_deref(),
-            Some("application/json"),
-            "{what}: {head:?}"
-        );
-        assert_eq!(
-            head.header("connection").as_deref(),
-            Some("close"),
-            "{what}"
-        );
-        let rid = head.header("x-request-id").expect("a request id");
-        let json: Value = serde_json::from_slice(&body)
-            .unwrap_or_else(|e| panic!("{what}: a JSON body: {e}: {body:?}"));
-        assert_eq!(json["code"], *status, "{what}: {json}");
-        assert_eq!(json["request_id"], rid.as_str(), "{what}: {json}");
-        assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()));
-
-        let v = line_of(&p, &rid).await;
-        let f = &v["fields"];
-        assert_eq!(f["status"], *status, "{what}: {v}");
-        assert_eq!(f["reason"], *reason, "{what}: {v}");
-        assert_eq!(f["listener"], "public", "{what}: {v}");
-        assert_eq!(f["client"], "127.0.0.1", "{what}: {v}");
-        assert_eq!(f["path"], "[redacted]", "{what}: {v}");
-        assert_eq!(f["attempts"], 0, "{what}: {v}");
-        assert_eq!(u(&v, "response_bytes"), body.len() as u64, "{what}: {v}");
-        assert!(f["backend"].is_null() && f["host"].is_null(), "{what}: {v}");
-        assert_eq!(
-            fields(&v),
-            fields(&reference),
-            "{what}: the fields of weir's other own answers: {v} against {reference}"
-        );
+        refused_and_logged(&p, &reference, what, raw, *status, reason).await;
     }
     let text = metrics(&p).await;
     let count = |code: &str| {
@@ -219,6 +173,67 @@ pub async fn c_obs_3_refused_heads_are_logged_and_counted(bin: Binary) {
         "{text}"
     );
     assert_eq!(b.count(), 0, "nothing reached the backend");
+}
+
+/// The names of an access line's fields, but `host`.
+fn field_names(v: &Value) -> Vec<String> {
+    let mut names: Vec<String> = v["fields"]
+        .as_object()
+        .map(|o| o.keys().filter(|k| *k != "host").cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Send the head `raw` on a new connection: weir's JSON `status` comes back, closing, and its
+/// access line says `status` and `reason`, with the fields of `reference` (the host aside).
+async fn refused_and_logged(
+    p: &Proxy,
+    reference: &Value,
+    what: &str,
+    raw: &str,
+    status: u16,
+    reason: &str,
+) {
+    let mut c = Raw::connect(p.public).await;
+    let _ = c.write(raw.as_bytes()).await;
+    let (head, body) = c
+        .read_response(secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+    assert_eq!(head.status, status, "{what}: {head:?}");
+    assert_eq!(
+        head.header("content-type").as_deref(),
+        Some("application/json"),
+        "{what}: {head:?}"
+    );
+    assert_eq!(
+        head.header("connection").as_deref(),
+        Some("close"),
+        "{what}"
+    );
+    let rid = head.header("x-request-id").expect("a request id");
+    let json: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("{what}: a JSON body: {e}: {body:?}"));
+    assert_eq!(json["code"], status, "{what}: {json}");
+    assert_eq!(json["request_id"], rid.as_str(), "{what}: {json}");
+    assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()));
+
+    let v = line_of(p, &rid).await;
+    let f = &v["fields"];
+    assert_eq!(f["status"], status, "{what}: {v}");
+    assert_eq!(f["reason"], reason, "{what}: {v}");
+    assert_eq!(f["listener"], "public", "{what}: {v}");
+    assert_eq!(f["client"], "127.0.0.1", "{what}: {v}");
+    assert_eq!(f["path"], "[redacted]", "{what}: {v}");
+    assert_eq!(f["attempts"], 0, "{what}: {v}");
+    assert_eq!(u(&v, "response_bytes"), body.len() as u64, "{what}: {v}");
+    assert!(f["backend"].is_null() && f["host"].is_null(), "{what}: {v}");
+    assert_eq!(
+        field_names(&v),
+        field_names(reference),
+        "{what}: the fields of weir's other own answers: {v} against {reference}"
+    );
 }
 
 /// C-OBS-4, issue 20: the data plane's `/readyz` `503` names which cause holds.
