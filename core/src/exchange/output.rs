@@ -2,6 +2,7 @@
 //! queue that holds those actions until the adapter polls them.
 
 use core::time::Duration;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use crate::bucket::BucketParams;
@@ -161,6 +162,9 @@ pub enum Metric {
         backend: usize,
         /// How it ended.
         result: AttemptResult,
+        /// The status of the response head it got, if it got one (for the words of
+        /// [`AttemptResult::detail`]; the metric has no status label).
+        status: Option<u16>,
         /// From sending to its end.
         duration: Duration,
     },
@@ -262,6 +266,26 @@ impl AttemptResult {
             AttemptResult::TransportError => "transport_error",
             AttemptResult::Timeout => "timeout",
             AttemptResult::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl AttemptResult {
+    /// How an attempt ended, in words for a request log (the console demo's): the metric
+    /// label, except for an attempt that got a response head with `status`. A `500` is a
+    /// success for retries and the breaker (C-RETRY-1) and counted as one, but a reader of the
+    /// log would take `success` for a good answer: a head is `success` only when its status is
+    /// not an error (below 400), `answered <status>` otherwise (a status in `retry.statuses`
+    /// included), `invalid status <status>` outside 100..=599.
+    #[must_use]
+    pub fn detail(self, status: Option<u16>) -> Cow<'static, str> {
+        match status {
+            Some(s) if !crate::flow::valid_upstream_status(s) => {
+                Cow::Owned(format!("invalid status {s}"))
+            }
+            Some(s) if self == AttemptResult::Success && s < 400 => Cow::Borrowed(self.as_str()),
+            Some(s) => Cow::Owned(format!("answered {s}")),
+            None => Cow::Borrowed(self.as_str()),
         }
     }
 }

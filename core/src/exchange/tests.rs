@@ -1013,3 +1013,41 @@ fn c_obs_3_a_refused_head_is_recorded_and_always_logged() {
         assert_eq!((r.attempts, r.backend, r.upstream_status), (0, None, None));
     }
 }
+
+/// The attempt metric carries the status of the head it got, and its words say what the
+/// backend answered: a `500` passed on is a success for retries and the breaker (C-RETRY-1) but
+/// reads `answered 500`; a `200` reads `success`; a timeout, its label.
+#[test]
+fn c_retry_1_an_attempt_answered_500_is_counted_a_success_but_reads_answered_500() {
+    let attempt = |out: &[Output]| {
+        out.iter()
+            .find_map(|o| match o {
+                Output::Metric(Metric::Attempt { result, status, .. }) => Some((*result, *status)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("an attempt metric in {out:?}"))
+    };
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    for (status, words) in [
+        (500, "answered 500"),
+        (200, "success"),
+        (404, "answered 404"),
+    ] {
+        let (mut x, _) = f.start(&Req::get("/x"), T0);
+        let out = f.feed(&mut x, Input::ResponseHead { status }, at(30));
+        let (result, got) = attempt(&out);
+        assert_eq!((result, got), (AttemptResult::Success, Some(status)));
+        assert_eq!(result.detail(got), words);
+        let _ = f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(40));
+    }
+    assert_eq!(
+        AttemptResult::FailureStatus.detail(Some(503)),
+        "answered 503"
+    );
+    assert_eq!(
+        AttemptResult::TransportError.detail(Some(999)),
+        "invalid status 999"
+    );
+    assert_eq!(AttemptResult::Timeout.detail(None), "timeout");
+    assert_eq!(AttemptResult::ConnectError.detail(None), "connect_error");
+}

@@ -270,6 +270,7 @@ pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
             backend,
             result,
             duration,
+            ..
         } => {
             if let Some(b) = x.handles(backend) {
                 b.metrics.attempt(result, duration);
