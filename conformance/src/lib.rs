@@ -189,6 +189,7 @@ macro_rules! __with_cases {
             c_load_3_protection_events_counted,
             c_obs_1_admission_store_and_connection_metrics,
             c_obs_3_access_line_at_body_end_with_bytes,
+            c_obs_3_refused_heads_are_logged_and_counted,
             c_obs_4_readyz_503_names_its_cause,
             c_mgmt_1_console_beyond_loopback_needs_a_protection,
             c_mgmt_1_console_bearer_token_required,

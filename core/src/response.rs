@@ -15,6 +15,7 @@
 use core::fmt;
 
 use crate::flow::{Deliver, Failure};
+use crate::h1::HeadError;
 use crate::rate::HeaderText;
 use crate::request_id::RequestId;
 use crate::select::NoBackend;
@@ -418,6 +419,13 @@ impl<'a> SyntheticResponse<'a> {
             ClientError::MethodNotAllowed => r.with(header::ALLOW, Text::Str(crate::method::ALLOW)),
             _ => r,
         }
+    }
+
+    /// The answer to an HTTP/1 head the codec refused before any exchange began (`400`, `414`,
+    /// `431`; docs/proxy.md, "HTTP/1 parsing rules"), whose `message` says which rule it broke.
+    #[must_use]
+    pub fn refused_head(error: &HeadError, request_id: &'a str) -> SyntheticResponse<'a> {
+        SyntheticResponse::new(error.status(), error.message(), request_id)
     }
 
     /// The answer to a refused management request, with `Cache-Control: no-store`.

@@ -215,7 +215,7 @@ async function demo(ctx) {
   await until("the breaker of backend-1 opens", async () => (await row(page, "backend-1").locator("[data-circuit]").getAttribute("data-circuit")) === "open", 20000);
   check(true, "demo: backend-1 answering 503 has its circuit opened by weir-core");
   await page.waitForSelector("#log-table tbody tr");
-  const retried = await page.$$eval("#log-table tbody tr", (rows) => rows.some((r) => r.textContent.includes("failure_status")));
+  const retried = await page.$$eval("#log-table tbody tr", (rows) => rows.some((r) => r.textContent.includes("backend-1: answered 503")));
   check(retried, "demo: the request log shows an attempt that failed with 503 and moved on");
   await sleep(1500);
   await shots(page, "demo");

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{expect_status, join, spawn_send};
 use crate::backend::{Backend, Mode};
-use crate::client::{Req, get, send};
+use crate::client::{Raw, Req, get, send};
 use crate::config::{ADMIN_TOKEN, Config};
 use crate::harness::{Binary, Proxy};
 use crate::util::{eventually, ms, secs};
@@ -107,6 +107,133 @@ pub async fn c_obs_3_access_line_at_body_end_with_bytes(bin: Binary) {
     let v = line_of(&p, &r.header("x-request-id").unwrap_or_default()).await;
     assert_eq!(u(&v, "response_bytes"), r.body.len() as u64, "{v}");
     assert!(v["fields"]["upstream_status"].is_null(), "{v}");
+}
+
+/// C-OBS-3, C-OBS-2, C-PATH-11, C-PATH-12: a head the HTTP/1 codec refuses before any exchange
+/// (malformed `400`, request line too long `414`, header section too large or too many header
+/// lines `431`) is answered like any of weir's own errors (JSON body, `X-Request-ID`,
+/// `Connection: close`), written to the access log with its status, its reason and the client
+/// address, on a line with the fields of weir's other own answers (the host aside: the head was
+/// not read), even at sample rate 0, and counted in `load_balancer_http_requests_total`.
+pub async fn c_obs_3_refused_heads_are_logged_and_counted(bin: Binary) {
+    let b = Backend::start("b-1").await;
+    let cfg = Config::new(&[&b])
+        .management()
+        .set("server.access_log_sample_rate", 0.0)
+        .set("server.max_header_bytes", 16 * 1024);
+    let p = Proxy::start(&bin, &cfg).await;
+    // weir's own error on a head it read: the line every refused head's line is compared with.
+    let r = send(p.public, &Req::new("TRACE", "/t")).await;
+    expect_status(&r, 405, "TRACE");
+    let reference = line_of(&p, &r.header("x-request-id").unwrap_or_default()).await;
+    let many: String = (0..120).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let cases = [
+        (
+            "a header line without a colon",
+            "GET /a HTTP/1.1\r\nHost: x\r\nno-colon-here\r\n\r\n".to_owned(),
+            400,
+            "malformed_request",
+        ),
+        (
+            "a request line over the limit",
+            format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "u".repeat(9000)),
+            414,
+            "uri_too_long",
+        ),
+        (
+            "a header section over max_header_bytes",
+            format!(
+                "GET /h HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "h".repeat(20 * 1024)
+            ),
+            431,
+            "header_too_large",
+        ),
+        (
+            "more header lines than weir reads",
+            format!("GET /m HTTP/1.1\r\nHost: x\r\n{many}\r\n"),
+            431,
+            "header_too_large",
+        ),
+    ];
+    for (what, raw, status, reason) in &cases {
+        refused_and_logged(&p, &reference, what, raw, *status, reason).await;
+    }
+    let text = metrics(&p).await;
+    let count = |code: &str| {
+        sample(
+            &text,
+            "load_balancer_http_requests_total",
+            &["listener=\"public\"", &format!("code=\"{code}\"")],
+        )
+    };
+    assert_eq!(
+        (count("400"), count("414"), count("431")),
+        (Some(1.0), Some(1.0), Some(2.0)),
+        "{text}"
+    );
+    assert_eq!(b.count(), 0, "nothing reached the backend");
+}
+
+/// The names of an access line's fields, but `host`.
+fn field_names(v: &Value) -> Vec<String> {
+    let mut names: Vec<String> = v["fields"]
+        .as_object()
+        .map(|o| o.keys().filter(|k| *k != "host").cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Send the head `raw` on a new connection: weir's JSON `status` comes back, closing, and its
+/// access line says `status` and `reason`, with the fields of `reference` (the host aside).
+async fn refused_and_logged(
+    p: &Proxy,
+    reference: &Value,
+    what: &str,
+    raw: &str,
+    status: u16,
+    reason: &str,
+) {
+    let mut c = Raw::connect(p.public).await;
+    let _ = c.write(raw.as_bytes()).await;
+    let (head, body) = c
+        .read_response(secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+    assert_eq!(head.status, status, "{what}: {head:?}");
+    assert_eq!(
+        head.header("content-type").as_deref(),
+        Some("application/json"),
+        "{what}: {head:?}"
+    );
+    assert_eq!(
+        head.header("connection").as_deref(),
+        Some("close"),
+        "{what}"
+    );
+    let rid = head.header("x-request-id").expect("a request id");
+    let json: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("{what}: a JSON body: {e}: {body:?}"));
+    assert_eq!(json["code"], status, "{what}: {json}");
+    assert_eq!(json["request_id"], rid.as_str(), "{what}: {json}");
+    assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()));
+
+    let v = line_of(p, &rid).await;
+    let f = &v["fields"];
+    assert_eq!(f["status"], status, "{what}: {v}");
+    assert_eq!(f["reason"], reason, "{what}: {v}");
+    assert_eq!(f["listener"], "public", "{what}: {v}");
+    assert_eq!(f["client"], "127.0.0.1", "{what}: {v}");
+    assert_eq!(f["path"], "[redacted]", "{what}: {v}");
+    assert_eq!(f["attempts"], 0, "{what}: {v}");
+    assert_eq!(u(&v, "response_bytes"), body.len() as u64, "{what}: {v}");
+    assert!(f["backend"].is_null() && f["host"].is_null(), "{what}: {v}");
+    assert_eq!(
+        field_names(&v),
+        field_names(reference),
+        "{what}: the fields of weir's other own answers: {v} against {reference}"
+    );
 }
 
 /// C-OBS-4, issue 20: the data plane's `/readyz` `503` names which cause holds.

@@ -2,10 +2,12 @@
 //! queue that holds those actions until the adapter polls them.
 
 use core::time::Duration;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use crate::bucket::BucketParams;
 use crate::flow::{Deliver, Failure};
+use crate::h1::HeadError;
 use crate::rate::{ClientKey, StorageKind};
 use crate::response::{ClientError, ProtectionReason, Reject};
 use crate::rng::Rng;
@@ -160,6 +162,9 @@ pub enum Metric {
         backend: usize,
         /// How it ended.
         result: AttemptResult,
+        /// The status of the response head it got, if it got one (for the words of
+        /// [`AttemptResult::detail`]; the metric has no status label).
+        status: Option<u16>,
         /// From sending to its end.
         duration: Duration,
     },
@@ -265,6 +270,26 @@ impl AttemptResult {
     }
 }
 
+impl AttemptResult {
+    /// How an attempt ended, in words for a request log (the console demo's): the metric
+    /// label, except for an attempt that got a response head with `status`. A `500` is a
+    /// success for retries and the breaker (C-RETRY-1) and counted as one, but a reader of the
+    /// log would take `success` for a good answer: a head is `success` only when its status is
+    /// not an error (below 400), `answered <status>` otherwise (a status in `retry.statuses`
+    /// included), `invalid status <status>` outside 100..=599.
+    #[must_use]
+    pub fn detail(self, status: Option<u16>) -> Cow<'static, str> {
+        match status {
+            Some(s) if !crate::flow::valid_upstream_status(s) => {
+                Cow::Owned(format!("invalid status {s}"))
+            }
+            Some(s) if self == AttemptResult::Success && s < 400 => Cow::Borrowed(self.as_str()),
+            Some(s) => Cow::Owned(format!("answered {s}")),
+            None => Cow::Borrowed(self.as_str()),
+        }
+    }
+}
+
 /// The request's record for the access log and the request metric (C-OBS-1..3). The request id
 /// is [`Exchange::request_id`](super::Exchange::request_id); method and path are the adapter's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +313,28 @@ pub struct Record {
     pub reason: Option<&'static str>,
     /// The status of the latest backend response head, if any.
     pub upstream_status: Option<u16>,
+}
+
+impl Record {
+    /// The record of an HTTP/1 head the codec refused before any exchange began (C-OBS-2,
+    /// C-OBS-3, C-PATH-12): `error`'s status and reason, no attempt, `duration` from the head's
+    /// first byte to the refusal, the connection's peer as the client (no header was read, so
+    /// no forwarded address can be trusted). Always logged, as every error is; never with a
+    /// path (the target may be what was refused).
+    #[must_use]
+    pub const fn refused_head(error: &HeadError, duration: Duration, client: IpAddr) -> Record {
+        Record {
+            status: error.status(),
+            duration,
+            client,
+            backend: None,
+            attempts: 0,
+            log: true,
+            include_path: false,
+            reason: Some(error.reason()),
+            upstream_status: None,
+        }
+    }
 }
 
 /// Whether a request with `status` is logged: errors and management mutations always,

@@ -120,21 +120,21 @@ impl Exchange {
             }
             (Stage::Awaiting { sent }, Input::SendFailed(failure)) => {
                 let (error, result) = classify(failure);
-                self.attempt_ended(sent, result, now);
+                self.attempt_ended(sent, result, None, now);
                 self.flow_error(error, now, rng);
             }
             (Stage::Awaiting { sent }, Input::BodyUnreadable) => {
                 // The streamed request body broke its framing (a malformed chunk): the
                 // client's error, answered `400`; the attempt is cancelled, neutral for the
                 // backend's health (C-PATH-9's classification), and not retried.
-                self.attempt_ended(sent, AttemptResult::Cancelled, now);
+                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
                 if let Some(flow) = self.flow.as_mut() {
                     let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
                 }
                 self.answer(Answer::Client(ClientError::BodyUnreadable), now, rng);
             }
             (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
-                self.attempt_ended(sent, AttemptResult::Timeout, now);
+                self.attempt_ended(sent, AttemptResult::Timeout, None, now);
                 self.flow_error(AttemptError::PerTryTimeout, now, rng);
             }
             (Stage::Awaiting { .. }, Input::TargetTooLong) => {
@@ -318,7 +318,7 @@ impl Exchange {
             AttemptResult::Success
         };
         self.upstream_status = Some(status);
-        self.attempt_ended(sent, result, now);
+        self.attempt_ended(sent, result, Some(status), now);
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
@@ -391,12 +391,19 @@ impl Exchange {
         }
     }
 
-    fn attempt_ended(&mut self, sent: Instant, result: AttemptResult, now: Instant) {
+    fn attempt_ended(
+        &mut self,
+        sent: Instant,
+        result: AttemptResult,
+        status: Option<u16>,
+        now: Instant,
+    ) {
         self.last_result = Some(result);
         if let Some(backend) = self.backend {
             self.outbox.push(Output::Metric(Metric::Attempt {
                 backend,
                 result,
+                status,
                 duration: now.saturating_since(sent),
             }));
         }
@@ -478,7 +485,7 @@ impl Exchange {
         match self.stage {
             Stage::Queued { .. } => self.queue_left(now),
             Stage::Awaiting { sent } => {
-                self.attempt_ended(sent, AttemptResult::Cancelled, now);
+                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
                 if let Some(flow) = self.flow.as_mut() {
                     let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
                 }

@@ -979,3 +979,75 @@ fn exchange_is_send_and_sync() {
     check::<Output>();
     let _ = RateDecision::Allowed;
 }
+
+/// C-OBS-2, C-OBS-3, C-PATH-12: a head the HTTP/1 codec refused has a record of its own: its
+/// status and reason, no attempt, no path, always logged.
+#[test]
+fn c_obs_3_a_refused_head_is_recorded_and_always_logged() {
+    let client = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+    for (e, status, reason) in [
+        (
+            crate::h1::HeadError::Malformed("x"),
+            400,
+            "malformed_request",
+        ),
+        (crate::h1::HeadError::Target, 400, "bad_target"),
+        (
+            crate::h1::HeadError::RequestLineTooLong,
+            414,
+            "uri_too_long",
+        ),
+        (crate::h1::HeadError::HeadTooLarge, 431, "header_too_large"),
+        (
+            crate::h1::HeadError::TooManyHeaders,
+            431,
+            "header_too_large",
+        ),
+    ] {
+        let r = Record::refused_head(&e, Duration::from_millis(3), client);
+        assert_eq!(
+            (r.status, r.reason, r.client, r.duration),
+            (status, Some(reason), client, Duration::from_millis(3))
+        );
+        assert!(r.log && !r.include_path, "{r:?}");
+        assert_eq!((r.attempts, r.backend, r.upstream_status), (0, None, None));
+    }
+}
+
+/// The attempt metric carries the status of the head it got, and its words say what the
+/// backend answered: a `500` passed on is a success for retries and the breaker (C-RETRY-1) but
+/// reads `answered 500`; a `200` reads `success`; a timeout, its label.
+#[test]
+fn c_retry_1_an_attempt_answered_500_is_counted_a_success_but_reads_answered_500() {
+    let attempt = |out: &[Output]| {
+        out.iter()
+            .find_map(|o| match o {
+                Output::Metric(Metric::Attempt { result, status, .. }) => Some((*result, *status)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("an attempt metric in {out:?}"))
+    };
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    for (status, words) in [
+        (500, "answered 500"),
+        (200, "success"),
+        (404, "answered 404"),
+    ] {
+        let (mut x, _) = f.start(&Req::get("/x"), T0);
+        let out = f.feed(&mut x, Input::ResponseHead { status }, at(30));
+        let (result, got) = attempt(&out);
+        assert_eq!((result, got), (AttemptResult::Success, Some(status)));
+        assert_eq!(result.detail(got), words);
+        let _ = f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(40));
+    }
+    assert_eq!(
+        AttemptResult::FailureStatus.detail(Some(503)),
+        "answered 503"
+    );
+    assert_eq!(
+        AttemptResult::TransportError.detail(Some(999)),
+        "invalid status 999"
+    );
+    assert_eq!(AttemptResult::Timeout.detail(None), "timeout");
+    assert_eq!(AttemptResult::ConnectError.detail(None), "connect_error");
+}

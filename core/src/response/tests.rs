@@ -9,6 +9,7 @@ use super::*;
 use crate::admission::Overloaded;
 use crate::bulkhead::BulkheadFull;
 use crate::flow::AttemptError;
+use crate::h1::FramingError;
 use crate::rate::{RateDecision, RateOutcome, StorageKind};
 use crate::retry::NoRetryReason;
 
@@ -119,6 +120,16 @@ fn every_outcome() -> Vec<(SyntheticResponse<'static>, u16)> {
         (ClientError::MethodNotAllowed, 405),
     ] {
         all.push((SyntheticResponse::client_error(&e, id), status));
+    }
+    for (e, status) in [
+        (HeadError::Malformed("invalid header name"), 400),
+        (HeadError::Framing(FramingError::HostMissing), 400),
+        (HeadError::Target, 400),
+        (HeadError::RequestLineTooLong, 414),
+        (HeadError::HeadTooLarge, 431),
+        (HeadError::TooManyHeaders, 431),
+    ] {
+        all.push((SyntheticResponse::refused_head(&e, id), status));
     }
     all
 }

@@ -6,6 +6,7 @@
 //! with `mgmt::handle` and `mgmt::status_document`, exactly as weir-proxy's `management.rs`.
 
 use core::time::Duration;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -57,7 +58,7 @@ struct Req {
     started: Instant,
     steady: bool,
     attempt: u32,
-    attempts: Vec<(String, &'static str)>,
+    attempts: Vec<(String, Cow<'static, str>)>,
     status: Option<u16>,
     backend: Option<String>,
     timer: Option<Instant>,
@@ -70,7 +71,7 @@ pub struct Finished {
     pub steady: bool,
     pub status: u16,
     pub backend: Option<String>,
-    pub attempts: Vec<(String, &'static str)>,
+    pub attempts: Vec<(String, Cow<'static, str>)>,
     pub request_id: String,
     pub duration_ms: f64,
 }
@@ -420,13 +421,16 @@ impl World {
                 }
             }
             Output::Metric(Metric::Attempt {
-                backend, result, ..
+                backend,
+                result,
+                status,
+                ..
             }) => {
                 if let Some(r) = self.reqs.get_mut(&id) {
                     let name =
                         r.x.backend(backend)
                             .map_or(String::new(), |b| b.id().to_owned());
-                    r.attempts.push((name, result.as_str()));
+                    r.attempts.push((name, result.detail(status)));
                 }
             }
             Output::StoreTake { .. }

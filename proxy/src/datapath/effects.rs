@@ -81,25 +81,45 @@ pub struct PendingLine {
 impl PendingLine {
     /// The line of `r` (a logged record of `x`), made when the record was emitted.
     fn new(data_plane: &DataPlane, x: &Exchange, r: &Record, request: Request<'_>) -> PendingLine {
+        let mut line = PendingLine::bare(
+            data_plane,
+            r,
+            x.request_id().as_str(),
+            request,
+            x.proto().as_str(),
+        );
+        line.route = x
+            .route()
+            .and_then(|i| x.runtime().config().routes.get(i))
+            .map(|r| Box::from(r.prefix.as_str()));
+        line.backend = r
+            .backend
+            .and_then(|i| x.backend(i))
+            .map(|b| Box::from(b.id()));
+        line
+    }
+
+    /// The line of `r` with no route and no backend (nothing but the record and the head).
+    fn bare(
+        data_plane: &DataPlane,
+        r: &Record,
+        request_id: &str,
+        request: Request<'_>,
+        scheme: &'static str,
+    ) -> PendingLine {
         let now = data_plane.rt.now();
         PendingLine {
             record: *r,
             rt: data_plane.rt,
             arrived: now.checked_sub(r.duration).unwrap_or(now),
-            request_id: Box::from(x.request_id().as_str()),
+            request_id: Box::from(request_id),
             method: request.method.clone(),
             path: Box::from(if r.include_path { request.path } else { "" }),
             version: request.version,
-            scheme: x.proto().as_str(),
+            scheme,
             host: request.host.map(Box::from),
-            route: x
-                .route()
-                .and_then(|i| x.runtime().config().routes.get(i))
-                .map(|r| Box::from(r.prefix.as_str())),
-            backend: r
-                .backend
-                .and_then(|i| x.backend(i))
-                .map(|b| Box::from(b.id())),
+            route: None,
+            backend: None,
             request_bytes: RequestBytes::Known(0),
             done: false,
         }
@@ -202,6 +222,23 @@ pub fn drain(data_plane: &DataPlane, x: &mut Bound, request: Option<Request<'_>>
     }
 }
 
+/// A record made without an exchange (`Record::refused_head`: an HTTP/1 head the codec refused)
+/// goes the way an exchange's record goes: counted at once ([`record`]), and, when logged, its
+/// line pending until the answer is written. `request_id` is the answer's, `scheme` the
+/// connection's.
+#[must_use]
+pub fn record_without_exchange(
+    data_plane: &DataPlane,
+    r: &Record,
+    request_id: &str,
+    request: Request<'_>,
+    scheme: &'static str,
+) -> Option<PendingLine> {
+    record(data_plane, r);
+    r.log
+        .then(|| PendingLine::bare(data_plane, r, request_id, request, scheme))
+}
+
 /// Count the metric `m` of `x` (what [`perform`] does with an [`Output::Metric`]).
 pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
     match m {
@@ -233,6 +270,7 @@ pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
             backend,
             result,
             duration,
+            ..
         } => {
             if let Some(b) = x.handles(backend) {
                 b.metrics.attempt(result, duration);

@@ -142,3 +142,43 @@ fn a_backend_that_comes_back_ramps_up_through_slow_start() {
         "ramping: {ramp:?} (C-HEALTH-4)"
     );
 }
+
+/// The request log's attempt detail says what the backend answered when it is an error status:
+/// a `500` passed on (a success for retries and the breaker, C-RETRY-1) reads `answered 500`,
+/// a retried `503` `answered 503`; a `200` reads `success`.
+#[test]
+fn an_attempt_answered_with_an_error_status_is_not_a_success_in_the_log() {
+    let mut w = World::new(4).expect("valid");
+    w.advance(at(2000));
+    let mut t = 2000;
+    let mut done = Vec::new();
+    // About one answer in a hundred is a `500` (weir-sim's `Mode::Up`).
+    while !done.iter().any(|f: &Finished| f.status == 500) && t < 200_000 {
+        w.start_request(false);
+        t += 20;
+        w.advance(at(t));
+        done.extend(w.take_finished());
+    }
+    let five = done
+        .iter()
+        .find(|f| f.status == 500)
+        .expect("a 500 passed on");
+    let last = five.attempts.last().expect("an attempt");
+    assert_eq!(last.1, "answered 500", "{five:?}");
+    let ok = done.iter().find(|f| f.status == 200).expect("a 200");
+    assert_eq!(ok.attempts.last().map(|a| a.1.as_ref()), Some("success"));
+
+    // The bucket (30, 10/s) refills before the next request.
+    t += 5000;
+    w.advance(at(t));
+    let _ = w.take_finished();
+    w.set_backend(0, "503", 5.0);
+    w.set_backend(1, "503", 5.0);
+    w.set_backend(2, "503", 5.0);
+    w.start_request(false);
+    t += 2000;
+    w.advance(at(t));
+    let retried = w.take_finished();
+    let r = retried.first().expect("finished");
+    assert!(r.attempts.iter().any(|a| a.1 == "answered 503"), "{r:?}");
+}

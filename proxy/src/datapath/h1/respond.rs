@@ -8,9 +8,10 @@ use std::io;
 use weir_core::exchange::{Input, Output};
 use weir_core::flow::BodyEnd;
 use weir_core::h1::Version;
+use weir_core::response::SyntheticResponse;
 
 use super::downstream_conn::DownstreamConn;
-use super::io::write_all;
+use super::io::{push_text, write_all};
 use super::relay::{BODY_CHUNK, Reader, RelayError};
 use super::upstream_conn::UpConn;
 use crate::base::rt;
@@ -114,6 +115,29 @@ pub(super) async fn read_body(
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
+}
+
+/// The head of one of weir's own answers built whole by weir-core (`SyntheticResponse`,
+/// C-PATH-11): its status line and headers, `content-length: body_len` and the connection line.
+pub(super) fn synthetic_head(
+    out: &mut Vec<u8>,
+    s: &SyntheticResponse<'_>,
+    body_len: usize,
+    keep: bool,
+    version: Version,
+) {
+    status_line(out, s.status());
+    for (name, value) in s.headers() {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        push_text(out, &value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    weir_core::h1::push_decimal(out, body_len as u64);
+    out.extend_from_slice(b"\r\n");
+    connection_line(out, keep, version);
+    out.extend_from_slice(b"\r\n");
 }
 
 pub(super) fn status_line(out: &mut Vec<u8>, status: u16) {

@@ -26,15 +26,16 @@ use std::time::Duration;
 
 use hyper::rt::Read;
 use weir_core::conn_watch::{ConnPhase, ConnWatch, WatchAction};
+use weir_core::exchange::Record;
 use weir_core::h1::{self, HeadError, Parsed};
+use weir_core::response::SyntheticResponse;
 
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
 use super::io::{Buf, write_all};
-use super::request;
-use crate::base::exposition::Listener;
+use super::{request, respond};
 use crate::base::rt::{self, Io, watch};
 use crate::datapath::downstream::DownstreamCtx;
-use crate::observe::access_log::{self, Line};
+use crate::datapath::effects;
 use crate::services::park;
 
 /// How long a keep-alive connection stays idle before it is parked (docs/proxy.md, "Idle
@@ -435,70 +436,36 @@ fn take_whole_head(c: &mut DownstreamConn) -> Result<bool, HeadError> {
     }
 }
 
-/// Answer a refused head (C-PATH-11's JSON shape, a fresh request id) and close. It is counted
-/// and access-logged like any other error (C-OBS-2, C-OBS-3), with the reason `e` gives
-/// (`HeadError::reason`); the head was not read, so the line has no host, its path is never
-/// logged, and its method and version are read from the request line when they can be.
+/// Answer a refused head with weir's own error (`SyntheticResponse::refused_head`: C-PATH-11's
+/// JSON shape, a fresh request id, `Connection: close`) and close. Its record
+/// (`Record::refused_head`) goes the way an exchange's record goes (`effects`): counted, and
+/// access-logged as every error is (C-OBS-2, C-OBS-3) on a line with the fields of any other
+/// (its reason is `HeadError::reason`); the head was not read, so the line has no host, its
+/// path is never logged, and its method and version are read from the request line when they
+/// can be.
 async fn refuse(ctx: &DownstreamCtx, c: &mut DownstreamConn, e: HeadError, waited: Duration) {
-    let status = e.status();
     let id = crate::base::worker::with_rng(|rng| weir_core::request_id::RequestId::generate(rng));
-    let body = format!(
-        "{{\"code\":{status},\"message\":\"{}\",\"request_id\":\"{}\"}}",
-        e.message(),
-        id.as_str()
-    );
-    let reason = http::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("");
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nx-request-id: {}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
-        id.as_str(),
-        body.len()
-    );
+    let answer = SyntheticResponse::refused_head(&e, id.as_str());
+    let body = answer.body();
+    let (method, version) = request_line_of(c.buf.bytes());
+    let record = Record::refused_head(&e, waited, ctx.peer.ip());
+    let request = effects::Request {
+        method: &method,
+        path: "",
+        version,
+        host: None,
+    };
+    let scheme = if ctx.tls { "https" } else { "http" };
+    let line =
+        effects::record_without_exchange(&ctx.data_plane, &record, id.as_str(), request, scheme);
     c.out.clear();
-    c.out.extend_from_slice(head.as_bytes());
+    respond::synthetic_head(&mut c.out, &answer, body.len(), false, h1::Version::Http11);
     c.out.extend_from_slice(body.as_bytes());
     let out = std::mem::take(&mut c.out);
-    let _ = write_all(&mut c.io, &out).await;
-    let data_plane = &ctx.data_plane;
-    data_plane.metrics.request(Listener::Public, status, waited);
-    let (method, version) = request_line_of(c.buf.bytes());
-    let sample_rate = data_plane
-        .snapshot
-        .load()
-        .core()
-        .config()
-        .server
-        .access_log_sample_rate;
-    let log = crate::base::worker::with_rng(|rng| {
-        access_log::should_log(status, false, sample_rate, rng)
-    });
-    if log {
-        Line {
-            request_id: id.as_str(),
-            listener: Listener::Public,
-            method: &method,
-            path: "",
-            include_path: false,
-            status,
-            duration: waited,
-            head_duration: None,
-            backend: None,
-            attempts: 0,
-            client: ctx.peer.ip(),
-            endpoint: None,
-            version,
-            scheme: if ctx.tls { "https" } else { "http" },
-            host: None,
-            route: None,
-            reason: Some(e.reason()),
-            upstream_status: None,
-            request_bytes: None,
-            response_bytes: Some(body.len() as u64),
-        }
-        .emit();
+    let written = write_all(&mut c.io, &out).await.is_ok();
+    c.out = out;
+    if let Some(line) = line {
+        line.finish(if written { body.len() as u64 } else { 0 });
     }
 }
 
