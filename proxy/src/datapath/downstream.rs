@@ -26,6 +26,9 @@ pub(crate) const BUSY: u8 = 2;
 pub struct DownstreamInfo {
     /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
     pub peer: SocketAddr,
+    /// The address the client connected to: the listener's (the socket's local address), or
+    /// the PROXY protocol's destination (C-TLS-3).
+    pub local: SocketAddr,
     /// The connection came over TLS.
     pub tls: bool,
 }
@@ -67,6 +70,9 @@ pub struct DownstreamCtx {
     pub data_plane: Arc<DataPlane>,
     /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
     pub peer: SocketAddr,
+    /// The address the client connected to: a backend's PROXY header names it as the
+    /// destination (C-TLS-3).
+    pub local: SocketAddr,
     /// The connection came over weir's TLS (C-TLS-1).
     pub tls: bool,
     /// Dropped with the last reference: tells the worker this connection is done.
@@ -94,6 +100,7 @@ impl DownstreamCtx {
         DownstreamCtx {
             data_plane,
             peer: info.peer,
+            local: info.local,
             tls: info.tls,
             _alive: alive,
             worker,

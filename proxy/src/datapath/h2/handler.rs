@@ -44,7 +44,7 @@ use crate::datapath::downstream::{DownstreamCtx, DownstreamState, RequestGuard};
 use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, Conn, SendError, Target, UpBody};
+use crate::services::upstream::{ClientBody, ClientConn, Conn, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -313,12 +313,16 @@ impl<'a> Io<'a> {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
         let begun = data_plane.rt.now();
+        let client = ClientConn {
+            peer: ctx.peer,
+            local: ctx.local,
+        };
         let sent = {
             let mut sent =
                 pin!(
                     data_plane
                         .upstream
-                        .send(&target, Some(&metrics), req, begun, ctx.peer)
+                        .send(&target, Some(&metrics), req, begun, client)
                 );
             self.bounded(sent.as_mut()).await
         };
@@ -327,6 +331,11 @@ impl<'a> Io<'a> {
                 let status = resp.status().as_u16();
                 self.feed(Input::ResponseHead { status });
                 Some((resp, conn, target))
+            }
+            Err(_) if up.tally.as_ref().is_some_and(|t| t.timed_out()) => {
+                // The client stopped sending its body: `408`, the backend not blamed.
+                self.feed(Input::BodyTimeout);
+                None
             }
             Err(e) => {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
