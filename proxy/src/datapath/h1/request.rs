@@ -494,6 +494,16 @@ impl Req<'_> {
             ));
             drive::bounded_in(data_plane, x, timer, attempt).await
         };
+        self.attempt_ended(sent, &target)
+    }
+
+    /// Tell the engine how the attempt to `target` ended (`None`: its deadline came first, and
+    /// the engine was told already): whose fault a failure is, the client's or the backend's.
+    fn attempt_ended(
+        &mut self,
+        sent: Option<Result<u16, UpError>>,
+        target: &Target,
+    ) -> Result<(), Gone> {
         match sent {
             // The attempt writes `last` only as it completes: a deadline that came first left
             // it empty.
