@@ -94,6 +94,7 @@ macro_rules! __with_cases {
             c_path_9_client_disconnect_cancels_and_is_not_a_failure,
             c_path_9_client_leaving_mid_body_cancels_upstream,
             c_path_9_stalled_request_body_is_408_not_a_backend_failure,
+            c_path_9_h2_stalled_request_body_is_408,
             c_path_10_graceful_shutdown,
             c_path_10_shutdown_timeout_bounds_the_wait,
             c_path_10_sigint_exits_zero,
