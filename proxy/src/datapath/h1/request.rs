@@ -132,10 +132,7 @@ async fn serve_parsed(
     let data_plane = &ctx.data_plane;
     let mut r = Req {
         data_plane,
-        client: ClientConn {
-            peer: ctx.peer,
-            local: ctx.local,
-        },
+        client: ctx.client_conn(),
         exchange: None,
         delivered: false,
         log: Log {
@@ -164,7 +161,7 @@ async fn serve_parsed(
             path,
             target: pq,
             headers: head.headers,
-            peer: ctx.peer.ip(),
+            peer: ctx.peer().ip(),
             tls: ctx.tls,
             body,
             // HTTP/1's `Host` rules are the codec's (`h1::parse_request`).

@@ -487,7 +487,7 @@ async fn refuse(ctx: &DownstreamCtx, c: &mut DownstreamConn, e: HeadError, waite
             head_duration: None,
             backend: None,
             attempts: 0,
-            client: ctx.peer.ip(),
+            client: ctx.peer().ip(),
             endpoint: None,
             version,
             scheme: if ctx.tls { "https" } else { "http" },

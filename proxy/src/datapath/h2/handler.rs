@@ -44,7 +44,7 @@ use crate::datapath::downstream::{DownstreamCtx, DownstreamState, RequestGuard};
 use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, ClientConn, Conn, SendError, Target, UpBody};
+use crate::services::upstream::{ClientBody, Conn, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -146,7 +146,7 @@ impl<'a> Io<'a> {
                 .path_and_query()
                 .map_or("", http::uri::PathAndQuery::as_str),
             headers: req.headers(),
-            peer: ctx.peer.ip(),
+            peer: ctx.peer().ip(),
             tls: ctx.tls,
             body: body_info(req.body()),
             // Only HTTP/2 requests come here (HTTP/1 is weir's own codec): hyper's URI carries
@@ -313,10 +313,7 @@ impl<'a> Io<'a> {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
         let begun = data_plane.rt.now();
-        let client = ClientConn {
-            peer: ctx.peer,
-            local: ctx.local,
-        };
+        let client = ctx.client_conn();
         let sent = {
             let mut sent =
                 pin!(
