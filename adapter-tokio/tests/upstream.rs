@@ -23,6 +23,7 @@ fn config() -> UpstreamConfig {
         idle_conn_timeout: Some(Duration::from_secs(30)),
         max_idle_per_host: 4,
         max_idle_total: 16,
+        expect_continue_timeout: Duration::from_secs(1),
     }
 }
 
@@ -209,6 +210,9 @@ async fn https_backends_validate_certificates() {
 }
 
 /// The client a request is sent for (no backend here asks for a PROXY header).
-fn client() -> std::net::SocketAddr {
-    std::net::SocketAddr::from(([127, 0, 0, 1], 1))
+fn client() -> weir_proxy::services::upstream::ClientConn {
+    weir_proxy::services::upstream::ClientConn {
+        peer: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+        local: std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
+    }
 }

@@ -435,25 +435,47 @@ async fn proxy_backend_conn(mut stream: tokio::net::TcpStream, all: Arc<Mutex<Ve
 
 /// The source address a PROXY header carries (`None`: `UNKNOWN`, `LOCAL`, or unreadable).
 pub fn proxy_header_source(header: &[u8]) -> Option<SocketAddr> {
+    proxy_header_addresses(header).map(|(source, _)| source)
+}
+
+/// The destination address a PROXY header carries (`None`: `UNKNOWN`, `LOCAL`, or unreadable).
+pub fn proxy_header_destination(header: &[u8]) -> Option<SocketAddr> {
+    proxy_header_addresses(header).map(|(_, destination)| destination)
+}
+
+/// The source and destination a PROXY header carries.
+fn proxy_header_addresses(header: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
     if let Some(line) = header.strip_prefix(b"PROXY ") {
         let line = std::str::from_utf8(line).ok()?.trim_end();
         let parts: Vec<&str> = line.split(' ').collect();
         if parts.len() != 5 || !matches!(parts[0], "TCP4" | "TCP6") {
             return None;
         }
-        let ip: std::net::IpAddr = parts[1].parse().ok()?;
-        return Some(SocketAddr::new(ip, parts[3].parse().ok()?));
+        let src: std::net::IpAddr = parts[1].parse().ok()?;
+        let dst: std::net::IpAddr = parts[2].parse().ok()?;
+        return Some((
+            SocketAddr::new(src, parts[3].parse().ok()?),
+            SocketAddr::new(dst, parts[4].parse().ok()?),
+        ));
     }
     // v2: the PROXY command (0x21), TCP over IPv4 (0x11) or IPv6 (0x21).
     let p = header.get(16..)?;
     match (header.get(12..14)?, p.len()) {
         ([0x21, 0x11], 12) => {
-            let ip = std::net::Ipv4Addr::new(p[0], p[1], p[2], p[3]);
-            Some(SocketAddr::from((ip, u16::from_be_bytes([p[8], p[9]]))))
+            let src = std::net::Ipv4Addr::new(p[0], p[1], p[2], p[3]);
+            let dst = std::net::Ipv4Addr::new(p[4], p[5], p[6], p[7]);
+            Some((
+                SocketAddr::from((src, u16::from_be_bytes([p[8], p[9]]))),
+                SocketAddr::from((dst, u16::from_be_bytes([p[10], p[11]]))),
+            ))
         }
         ([0x21, 0x21], 36) => {
-            let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[..16]).ok()?);
-            Some(SocketAddr::from((ip, u16::from_be_bytes([p[32], p[33]]))))
+            let src = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[..16]).ok()?);
+            let dst = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[16..32]).ok()?);
+            Some((
+                SocketAddr::from((src, u16::from_be_bytes([p[32], p[33]]))),
+                SocketAddr::from((dst, u16::from_be_bytes([p[34], p[35]]))),
+            ))
         }
         _ => None,
     }

@@ -89,6 +89,9 @@ pub struct Header {
     /// The client's address as the sender saw it; `None`: keep the socket peer (v1 `UNKNOWN`,
     /// v2 `LOCAL`, or a v2 family other than IPv4 / IPv6).
     pub source: Option<SocketAddr>,
+    /// The address the client connected to (the sender's listener), present exactly when
+    /// `source` is: a sender of its own PROXY headers passes it on as the destination.
+    pub destination: Option<SocketAddr>,
     /// The header's length in bytes: the client's own bytes start here.
     pub len: usize,
 }
@@ -210,16 +213,17 @@ fn parse_v1(buf: &[u8]) -> Result<Parse, ProxyError> {
         return Err(ProxyError::V1Syntax("line not ended by CRLF"));
     }
     let line = &window[V1_SIG.len()..lf - 1];
-    let source = v1_source(line)?;
+    let addresses = v1_addresses(line)?;
     Ok(Parse::Complete(Header {
         version: Version::V1,
-        source,
+        source: addresses.map(|(s, _)| s),
+        destination: addresses.map(|(_, d)| d),
         len: lf + 1,
     }))
 }
 
-/// The source of a v1 line's fields after `PROXY `.
-fn v1_source(line: &[u8]) -> Result<Option<SocketAddr>, ProxyError> {
+/// The source and destination of a v1 line's fields after `PROXY `.
+fn v1_addresses(line: &[u8]) -> Result<Option<(SocketAddr, SocketAddr)>, ProxyError> {
     let text = core::str::from_utf8(line).map_err(|_| ProxyError::V1Syntax("not ASCII"))?;
     let mut parts = text.split(' ');
     let proto = parts.next().unwrap_or("");
@@ -236,13 +240,16 @@ fn v1_source(line: &[u8]) -> Result<Option<SocketAddr>, ProxyError> {
     };
     let mut next = |what| parts.next().ok_or(ProxyError::V1Syntax(what));
     let src = v1_addr(next("source address")?, v6)?;
-    let _dst = v1_addr(next("destination address")?, v6)?;
+    let dst = v1_addr(next("destination address")?, v6)?;
     let sport = v1_port(next("source port")?)?;
-    let _dport = v1_port(next("destination port")?)?;
+    let dport = v1_port(next("destination port")?)?;
     if parts.next().is_some() {
         return Err(ProxyError::V1Syntax("fields after the destination port"));
     }
-    Ok(Some(SocketAddr::new(src, sport)))
+    Ok(Some((
+        SocketAddr::new(src, sport),
+        SocketAddr::new(dst, dport),
+    )))
 }
 
 fn v1_addr(text: &str, v6: bool) -> Result<IpAddr, ProxyError> {
@@ -302,26 +309,29 @@ fn parse_v2(buf: &[u8]) -> Result<Parse, ProxyError> {
     };
     let local = buf[12] & 0x0f == 0;
     let family = buf[13] >> 4;
-    let source = if local {
+    let addresses = if local {
         None
     } else {
         match family {
             1 => {
                 let a = payload.get(..12).ok_or(ProxyError::V2ShortAddresses)?;
-                let ip = Ipv4Addr::new(a[0], a[1], a[2], a[3]);
-                Some(SocketAddr::new(
-                    IpAddr::V4(ip),
-                    u16::from_be_bytes([a[8], a[9]]),
+                let src = Ipv4Addr::new(a[0], a[1], a[2], a[3]);
+                let dst = Ipv4Addr::new(a[4], a[5], a[6], a[7]);
+                Some((
+                    SocketAddr::new(IpAddr::V4(src), u16::from_be_bytes([a[8], a[9]])),
+                    SocketAddr::new(IpAddr::V4(dst), u16::from_be_bytes([a[10], a[11]])),
                 ))
             }
             2 => {
                 let a = payload.get(..36).ok_or(ProxyError::V2ShortAddresses)?;
-                let mut octets = [0u8; 16];
-                octets.copy_from_slice(&a[..16]);
-                let ip = Ipv6Addr::from(octets);
-                Some(SocketAddr::new(
-                    IpAddr::V6(ip),
-                    u16::from_be_bytes([a[32], a[33]]),
+                let ip = |at: usize| {
+                    let mut octets = [0u8; 16];
+                    octets.copy_from_slice(&a[at..at + 16]);
+                    IpAddr::V6(Ipv6Addr::from(octets))
+                };
+                Some((
+                    SocketAddr::new(ip(0), u16::from_be_bytes([a[32], a[33]])),
+                    SocketAddr::new(ip(16), u16::from_be_bytes([a[34], a[35]])),
                 ))
             }
             // UNSPEC and UNIX: the receiver uses the real connection's addresses (2.2).
@@ -330,7 +340,8 @@ fn parse_v2(buf: &[u8]) -> Result<Parse, ProxyError> {
     };
     Ok(Parse::Complete(Header {
         version: Version::V2,
-        source,
+        source: addresses.map(|(s, _)| s),
+        destination: addresses.map(|(_, d)| d),
         len,
     }))
 }

@@ -248,7 +248,8 @@ pub enum ClientError {
     AsteriskWithoutOptions,
     /// A target that cannot be proxied (authority-form, malformed): `400`.
     UnsupportedTarget,
-    /// A body to be buffered did not arrive within `server.read_timeout`: `408`.
+    /// A request body (buffered, or streamed to a backend) did not arrive within
+    /// `server.read_timeout`: `408`.
     BodyTimeout,
     /// A body to be buffered could not be read: `400`.
     BodyUnreadable,

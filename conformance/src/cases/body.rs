@@ -337,12 +337,16 @@ pub async fn c_path_12_malformed_chunked_request_body_is_400(bin: Binary) {
     );
 }
 
-/// C-PATH-7 (issue 14, docs/proxy.md "Expect: 100-continue"): weir answers the client's
+/// C-PATH-7 (issue 14, docs/proxy.md "Expect: 100-continue"): a body buffered for replay
+/// (`POST` made retryable) is weir's to accept: weir answers the client's
 /// `Expect: 100-continue` itself, once, and does not forward `Expect`; a `100` the backend
 /// sends anyway is not relayed as a second one.
 pub async fn c_path_7_expect_continue_answered_once_not_forwarded(bin: Binary) {
     let raw = RawBackend::start(Script::Continue).await;
-    let p = Proxy::start(&bin, &raw.config()).await;
+    let cfg = raw
+        .config()
+        .set("server.retry.methods", json!(["GET", "POST"]));
+    let p = Proxy::start(&bin, &cfg).await;
     let mut c = Raw::connect(p.public).await;
     for i in 0..2 {
         c.write(
@@ -372,6 +376,78 @@ pub async fn c_path_7_expect_continue_answered_once_not_forwarded(bin: Binary) {
             "Expect forwarded upstream: {h:?}"
         );
     }
+}
+
+/// C-PATH-7 (docs/proxy.md "Expect: 100-continue"): for a body that streams, the client's
+/// `Expect: 100-continue` is passed on and the body held until the backend decides
+/// (`server.upstream.expect_continue_timeout`): the backend's `100` is relayed once; a backend
+/// that answers at once is answered to the client before it sends a byte of the body; a backend
+/// that says nothing gets the body once the timeout has passed and weir sent its own `100`.
+pub async fn c_path_7_expect_continue_forwarded_for_a_streamed_body(bin: Binary) {
+    const HEAD: &[u8] =
+        b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+    // The backend's own `100`, relayed once, then its answer.
+    let raw = RawBackend::start(Script::Continue).await;
+    let p = Proxy::start(&bin, &raw.config()).await;
+    let mut c = Raw::connect(p.public).await;
+    c.write(HEAD).await.expect("write the head");
+    let interim = c.read_head(secs(5)).await.expect("the backend's 100");
+    assert_eq!(interim.status, 100, "{interim:?}");
+    c.write(b"hello").await.expect("write the body");
+    let (head, body) = c.read_response(secs(5)).await.expect("the final response");
+    assert_eq!(
+        (head.status, body.as_slice()),
+        (200, &b"ok\n"[..]),
+        "{head:?}"
+    );
+    let heads: Vec<String> = raw
+        .data_conns()
+        .iter()
+        .flat_map(|c| lock(&c.heads).clone())
+        .collect();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0]
+            .to_ascii_lowercase()
+            .contains("\r\nexpect: 100-continue\r\n"),
+        "Expect not passed on: {heads:?}"
+    );
+    drop(p);
+    // A backend that refuses at once: its answer, no `100`, and no body byte sent.
+    let raw = RawBackend::start(Script::Early).await;
+    let p = Proxy::start(&bin, &raw.config()).await;
+    let mut c = Raw::connect(p.public).await;
+    c.write(HEAD).await.expect("write the head");
+    let (head, body) = c
+        .read_response(secs(5))
+        .await
+        .expect("the backend's refusal");
+    assert_eq!(
+        (head.status, body.as_slice()),
+        (413, &b"big\n"[..]),
+        "{head:?}"
+    );
+    raw.drain();
+    drop(p);
+    // A backend that says nothing: weir's own `100` once the timeout passed, then the body.
+    let raw = RawBackend::start(Script::Silent).await;
+    let cfg = raw
+        .config()
+        .set("server.upstream.expect_continue_timeout", "200ms")
+        .set("server.retry.per_try_timeout", "30s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let mut c = Raw::connect(p.public).await;
+    c.write(HEAD).await.expect("write the head");
+    let interim = c
+        .read_head(secs(5))
+        .await
+        .expect("weir's 100 after the timeout");
+    assert_eq!(interim.status, 100, "{interim:?}");
+    c.write(b"hello").await.expect("write the body");
+    wait_until(secs(5), "the body to reach the silent backend", || {
+        find(&raw.received(), b"hello").is_some()
+    })
+    .await;
 }
 
 /// C-PATH-7 (issue 14, full duplex): a backend that answers `413` before reading a large body

@@ -396,3 +396,50 @@ pub async fn c_path_12_h2_pseudo_header_in_trailers_resets_the_stream(bin: Binar
     assert_eq!(clean.len(), 1, "the clean request reached the backend");
     assert_eq!(&clean[0].body[..], b"hello");
 }
+
+/// C-PATH-9 over HTTP/2: a stream that sends its head and 10 of a declared 100 body bytes, then
+/// nothing, is answered once `server.read_timeout` passes (access log: `408`, `body_timeout`,
+/// HTTP/2), the stream ended; the attempt is the client's fault: no retry on the other backend,
+/// and the backend's circuit (`failure_threshold: 1`) stays closed.
+pub async fn c_path_9_h2_stalled_request_body_is_408(bin: Binary) {
+    let a = Backend::start("h2-a").await;
+    let b = Backend::start("h2-b").await;
+    let cfg = Config::new(&[&a, &b])
+        .policy("pick_first")
+        .set("health_check.failure_threshold", 1)
+        .set("health_check.cooldown", "30s")
+        .set("health_check.max_cooldown", "30s")
+        .set("server.read_timeout", "500ms")
+        .set("server.retry.per_try_timeout", "30s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let mut c = H2Raw::connect(p.public, &[]).await.expect("connect");
+    let head = [("content-length", "100")];
+    c.write(&post_head_and_body(1, "/stall", &head, b"0123456789"))
+        .await
+        .expect("write the head and 10 of 100 bytes");
+    let seen = c.read_stream(1, secs(10)).await;
+    assert!(
+        !seen.headers.is_empty() && seen.ended && seen.reset.is_none(),
+        "an answer that ends the stream: {seen:?}"
+    );
+    let access = eventually(secs(5), "the access line of the stalled stream", || async {
+        p.logs()
+            .stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["target"] == "weir::access")
+    })
+    .await;
+    assert_eq!(access["fields"]["status"], 408, "{access}");
+    assert_eq!(access["fields"]["reason"], "body_timeout", "{access}");
+    assert_eq!(b.count(), 0, "a stalled client body was retried elsewhere");
+    let r = try_send(p.public, &Req::get("/after"))
+        .await
+        .expect("a request after the stalled stream");
+    expect_status(&r, 200, "after the stalled stream");
+    assert_eq!(
+        r.backend().as_deref(),
+        Some("h2-a"),
+        "h2-a's circuit opened"
+    );
+}

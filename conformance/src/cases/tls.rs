@@ -14,8 +14,8 @@ use crate::client::{Raw, Req};
 use crate::config::Config;
 use crate::harness::{Binary, Proxy};
 use crate::tls::{
-    Cert, Client, ProxyBackend, certificates, exchange, legacy_client_hello, proxy_header_source,
-    proxy_v2,
+    Cert, Client, ProxyBackend, certificates, exchange, legacy_client_hello,
+    proxy_header_destination, proxy_header_source, proxy_v2,
 };
 
 /// A proxy terminating TLS with `pairs` (the first is the default).
@@ -467,6 +467,14 @@ pub async fn c_tls_3_send_proxy_protocol_to_backends(bin: Binary) {
             .collect();
         let (a, b) = (Some(SocketAddr::V4(a)), Some(SocketAddr::V4(b)));
         assert_eq!(sources, [a, a, b, b], "{version}: {requests:?}");
+        // The destination weir received (`proxy_v2`'s) is passed on, as the source is.
+        for c in &requests {
+            assert_eq!(
+                proxy_header_destination(&c.header),
+                Some(SocketAddr::from(([127, 0, 0, 1], 80))),
+                "{version}: destination of {c:?}"
+            );
+        }
         assert!(
             requests
                 .iter()
@@ -476,6 +484,53 @@ pub async fn c_tls_3_send_proxy_protocol_to_backends(bin: Binary) {
                     b"\r\n\r\n"
                 })),
             "{version}: header version"
+        );
+    }
+}
+
+/// C-TLS-3 (sending): without a PROXY header from the client, the header weir sends a backend
+/// names the client's socket address as the source and the address it connected to, weir's
+/// listener (address and port), as the destination.
+pub async fn c_tls_3_send_proxy_protocol_names_the_listener(bin: Binary) {
+    for version in ["v1", "v2"] {
+        let pb = ProxyBackend::start().await;
+        let config = Config::new(&[]).set(
+            "backends",
+            serde_json::json!([{"id": "pb", "url": pb.url(), "send_proxy_protocol": version}]),
+        );
+        let p = Proxy::start(&bin, &config).await;
+        // Until the first probe passed (a 503 never reaches the backend).
+        let start = Instant::now();
+        let client = loop {
+            let mut c = Raw::connect(p.public).await;
+            let client = c.stream.local_addr().expect("client address");
+            c.write(b"GET /t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("write");
+            let head = c.read_head(Duration::from_secs(5)).await.expect("a head");
+            if head.status == 200 {
+                break client;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{version}: the backend never became healthy: {:?}",
+                pb.conns()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let conns = pb.conns();
+        let requests: Vec<_> = conns.iter().filter(|c| c.paths == ["/t"]).collect();
+        assert_eq!(requests.len(), 1, "{version}: {conns:?}");
+        let header = &requests[0].header;
+        assert_eq!(
+            proxy_header_source(header),
+            Some(client),
+            "{version}: source"
+        );
+        assert_eq!(
+            proxy_header_destination(header),
+            Some(p.public),
+            "{version}: destination is weir's listener"
         );
     }
 }

@@ -150,7 +150,7 @@ pub struct UpstreamConfig {
     pub tls_handshake_timeout: Duration,
     /// `response_header_timeout` [10s, 0 = none].
     pub response_header_timeout: Duration,
-    /// `expect_continue_timeout` [1s]: accepted, not acted on yet.
+    /// `expect_continue_timeout` [1s]: the wait for a backend's `100 Continue` (docs/proxy.md).
     pub expect_continue_timeout: Duration,
     /// `idle_conn_timeout` [90s, 0 = none].
     pub idle_conn_timeout: Duration,
@@ -158,7 +158,7 @@ pub struct UpstreamConfig {
     pub max_idle_conns: u32,
     /// `max_idle_conns_per_host` [64, 0 = keep none].
     pub max_idle_conns_per_host: u32,
-    /// `max_conns_per_host` [0 = unlimited]: accepted, not acted on yet.
+    /// `max_conns_per_host` [0 = unlimited]: only 0 loads (weir does not cap connections per backend).
     pub max_conns_per_host: u32,
     /// `max_concurrent_requests` [512]: slots per backend (C-POOL-6).
     pub max_concurrent_requests: u32,
@@ -312,9 +312,9 @@ pub struct RateLimitConfig {
     pub ipv4_prefix_bits: u32,
     /// `ipv6_prefix_bits` [64].
     pub ipv6_prefix_bits: u32,
-    /// `cleanup_interval` [6h]: accepted, not acted on yet.
+    /// `cleanup_interval` [6h]: refused unless it is the default (weir runs no cleanup).
     pub cleanup_interval: Duration,
-    /// `retention` [24h]: accepted, not acted on yet.
+    /// `retention` [24h]: refused unless it is the default (weir runs no cleanup).
     pub retention: Duration,
 }
 
@@ -444,7 +444,7 @@ pub struct ManagementConfig {
     pub auth_token_env: String,
     /// `allow_insecure` [false].
     pub allow_insecure: bool,
-    /// `enable_pprof` [false]: accepted, not acted on.
+    /// `enable_pprof` [false]: only false loads (weir has no pprof endpoint).
     pub enable_pprof: bool,
     /// `runtime_mutations` [false].
     pub runtime_mutations: bool,

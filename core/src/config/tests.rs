@@ -968,3 +968,42 @@ fn c_tls_3_proxy_protocol_settings() {
         Apply::Restart
     );
 }
+
+/// Keys of the reference balancer that weir does not act on are refused by name when written
+/// (an accepted-but-ignored key would mislead); their "off" value still loads.
+#[test]
+fn keys_weir_does_not_act_on_are_refused_by_name() {
+    for (text, path, says) in [
+        (
+            "server:\n  upstream:\n    max_conns_per_host: 7\n",
+            "server.upstream.max_conns_per_host",
+            "max_concurrent_requests",
+        ),
+        (
+            "rate_limit:\n  cleanup_interval: 1h\n",
+            "rate_limit.cleanup_interval",
+            "expiry",
+        ),
+        (
+            "rate_limit:\n  retention: 48h\n",
+            "rate_limit.retention",
+            "expiry",
+        ),
+        (
+            "management:\n  enable_pprof: true\n",
+            "management.enable_pprof",
+            "pprof",
+        ),
+    ] {
+        let e = errs(&format!("{text}{MIN}"));
+        let at = err_at(&e, path);
+        assert!(
+            at.message.starts_with("not supported") && at.message.contains(says),
+            "{path}: {}",
+            at.message
+        );
+    }
+    ok(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: 0\nmanagement:\n  enable_pprof: false\n{MIN}"
+    ));
+}

@@ -77,7 +77,7 @@ pub struct ValidConfig {
     pub pool_params: PoolParams,
     /// `rate_limit` (C-RATE-1..5).
     pub rate: RateParams,
-    /// `rate_limit.cleanup_interval` and `retention` (accepted; not acted on yet).
+    /// `rate_limit.cleanup_interval` and `retention` (only the defaults load: weir runs no cleanup).
     pub rate_housekeeping: (Duration, Duration),
     /// `redis`; `password` is resolved only when `rate_limit.storage` is redis.
     pub redis: RedisSettings,
@@ -145,7 +145,7 @@ pub struct UpstreamSettings {
     pub tls_handshake_timeout: Duration,
     /// Transport-level wait for response headers; `None`: none (`per_try_timeout` still applies).
     pub response_header_timeout: Option<Duration>,
-    /// Accepted, not acted on yet.
+    /// How long a streamed body waits for the backend's `100 Continue` (docs/proxy.md).
     pub expect_continue_timeout: Duration,
     /// Idle pooled connections are closed after this; `None`: kept until the backend closes them.
     pub idle_conn_timeout: Option<Duration>,
@@ -153,7 +153,7 @@ pub struct UpstreamSettings {
     pub max_idle_conns: u32,
     /// Idle pooled connections kept per backend (0: none).
     pub max_idle_conns_per_host: u32,
-    /// Accepted, not acted on yet; `None`: unlimited.
+    /// Always `None` (unlimited): a non-zero value is refused.
     pub max_conns_per_host: Option<u32>,
 }
 
@@ -252,6 +252,18 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         );
     }
     let u = &s.upstream;
+    if u.max_conns_per_host != 0 {
+        c.err(
+            "server.upstream.max_conns_per_host",
+            format!(
+                "not supported: weir does not cap connections per backend (got {}); \
+                 server.upstream.max_concurrent_requests bounds the requests in flight to each \
+                 backend, and so its HTTP/1 connections (one request each): leave this key out \
+                 or set 0",
+                u.max_conns_per_host
+            ),
+        );
+    }
     let proxy_protocol = check_proxy_protocol(s, c);
     let tls = check_tls(s, c);
     Some(ServerSettings {

@@ -96,6 +96,10 @@ pub enum Input {
     /// it, because it broke its framing (a malformed chunk). Either way `400`; a
     /// streaming attempt is cancelled (neutral for the backend's health) and not retried.
     BodyUnreadable,
+    /// While an attempt streamed the request body, the client stopped sending it and
+    /// `server.read_timeout` passed (nginx's `client_body_timeout`): the client's fault, `408`;
+    /// the attempt is cancelled (neutral for the backend's health and breaker) and not retried.
+    BodyTimeout,
     /// The current attempt's response head arrived.
     ResponseHead {
         /// Its status.

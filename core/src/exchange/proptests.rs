@@ -158,6 +158,7 @@ fn input() -> impl Strategy<Value = Input> {
         Just(Input::StoreAnswer(Err(StoreFailure::Partial))),
         Just(Input::BodyBuffered),
         Just(Input::BodyUnreadable),
+        Just(Input::BodyTimeout),
         prop::sample::select(vec![200u16, 101, 404, 500, 502, 503, 504])
             .prop_map(|status| Input::ResponseHead { status }),
         Just(Input::SendFailed(SendFailure::Connect)),

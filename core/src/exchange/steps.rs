@@ -125,13 +125,12 @@ impl Exchange {
             }
             (Stage::Awaiting { sent }, Input::BodyUnreadable) => {
                 // The streamed request body broke its framing (a malformed chunk): the
-                // client's error, answered `400`; the attempt is cancelled, neutral for the
-                // backend's health (C-PATH-9's classification), and not retried.
-                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
-                if let Some(flow) = self.flow.as_mut() {
-                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
-                }
-                self.answer(Answer::Client(ClientError::BodyUnreadable), now, rng);
+                // client's error, answered `400`.
+                self.client_body_fault(sent, ClientError::BodyUnreadable, now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::BodyTimeout) => {
+                // The client stopped sending the body it announced: its fault, `408`.
+                self.client_body_fault(sent, ClientError::BodyTimeout, now, rng);
             }
             (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
                 self.attempt_ended(sent, AttemptResult::Timeout, None, now);
@@ -149,6 +148,23 @@ impl Exchange {
             }
             _ => {}
         }
+    }
+
+    /// The client's streamed request body failed while the attempt `sent` then was out: the
+    /// attempt is cancelled, neutral for the backend's health and breaker (C-PATH-9's
+    /// classification), not retried, and the client is answered `error`.
+    fn client_body_fault(
+        &mut self,
+        sent: Instant,
+        error: ClientError,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) {
+        self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
+        if let Some(flow) = self.flow.as_mut() {
+            let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+        }
+        self.answer(Answer::Client(error), now, rng);
     }
 
     /// Settle the gate ticket (a hand-off or the deadline): its answer is its fate (C-LOAD-1).

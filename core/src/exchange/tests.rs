@@ -744,6 +744,33 @@ fn c_path_12_a_streamed_body_that_breaks_its_framing_is_400_cancelled_and_neutra
 }
 
 #[test]
+fn c_path_9_a_streamed_body_the_client_stops_sending_is_408_cancelled_and_neutral() {
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let (mut x, out) = f.start(&Req::get("/x").with(Method::PUT, BodyInfo::Sized(100)), T0);
+    assert!(!send(&out).retry, "streamed: sent at once");
+    let out = f.feed(&mut x, Input::BodyTimeout, at(5));
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::Cancelled,
+            ..
+        })
+    ));
+    assert_eq!(answer(&out), Answer::Client(ClientError::BodyTimeout));
+    let rec = record(&out);
+    assert_eq!((rec.status, rec.reason), (408, Some("body_timeout")));
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send(_))),
+        "not retried: {out:?}"
+    );
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+    for (_, b) in f.rt.backends() {
+        assert_eq!(b.passive_failures(), 0, "the client's fault: neutral");
+    }
+}
+
+#[test]
 fn c_path_8_a_101_goes_through_only_when_asked_for() {
     let with_write_timeout = TWO.replace("server:\n", "server:\n  write_timeout: 1s\n");
     let mut f = Fixture::new(&with_write_timeout, StorageKind::Local);

@@ -94,12 +94,37 @@ impl RequestHead<'_, '_> {
         self.version == Version::Http11 && self.facts.upgrade()
     }
 
-    /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0). weir
-    /// answers the expectation itself and does not forward `Expect`
-    /// ([`write_upstream_request`] drops it).
+    /// `Expect: 100-continue` on HTTP/1.1 (RFC 9110 §10.1.1: ignored in HTTP/1.0).
+    /// [`write_upstream_request`] drops the client's `Expect` line; whether the expectation is
+    /// passed on to the backend is [`RequestHead::expect_upstream`]'s decision.
     #[must_use]
     pub fn expect_continue(&self) -> bool {
         self.version == Version::Http11 && self.facts.expect_continue
+    }
+
+    /// Whether an attempt passes the client's `Expect: 100-continue` on to the backend and holds
+    /// the body until the backend's `100 Continue`, its final answer, or `wait` (the
+    /// `expect_continue_timeout`), as Go's transport, curl and Envoy do: only for a body that
+    /// streams (`streamed`: a body buffered for replay is weir's to accept, and weir answers
+    /// the `100` itself when it reads it), that the client has not started sending
+    /// (`body_started`: it did not wait), that weir did not accept already (`continued`), and
+    /// when `wait` is not zero (zero: weir answers the `100` itself and sends the body at
+    /// once). A backend that refuses the request (`401`, `413`, `417`) is then answered before
+    /// the client sends a byte of a body nobody wants.
+    #[must_use]
+    pub fn expect_upstream(
+        &self,
+        streamed: bool,
+        body_started: bool,
+        continued: bool,
+        wait: core::time::Duration,
+    ) -> bool {
+        self.expect_continue()
+            && streamed
+            && !body_started
+            && !continued
+            && !wait.is_zero()
+            && !matches!(self.body, BodyFraming::Empty | BodyFraming::Length(0))
     }
 
     /// The authority the request is for (RFC 9112 §3.2.2): an absolute-form target's, which

@@ -75,8 +75,8 @@ pub fn write_upstream_request(
             upgrade_line(out, name, h.value);
             continue;
         }
-        // `Expect`: weir answers `100-continue` itself when it starts reading the body
-        // (docs/proxy.md), so the expectation ends here, as on the HTTP/2 path.
+        // `Expect`: the client's line ends here; an attempt that passes the expectation on
+        // writes its own (`RequestHead::expect_upstream`, docs/proxy.md).
         if dropped(name, all.clone(), head.facts.connection_names, upgrading)
             || name.eq_ignore_ascii_case(b"expect")
             || forward::is_replaced_forwarding(name)

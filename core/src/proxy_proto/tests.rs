@@ -285,6 +285,24 @@ fn c_tls_3_encode_round_trips() {
     );
 }
 
+/// C-TLS-3: the destination (the address the client connected to) is read from both versions
+/// and round-trips through `encode`, so a chain of senders passes it on.
+#[test]
+fn c_tls_3_destination_is_parsed_and_round_trips() {
+    for (src, dst) in [
+        ("203.0.113.7:40000", "192.0.2.1:443"),
+        ("[2001:db8::7]:1", "[2001:db8::1]:8443"),
+    ] {
+        let (src, dst) = (sa(src), sa(dst));
+        for v in [Version::V1, Version::V2] {
+            let h = complete(encode(v, src, dst).as_bytes(), Accept::Any);
+            assert_eq!((h.source, h.destination), (Some(src), Some(dst)), "{v}");
+        }
+    }
+    let local = complete(encode_local(Version::V2).as_bytes(), Accept::Any);
+    assert_eq!(local.destination, None);
+}
+
 /// C-TLS-3 (sending): a health check's header says "no client" in both versions; `parse`
 /// keeps the socket peer for it.
 #[test]

@@ -72,7 +72,6 @@ server:
     idle_conn_timeout: 91s
     max_idle_conns: 257
     max_idle_conns_per_host: 65
-    max_conns_per_host: 7
     max_concurrent_requests: 513
   retry:
     max_attempts: 3
@@ -112,8 +111,6 @@ rate_limit:
   local_max_buckets: 1000
   ipv4_prefix_bits: 24
   ipv6_prefix_bits: 48
-  cleanup_interval: 1h
-  retention: 2h
 redis:
   address: "cache:6380"
   password_env: REDIS_PASSWORD
@@ -136,7 +133,6 @@ management:
   address: "127.0.0.1:9091"
   auth_token_env: ADMIN_TOKEN
   allow_insecure: false
-  enable_pprof: true
   runtime_mutations: true
   write_timeout: 10s
 balancing:

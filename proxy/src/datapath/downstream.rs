@@ -5,13 +5,14 @@
 //! ([`crate::datapath::h1`], `server::h2`), the handler ([`crate::datapath::h2::handler`]) and response bodies
 //! ([`crate::datapath::response_body`]) use them, without depending on the server that accepts.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use crate::observe::conn_limits::ConnPermit;
 use crate::services::park::Worker;
 use crate::services::state::DataPlane;
+use crate::services::upstream::ClientConn;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
 /// waits until every clone is dropped (C-PATH-10).
@@ -26,8 +27,42 @@ pub(crate) const BUSY: u8 = 2;
 pub struct DownstreamInfo {
     /// The client address (the socket peer, or the PROXY protocol's address, C-TLS-3).
     pub peer: SocketAddr,
+    /// The address the client connected to: the listener's (the socket's local address), or
+    /// the PROXY protocol's destination (C-TLS-3).
+    pub local: SocketAddr,
     /// The connection came over TLS.
     pub tls: bool,
+}
+
+/// The two ends of a client connection, packed: addresses and ports apart, without an IPv6
+/// address's flow label and scope (nothing reads them). Two `SocketAddr`s would take 64 bytes;
+/// these take 38, which keeps [`DownstreamCtx`], held by every parked connection, in its
+/// allocator size class (docs/benchmarks.md "What an idle connection holds").
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    peer_ip: IpAddr,
+    local_ip: IpAddr,
+    peer_port: u16,
+    local_port: u16,
+}
+
+impl Ends {
+    fn new(peer: SocketAddr, local: SocketAddr) -> Ends {
+        Ends {
+            peer_ip: peer.ip(),
+            local_ip: local.ip(),
+            peer_port: peer.port(),
+            local_port: local.port(),
+        }
+    }
+
+    fn peer(&self) -> SocketAddr {
+        SocketAddr::new(self.peer_ip, self.peer_port)
+    }
+
+    fn local(&self) -> SocketAddr {
+        SocketAddr::new(self.local_ip, self.local_port)
+    }
 }
 
 /// What an HTTP/2 connection's watchdog and handler know about it: not in [`DownstreamCtx`], which
@@ -65,8 +100,9 @@ impl DownstreamState {
 pub struct DownstreamCtx {
     /// Process-wide state.
     pub data_plane: Arc<DataPlane>,
-    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
-    pub peer: SocketAddr,
+    /// The client (the socket peer, or the PROXY protocol's source) and the address it
+    /// connected to (a backend's PROXY header names both, C-TLS-3), packed: `peer()`, `local()`.
+    ends: Ends,
     /// The connection came over weir's TLS (C-TLS-1).
     pub tls: bool,
     /// Dropped with the last reference: tells the worker this connection is done.
@@ -93,11 +129,27 @@ impl DownstreamCtx {
     ) -> DownstreamCtx {
         DownstreamCtx {
             data_plane,
-            peer: info.peer,
+            ends: Ends::new(info.peer, info.local),
             tls: info.tls,
             _alive: alive,
             worker,
             _permit: permit,
+        }
+    }
+
+    /// The client: the socket peer, or the PROXY protocol's source (C-TLS-3).
+    #[must_use]
+    pub fn peer(&self) -> SocketAddr {
+        self.ends.peer()
+    }
+
+    /// The client's connection as a backend's PROXY header names it: the client, and the
+    /// address it connected to (the listener's, or the PROXY protocol's destination).
+    #[must_use]
+    pub fn client_conn(&self) -> ClientConn {
+        ClientConn {
+            peer: self.ends.peer(),
+            local: self.ends.local(),
         }
     }
 

@@ -29,6 +29,9 @@ use crate::services::state::ProxyState;
 pub struct DownstreamInfo {
     /// The client as C-FWD-1 sees it: the socket peer, or the PROXY header's source.
     pub peer: SocketAddr,
+    /// The address the client connected to: the socket's local address, or the PROXY
+    /// header's destination.
+    pub local: SocketAddr,
     /// The TLS session, when the connection came over weir's TLS.
     pub tls: Option<TlsInfo>,
 }
@@ -46,10 +49,15 @@ pub async fn prepare(
     proxy_state: &ProxyState,
     mut stream: Box<dyn TcpConn>,
     peer: SocketAddr,
+    local: SocketAddr,
 ) -> Option<(Box<dyn TcpConn>, DownstreamInfo)> {
     let front = &proxy_state.front;
     let rt = proxy_state.data_plane.rt;
-    let mut info = DownstreamInfo { peer, tls: None };
+    let mut info = DownstreamInfo {
+        peer,
+        local,
+        tls: None,
+    };
     if let Some(accept) = front.proxy_protocol {
         let refused = |reason: ProxyRefusal, detail: &dyn std::fmt::Display| {
             front.metrics.proxy_refused(reason);
@@ -70,10 +78,11 @@ pub async fn prepare(
         }
         let deadline = rt.now() + proxy_state.data_plane.limits.read_header_timeout;
         match read_proxy_header(rt, &mut stream, accept, deadline).await {
-            Ok(source) => {
+            Ok(addresses) => {
                 front.metrics.proxy_accepted();
-                if let Some(source) = source {
+                if let Some((source, destination)) = addresses {
                     info.peer = source;
+                    info.local = destination;
                 }
             }
             Err(Refusal(reason, detail)) => {
@@ -111,14 +120,14 @@ pub async fn prepare(
 /// A refused PROXY header: the reason and what was wrong.
 struct Refusal(ProxyRefusal, String);
 
-/// Read one PROXY header from `stream` (module doc): the source it carries (`None`: keep the
-/// socket peer).
+/// Read one PROXY header from `stream` (module doc): the source and destination it carries
+/// (`None`: keep the socket's addresses).
 async fn read_proxy_header(
     rt: rt::Rt,
     stream: &mut Box<dyn TcpConn>,
     accept: Accept,
     deadline: Instant,
-) -> Result<Option<SocketAddr>, Refusal> {
+) -> Result<Option<(SocketAddr, SocketAddr)>, Refusal> {
     let mut buf = vec![0u8; MAX_LEN];
     let mut filled = 0;
     let io_err = |e: io::Error| Refusal(ProxyRefusal::Io, e.to_string());
@@ -141,7 +150,7 @@ async fn read_proxy_header(
                 consume(stream, &mut buf[filled..h.len])
                     .await
                     .map_err(io_err)?;
-                return Ok(h.source);
+                return Ok(h.source.zip(h.destination));
             }
             // Every byte so far is the header's: take them off the socket and look again.
             Ok(Parse::Incomplete) => {

@@ -113,14 +113,14 @@ async fn serve(open: Pin<Box<impl Future<Output = Option<Opened>> + Send>>) {
 async fn opening(
     builders: Arc<Builders>,
     stream: Box<dyn TcpConn>,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     ctx_parts: (Arc<ProxyState>, Alive, Arc<Worker>, ConnPermit),
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Opened> {
     let (proxy_state, alive, worker, permit) = ctx_parts;
     let prepared = next_or_shutdown(
         &mut shutdown,
-        crate::datapath::front::prepare(&proxy_state, stream, peer),
+        crate::datapath::front::prepare(&proxy_state, stream, peer, local),
     )
     .await;
     let Wake::Next(Some((stream, front))) = prepared else {
@@ -129,6 +129,7 @@ async fn opening(
     };
     let info = DownstreamInfo {
         peer: front.peer,
+        local: front.local,
         tls: front.tls.is_some(),
     };
     let ctx = Arc::new(DownstreamCtx::new(
@@ -207,7 +208,13 @@ where
     let (_never, shutdown) = watch::channel(false);
     // Its own count, so the acceptor's balance is untouched (Drop takes the one off).
     let worker = Worker::new(1, shutdown.clone());
-    let info = DownstreamInfo { peer, tls: false };
+    // A synthetic request reached no listener: no destination to name.
+    let local = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0));
+    let info = DownstreamInfo {
+        peer,
+        local,
+        tls: false,
+    };
     let ctx = Arc::new(DownstreamCtx::new(data, info, alive, worker, None));
     crate::datapath::h1::serve::serve(ctx, Box::new(io), Buf::new(), shutdown).await;
 }
@@ -402,6 +409,10 @@ async fn worker_main(
         let Ok((std_stream, peer, permit)) = next else {
             break;
         };
+        // The address the client connected to, for a backend's PROXY header (C-TLS-3).
+        let local = std_stream
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)));
         let stream = match rt.register(std_stream) {
             Ok(s) => s,
             Err(e) => {
@@ -420,7 +431,7 @@ async fn worker_main(
         rt.spawn(serve(Box::pin(opening(
             Arc::clone(&builders),
             stream,
-            peer,
+            (peer, local),
             parts,
             shutdown.clone(),
         ))));

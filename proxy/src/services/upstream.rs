@@ -35,7 +35,6 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +52,7 @@ use crate::observe::metrics::BackendMetrics;
 mod body;
 mod target;
 pub use body::{BodyTally, BoxError, ClientBody, UpBody};
-pub use target::{PoolKey, Target};
+pub use target::{ClientConn, PoolKey, Target};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 
@@ -71,6 +70,9 @@ pub struct UpstreamConfig {
     pub max_idle_per_host: usize,
     /// Idle connections kept per worker in total (`max_idle_conns` divided over the workers).
     pub max_idle_total: usize,
+    /// How long a streamed body waits for the backend's `100 Continue` when the client's
+    /// `Expect: 100-continue` is forwarded (`expect_continue_timeout`; zero: not forwarded).
+    pub expect_continue_timeout: Duration,
 }
 
 impl UpstreamConfig {
@@ -84,6 +86,7 @@ impl UpstreamConfig {
             idle_conn_timeout: s.idle_conn_timeout,
             max_idle_per_host: s.max_idle_conns_per_host as usize,
             max_idle_total: (s.max_idle_conns as usize).div_ceil(workers),
+            expect_continue_timeout: s.expect_continue_timeout,
         }
     }
 }
@@ -352,7 +355,7 @@ impl Upstream {
         metrics: Option<&BackendMetrics>,
         mut req: Request<UpBody>,
         now: std::time::Instant,
-        client: SocketAddr,
+        client: ClientConn,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
         while let Some(mut conn) = self.checkout(target, now) {
             // Drive the idle connection once: a close by the backend shows now.
@@ -389,7 +392,7 @@ impl Upstream {
 
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
-    async fn connect(&self, target: &Arc<Target>, client: SocketAddr) -> Result<Conn, SendError> {
+    async fn connect(&self, target: &Arc<Target>, client: ClientConn) -> Result<Conn, SendError> {
         let io = self
             .connect_io(target, client)
             .await
@@ -414,7 +417,7 @@ impl Upstream {
     ///
     /// # Errors
     /// The connection could not be made (all of these are connect errors, C-RETRY-1).
-    pub async fn connect_io(&self, target: &Target, client: SocketAddr) -> io::Result<Box<dyn Io>> {
+    pub async fn connect_io(&self, target: &Target, client: ClientConn) -> io::Result<Box<dyn Io>> {
         let rt = self.rt();
         let mut tcp = rt::timeout(
             rt,

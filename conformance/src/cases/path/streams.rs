@@ -237,6 +237,65 @@ pub async fn c_path_9_client_leaving_mid_body_cancels_upstream(bin: Binary) {
     assert_eq!(r.backend().as_deref(), Some("b-1"));
 }
 
+/// C-PATH-9: a client that sends its head and part of a streamed body, then goes silent, is
+/// answered `408` once `server.read_timeout` has passed (nginx's `client_body_timeout`), logged
+/// as `body_timeout`; the attempt is the client's fault: no retry on the other backend, and
+/// the backend's circuit (`failure_threshold: 1`) stays closed.
+pub async fn c_path_9_stalled_request_body_is_408_not_a_backend_failure(bin: Binary) {
+    let a = Backend::start("b-1").await;
+    let b = Backend::start("b-2").await;
+    let cfg = Config::new(&[&a, &b])
+        .policy("pick_first")
+        .set("health_check.failure_threshold", 1)
+        .set("health_check.cooldown", "30s")
+        .set("health_check.max_cooldown", "30s")
+        .set("server.read_timeout", "500ms")
+        .set("server.retry.per_try_timeout", "30s")
+        .set("server.access_log_sample_rate", 1.0);
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 1..=2 {
+        let mut c = Raw::connect(p.public).await;
+        // POST is not retried by default: the body streams to the backend as it arrives.
+        c.write(
+            format!("POST /stall-{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+                .as_bytes(),
+        )
+        .await
+        .expect("write the head and 10 of 100 bytes");
+        let head = c
+            .read_head(secs(10))
+            .await
+            .expect("an answer to the stalled body");
+        assert_eq!(head.status, 408, "{head:?}");
+        let access = eventually(
+            secs(5),
+            "the access line of the stalled request",
+            || async {
+                p.logs()
+                    .stdout()
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .find(|v| {
+                        v["target"] == "weir::access"
+                            && v["fields"]["status"] == 408
+                            && v["fields"]["reason"] == "body_timeout"
+                    })
+            },
+        )
+        .await;
+        assert_eq!(access["fields"]["attempts"], 1, "{access}");
+    }
+    assert_eq!(b.count(), 0, "a stalled client body was retried elsewhere");
+    let r = get(p.public, "/after").await;
+    expect_status(&r, 200, "after two stalled clients");
+    assert_eq!(
+        r.backend().as_deref(),
+        Some("b-1"),
+        "b-1's circuit opened on stalled clients"
+    );
+    assert_eq!(r.attempts(), Some(1));
+}
+
 /// C-PATH-10: SIGTERM closes the listeners, closes idle keep-alive connections, lets in-flight
 /// requests finish, then exits 0.
 pub async fn c_path_10_graceful_shutdown(bin: Binary) {

@@ -17,7 +17,7 @@ pub struct ManagementSettings {
     pub auth_token: Option<Secret>,
     /// Serve without a token (the process logs a warning).
     pub allow_insecure: bool,
-    /// Accepted, not acted on.
+    /// Always false: `true` is refused (weir has no pprof endpoint).
     pub enable_pprof: bool,
     /// Mutating endpoints allowed (C-MGMT-3).
     pub runtime_mutations: bool,
@@ -96,6 +96,13 @@ pub(super) fn check_management(
     c: &mut Check<'_>,
 ) -> Option<ManagementSettings> {
     let m = &cfg.management;
+    if m.enable_pprof {
+        c.err(
+            "management.enable_pprof",
+            "not supported: weir has no pprof endpoint (profile the process from outside, \
+             e.g. `perf`); remove the key or set false",
+        );
+    }
     let address = parse_host_port(&m.address, true)
         .map_err(|e| c.err("management.address", e))
         .ok();

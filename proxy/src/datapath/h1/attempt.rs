@@ -3,7 +3,7 @@
 //! interim heads relayed, the client watched for its end meanwhile (C-PATH-9).
 
 use std::borrow::Cow;
-use std::future::poll_fn;
+use std::future::{Future as _, poll_fn};
 use std::io;
 use std::pin::pin;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use super::upstream_conn::{
 use crate::base::rt;
 use crate::observe::metrics::BackendMetrics;
 use crate::services::state::DataPlane;
-use crate::services::upstream::Target;
+use crate::services::upstream::{ClientConn, Target};
 
 /// Run `fut` unless the client closes first (C-PATH-9, C-LOAD-1: a queued client that leaves
 /// leaves the queue): whether `fut` completed.
@@ -49,20 +49,47 @@ pub(super) struct Up {
     pub(super) pump: Option<Pump>,
 }
 
+/// How reading the client's streamed request body failed while an attempt sent it: the
+/// client's fault in each case, never the backend's (C-PATH-9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum BodyFault {
+    /// It did not fail (so far).
+    #[default]
+    None,
+    /// The client closed or its socket broke.
+    Gone,
+    /// The client stopped sending and `server.read_timeout` passed (`408`).
+    TimedOut,
+    /// It broke its chunked coding (`400`).
+    Malformed,
+}
+
 /// The parts of a request an attempt changes.
 pub(super) struct Side<'r> {
     pub(super) reader: &'r mut Reader,
     pub(super) sent_continue: &'r mut bool,
-    pub(super) client_failed: &'r mut bool,
-    /// The client's streamed body broke its chunked coding (a `400`).
-    pub(super) body_malformed: &'r mut bool,
+    /// How the client's streamed body failed, if it did (C-PATH-9: whose fault it is).
+    pub(super) body_fault: &'r mut BodyFault,
     pub(super) version: Version,
     /// The request body's bytes sent upstream so far (access log).
     pub(super) body_bytes: &'r mut u64,
-    /// The client, for a backend's PROXY header.
-    pub(super) peer: std::net::SocketAddr,
+    /// The client's connection, for a backend's PROXY header.
+    pub(super) client: ClientConn,
     /// The latest response head's parse ([`upstream_conn::poll_head`]).
     pub(super) kept: &'r mut Kept,
+    /// The client's `Expect: 100-continue` was passed on: the streamed body is held until the
+    /// backend's `100`, its final head, the client sending anyway, or this instant
+    /// (`expect_continue_timeout`), when weir sends the client its own `100`.
+    pub(super) hold: Option<std::time::Instant>,
+}
+
+/// What waiting on an attempt came to.
+enum Step {
+    /// A response head (interim or final).
+    Head(HeadInfo),
+    /// The held body may go: the client started sending it (`false`), or the
+    /// `expect_continue_timeout` ran out (`true`: tell the client to send).
+    Release(bool),
 }
 
 /// Send the head in `c.up_out` (a pooled connection first, a new one if none takes it), stream
@@ -97,7 +124,7 @@ pub(super) async fn attempt(
         Some(conn) => conn,
         None => {
             // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
-            let mut fresh = Box::pin(upstream_conn::connect(up, target, side.peer)).await?;
+            let mut fresh = Box::pin(upstream_conn::connect(up, target, side.client)).await?;
             metrics.upstream_connection(false);
             write_all(&mut fresh.io, &c.up_out)
                 .await
@@ -109,8 +136,39 @@ pub(super) async fn attempt(
     // backend that answers before reading it is answered at once; a body not sent whole by
     // then goes on beside the response ([`Pump`], `deliver`).
     let mut pump = stream.map(|at| Pump::new(at.map(|at| rt::Deadline::new(data_plane.rt, at))));
+    let mut hold = side
+        .hold
+        .take()
+        .filter(|_| pump.is_some())
+        .map(|at| rt::Deadline::new(data_plane.rt, at));
     loop {
-        let info = poll_fn(|cx| wait_head(&mut conn, c, &mut pump, side, cx, rctx)).await?;
+        let step = poll_fn(|cx| match hold.as_mut() {
+            Some(until) => {
+                if !c.buf.is_empty() {
+                    return Poll::Ready(Ok(Step::Release(false)));
+                }
+                if std::pin::Pin::new(until).poll(cx).is_ready() {
+                    return Poll::Ready(Ok(Step::Release(true)));
+                }
+                // Not sending yet: the client is watched (its first body bytes end the hold).
+                wait_head(&mut conn, c, &mut None, side, cx, rctx).map(|r| r.map(Step::Head))
+            }
+            None => wait_head(&mut conn, c, &mut pump, side, cx, rctx).map(|r| r.map(Step::Head)),
+        })
+        .await?;
+        let info = match step {
+            Step::Head(info) => info,
+            Step::Release(tell) => {
+                hold = None;
+                if tell && !*side.sent_continue {
+                    *side.sent_continue = true;
+                    write_all(&mut c.io, b"HTTP/1.1 100 Continue\r\n\r\n")
+                        .await
+                        .map_err(|_| UpError::ClientGone)?;
+                }
+                continue;
+            }
+        };
         if !info.interim {
             let status = info.status;
             *last = Some(Up {
@@ -130,6 +188,10 @@ pub(super) async fn attempt(
             c.out = out;
             r.map_err(|_| UpError::ClientGone)?;
             *side.sent_continue |= info.status == 100;
+        }
+        if info.status == 100 {
+            // The backend asked for the body (or sent a `100` unasked): it goes now.
+            hold = None;
         }
         conn.buf.consume(info.head_len);
     }
@@ -157,11 +219,15 @@ fn wait_head(
             // gone (its end of stream does).
             Poll::Ready(Err(RelayError::Sink(_))) => {}
             Poll::Ready(Err(RelayError::Source(e))) => {
-                *side.client_failed = true;
+                *side.body_fault = if e.kind() == io::ErrorKind::TimedOut {
+                    BodyFault::TimedOut
+                } else {
+                    BodyFault::Gone
+                };
                 return Poll::Ready(Err(UpError::Transport(e)));
             }
             Poll::Ready(Err(RelayError::Malformed(e))) => {
-                *side.body_malformed = true;
+                *side.body_fault = BodyFault::Malformed;
                 return Poll::Ready(Err(UpError::Transport(io::Error::new(
                     io::ErrorKind::InvalidData,
                     e.to_string(),

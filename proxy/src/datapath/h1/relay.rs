@@ -186,7 +186,9 @@ impl Pump {
     /// Move the body on from `src` (its bytes so far in `src_buf`) to `sink`: ready when it is
     /// all sent, or with why it stopped (a [`RelayError::Source`] or
     /// [`RelayError::Malformed`] is the client's, a [`RelayError::Sink`] the upstream's; the
-    /// deadline is a `TimedOut` source error). Not to be polled once it is not sending.
+    /// deadline is a `TimedOut` source error while the pump waits for the client's bytes, a
+    /// `TimedOut` sink error while the backend has not taken the bytes it holds). Not to be
+    /// polled once it is not sending.
     pub fn poll(
         &mut self,
         (src, src_buf): (&mut Box<dyn Io>, &mut Buf),
@@ -215,7 +217,13 @@ impl Pump {
         if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
         {
-            return Poll::Ready(Err(RelayError::Source(io::ErrorKind::TimedOut.into())));
+            let e = io::Error::from(io::ErrorKind::TimedOut);
+            // Bytes the backend has not taken: it stopped reading, the client did not stall.
+            return Poll::Ready(Err(if self.out.is_empty() {
+                RelayError::Source(e)
+            } else {
+                RelayError::Sink(e)
+            }));
         }
         loop {
             if self.off < self.out.len() {

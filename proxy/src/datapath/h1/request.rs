@@ -30,7 +30,7 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::attempt::{BodyFault, Side, Up, attempt, or_gone, response_head, upstream_target};
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
 use super::io::{Extra, push_text, write_all};
 use super::relay::{self, Pump, PumpSide, Reader};
@@ -43,7 +43,7 @@ use crate::datapath::effects::{PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
 use crate::services::state::DataPlane;
-use crate::services::upstream::Target;
+use crate::services::upstream::{ClientConn, Target};
 
 mod reply;
 
@@ -132,7 +132,7 @@ async fn serve_parsed(
     let data_plane = &ctx.data_plane;
     let mut r = Req {
         data_plane,
-        peer: ctx.peer,
+        client: ctx.client_conn(),
         exchange: None,
         delivered: false,
         log: Log {
@@ -146,8 +146,7 @@ async fn serve_parsed(
         reader: Reader::new(head.body),
         buffered: None,
         sent_continue: false,
-        client_failed: false,
-        body_malformed: false,
+        body_fault: BodyFault::None,
         body_bytes: 0,
         kept: None,
         line: None,
@@ -162,7 +161,7 @@ async fn serve_parsed(
             path,
             target: pq,
             headers: head.headers,
-            peer: ctx.peer.ip(),
+            peer: ctx.peer().ip(),
             tls: ctx.tls,
             body,
             // HTTP/1's `Host` rules are the codec's (`h1::parse_request`).
@@ -229,8 +228,9 @@ struct Gone;
 /// One request and its exchange; dropping it before the end tells the engine the client left.
 struct Req<'a> {
     data_plane: &'a Arc<DataPlane>,
-    /// The client (C-FWD-1 peer): a backend's PROXY header names it.
-    peer: std::net::SocketAddr,
+    /// The client's connection (C-FWD-1 peer, and where it connected): a backend's PROXY
+    /// header names both.
+    client: ClientConn,
     /// `None` before the exchange is made and once it moved into a tunnel.
     exchange: Option<Bound>,
     /// The exchange is the response's (being delivered): dropping the request drops it without
@@ -246,10 +246,8 @@ struct Req<'a> {
     buffered: Option<Vec<u8>>,
     /// weir already sent the client a `100 Continue`.
     sent_continue: bool,
-    /// Reading the client's streamed body failed (C-PATH-9).
-    client_failed: bool,
-    /// The client's streamed body broke its chunked coding (`400`).
-    body_malformed: bool,
+    /// How reading the client's streamed body failed, if it did (C-PATH-9).
+    body_fault: BodyFault,
     /// The request body's own bytes read (buffered) or sent on (streamed), chunk framing not
     /// included.
     body_bytes: u64,
@@ -437,29 +435,39 @@ impl Req<'_> {
             self.feed(Input::TargetTooLong);
             return Ok(());
         };
-        self.write_head(c, &target, &upstream_target, s.body);
+        let wait = data_plane.upstream.config().expect_continue_timeout;
+        let streamed = matches!(s.body, SendBody::Stream { .. });
+        let expect = self.head.expect_upstream(
+            streamed,
+            !c.buf.is_empty(),
+            self.sent_continue || self.reader.is_done(),
+            wait,
+        );
+        self.write_head(c, &target, &upstream_target, s.body, expect);
         let stream = match s.body {
             SendBody::Stream { read_deadline } => {
-                if self.continue_body(c).await.is_err() {
+                // With the expectation passed on, the backend's `100` (or the timer) decides
+                // when the client is told to send (`attempt`).
+                if !expect && self.continue_body(c).await.is_err() {
                     return Err(Gone);
                 }
                 Some(read_deadline.map(|d| data_plane.clock.deadline(d)))
             }
             SendBody::Empty | SendBody::Buffered => None,
         };
+        let hold = expect.then(|| data_plane.rt.now() + wait);
         let rctx = ResponseContext {
             head: self.head.is_head(),
             upgrade: self.exchange().upgrade_requested(),
         };
         let version = self.head.version;
-        let peer = self.peer;
+        let client = self.client;
         let sent = {
             let Req {
                 exchange: x,
                 reader,
                 sent_continue,
-                client_failed,
-                body_malformed,
+                body_fault,
                 body_bytes,
                 timer,
                 kept,
@@ -471,18 +479,28 @@ impl Req<'_> {
             let mut side = Side {
                 reader,
                 sent_continue,
-                client_failed,
-                body_malformed,
+                body_fault,
                 version,
                 body_bytes,
-                peer,
+                client,
                 kept,
+                hold,
             };
             let attempt = pin!(attempt(
                 data_plane, c, &target, &metrics, stream, &mut side, rctx, last, s.at
             ));
             drive::bounded_in(data_plane, x, timer, attempt).await
         };
+        self.attempt_ended(sent, &target)
+    }
+
+    /// Tell the engine how the attempt to `target` ended (`None`: its deadline came first, and
+    /// the engine was told already): whose fault a failure is, the client's or the backend's.
+    fn attempt_ended(
+        &mut self,
+        sent: Option<Result<u16, UpError>>,
+        target: &Target,
+    ) -> Result<(), Gone> {
         match sent {
             // The attempt writes `last` only as it completes: a deadline that came first left
             // it empty.
@@ -498,10 +516,15 @@ impl Req<'_> {
                 self.feed(Input::ResponseHead { status });
                 Ok(())
             }
-            Some(Err(_)) if self.body_malformed => {
+            Some(Err(_)) if self.body_fault == BodyFault::Malformed => {
                 // The client's error, not the backend's: `400`; the upstream connection the
                 // body was written to was dropped with the attempt.
                 self.feed(Input::BodyUnreadable);
+                Ok(())
+            }
+            Some(Err(_)) if self.body_fault == BodyFault::TimedOut => {
+                // The client stopped sending its body: `408`, the backend not blamed.
+                self.feed(Input::BodyTimeout);
                 Ok(())
             }
             Some(Err(e)) => {
@@ -509,7 +532,7 @@ impl Req<'_> {
                 let failure = match e {
                     UpError::Connect(_) => SendFailure::Connect,
                     _ => SendFailure::Transport {
-                        client_body_failed: self.client_failed,
+                        client_body_failed: self.body_fault != BodyFault::None,
                     },
                 };
                 self.feed(Input::SendFailed(failure));
@@ -518,25 +541,33 @@ impl Req<'_> {
         }
     }
 
-    /// The upstream head of an attempt into `c.up_out` (C-PATH-3..6, C-FWD-1..3), followed by
-    /// the buffered body when the attempt sends it.
+    /// The upstream head of an attempt into `c.up_out` (C-PATH-3..6, C-FWD-1..3), with
+    /// `Expect: 100-continue` when `expect` (`RequestHead::expect_upstream`), followed by the
+    /// buffered body when the attempt sends it.
     fn write_head(
         &mut self,
         c: &mut DownstreamConn,
         target: &Target,
         upstream_target: &[u8],
         body: SendBody,
+        expect: bool,
     ) {
         let head = self.head;
         let x = self.exchange();
         // weir's lines borrow their values where they are (not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
-        let pairs: [(&str, &[u8]); 3] = [
+        let host = ("host", target.host_header().as_bytes());
+        let pairs: [(&str, &[u8]); 4] = [
             (header::REQUEST_ID, x.request_id().as_bytes()),
             (header::BACKEND_ATTEMPT, target.id().as_bytes()),
-            ("host", target.host_header().as_bytes()),
+            if expect {
+                ("expect", b"100-continue")
+            } else {
+                host
+            },
+            host,
         ];
-        let n = if head.host().is_none() { 3 } else { 2 };
+        let n = 2 + usize::from(expect) + usize::from(head.host().is_none());
         c.up_out.clear();
         let req = UpstreamRequest {
             target: upstream_target,

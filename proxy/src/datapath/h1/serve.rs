@@ -448,7 +448,7 @@ async fn refuse(ctx: &DownstreamCtx, c: &mut DownstreamConn, e: HeadError, waite
     let answer = SyntheticResponse::refused_head(&e, id.as_str());
     let body = answer.body();
     let (method, version) = request_line_of(c.buf.bytes());
-    let record = Record::refused_head(&e, waited, ctx.peer.ip());
+    let record = Record::refused_head(&e, waited, ctx.peer().ip());
     let request = effects::Request {
         method: &method,
         path: "",

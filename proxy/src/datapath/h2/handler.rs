@@ -146,7 +146,7 @@ impl<'a> Io<'a> {
                 .path_and_query()
                 .map_or("", http::uri::PathAndQuery::as_str),
             headers: req.headers(),
-            peer: ctx.peer.ip(),
+            peer: ctx.peer().ip(),
             tls: ctx.tls,
             body: body_info(req.body()),
             // Only HTTP/2 requests come here (HTTP/1 is weir's own codec): hyper's URI carries
@@ -313,12 +313,13 @@ impl<'a> Io<'a> {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
         let begun = data_plane.rt.now();
+        let client = ctx.client_conn();
         let sent = {
             let mut sent =
                 pin!(
                     data_plane
                         .upstream
-                        .send(&target, Some(&metrics), req, begun, ctx.peer)
+                        .send(&target, Some(&metrics), req, begun, client)
                 );
             self.bounded(sent.as_mut()).await
         };
@@ -327,6 +328,11 @@ impl<'a> Io<'a> {
                 let status = resp.status().as_u16();
                 self.feed(Input::ResponseHead { status });
                 Some((resp, conn, target))
+            }
+            Err(_) if up.tally.as_ref().is_some_and(|t| t.timed_out()) => {
+                // The client stopped sending its body: `408`, the backend not blamed.
+                self.feed(Input::BodyTimeout);
+                None
             }
             Err(e) => {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");

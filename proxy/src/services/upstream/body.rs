@@ -21,6 +21,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct BodyTally {
     bytes: AtomicU64,
     failed: AtomicBool,
+    timed_out: AtomicBool,
 }
 
 impl BodyTally {
@@ -32,6 +33,19 @@ impl BodyTally {
     /// Reading the body failed.
     pub fn fail(&self) {
         self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Reading the body failed because the client stopped sending it and its read deadline
+    /// passed (`408`, the client's fault).
+    pub fn time_out(&self) {
+        self.timed_out.store(true, Ordering::Relaxed);
+        self.fail();
+    }
+
+    /// Whether reading the body failed because its read deadline passed.
+    #[must_use]
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Relaxed)
     }
 
     /// Whether reading the body failed.
@@ -158,7 +172,7 @@ impl Body for ClientBody {
         if let Some(d) = self.deadline.as_mut()
             && Pin::new(d).poll(cx).is_ready()
         {
-            self.failed.fail();
+            self.failed.time_out();
             return Poll::Ready(Some(Err("request body read timeout".into())));
         }
         loop {

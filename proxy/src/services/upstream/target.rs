@@ -53,6 +53,15 @@ impl From<&PoolKey> for PoolKey {
     }
 }
 
+/// The two ends of the client's connection, as a backend's PROXY header names them (C-TLS-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConn {
+    /// The client (C-FWD-1's peer: the socket peer, or the PROXY source weir received).
+    pub peer: SocketAddr,
+    /// The address it connected to (the listener's, or the PROXY destination weir received).
+    pub local: SocketAddr,
+}
+
 /// One backend as the pool sees it: the parsed base URL, where to connect, and how.
 #[derive(Debug)]
 pub struct Target {
@@ -126,12 +135,11 @@ impl Target {
         self.send_proxy
     }
 
-    /// The PROXY header a new connection for `client` begins with, if any.
-    pub(super) fn preface(&self, client: SocketAddr) -> Option<proxy_proto::Encoded> {
-        // The original destination is not known here: the unspecified address, port 0
-        // (receivers use the source; docs/tls.md).
-        let dst = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0));
-        self.send_proxy.map(|v| proxy_proto::encode(v, client, dst))
+    /// The PROXY header a new connection for `client` begins with, if any: from the client
+    /// to the address it connected to.
+    pub(super) fn preface(&self, client: ClientConn) -> Option<proxy_proto::Encoded> {
+        self.send_proxy
+            .map(|v| proxy_proto::encode(v, client.peer, client.local))
     }
 
     /// The backend id.
