@@ -532,12 +532,15 @@ async fn c_health_2_driver_over_real_backends_flips_both_ways() {
     driver.shutdown().await;
 }
 
+/// The fast backend's result comes while the hung probe still holds the cycle (none has ended
+/// yet), that is before the hung probe's deadline: the order, not how soon. The deadline is a
+/// generous 5 s so that a fast local probe is done well before it even on a loaded machine.
 #[tokio::test]
 async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
     let hung = http_server(HANG).await;
     let fast = http_server(200).await;
     let mut flips = Flips::new();
-    let timeout = ms(1500);
+    let timeout = ms(5000);
     let p = params(|s| s.timeout = timeout);
     let started = tokio::time::Instant::now();
     let driver = HealthDriver::spawn(
@@ -550,17 +553,17 @@ async fn c_health_6_real_hung_backend_does_not_delay_the_fast_one() {
         Clock::new(weir_tokio::rt()),
         flips.recorder(),
     );
-    let f = tokio::time::timeout(Duration::from_secs(5), flips.next())
+    let f = tokio::time::timeout(Duration::from_secs(30), flips.next())
         .await
         .unwrap();
     assert_eq!((f.0, f.1), (1, true));
-    assert!(started.elapsed() < timeout / 2, "{:?}", started.elapsed());
     assert_eq!(
         driver.cycles().get(),
         0,
-        "the hung probe still holds the cycle"
+        "the fast result came only after the hung probe's deadline ended the cycle ({:?})",
+        started.elapsed()
     );
-    tokio::time::timeout(Duration::from_secs(5), driver.first_cycle())
+    tokio::time::timeout(Duration::from_secs(30), driver.first_cycle())
         .await
         .unwrap()
         .unwrap();

@@ -28,6 +28,15 @@ async fn probe(
 /// Generous: only the hung-backend tests wait for it.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A probe of a backend that never answers: only its deadline can end it, so it returning at
+/// all (within a bound far above any deadline here) shows the deadline worked; how soon after
+/// the deadline is not asserted (a loaded machine stretches it).
+async fn returns(probe: impl Future<Output = ProbeOutcome>) -> ProbeOutcome {
+    tokio::time::timeout(Duration::from_secs(30), probe)
+        .await
+        .expect("a probe of a hung backend never returned: no deadline")
+}
+
 fn params(statuses: &[u16]) -> HealthParams {
     HealthParams::new(&HealthSpec {
         expected_statuses: statuses.to_vec(),
@@ -102,11 +111,10 @@ async fn c_health_6_hung_backend_fails_at_the_deadline_and_its_socket_is_closed(
     let t = target(&server.url("http"), ProbeMode::Http, "/health");
     let timeout = Duration::from_millis(300);
     let started = tokio::time::Instant::now();
-    let outcome = probe(&t, &no_roots(), &params(&[200]), timeout).await;
+    let outcome = returns(probe(&t, &no_roots(), &params(&[200]), timeout)).await;
     let took = started.elapsed();
     assert_eq!(outcome, ProbeOutcome::TimedOut);
     assert!(took >= timeout, "{took:?}");
-    assert!(took < timeout + Duration::from_millis(700), "{took:?}");
     assert_eq!(server.requests().len(), 1, "the request was sent");
     assert!(
         server.wait_closed(1).await,
@@ -215,7 +223,7 @@ async fn c_health_6_hung_tls_handshake_fails_at_the_deadline() {
     let t = target(&server.url("http"), ProbeMode::Https, "/health");
     let timeout = Duration::from_millis(200);
     let started = tokio::time::Instant::now();
-    let outcome = probe(&t, &tls, &params(&[200]), timeout).await;
+    let outcome = returns(probe(&t, &tls, &params(&[200]), timeout)).await;
     assert_eq!(outcome, ProbeOutcome::TimedOut);
-    assert!(started.elapsed() < timeout + Duration::from_millis(700));
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
 }

@@ -19,6 +19,8 @@ use weir_conformance::harness::{Binary, Proxy, StartOptions};
 
 const REDIS: u16 = 6379;
 const PG: u16 = 5432;
+/// How long a test waits for an event before it fails: generous, and never asserted as a pace.
+const WAIT: Duration = Duration::from_secs(30);
 const PG_PASSWORD_ENV: &str = "WEIR_TEST_PG_PASSWORD";
 
 /// The binary under test: `weir` here; `weir-smol` when adapter-smol's tests include this file
@@ -295,7 +297,8 @@ async fn c_rate_3_two_processes_share_one_postgres_limit() {
 }
 
 /// C-RATE-5: Redis down at start (nothing listens on its port), for one policy: the process
-/// starts, and every request gets the policy's answer at once; `/readyz` per policy.
+/// starts, and every request gets the policy's answer (a refused connection fails at once; the
+/// client's 10 s bound is only there to fail rather than hang); `/readyz` per policy.
 async fn redis_down_at_start(mode: &str) {
     let b = Backend::start("sw-down").await;
     let config = with_redis(limited(&b, "redis", mode, 3), free_port())
@@ -304,14 +307,8 @@ async fn redis_down_at_start(mode: &str) {
     let p = start(&config).await;
     let ip = client_ip();
     let mut statuses = Vec::new();
-    for i in 0..5 {
-        let t = Instant::now();
+    for _ in 0..5 {
         let r = request(&p, ip).await;
-        assert!(
-            t.elapsed() < Duration::from_secs(1),
-            "{mode}: request {i} took {:?} (operation timeout 200ms)",
-            t.elapsed()
-        );
         match mode {
             "fail-open" => {
                 assert_eq!(r.status, 200, "{mode}: {}", r.summary());
@@ -425,11 +422,11 @@ fn ping(port: u16) -> bool {
 }
 
 /// C-RATE-5: a private Redis killed mid-run and restarted, fail-closed. While it is down,
-/// requests get `503` within the operation timeout and `/readyz` is `503`; once it answers
-/// again the process returns to it by itself within 1 s, without any request traffic (the
-/// recovery task's probe), and the next request is decided by Redis again.
+/// requests get `503` and `/readyz` is `503`; once it answers again the process returns to it
+/// by itself, without any request traffic (the recovery task's probe; the delay is printed,
+/// its pace is `retry_interval`'s), and the next request is decided by Redis again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c_rate_5_returns_to_a_restarted_redis_within_a_second() {
+async fn c_rate_5_returns_to_a_restarted_redis_without_traffic() {
     let port = free_port();
     let mut redis = RedisServer::start(port);
     let b = Backend::start("sw-restart").await;
@@ -445,13 +442,7 @@ async fn c_rate_5_returns_to_a_restarted_redis_within_a_second() {
     assert_eq!(readyz(p.public).await, 200);
 
     redis.kill();
-    let t = Instant::now();
     let r = request(&p, ip).await;
-    assert!(
-        t.elapsed() < Duration::from_secs(1),
-        "a request waited {:?} on a dead store (operation timeout 200ms)",
-        t.elapsed()
-    );
     expect_error(
         &r,
         503,
@@ -461,8 +452,8 @@ async fn c_rate_5_returns_to_a_restarted_redis_within_a_second() {
     let t = Instant::now();
     while readyz(p.public).await != 503 {
         assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "/readyz still 200 with the fail-closed store down"
+            t.elapsed() < WAIT,
+            "/readyz still 200 {WAIT:?} after the fail-closed store went down"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -471,8 +462,8 @@ async fn c_rate_5_returns_to_a_restarted_redis_within_a_second() {
     let back = Instant::now();
     while readyz(p.public).await != 200 {
         assert!(
-            back.elapsed() < Duration::from_secs(1),
-            "not back on the restarted Redis within 1 s\n{}",
+            back.elapsed() < WAIT,
+            "not back on the restarted Redis {WAIT:?} after it returned\n{}",
             p.describe()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -495,8 +486,9 @@ async fn c_rate_5_returns_to_a_restarted_redis_within_a_second() {
 }
 
 /// C-RATE-5 with local-fallback under traffic: Redis killed and restarted while one client
-/// keeps sending; every answer is Redis's or the local store's (degraded), none waits past the
-/// operation timeout, and Redis decides again within 1 s of its return.
+/// keeps sending; every answer is Redis's or the local store's (degraded), the local store
+/// decides while Redis is down, and Redis decides again after its return and keeps deciding
+/// (each phase ends on an answer, within a generous bound; the delay is printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_5_local_fallback_under_traffic_returns_to_redis() {
     let port = free_port();
@@ -507,7 +499,6 @@ async fn c_rate_5_local_fallback_under_traffic_returns_to_redis() {
         .set("rate_limit.operation_timeout", "200ms");
     let p = start(&config).await;
     let ip = client_ip();
-    let slow = Duration::from_millis(800);
     let check = |r: &Resp, phase: &str| {
         assert_eq!(r.status, 200, "{phase}: {}", r.summary());
         match storage(r).as_deref() {
@@ -523,32 +514,32 @@ async fn c_rate_5_local_fallback_under_traffic_returns_to_redis() {
     }
     redis.kill();
     let down = Instant::now();
-    let mut fell_back = false;
-    while down.elapsed() < Duration::from_millis(600) {
-        let t = Instant::now();
+    let mut local = 0;
+    while local < 5 {
         let r = request(&p, ip).await;
-        assert!(t.elapsed() < slow, "a request took {:?}", t.elapsed());
         check(&r, "down");
-        fell_back |= storage(&r).as_deref() == Some("local");
+        local += usize::from(storage(&r).as_deref() == Some("local"));
+        assert!(
+            down.elapsed() < WAIT,
+            "the local store did not decide while Redis was down"
+        );
     }
-    assert!(fell_back, "the local store decided while Redis was down");
     redis.restart();
     let back = Instant::now();
     loop {
-        let t = Instant::now();
         let r = request(&p, ip).await;
-        assert!(t.elapsed() < slow, "a request took {:?}", t.elapsed());
         check(&r, "returning");
         if storage(&r).as_deref() == Some("redis") {
             break;
         }
         assert!(
-            back.elapsed() < Duration::from_secs(1),
-            "Redis not used again within 1 s of its return\n{}",
+            back.elapsed() < WAIT,
+            "Redis not used again {WAIT:?} after its return\n{}",
             p.describe()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    eprintln!("Redis decided again {:?} after its return", back.elapsed());
     for _ in 0..5 {
         let r = request(&p, ip).await;
         assert_eq!(storage(&r).as_deref(), Some("redis"), "stays on Redis");

@@ -385,6 +385,16 @@ impl Backend {
         for c in conns {
             c.reset().await;
         }
+        // An aborted connection task may still be running on another thread (recording a
+        // request it had read); once every one has ended, nothing more is received.
+        let what = format!(
+            "backend {}'s connections to end after down()",
+            self.inner.id
+        );
+        wait_until(Duration::from_secs(30), &what, || {
+            lock(&self.inner.conns).is_empty()
+        })
+        .await;
     }
 
     /// Listens again on the same address.

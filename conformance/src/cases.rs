@@ -44,7 +44,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::backend::Backend;
-use crate::client::{Req, Resp, try_send};
+use crate::client::{Req, Resp, send, try_send};
+use crate::config::ADMIN_TOKEN;
+use crate::harness::Proxy;
+use crate::util::{eventually, metric, secs};
 
 /// Asserts a status, printing the response.
 #[track_caller]
@@ -115,4 +118,34 @@ pub(crate) async fn join(h: JoinHandle<Result<Resp, String>>, what: &str) -> Res
 /// Requests received per backend.
 pub(crate) fn counts(backends: &[&Backend]) -> Vec<usize> {
     backends.iter().map(|b| b.count()).collect()
+}
+
+/// One sample of the proxy's metrics (its management listener must be on): the first line of
+/// family `name` whose labels contain `label` (`""` for any).
+pub(crate) async fn sample(p: &Proxy, name: &str, label: &str) -> Option<f64> {
+    let m = p.management.expect("management listener");
+    let r = send(
+        m,
+        &Req::get("/metrics").header("authorization", &format!("Bearer {ADMIN_TOKEN}")),
+    )
+    .await;
+    expect_status(&r, 200, "GET /metrics");
+    metric(&r.text(), name, label)
+}
+
+/// Waits (30 s at most) until the proxy counts `n` requests holding a slot of `backend`
+/// (`load_balancer_backend_inflight_requests`). A client reads a response before the proxy
+/// has released its slot, so a case that needs the slots of earlier requests to be free
+/// before its next pick waits for this rather than for time to pass.
+pub(crate) async fn wait_backend_in_flight(p: &Proxy, backend: &str, n: usize) {
+    let label = format!("backend=\"{backend}\"");
+    eventually(
+        secs(30),
+        &format!("{n} request(s) holding a slot of {backend}"),
+        || async {
+            let v = sample(p, "load_balancer_backend_inflight_requests", &label).await;
+            (v == Some(n as f64)).then_some(())
+        },
+    )
+    .await;
 }

@@ -81,6 +81,9 @@ impl Config {
     /// The test defaults with `backends` as the default pool (round robin): health every 100ms
     /// without jitter, thresholds 1, cooldown 1s, slow start off, retries as shipped but with a
     /// large budget, per-try timeout 2s, dial timeout 500ms, rate limiting and management off.
+    /// The probe timeout is a generous 5s: with a failure threshold of 1, one probe of a
+    /// healthy test backend answered late on a loaded machine would take it out of the pool;
+    /// cases about slow probes set their own.
     pub fn new(backends: &[&Backend]) -> Config {
         let entries: Vec<Entry> = backends.iter().map(|b| Entry::from(*b)).collect();
         Config::with_entries(entries)
@@ -107,7 +110,7 @@ impl Config {
                 "mode": "http",
                 "path": "/health",
                 "interval": "100ms",
-                "timeout": "500ms",
+                "timeout": "5s",
                 "jitter": "0s",
                 "failure_threshold": 1,
                 "success_threshold": 1,

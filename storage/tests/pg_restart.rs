@@ -163,7 +163,9 @@ async fn c_rate_5_postgres_restart_reconnects() {
     let opts = cluster.opts();
     let application_name = opts.application_name.clone();
     let mode = FailureMode::FailClosed;
-    let timeout = Duration::from_millis(250);
+    // Generous: a slow answer of a healthy server on a loaded machine would otherwise be cut
+    // and decided by the policy (the timeout itself: postgres.rs, silent store).
+    let timeout = Duration::from_secs(2);
     let rate = rate(1_000_000, 1_000_000.0, StorageKind::Postgres, mode, timeout);
     let store = PostgresStore::new(opts).expect("store");
     let limiter = Arc::new(
@@ -173,7 +175,7 @@ async fn c_rate_5_postgres_restart_reconnects() {
         cluster,
         application_name,
     };
-    common::outage_scenario(limiter, rate, mode, timeout, &mut outage).await;
+    common::outage_scenario(limiter, rate, mode, &mut outage).await;
 }
 
 /// C-RATE-7: the server replaced by a fresh one on the same address (its schema
@@ -205,10 +207,7 @@ async fn c_rate_7_replaced_server_is_migrated_again() {
             }
             Err(e) => errors.push(e.label()),
         }
-        assert!(
-            clock.elapsed() < Duration::from_secs(10),
-            "never served: {errors:?}"
-        );
+        assert!(clock.elapsed() < WAIT, "never served: {errors:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(store.schema_ready());

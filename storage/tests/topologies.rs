@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
-use servers::{Announcements, Cluster, Sentinels, cmd, role, subscribers, wait_until};
+use servers::{Announcements, Cluster, Sentinels, cmd, role, subscribers, text, wait_until};
 use tokio::task::JoinHandle;
 use weir_core::bucket::{BucketParams, Take};
 use weir_core::config::RedisMode;
@@ -57,59 +57,18 @@ async fn shared_takes(
     allowed
 }
 
-/// One request of the keyed load: which key, and what the limiter answered.
-#[derive(Debug, Clone, Copy)]
-struct Keyed {
-    key: usize,
-    record: Record,
-}
-
-/// `tasks` loops over `keys` against `limiter` until `stop`, recording every answer.
+/// Four request loops over `keys` against `limiter` until `stop`; each record's `key` is the
+/// index in `keys`.
 fn keyed_load(
     limiter: Arc<RateLimiter>,
     rate: RateParams,
     clock: Clock,
     keys: Arc<Vec<ClientKey>>,
     stop: Arc<AtomicBool>,
-) -> JoinHandle<Vec<Keyed>> {
-    tokio::spawn(async move {
-        let mut handles = Vec::new();
-        for t in 0..4usize {
-            let (limiter, rate, keys, stop) = (
-                Arc::clone(&limiter),
-                rate.clone(),
-                Arc::clone(&keys),
-                Arc::clone(&stop),
-            );
-            handles.push(tokio::spawn(async move {
-                let mut out = Vec::new();
-                let mut i = t;
-                while !stop.load(Ordering::Relaxed) {
-                    let k = i % keys.len();
-                    let start = clock.elapsed();
-                    let v = limiter.check(keys[k], &rate, clock.now()).await;
-                    let answer = classify(&v, StorageKind::Redis, rate.failure_mode());
-                    let elapsed = clock.elapsed() - start;
-                    out.push(Keyed {
-                        key: k,
-                        record: Record {
-                            start,
-                            elapsed,
-                            answer,
-                        },
-                    });
-                    i += 1;
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                out
-            }));
-        }
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.expect("load task"));
-        }
-        all.sort_by_key(|k| k.record.start);
-        all
+) -> (Log, JoinHandle<()>) {
+    load_keys(limiter, rate, clock, 4, stop, move |t, i| {
+        let k = (t + i) as usize % keys.len();
+        (k, keys[k])
     })
 }
 
@@ -152,12 +111,14 @@ fn cluster_opts_prefix(store: &RedisStore) -> String {
 /// C-RATE-5: a master killed under load. Until its replica is promoted only the keys
 /// it held get the policy's answer (fail-closed: 503); every other key keeps the shared store,
 /// the store stays up and the limiter ready. After the promotion every key is back on the
-/// store, and two replicas share the moved keys' buckets again.
+/// store and stays there, and two replicas share the moved keys' buckets again. The operation
+/// timeout is generous, so that no answer of a live master is cut on a loaded machine; every
+/// phase ends on an event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
     let mut cluster = tokio::task::block_in_place(|| Cluster::start(7010, 3));
     let mode = FailureMode::FailClosed;
-    let timeout = Duration::from_millis(250);
+    let timeout = Duration::from_secs(2);
     let rate = rate(1_000_000, 1_000_000.0, StorageKind::Redis, mode, timeout);
     let store = RedisStore::new(cluster_opts(7010)).expect("store");
     let prefix = cluster_opts_prefix(&store);
@@ -176,14 +137,15 @@ async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
 
     let clock = Clock::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = keyed_load(
+    let (log, load) = keyed_load(
         Arc::clone(&limiter),
         rate.clone(),
         clock,
         Arc::new(keys.clone()),
         Arc::clone(&stop),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    log.wait_answers(Duration::ZERO, Answer::Store, 50, "the store's answers")
+        .await;
     let t_kill = clock.elapsed();
     tokio::task::block_in_place(|| cluster.node(victim).stop());
     let mut ready_all_along = true;
@@ -208,27 +170,44 @@ async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
             break clock.elapsed();
         }
         assert!(
-            clock.elapsed() - t_kill < Duration::from_secs(15),
+            clock.elapsed() - t_kill < WAIT,
             "no promotion: {masters:?} {}",
             servers::text(survivor, &["CLUSTER", "NODES"])
         );
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Back: every key answered by the store, from a request started after the promotion was
+    // seen; from the end of that answer on, the key stays on the store.
+    let mut back = vec![Duration::ZERO; keys.len()];
+    log.wait_for(
+        "every key answered by the store after the promotion",
+        |rs| {
+            back.iter_mut().enumerate().all(|(k, at)| {
+                let first = rs
+                    .iter()
+                    .find(|r| r.key == k && r.start >= promoted && r.answer == Answer::Store);
+                first.is_some_and(|r| {
+                    *at = r.end();
+                    true
+                })
+            })
+        },
+    )
+    .await;
+    let have = log.records().len();
+    log.wait_for("200 more answers", |rs| rs.len() >= have + 200)
+        .await;
     stop.store(true, Ordering::Relaxed);
-    let records = load.await.expect("load");
+    load.await.expect("load");
+    let records = log.records();
 
-    let plain: Vec<Record> = records.iter().map(|k| k.record).collect();
-    assert_bounded(&plain, timeout);
     assert!(
         ready_all_along,
         "a partial outage made the limiter not ready"
     );
-    let during = |k: &&Keyed| {
-        k.record.start > t_kill + Duration::from_millis(100) && k.record.start < promoted
-    };
+    let during = |r: &&Record| r.start > t_kill + Duration::from_millis(100) && r.end() < promoted;
     let (mut victim_policy, mut others_store, mut others_policy) = (0, 0, 0);
-    for k in records.iter().filter(during) {
-        match (owners[k.key] == victim, k.record.answer) {
+    for r in records.iter().filter(during) {
+        match (owners[r.key] == victim, r.answer) {
             (true, Answer::Policy) => victim_policy += 1,
             (false, Answer::Store) => others_store += 1,
             (false, Answer::Policy) => others_policy += 1,
@@ -237,8 +216,9 @@ async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
     }
     eprintln!(
         "promoted {:?} after the kill; during: victim's keys by policy {victim_policy}, \
-         others by store {others_store}, others by policy {others_policy}",
-        promoted - t_kill
+         others by store {others_store}, others by policy {others_policy}; slowest {:?}",
+        promoted - t_kill,
+        slowest(&records)
     );
     assert!(
         victim_policy > 0,
@@ -252,15 +232,8 @@ async fn c_rate_5_cluster_master_killed_fails_only_its_keys() {
         others_policy, 0,
         "a key of a live master was decided by the policy"
     );
-    for k in records
-        .iter()
-        .filter(|k| k.record.start > promoted + Duration::from_secs(1))
-    {
-        assert_eq!(
-            k.record.answer,
-            Answer::Store,
-            "not back on the store: {k:?}"
-        );
+    for r in records.iter().filter(|r| r.start >= back[r.key]) {
+        assert_eq!(r.answer, Answer::Store, "not back on the store: {r:?}");
     }
     // Shared state again on the promoted replica's slots.
     let a = RedisStore::new(cluster_opts(survivor)).expect("store");
@@ -295,42 +268,59 @@ async fn c_rate_5_sentinel_forced_failover_keeps_the_buckets() {
     assert_eq!(acked, Some(redis::Value::Int(1)));
 
     let mode = FailureMode::FailClosed;
-    let timeout = Duration::from_millis(250);
+    let timeout = Duration::from_secs(2);
     let rate = rate(1_000_000, 1_000_000.0, StorageKind::Redis, mode, timeout);
     let limiter = Arc::new(RateLimiter::new(StoreKind::Redis(store), &rate, 7).expect("limiter"));
     let clock = Clock::new();
     let stop = Arc::new(AtomicBool::new(false));
     let keys: Vec<ClientKey> = (0..8).map(key).collect();
-    let load = keyed_load(
+    let (log, load) = keyed_load(
         Arc::clone(&limiter),
         rate.clone(),
         clock,
         Arc::new(keys),
         Arc::clone(&stop),
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    log.wait_answers(Duration::ZERO, Answer::Store, 50, "the store's answers")
+        .await;
     let t_failover = clock.elapsed();
     tokio::task::block_in_place(|| s.failover(26401));
     tokio::task::block_in_place(|| {
-        wait_until(Duration::from_secs(15), "the replica is the master", || {
+        wait_until(WAIT, "the replica is the master", || {
             s.master_port() == Some(7021)
                 && matches!(cmd(7021, &["ROLE"]), Some(redis::Value::Array(r))
                     if r.first() == Some(&redis::Value::BulkString(b"master".to_vec())))
         });
     });
     let switched = clock.elapsed();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // From the store's first script call on the new master on, it has moved there (the old
+    // master stays a master for seconds, so answers alone do not tell which one decided).
+    tokio::task::block_in_place(|| {
+        wait_until(WAIT, "the store calling the new master", || {
+            text(7021, &["INFO", "commandstats"]).contains("cmdstat_evalsha:")
+        });
+    });
+    let moved = clock.elapsed();
+    let back = log
+        .wait_back(moved, "the store's answers on the new master")
+        .await;
+    let have = log.records().len();
+    log.wait_for("200 more answers", |rs| rs.len() >= have + 200)
+        .await;
     stop.store(true, Ordering::Relaxed);
-    let records = load.await.expect("load");
-    let plain: Vec<Record> = records.iter().map(|k| k.record).collect();
-    assert_bounded(&plain, timeout);
-    let back = assert_recovered(&plain, switched, Duration::MAX);
+    load.await.expect("load");
+    let plain = log.records();
+    let stayed = assert_stays(&plain, back, Duration::MAX);
     let policy = plain.iter().filter(|r| r.answer == Answer::Policy).count();
     eprintln!(
-        "switched {:?} after SENTINEL FAILOVER; back on the store {back:?} later; {policy} of {} \
-         answers by policy",
+        "switched {:?} after SENTINEL FAILOVER; the store on the new master {:?} later, back on \
+         the store {:?} later ({stayed} store answers since); {policy} of {} answers by policy, \
+         slowest {:?}",
         switched - t_failover,
-        plain.len()
+        moved.saturating_sub(switched),
+        back.saturating_sub(switched),
+        plain.len(),
+        slowest(&plain)
     );
 
     // The bucket followed the failover: 2 of 5 tokens left, on the new master.

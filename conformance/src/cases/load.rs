@@ -2,12 +2,12 @@
 
 use std::time::Instant;
 
-use super::{expect_status, expect_weir_error, join, spawn_send};
+use super::{expect_status, expect_weir_error, join, sample, spawn_send};
 use crate::backend::{Backend, Mode};
 use crate::client::{Raw, Req, get, send};
 use crate::config::{ADMIN_TOKEN, Config};
 use crate::harness::{Binary, Proxy};
-use crate::util::{ms, secs};
+use crate::util::{eventually, ms, secs};
 
 #[track_caller]
 fn expect_overloaded(r: &crate::client::Resp, what: &str) {
@@ -22,6 +22,16 @@ fn expect_overloaded(r: &crate::client::Resp, what: &str) {
         Some("true"),
         "{what}: X-Balancer-Overloaded"
     );
+}
+
+/// Waits (30 s at most) until the proxy counts `n` requests in the gate's queue
+/// (`load_balancer_queued_requests`).
+async fn wait_queued(p: &Proxy, n: usize) {
+    eventually(secs(30), &format!("{n} request(s) queued"), || async {
+        let v = sample(p, "load_balancer_queued_requests", "").await;
+        (v == Some(n as f64)).then_some(())
+    })
+    .await;
 }
 
 /// C-LOAD-1: over `max_concurrent_requests` a request waits up to `queue_timeout`, then gets
@@ -48,7 +58,12 @@ pub async fn c_load_1_overload_after_queue_timeout(bin: Binary) {
         waited >= ms(250),
         "overload answered after {waited:?}, before queue_timeout 300ms"
     );
-    assert!(waited < secs(3), "overload answered after {waited:?}");
+    // The slot it waited for is held until released below: the answer came from the queue
+    // timeout, not from the slot coming free.
+    assert!(
+        !held.is_finished(),
+        "overload answered only once the held request ended"
+    );
     expect_status(
         &get(p.public, "/readyz").await,
         200,
@@ -71,7 +86,10 @@ pub async fn c_load_1_no_wait_when_queue_timeout_zero(bin: Binary) {
     b.wait_in_flight(1, secs(5)).await;
     let r = get(p.public, "/over").await;
     expect_overloaded(&r, "gate full, no wait");
-    assert!(r.elapsed < ms(250), "no-wait overload took {:?}", r.elapsed);
+    assert!(
+        !held.is_finished(),
+        "overload answered only once the held request ended"
+    );
     b.release_all();
     expect_status(&join(held, "held").await, 200, "held request");
 }
@@ -109,15 +127,16 @@ pub async fn c_load_1_queue_is_fifo(bin: Binary) {
     let cfg = Config::new(&[&b])
         .set("server.overload.max_concurrent_requests", 1)
         .set("server.overload.max_queue", 8)
-        .set("server.overload.queue_timeout", "5s");
+        .set("server.overload.queue_timeout", "60s")
+        .management();
     let p = Proxy::start(&bin, &cfg).await;
     let held = spawn_send(p.public, Req::get("/held"));
-    b.wait_in_flight(1, secs(5)).await;
+    b.wait_in_flight(1, secs(30)).await;
     let mut waiters = Vec::new();
     for i in 0..4 {
         waiters.push(spawn_send(p.public, Req::get(&format!("/w{i}"))));
-        // The queue cannot be observed from outside; give each waiter time to join it.
-        tokio::time::sleep(ms(100)).await;
+        // Each waiter joins the queue before the next is sent.
+        wait_queued(&p, i + 1).await;
     }
     assert_eq!(b.count(), 1, "a request passed a full gate");
     b.set_mode(Mode::Ok);
@@ -142,19 +161,22 @@ pub async fn c_load_1_disconnected_waiter_leaves_queue(bin: Binary) {
     let cfg = Config::new(&[&b])
         .set("server.overload.max_concurrent_requests", 1)
         .set("server.overload.max_queue", 1)
-        .set("server.overload.queue_timeout", "10s");
+        .set("server.overload.queue_timeout", "60s")
+        .management();
     let p = Proxy::start(&bin, &cfg).await;
     let held = spawn_send(p.public, Req::get("/held"));
-    b.wait_in_flight(1, secs(5)).await;
+    b.wait_in_flight(1, secs(30)).await;
     let mut gone = Raw::connect(p.public).await;
     gone.write(b"GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("write");
-    tokio::time::sleep(ms(200)).await; // let it join the queue
+    wait_queued(&p, 1).await;
     drop(gone);
-    tokio::time::sleep(ms(200)).await; // let the proxy notice
+    // The queue's only place is free again while the slot is still held: the departed client
+    // left it (rather than being admitted).
+    wait_queued(&p, 0).await;
     let next = spawn_send(p.public, Req::get("/next"));
-    tokio::time::sleep(ms(300)).await;
+    wait_queued(&p, 1).await;
     assert!(
         !next.is_finished(),
         "the next request was answered at once: the queue still held the departed client"
@@ -173,28 +195,28 @@ pub async fn c_load_1_disconnected_waiter_leaves_queue(bin: Binary) {
 
 /// C-LOAD-1, C-PATH-9: a client that leaves while its request holds the gate's only slot (its
 /// attempt still at the backend) hands the slot to the queued request at once: the waiter is
-/// served long before its 10 s queue deadline (issue 13: the handler's drop guard tells the
+/// served long before its 60 s queue deadline (issue 13: the handler's drop guard tells the
 /// request engine, which announces the hand-off).
 pub async fn c_load_1_departed_holder_hands_its_slot_on(bin: Binary) {
     let b = Backend::start("g-1").await;
     b.set_mode(Mode::Hold);
     let cfg = Config::new(&[&b])
         .set("server.overload.max_concurrent_requests", 1)
-        .set("server.overload.queue_timeout", "10s");
+        .set("server.overload.queue_timeout", "60s")
+        .management();
     let p = Proxy::start(&bin, &cfg).await;
     let mut holder = Raw::connect(p.public).await;
     holder
         .write(b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("write");
-    b.wait_in_flight(1, secs(5)).await;
+    b.wait_in_flight(1, secs(30)).await;
     let next = spawn_send(p.public, Req::get("/next"));
-    tokio::time::sleep(ms(300)).await; // let it join the queue
+    wait_queued(&p, 1).await;
     b.set_mode(Mode::Ok); // `/next` is answered at once; `/held` stays held
     drop(holder);
-    let r = tokio::time::timeout(secs(5), join(next, "next"))
-        .await
-        .expect("the waiter got the departed client's slot long before its 10 s queue deadline");
+    // `join` waits 20 s at most: long before the waiter's 60 s queue deadline.
+    let r = join(next, "the waiter, given the departed client's slot").await;
     expect_status(&r, 200, "next");
     b.release_all();
 }
@@ -217,16 +239,16 @@ pub async fn c_load_2_bulkhead_isolates_routes(bin: Binary) {
         r.header("x-balancer-overloaded").is_none(),
         "a bulkhead is not the global gate"
     );
-    assert!(
-        r.elapsed < secs(1),
-        "bulkhead rejection took {:?}",
-        r.elapsed
-    );
+    // The slow route's requests are held until released below: the rejection did not wait
+    // for them, and the other route is served while they are held.
     for i in 0..20 {
         let r = get(p.public, "/other").await;
         expect_status(&r, 200, &format!("other route {i}"));
-        assert!(r.elapsed < ms(500), "other route slowed to {:?}", r.elapsed);
     }
+    assert!(
+        !h1.is_finished() && !h2.is_finished(),
+        "a slow route request ended before its release"
+    );
     slow.set_mode(Mode::Ok);
     slow.release_all();
     expect_status(&join(h1, "h1").await, 200, "h1");
