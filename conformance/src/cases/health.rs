@@ -505,19 +505,20 @@ pub async fn c_health_3_half_open_admits_one_trial(bin: Binary) {
 ///
 /// The early share is judged against the ramp itself rather than a window of wall-clock time:
 /// a request answered `t` after ss-1 was allowed to pass its checks was picked when ss-1's
-/// share was at most `s(t) = 10% + 90% × t / 20 s`, and ss-1 gets it only if the slow-start
+/// share was at most `s(t) = 10% + 90% × t / 30 s`, and ss-1 gets it only if the slow-start
 /// draw admitted it, with probability `s`. So ss-1's count over the early requests is at most
-/// a sum of independent draws with mean `m = Σ s(t_i)`; the case allows `m + 3√m + 3` (a tail
-/// far out in the tail: the count's variance is at most `m` too). Without a ramp round robin would give ss-1 every other
-/// request, and the case checks that its early requests were enough to tell the two apart.
-/// After the ramp has ended ss-1 must get round robin's half again.
+/// a sum of independent draws with mean `m = Σ s(t_i)` (and variance at most `m`); the case
+/// allows `m + 3√m + 3`, past three standard deviations. Without a ramp round robin would give
+/// ss-1 every other request, and the case checks that its early requests were enough to tell
+/// the two apart (they must fit in about the first third of the ramp). After the ramp has
+/// ended ss-1 must get round robin's half again.
 pub async fn c_health_4_slow_start_ramps_share(bin: Binary) {
-    let ramp = secs(20);
+    let ramp = secs(30);
     let a = Backend::start("ss-1").await;
     let b = Backend::start("ss-2").await;
     a.set_health(500);
     let cfg = Config::new(&[&a, &b])
-        .set("health_check.slow_start", "20s")
+        .set("health_check.slow_start", "30s")
         .set("health_check.slow_start_minimum_percent", 10)
         .set("health_check.interval", "100ms");
     let p = Proxy::start(&bin, &cfg).await;
@@ -564,6 +565,8 @@ pub async fn c_health_4_slow_start_ramps_share(bin: Binary) {
     );
     let came_back = a.requests()[0].at;
     tokio::time::sleep_until((came_back + ramp + ms(200)).into()).await;
+    // A new connection: the first one may have been idle for longer than `idle_timeout`.
+    let mut c = Conn::open(p.public, None).await.expect("connect");
     let mut late = 0;
     for _ in 0..200 {
         let r = c.send(&Req::get("/s")).await.expect("request");
