@@ -161,8 +161,8 @@ impl Pki {
         o.tls = true;
         o.tls_ca_file = Some(self.ca.clone());
         o.key_prefix = format!("{}:", unique("weirtls"));
-        o.dial_timeout = Duration::from_secs(2);
-        o.response_timeout = Duration::from_secs(2);
+        o.dial_timeout = Duration::from_secs(10);
+        o.response_timeout = Duration::from_secs(10);
     }
 }
 
