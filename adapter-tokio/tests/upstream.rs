@@ -210,8 +210,8 @@ async fn https_backends_validate_certificates() {
 }
 
 /// The client a request is sent for (no backend here asks for a PROXY header).
-fn client() -> weir_proxy::services::upstream::ClientConn {
-    weir_proxy::services::upstream::ClientConn {
+fn client() -> weir_proxy::services::upstream::DownstreamEnds {
+    weir_proxy::services::upstream::DownstreamEnds {
         peer: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
         local: std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
     }

@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 
 use crate::backend::Backend;
 use crate::client::{Req, Resp, send, try_send};
-use crate::config::ADMIN_TOKEN;
+use crate::config::{ADMIN_TOKEN, Config};
 use crate::harness::Proxy;
 use crate::util::{eventually, metric, secs};
 
@@ -113,6 +113,20 @@ pub(crate) async fn join(h: JoinHandle<Result<Resp, String>>, what: &str) -> Res
         Ok(Err(e)) => panic!("{what}: task failed: {e}"),
         Err(_) => panic!("{what}: no response within 20s"),
     }
+}
+
+/// A proxy over `primary` and `other` for a client that stalls its request body (C-PATH-9):
+/// `primary` takes every request (`pick_first`), one failure would open its circuit for 30 s,
+/// the body's deadline (`read_timeout`, 500 ms) comes long before the attempt's (30 s). So a
+/// stalled body that counted against the backend, or was retried, shows on `other`.
+pub(crate) fn stalled_body_config(primary: &Backend, other: &Backend) -> Config {
+    Config::new(&[primary, other])
+        .policy("pick_first")
+        .set("health_check.failure_threshold", 1)
+        .set("health_check.cooldown", "30s")
+        .set("health_check.max_cooldown", "30s")
+        .set("server.read_timeout", "500ms")
+        .set("server.retry.per_try_timeout", "30s")
 }
 
 /// Requests received per backend.

@@ -53,18 +53,7 @@ async fn c_rate_3_ttl_peek_reset() {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    assert_eq!(store.peek(k, &params).await.expect("peek"), 4000);
-    let clock = Clock::new();
-    store.take(k, &params).await.expect("take");
-    let second_take = clock.elapsed();
-    store.take(k, &params).await.expect("take");
-    let milli = store.peek(k, &params).await.expect("peek");
-    // Two of four tokens, plus the refill (2 per second) between the first take and the peek.
-    let refilled = (2.0 * clock.elapsed().as_secs_f64() * 1000.0) as u64;
-    assert!(
-        (2000..=2000 + refilled + 1).contains(&milli),
-        "peek {milli}, refill at most {refilled} milli-tokens"
-    );
+    let (clock, second_take) = common::two_takes_then_peek(&store, k, &params).await;
     let pttl: i64 = redis::cmd("PTTL")
         .arg(store.redis_key(k))
         .query_async(&mut c)

@@ -337,7 +337,7 @@ pub async fn c_path_12_malformed_chunked_request_body_is_400(bin: Binary) {
     );
 }
 
-/// C-PATH-7 (issue 14, docs/proxy.md "Expect: 100-continue"): a body buffered for replay
+/// C-PATH-7 (docs/proxy.md "Expect: 100-continue"): a body buffered for replay
 /// (`POST` made retryable) is weir's to accept: weir answers the client's
 /// `Expect: 100-continue` itself, once, and does not forward `Expect`; a `100` the backend
 /// sends anyway is not relayed as a second one.

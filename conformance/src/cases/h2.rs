@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::expect_status;
+use super::{expect_status, stalled_body_config};
 use crate::backend::{Backend, Mode};
 use crate::client::{Req, try_send};
 use crate::config::Config;
@@ -404,13 +404,7 @@ pub async fn c_path_12_h2_pseudo_header_in_trailers_resets_the_stream(bin: Binar
 pub async fn c_path_9_h2_stalled_request_body_is_408(bin: Binary) {
     let a = Backend::start("h2-a").await;
     let b = Backend::start("h2-b").await;
-    let cfg = Config::new(&[&a, &b])
-        .policy("pick_first")
-        .set("health_check.failure_threshold", 1)
-        .set("health_check.cooldown", "30s")
-        .set("health_check.max_cooldown", "30s")
-        .set("server.read_timeout", "500ms")
-        .set("server.retry.per_try_timeout", "30s");
+    let cfg = stalled_body_config(&a, &b);
     let p = Proxy::start(&bin, &cfg).await;
     let mut c = H2Raw::connect(p.public, &[]).await.expect("connect");
     let head = [("content-length", "100")];

@@ -195,8 +195,8 @@ pub async fn c_load_1_disconnected_waiter_leaves_queue(bin: Binary) {
 
 /// C-LOAD-1, C-PATH-9: a client that leaves while its request holds the gate's only slot (its
 /// attempt still at the backend) hands the slot to the queued request at once: the waiter is
-/// served long before its 60 s queue deadline (issue 13: the handler's drop guard tells the
-/// request engine, which announces the hand-off).
+/// served long before its 60 s queue deadline, because the handler's drop guard tells the
+/// request engine at once, and the engine announces the hand-off.
 pub async fn c_load_1_departed_holder_hands_its_slot_on(bin: Binary) {
     let b = Backend::start("g-1").await;
     b.set_mode(Mode::Hold);

@@ -268,9 +268,7 @@ impl AttemptResult {
             AttemptResult::Cancelled => "cancelled",
         }
     }
-}
 
-impl AttemptResult {
     /// How an attempt ended, in words for a request log (the console demo's): the metric
     /// label, except for an attempt that got a response head with `status`. A `500` is a
     /// success for retries and the breaker (C-RETRY-1) and counted as one, but a reader of the

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use crate::observe::conn_limits::ConnPermit;
 use crate::services::park::Worker;
 use crate::services::state::DataPlane;
-use crate::services::upstream::ClientConn;
+use crate::services::upstream::DownstreamEnds;
 
 /// Tells the worker a connection (or a tunnel it upgraded into) is still alive: the worker
 /// waits until every clone is dropped (C-PATH-10).
@@ -146,8 +146,8 @@ impl DownstreamCtx {
     /// The client's connection as a backend's PROXY header names it: the client, and the
     /// address it connected to (the listener's, or the PROXY protocol's destination).
     #[must_use]
-    pub fn client_conn(&self) -> ClientConn {
-        ClientConn {
+    pub fn downstream_ends(&self) -> DownstreamEnds {
+        DownstreamEnds {
             peer: self.ends.peer(),
             local: self.ends.local(),
         }

@@ -52,7 +52,7 @@ use crate::observe::metrics::BackendMetrics;
 mod body;
 mod target;
 pub use body::{BodyTally, BoxError, ClientBody, UpBody};
-pub use target::{ClientConn, PoolKey, Target};
+pub use target::{DownstreamEnds, PoolKey, Target};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 
@@ -355,7 +355,7 @@ impl Upstream {
         metrics: Option<&BackendMetrics>,
         mut req: Request<UpBody>,
         now: std::time::Instant,
-        client: ClientConn,
+        client: DownstreamEnds,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
         while let Some(mut conn) = self.checkout(target, now) {
             // Drive the idle connection once: a close by the backend shows now.
@@ -392,7 +392,11 @@ impl Upstream {
 
     /// A new connection to `target`: DNS, TCP within `dial_timeout`, TLS within
     /// `tls_handshake_timeout`, then the HTTP/1.1 handshake.
-    async fn connect(&self, target: &Arc<Target>, client: ClientConn) -> Result<Conn, SendError> {
+    async fn connect(
+        &self,
+        target: &Arc<Target>,
+        client: DownstreamEnds,
+    ) -> Result<Conn, SendError> {
         let io = self
             .connect_io(target, client)
             .await
@@ -417,7 +421,11 @@ impl Upstream {
     ///
     /// # Errors
     /// The connection could not be made (all of these are connect errors, C-RETRY-1).
-    pub async fn connect_io(&self, target: &Target, client: ClientConn) -> io::Result<Box<dyn Io>> {
+    pub async fn connect_io(
+        &self,
+        target: &Target,
+        client: DownstreamEnds,
+    ) -> io::Result<Box<dyn Io>> {
         let rt = self.rt();
         let mut tcp = rt::timeout(
             rt,

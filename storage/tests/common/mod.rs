@@ -415,6 +415,29 @@ pub fn assert_stays(records: &[Record], back: Duration, until: Duration) -> (usi
     (window.len() - policy, policy)
 }
 
+/// Shared by the Redis and PostgreSQL expiry tests (C-RATE-3): `k` is new (a full bucket of
+/// 4 tokens refilling 2 per second, `params`); two takes leave two tokens plus the refill the
+/// test's own pace allowed between the first take and the peek. Returns the clock and when
+/// the second take was called on it (the bucket's expiry counts from then).
+pub async fn two_takes_then_peek(
+    store: &impl weir_storage::Store,
+    k: weir_core::rate::ClientKey,
+    params: &weir_core::bucket::BucketParams,
+) -> (Clock, Duration) {
+    assert_eq!(store.peek(k, params).await.expect("peek"), 4000);
+    let clock = Clock::new();
+    store.take(k, params).await.expect("take");
+    let second_take = clock.elapsed();
+    store.take(k, params).await.expect("take");
+    let milli = store.peek(k, params).await.expect("peek");
+    let refilled = (2.0 * clock.elapsed().as_secs_f64() * 1000.0) as u64;
+    assert!(
+        (2000..=2000 + refilled + 1).contains(&milli),
+        "peek {milli}, refill at most {refilled} milli-tokens"
+    );
+    (clock, second_take)
+}
+
 /// Shared by the Redis and PostgreSQL tests: capacity 5, 20 tokens/s, takes every 5 ms for
 /// 1.5 s. Allowed takes = 5 + 20 × (server time from the first take to the last), within one
 /// token. The server's times are not seen, only bounded by the test's: the first take ran

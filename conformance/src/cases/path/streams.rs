@@ -5,7 +5,7 @@ use std::time::Instant;
 use http_body_util::BodyExt;
 use tokio::net::TcpStream;
 
-use super::super::{expect_status, expect_weir_error, join, spawn_send};
+use super::super::{expect_status, expect_weir_error, join, spawn_send, stalled_body_config};
 use crate::backend::{Backend, End, Mode};
 use crate::client::{Conn, Raw, Req, get};
 use crate::config::Config;
@@ -244,14 +244,7 @@ pub async fn c_path_9_client_leaving_mid_body_cancels_upstream(bin: Binary) {
 pub async fn c_path_9_stalled_request_body_is_408_not_a_backend_failure(bin: Binary) {
     let a = Backend::start("b-1").await;
     let b = Backend::start("b-2").await;
-    let cfg = Config::new(&[&a, &b])
-        .policy("pick_first")
-        .set("health_check.failure_threshold", 1)
-        .set("health_check.cooldown", "30s")
-        .set("health_check.max_cooldown", "30s")
-        .set("server.read_timeout", "500ms")
-        .set("server.retry.per_try_timeout", "30s")
-        .set("server.access_log_sample_rate", 1.0);
+    let cfg = stalled_body_config(&a, &b).set("server.access_log_sample_rate", 1.0);
     let p = Proxy::start(&bin, &cfg).await;
     for i in 1..=2 {
         let mut c = Raw::connect(p.public).await;

@@ -16,7 +16,7 @@ use weir_core::h1::{
 use weir_core::upstream::BackendBase;
 
 use super::downstream_conn::DownstreamConn;
-use super::io::{Extra, write_all};
+use super::io::{Extra, send_continue, write_all};
 use super::relay::{self, Pump, Reader, RelayError};
 use super::upstream_conn::{
     self, HeadInfo, KEPT_LINES, Kept, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError,
@@ -24,7 +24,7 @@ use super::upstream_conn::{
 use crate::base::rt;
 use crate::observe::metrics::BackendMetrics;
 use crate::services::state::DataPlane;
-use crate::services::upstream::{ClientConn, Target};
+use crate::services::upstream::{DownstreamEnds, Target};
 
 /// Run `fut` unless the client closes first (C-PATH-9, C-LOAD-1: a queued client that leaves
 /// leaves the queue): whether `fut` completed.
@@ -74,7 +74,7 @@ pub(super) struct Side<'r> {
     /// The request body's bytes sent upstream so far (access log).
     pub(super) body_bytes: &'r mut u64,
     /// The client's connection, for a backend's PROXY header.
-    pub(super) client: ClientConn,
+    pub(super) client: DownstreamEnds,
     /// The latest response head's parse ([`upstream_conn::poll_head`]).
     pub(super) kept: &'r mut Kept,
     /// The client's `Expect: 100-continue` was passed on: the streamed body is held until the
@@ -160,9 +160,8 @@ pub(super) async fn attempt(
             Step::Head(info) => info,
             Step::Release(tell) => {
                 hold = None;
-                if tell && !*side.sent_continue {
-                    *side.sent_continue = true;
-                    write_all(&mut c.io, b"HTTP/1.1 100 Continue\r\n\r\n")
+                if tell {
+                    send_continue(&mut c.io, side.sent_continue)
                         .await
                         .map_err(|_| UpError::ClientGone)?;
                 }

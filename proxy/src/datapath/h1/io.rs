@@ -227,6 +227,18 @@ pub async fn write_all(io: &mut Box<dyn Io>, mut bytes: &[u8]) -> io::Result<()>
     poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await
 }
 
+/// Tell the client to send its body (`100 Continue`), once: `sent` records that it was.
+///
+/// # Errors
+/// Writing to the client failed.
+pub async fn send_continue(io: &mut Box<dyn Io>, sent: &mut bool) -> io::Result<()> {
+    if *sent {
+        return Ok(());
+    }
+    *sent = true;
+    write_all(io, b"HTTP/1.1 100 Continue\r\n\r\n").await
+}
+
 /// End the write side (FIN after what was written).
 pub async fn shutdown(io: &mut Box<dyn Io>) {
     let _ = poll_fn(|cx| Pin::new(&mut *io).poll_shutdown(cx)).await;

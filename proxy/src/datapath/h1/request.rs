@@ -32,7 +32,7 @@ use weir_core::response::{ClientError, header};
 
 use super::attempt::{BodyFault, Side, Up, attempt, or_gone, response_head, upstream_target};
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
-use super::io::{Extra, push_text, write_all};
+use super::io::{Extra, push_text, send_continue, write_all};
 use super::relay::{self, Pump, PumpSide, Reader};
 use super::respond::{connection_line, finish, line, read_body, status_line, stream_body, tunnel};
 use super::upstream_conn::{self, UpError};
@@ -43,7 +43,7 @@ use crate::datapath::effects::{PendingLine, RequestBytes};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
 use crate::services::state::DataPlane;
-use crate::services::upstream::{ClientConn, Target};
+use crate::services::upstream::{DownstreamEnds, Target};
 
 mod reply;
 
@@ -132,7 +132,7 @@ async fn serve_parsed(
     let data_plane = &ctx.data_plane;
     let mut r = Req {
         data_plane,
-        client: ctx.client_conn(),
+        client: ctx.downstream_ends(),
         exchange: None,
         delivered: false,
         log: Log {
@@ -230,7 +230,7 @@ struct Req<'a> {
     data_plane: &'a Arc<DataPlane>,
     /// The client's connection (C-FWD-1 peer, and where it connected): a backend's PROXY
     /// header names both.
-    client: ClientConn,
+    client: DownstreamEnds,
     /// `None` before the exchange is made and once it moved into a tunnel.
     exchange: Option<Bound>,
     /// The exchange is the response's (being delivered): dropping the request drops it without
@@ -371,15 +371,10 @@ impl Req<'_> {
 
     /// `100 Continue`, once, when the client waits for it before sending its body.
     async fn continue_body(&mut self, c: &mut DownstreamConn) -> io::Result<()> {
-        if self.sent_continue
-            || !self.head.expect_continue()
-            || self.reader.is_done()
-            || !c.buf.is_empty()
-        {
+        if !self.head.expect_continue() || self.reader.is_done() || !c.buf.is_empty() {
             return Ok(());
         }
-        self.sent_continue = true;
-        write_all(&mut c.io, b"HTTP/1.1 100 Continue\r\n\r\n").await
+        send_continue(&mut c.io, &mut self.sent_continue).await
     }
 
     /// C-RETRY-1: read the whole body for replay, bounded by `read_timeout`.
@@ -556,18 +551,21 @@ impl Req<'_> {
         let x = self.exchange();
         // weir's lines borrow their values where they are (not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
-        let host = ("host", target.host_header().as_bytes());
-        let pairs: [(&str, &[u8]); 4] = [
+        let mut pairs: [(&str, &[u8]); 4] = [
             (header::REQUEST_ID, x.request_id().as_bytes()),
             (header::BACKEND_ATTEMPT, target.id().as_bytes()),
-            if expect {
-                ("expect", b"100-continue")
-            } else {
-                host
-            },
-            host,
+            ("", b""),
+            ("", b""),
         ];
-        let n = 2 + usize::from(expect) + usize::from(head.host().is_none());
+        let mut n = 2;
+        if expect {
+            pairs[n] = ("expect", b"100-continue");
+            n += 1;
+        }
+        if head.host().is_none() {
+            pairs[n] = ("host", target.host_header().as_bytes());
+            n += 1;
+        }
         c.up_out.clear();
         let req = UpstreamRequest {
             target: upstream_target,

@@ -20,7 +20,7 @@ use weir_core::idle_pool::IdlePool;
 
 use super::io::Buf;
 use crate::base::rt::Io;
-use crate::services::upstream::{ClientConn, PoolKey, Target, Upstream};
+use crate::services::upstream::{DownstreamEnds, PoolKey, Target, Upstream};
 
 /// Header lines an upstream response may carry.
 pub const MAX_RESPONSE_HEADERS: usize = 128;
@@ -142,7 +142,7 @@ pub fn checkout(up: &Upstream, target: &Target, now: weir_core::Instant) -> Opti
 pub async fn connect(
     up: &Upstream,
     target: &Arc<Target>,
-    client: ClientConn,
+    client: DownstreamEnds,
 ) -> Result<UpConn, UpError> {
     let io = up
         .connect_io(target, client)

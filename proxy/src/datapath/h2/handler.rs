@@ -313,7 +313,7 @@ impl<'a> Io<'a> {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
         let begun = data_plane.rt.now();
-        let client = ctx.client_conn();
+        let client = ctx.downstream_ends();
         let sent = {
             let mut sent =
                 pin!(

@@ -53,9 +53,10 @@ impl From<&PoolKey> for PoolKey {
     }
 }
 
-/// The two ends of the client's connection, as a backend's PROXY header names them (C-TLS-3).
+/// The two ends of a downstream (client) connection, as a backend's PROXY header names them
+/// (C-TLS-3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientConn {
+pub struct DownstreamEnds {
     /// The client (C-FWD-1's peer: the socket peer, or the PROXY source weir received).
     pub peer: SocketAddr,
     /// The address it connected to (the listener's, or the PROXY destination weir received).
@@ -137,7 +138,7 @@ impl Target {
 
     /// The PROXY header a new connection for `client` begins with, if any: from the client
     /// to the address it connected to.
-    pub(super) fn preface(&self, client: ClientConn) -> Option<proxy_proto::Encoded> {
+    pub(super) fn preface(&self, client: DownstreamEnds) -> Option<proxy_proto::Encoded> {
         self.send_proxy
             .map(|v| proxy_proto::encode(v, client.peer, client.local))
     }
