@@ -17,6 +17,7 @@
 //! backend.
 
 use crate::breaker::{Breaker, BreakerParams, CircuitState, Outcome, Permit, Transition};
+use crate::outlier::{OutlierCell, OutlierParams, Verdict};
 use crate::slow_start::SlowStart;
 use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 use crate::time::Instant;
@@ -64,6 +65,8 @@ pub enum Availability {
     Unhealthy,
     /// Passive circuit open (C-HEALTH-3).
     CircuitOpen,
+    /// Ejected by outlier detection (C-OUT-1, C-OUT-2).
+    Ejected,
     /// `max_concurrent_requests` reached (C-POOL-6).
     Saturated,
 }
@@ -96,6 +99,7 @@ pub struct Backend {
     /// [`Backend::skip_initial_ramp`].
     warm_since: AtomicU64,
     breaker: Breaker,
+    outlier: OutlierCell,
 }
 
 /// `warm_since` of a backend whose present availability needs no ramp.
@@ -116,6 +120,7 @@ impl Backend {
             passive_failures: AtomicU64::new(0),
             warm_since: AtomicU64::new(now.as_nanos()),
             breaker: Breaker::new(),
+            outlier: OutlierCell::default(),
         }
     }
 
@@ -191,6 +196,25 @@ impl Backend {
         &self.breaker
     }
 
+    /// The outlier-detection state (C-OUT-1, C-OUT-2).
+    #[must_use]
+    pub fn outlier(&self) -> &OutlierCell {
+        &self.outlier
+    }
+
+    /// Whether outlier detection has the backend ejected at `now` (never while it is off).
+    #[must_use]
+    pub fn is_ejected(&self, params: &PoolParams, now: Instant) -> bool {
+        params.outlier.enabled && self.outlier.is_ejected(now)
+    }
+
+    /// Enabled, not draining and healthy by active checks: it could take traffic if neither its
+    /// circuit nor outlier detection kept it out.
+    #[must_use]
+    pub fn is_serving(&self) -> bool {
+        Backend::eligible(self.flags.load(Ordering::Acquire))
+    }
+
     /// The slow-start share (permille) the backend receives at `now`.
     #[must_use]
     pub fn slow_start_permille(&self, slow_start: &SlowStart, now: Instant) -> u32 {
@@ -226,6 +250,8 @@ impl Backend {
             Availability::Unhealthy
         } else if !self.breaker.admits(&params.breaker, now) {
             Availability::CircuitOpen
+        } else if self.is_ejected(params, now) {
+            Availability::Ejected
         } else if self.in_flight() >= params.max_concurrent_requests
             && !mutated!(SLOT_LIMIT_IGNORED)
         {
@@ -354,10 +380,31 @@ impl Slot {
         params: &PoolParams,
         now: Instant,
     ) -> Option<Transition> {
+        let verdict = match outcome {
+            Outcome::Success => Verdict::Good,
+            Outcome::Failure => Verdict::Failed,
+            Outcome::Neutral => Verdict::Ignored,
+        };
+        self.record_attempt(outcome, verdict, params, now)
+    }
+
+    /// [`Slot::record`] with the attempt's verdict for outlier detection given apart, since the
+    /// two judge differently (a `500` is an answer to the breaker, a failure to outlier
+    /// detection, C-OUT-1). Only the first call of either counts.
+    pub fn record_attempt(
+        &mut self,
+        outcome: Outcome,
+        verdict: Verdict,
+        params: &PoolParams,
+        now: Instant,
+    ) -> Option<Transition> {
         if self.recorded {
             return None;
         }
         self.recorded = true;
+        if params.outlier.enabled {
+            self.backend.outlier.record(verdict);
+        }
         if outcome == Outcome::Failure {
             self.backend
                 .passive_failures
@@ -401,6 +448,8 @@ pub struct PoolParams {
     pub breaker: BreakerParams,
     /// Slow-start ramp for new and recovered backends.
     pub slow_start: SlowStart,
+    /// Outlier detection (C-OUT-1, C-OUT-2).
+    pub outlier: OutlierParams,
 }
 
 impl Default for PoolParams {
@@ -409,6 +458,7 @@ impl Default for PoolParams {
             max_concurrent_requests: 512,
             breaker: BreakerParams::default(),
             slow_start: SlowStart::default(),
+            outlier: OutlierParams::default(),
         }
     }
 }

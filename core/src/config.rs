@@ -45,8 +45,8 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::{
     BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig, HealthCheckConfig,
-    ManagementConfig, OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig,
-    RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
+    ManagementConfig, OutlierConfig, OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig,
+    RedisConfig, RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
 };
 pub use secret::{MapSecrets, Secret, SecretSource};
 pub use tree::{MAX_CONFIG_BYTES, Pos};
@@ -151,7 +151,8 @@ mod unread {
 
     use super::schema::{
         BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
-        ManagementConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig, TlsConfig,
+        ManagementConfig, OutlierConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
+        TlsConfig,
     };
     use super::tree::{Node, Value};
     use crate::retry::RetryParams;
@@ -358,6 +359,41 @@ mod unread {
                 int(h.slow_start_minimum_percent),
             ),
             ("expected_statuses", statuses(&h.expected_statuses)),
+            ("outlier", sub(outlier(&h.outlier))),
+        ])
+    }
+
+    fn outlier(o: &OutlierConfig) -> Node {
+        map(vec![
+            ("enabled", boolean(o.enabled)),
+            ("interval", duration(o.interval)),
+            ("base_ejection_time", duration(o.base_ejection_time)),
+            ("max_ejection_time", duration(o.max_ejection_time)),
+            ("max_ejection_percent", int(o.max_ejection_percent)),
+            (
+                "failure_percentage_threshold",
+                int(o.failure_percentage_threshold),
+            ),
+            (
+                "failure_percentage_minimum_hosts",
+                int(o.failure_percentage_minimum_hosts),
+            ),
+            (
+                "failure_percentage_request_volume",
+                int(o.failure_percentage_request_volume),
+            ),
+            (
+                "success_rate_minimum_hosts",
+                int(o.success_rate_minimum_hosts),
+            ),
+            (
+                "success_rate_request_volume",
+                int(o.success_rate_request_volume),
+            ),
+            (
+                "success_rate_stdev_factor",
+                float(o.success_rate_stdev_factor),
+            ),
         ])
     }
 

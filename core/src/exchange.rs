@@ -344,12 +344,25 @@ impl Exchange {
         rng: &mut dyn Rng,
     ) {
         self.begin(head, now, rng);
+        self.flow_reports();
     }
 
     /// Feed one fact at `now`. Facts that do not apply where the exchange is are ignored.
     pub fn handle_input(&mut self, input: Input, now: Instant, rng: &mut dyn Rng) {
         let now = self.clamp(now);
         self.step(input, now, rng);
+        self.flow_reports();
+    }
+
+    /// Queue what the flow has to report about the pool: a circuit transition (C-HEALTH-3) and
+    /// the outlier ejections and returns judged at its start (C-OUT-2).
+    fn flow_reports(&mut self) {
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        if let Some(events) = flow.take_outlier_events() {
+            self.outbox.push(Output::Outliers(events.into()));
+        }
         if let Some((backend, transition)) = self.flow.as_mut().and_then(Flow::take_transition) {
             self.outbox.push(Output::Metric(Metric::Circuit {
                 backend,

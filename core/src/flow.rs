@@ -55,6 +55,7 @@ use crate::breaker::Transition;
 use crate::budget::RetryBudget;
 use crate::bulkhead::{Bulkhead, BulkheadPermit};
 use crate::outcome::{ProtectionReason, Reject};
+use crate::outlier::{OutlierEvent, Verdict};
 use crate::pool::{Backend, Pool, Slot, Tried};
 use crate::retry::{
     AttemptClass, AttemptOutcome, BodyKind, NoRetryReason, RetryFacts, RetryPolicy, RetryVerdict,
@@ -104,6 +105,8 @@ pub struct Flow {
     now: Instant,
     /// The breaker transition the latest recorded outcome caused, until taken (logs, metrics).
     transition: Option<(usize, Transition)>,
+    /// The outlier ejections and returns this request's start judged (C-OUT-1), until taken.
+    outliers: Option<Vec<OutlierEvent>>,
 }
 
 impl Flow {
@@ -155,6 +158,7 @@ impl Flow {
             phase: Phase::Finished,
             now,
             transition: None,
+            outliers: None,
         });
         if let Some(bulkhead) = &bulkhead {
             match Bulkhead::try_acquire(bulkhead) {
@@ -162,6 +166,8 @@ impl Flow {
                 Err(full) => return Action::Reject(Reject::BulkheadFull(full)),
             }
         }
+        // The interval boundary is checked where requests start: no timer, the engine's clock.
+        flow.outliers = flow.pool.judge_outliers(now);
         match flow.pool.select(&flow.ctx, &flow.tried, now, rng) {
             Selection::Selected { index, slot } => Action::Attempt(flow.begin(index, slot, now)),
             Selection::Unavailable(why) => {
@@ -360,8 +366,17 @@ impl Flow {
     /// Record the current attempt's outcome for passive health (once per slot).
     fn record(&mut self, outcome: AttemptOutcome, now: Instant) {
         let class: AttemptClass = self.policy.classify(outcome);
+        let verdict = match outcome {
+            AttemptOutcome::Status(status) => Verdict::of_status(status),
+            AttemptOutcome::ClientGone => Verdict::Ignored,
+            AttemptOutcome::Connect | AttemptOutcome::Transport | AttemptOutcome::PerTryTimeout => {
+                Verdict::Failed
+            }
+        };
         if let Some(current) = &mut self.current
-            && let Some(t) = current.slot.record(class, self.pool.params(), now)
+            && let Some(t) = current
+                .slot
+                .record_attempt(class, verdict, self.pool.params(), now)
             && let Some(b) = self.backend
         {
             self.transition = Some((b, t));
@@ -372,6 +387,12 @@ impl Flow {
     /// index, once: for the adapter's log line and transition counter.
     pub fn take_transition(&mut self) -> Option<(usize, Transition)> {
         self.transition.take()
+    }
+
+    /// The outlier ejections and returns (C-OUT-2) judged when this request started, once: for
+    /// the adapter's events and metrics.
+    pub fn take_outlier_events(&mut self) -> Option<Vec<OutlierEvent>> {
+        self.outliers.take()
     }
 
     /// The C-RETRY-1 predicate, then reserve-then-spend (C-RETRY-3). On success the next attempt

@@ -45,6 +45,7 @@ pub mod mgmt;
 #[cfg(feature = "mutations")]
 pub mod mutations;
 mod outcome;
+pub mod outlier;
 pub mod pool;
 pub mod proxy_proto;
 pub mod rate;

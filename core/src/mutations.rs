@@ -53,9 +53,12 @@ pub static STORE_NEVER_RECOVERS: AtomicBool = AtomicBool::new(false);
 pub static WRITE_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
 /// The connection watchdog never closes a head that is late (`read_header_timeout` forgotten).
 pub static HEAD_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
+/// Outlier detection ignores its cap: more than `max_ejection_percent` of a pool, or its last
+/// serving backend, may be ejected.
+pub static OUTLIER_CAP_IGNORED: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 18] = [
+pub static ALL: [(&str, &AtomicBool); 19] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -74,6 +77,7 @@ pub static ALL: [(&str, &AtomicBool); 18] = [
     ("STORE_NEVER_RECOVERS", &STORE_NEVER_RECOVERS),
     ("WRITE_TIMEOUT_IGNORED", &WRITE_TIMEOUT_IGNORED),
     ("HEAD_TIMEOUT_IGNORED", &HEAD_TIMEOUT_IGNORED),
+    ("OUTLIER_CAP_IGNORED", &OUTLIER_CAP_IGNORED),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

@@ -11,7 +11,7 @@
 //!   first one passed over is taken, so slow start never turns a request away;
 //! - reserves the slot (C-POOL-6) and, when a reservation loses a race, moves on;
 //! - "panic routing": when no backend is available and the only reason for some is an open
-//!   circuit, the first such backend is used anyway and the slot is marked as a panic slot
+//!   circuit or an outlier ejection (C-OUT-2), the first such backend is used anyway and the slot is marked as a panic slot
 //!   (counted by the adapter in `load_balancer_panic_selections_total`). Passive ejection alone
 //!   never leaves a pool with nothing to serve while a healthy backend exists; this is the cap
 //!   Envoy expresses as `max_ejection_percent` and its panic threshold. Backends that fail active

@@ -20,6 +20,9 @@ pub enum Mode {
     Burst503(u32),
     /// Breaks this share of connections (permille) before the response head; probes still pass.
     TrafficFails(u32),
+    /// Answers `500` to this share of requests (permille): an answer to retries and the
+    /// breaker, a failure to outlier detection (C-OUT-1); probes still pass.
+    Status500(u32),
     /// Sends `503` headers and then never finishes the body (C-RETRY-6); probes pass.
     HeadThenHang,
     /// Sends headers only after the per-try timeout (C-RETRY-5); probes time out too.
@@ -35,6 +38,7 @@ impl Mode {
             Mode::Down => "down",
             Mode::Burst503(_) => "burst_503",
             Mode::TrafficFails(_) => "traffic_fails",
+            Mode::Status500(_) => "status_500",
             Mode::HeadThenHang => "head_then_hang",
             Mode::SlowHeaders => "slow_headers",
         }
@@ -219,6 +223,13 @@ impl SimBackend {
                 after: latency / 2,
                 reply: Reply::Broken,
             },
+            Mode::Status500(p) if rng.chance_permille(p) => Planned {
+                after: latency / 2,
+                reply: Reply::Head {
+                    status: 500,
+                    body: Some(Duration::from_millis(1)),
+                },
+            },
             Mode::HeadThenHang => Planned {
                 after: latency,
                 reply: Reply::Head {
@@ -233,7 +244,7 @@ impl SimBackend {
                     body: Some(Duration::from_millis(5)),
                 },
             },
-            Mode::Up | Mode::Burst503(_) | Mode::TrafficFails(_) => {
+            Mode::Up | Mode::Burst503(_) | Mode::TrafficFails(_) | Mode::Status500(_) => {
                 let roll = rng.below(1000);
                 let status = match roll {
                     0..=9 => 500, // a success for retries and the breaker (C-RETRY-1)

@@ -73,11 +73,15 @@ pub enum Invariant {
     /// `read_header_timeout`, nothing closed while serving, nothing past its deadline
     /// (C-PATH-12).
     ConnectionTimers,
+    /// Outlier detection stays within its cap: at most `max_ejection_percent` of a pool (one
+    /// in a pool of two or more) ejected at once, and never its last serving backend
+    /// (C-OUT-2).
+    OutlierCap,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 21] = [
+    pub const ALL: [Invariant; 22] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -99,6 +103,7 @@ impl Invariant {
         Invariant::OneSnapshot,
         Invariant::RequestTimers,
         Invariant::ConnectionTimers,
+        Invariant::OutlierCap,
     ];
 
     /// A stable snake_case name.
@@ -126,6 +131,7 @@ impl Invariant {
             Invariant::OneSnapshot => "one_snapshot",
             Invariant::RequestTimers => "request_timers",
             Invariant::ConnectionTimers => "conn_watchdog",
+            Invariant::OutlierCap => "outlier_cap",
         }
     }
 
@@ -152,6 +158,7 @@ impl Invariant {
             Invariant::OneSnapshot => "C-CONF-4",
             Invariant::RequestTimers => "C-PATH-12, C-PATH-7, C-RETRY-5",
             Invariant::ConnectionTimers => "C-PATH-12",
+            Invariant::OutlierCap => "C-OUT-2",
         }
     }
 

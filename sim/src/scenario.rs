@@ -12,8 +12,8 @@ mod setups;
 pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
     all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
-    hot_client, overload_spike, reload_mid_request, reload_warmup, retry_storm,
-    slow_start_recovery, small_pool, store_outage,
+    hot_client, outlier_500, outlier_pair, overload_spike, reload_mid_request, reload_warmup,
+    retry_storm, slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -55,11 +55,17 @@ pub enum Scenario {
     /// response bodies against `write_timeout`, slow headers against the merged per-try and
     /// `response_header_timeout` deadline (C-PATH-12, C-RETRY-5, C-PATH-7).
     ConnectionTimers,
+    /// One backend answers `500` to everything (sometimes a second one to part of it): outlier
+    /// detection ejects it, within its cap (C-OUT-1, C-OUT-2).
+    Outlier500,
+    /// Both backends of a pool of two answer `500`: one at most is ejected, the pool keeps
+    /// serving (C-OUT-2).
+    OutlierPair,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -73,6 +79,8 @@ impl Scenario {
         Scenario::StoreOutage,
         Scenario::ReloadMidRequest,
         Scenario::ConnectionTimers,
+        Scenario::Outlier500,
+        Scenario::OutlierPair,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -92,6 +100,8 @@ impl Scenario {
             Scenario::StoreOutage => "store_outage",
             Scenario::ReloadMidRequest => "reload_mid_request",
             Scenario::ConnectionTimers => "connection_timers",
+            Scenario::Outlier500 => "outlier_500",
+            Scenario::OutlierPair => "outlier_pair",
         }
     }
 
@@ -118,6 +128,8 @@ impl Scenario {
             Scenario::StoreOutage => store_outage(rng, policy, seed),
             Scenario::ReloadMidRequest => reload_mid_request(rng, policy),
             Scenario::ConnectionTimers => connection_timers(rng, policy),
+            Scenario::Outlier500 => outlier_500(rng, policy),
+            Scenario::OutlierPair => outlier_pair(rng, policy),
         }
     }
 }

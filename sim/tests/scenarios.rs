@@ -118,3 +118,13 @@ fn reload_mid_request() {
 fn connection_timers() {
     sweep(Scenario::ConnectionTimers);
 }
+
+#[test]
+fn outlier_500() {
+    sweep(Scenario::Outlier500);
+}
+
+#[test]
+fn outlier_pair() {
+    sweep(Scenario::OutlierPair);
+}

@@ -134,6 +134,12 @@ fn teeth() -> Vec<Tooth> {
             S::ConnectionTimers,
             I::ConnectionTimers,
         ),
+        t(
+            "OUTLIER_CAP_IGNORED",
+            &mutations::OUTLIER_CAP_IGNORED,
+            S::OutlierPair,
+            I::OutlierCap,
+        ),
     ]
 }
 

@@ -234,9 +234,56 @@ impl ProbeMode {
     }
 }
 
-/// `health_check`: active checks (C-HEALTH-1, -2), the passive breaker (C-HEALTH-3) and slow
-/// start (C-HEALTH-4).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `health_check.outlier`: outlier detection (C-OUT-1, C-OUT-2); each field's default and
+/// range are [`OutlierParams`](crate::outlier::OutlierParams)'s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutlierConfig {
+    /// `enabled` [true].
+    pub enabled: bool,
+    /// `interval` [10s, 100ms..=1h].
+    pub interval: Duration,
+    /// `base_ejection_time` [30s, > 0, ≤ max_ejection_time].
+    pub base_ejection_time: Duration,
+    /// `max_ejection_time` [5m, ≤ 1d].
+    pub max_ejection_time: Duration,
+    /// `max_ejection_percent` [50, 0..=100].
+    pub max_ejection_percent: u32,
+    /// `failure_percentage_threshold` [85, 0..=100].
+    pub failure_percentage_threshold: u32,
+    /// `failure_percentage_minimum_hosts` [2, ≥ 1].
+    pub failure_percentage_minimum_hosts: u32,
+    /// `failure_percentage_request_volume` [50, ≥ 1].
+    pub failure_percentage_request_volume: u32,
+    /// `success_rate_minimum_hosts` [5, ≥ 1].
+    pub success_rate_minimum_hosts: u32,
+    /// `success_rate_request_volume` [100, ≥ 1].
+    pub success_rate_request_volume: u32,
+    /// `success_rate_stdev_factor` [1.9, 0..=10].
+    pub success_rate_stdev_factor: f64,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> OutlierConfig {
+        let d = crate::outlier::OutlierParams::default();
+        OutlierConfig {
+            enabled: d.enabled,
+            interval: d.interval,
+            base_ejection_time: d.base_ejection_time,
+            max_ejection_time: d.max_ejection_time,
+            max_ejection_percent: d.max_ejection_percent,
+            failure_percentage_threshold: d.failure_percentage_threshold,
+            failure_percentage_minimum_hosts: d.failure_percentage_minimum_hosts,
+            failure_percentage_request_volume: d.failure_percentage_request_volume,
+            success_rate_minimum_hosts: d.success_rate_minimum_hosts,
+            success_rate_request_volume: d.success_rate_request_volume,
+            success_rate_stdev_factor: f64::from(d.success_rate_stdev_factor_milli) / 1000.0,
+        }
+    }
+}
+
+/// `health_check`: active checks (C-HEALTH-1, -2), the passive breaker (C-HEALTH-3), slow
+/// start (C-HEALTH-4) and outlier detection (C-OUT-1, C-OUT-2).
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheckConfig {
     /// `mode` [http].
     pub mode: ProbeMode,
@@ -266,6 +313,8 @@ pub struct HealthCheckConfig {
     pub slow_start_minimum_percent: u32,
     /// `expected_statuses` [[200, 204]].
     pub expected_statuses: Vec<u16>,
+    /// `outlier`: outlier detection.
+    pub outlier: OutlierConfig,
 }
 
 impl Default for HealthCheckConfig {
@@ -285,6 +334,7 @@ impl Default for HealthCheckConfig {
             slow_start: Duration::from_secs(30),
             slow_start_minimum_percent: 10,
             expected_statuses: vec![200, 204],
+            outlier: OutlierConfig::default(),
         }
     }
 }

@@ -1007,3 +1007,56 @@ fn keys_weir_does_not_act_on_are_refused_by_name() {
         "server:\n  upstream:\n    max_conns_per_host: 0\nmanagement:\n  enable_pprof: false\n{MIN}"
     ));
 }
+
+#[test]
+fn c_out_1_outlier_keys_are_read_validated_and_strict() {
+    let v = ok(&format!(
+        "health_check:\n  outlier:\n    interval: 1s\n    success_rate_stdev_factor: 2.5\n    \
+         max_ejection_percent: 30\n{MIN}"
+    ));
+    let o = v.pool_params.outlier;
+    assert_eq!(o.interval, Duration::from_secs(1));
+    assert_eq!(o.success_rate_stdev_factor_milli, 2500);
+    assert_eq!(o.max_ejection_percent, 30);
+    assert!(o.enabled);
+    assert_eq!(
+        ok(MIN).pool_params.outlier,
+        crate::outlier::OutlierParams::default()
+    );
+    for (yaml, path, words) in [
+        (
+            "interval: 10ms",
+            "health_check.outlier.interval",
+            "100ms..=1h",
+        ),
+        (
+            "max_ejection_percent: 101",
+            "health_check.outlier.max_ejection_percent",
+            "0..=100",
+        ),
+        (
+            "success_rate_stdev_factor: -1",
+            "health_check.outlier.success_rate_stdev_factor",
+            "0..=10",
+        ),
+        (
+            "base_ejection_time: 10m",
+            "health_check.outlier.base_ejection_time",
+            "max_ejection_time",
+        ),
+        (
+            "failure_percentage_request_volume: 0",
+            "health_check.outlier.failure_percentage_request_volume",
+            "at least 1",
+        ),
+        (
+            "ejection: 1s",
+            "health_check.outlier.ejection",
+            "unknown field",
+        ),
+    ] {
+        let e = errs(&format!("health_check:\n  outlier:\n    {yaml}\n{MIN}"));
+        let err = err_at(&e, path);
+        assert!(err.message.contains(words), "{yaml}: {err}");
+    }
+}

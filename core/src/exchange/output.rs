@@ -57,6 +57,10 @@ pub enum Output {
     AbortBody,
     /// Count a metric.
     Metric(Metric),
+    /// Outlier detection ejected or returned these backends (indices in the exchange's pool,
+    /// C-OUT-2): log each as a `WARN` event and count it. Emitted by the one request that
+    /// judged an interval, so rarely, and shared rather than copied.
+    Outliers(std::sync::Arc<[crate::outlier::OutlierEvent]>),
     /// The request's access-log record and request metric (C-OBS-1..3): emitted once, when its
     /// response head is ready, or with status `499` when the client left before that.
     Record(Record),

@@ -425,7 +425,8 @@ impl World {
                 Output::StoreTake { .. }
                 | Output::BufferBody { .. }
                 | Output::AbortBody
-                | Output::Metric(_) => {}
+                | Output::Metric(_)
+                | Output::Outliers(_) => {}
             }
         }
         Ok(())

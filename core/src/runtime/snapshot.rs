@@ -126,11 +126,10 @@ impl Runtime {
                     if *prev_pool.params() == cfg.pool_params {
                         Arc::clone(prev_pool)
                     } else {
-                        Arc::new(Pool {
-                            backends: prev_pool.backends.clone(),
-                            params: cfg.pool_params,
-                            policy: AnyPolicy::new(spec.policy, &prev_pool.backends, rng),
-                        })
+                        Arc::new(prev_pool.with_params(
+                            cfg.pool_params,
+                            AnyPolicy::new(spec.policy, &prev_pool.backends, rng),
+                        ))
                     }
                 }
                 _ => Arc::new(

@@ -117,13 +117,15 @@ pub(crate) fn drive<T>(
         }
         match why {
             Availability::Unhealthy => scan.unhealthy = true,
-            Availability::CircuitOpen => scan.circuit_open = true,
+            Availability::CircuitOpen | Availability::Ejected => scan.circuit_open = true,
             _ => {}
         }
         match why {
             Availability::Saturated => scan.saturated = true,
-            // Panic routing needs a backend whose only problem is its circuit.
-            Availability::CircuitOpen if b.in_flight() < params.max_concurrent_requests => {
+            // Panic routing needs a backend whose only problem is its circuit or an ejection.
+            Availability::CircuitOpen | Availability::Ejected
+                if b.in_flight() < params.max_concurrent_requests =>
+            {
                 scan.open.get_or_insert(i);
             }
             _ => {}

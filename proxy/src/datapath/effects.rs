@@ -186,6 +186,7 @@ pub fn perform(
     match out {
         Output::GateWake { ticket } => data_plane.admission.wake(ticket),
         Output::Metric(m) => metric(data_plane, x, m),
+        Output::Outliers(events) => outliers(x, &events),
         Output::Record(r) => {
             record(data_plane, &r);
             if r.log && request.is_some() {
@@ -237,6 +238,16 @@ pub fn record_without_exchange(
     record(data_plane, r);
     r.log
         .then(|| PendingLine::bare(data_plane, r, request_id, request, scheme))
+}
+
+/// Log and count the outlier ejections and returns of `x`'s pool (what [`perform`] does with an
+/// [`Output::Outliers`], C-OUT-2).
+pub fn outliers(x: &Bound, events: &[weir_core::outlier::OutlierEvent]) {
+    for e in events {
+        if let Some(b) = x.handles(e.backend) {
+            crate::observe::events::outlier(&b.metrics, e.change);
+        }
+    }
 }
 
 /// Count the metric `m` of `x` (what [`perform`] does with an [`Output::Metric`]).

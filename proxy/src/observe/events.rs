@@ -2,8 +2,8 @@
 //!
 //! - `weir::health`: a backend down (`WARN`, with the probe's error) or up (`INFO`), from the
 //!   health driver (`probe/driver.rs`); a circuit opened (`WARN`, with the attempt result that
-//!   tripped it, the threshold and the cooldown) or closed (`INFO`); at start, one `WARN` when no
-//!   backend passed its first check.
+//!   tripped it, the threshold and the cooldown) or closed (`INFO`); an outlier ejected or
+//!   returned (`WARN`); at start, one `WARN` when no backend passed its first check.
 //! - `weir::protection`: a protection event (overload, bulkhead full, every backend saturated,
 //!   retry budget exhausted) at `WARN`, at most once per [`PROTECTION_LOG_INTERVAL`] per reason,
 //!   with how many happened since the previous line (the metric counts every one).
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::breaker::Transition;
 use weir_core::exchange::{AttemptResult, Exchange};
+use weir_core::outlier::OutlierChange;
 use weir_core::response::ProtectionReason;
 
 use crate::observe::metrics::BackendMetrics;
@@ -45,6 +46,31 @@ pub fn circuit(x: &Exchange, m: &BackendMetrics, transition: Transition, cause: 
             backend,
             event = "circuit_closed",
             "circuit closed: half-open trial succeeded, backend back"
+        ),
+    }
+}
+
+/// Outlier detection ejected a backend or let it back (C-OUT-2): `WARN` either way, and an
+/// ejection is counted.
+pub fn outlier(m: &BackendMetrics, change: OutlierChange) {
+    let backend = m.id();
+    match change {
+        OutlierChange::Ejected { reason, duration } => {
+            m.ejection(reason);
+            tracing::warn!(
+                target: "weir::health",
+                backend,
+                event = "outlier_ejected",
+                reason = reason.as_str(),
+                ejection_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+                "outlier ejected: backend much worse than its pool, out of selection"
+            );
+        }
+        OutlierChange::Returned => tracing::warn!(
+            target: "weir::health",
+            backend,
+            event = "outlier_returned",
+            "outlier returned: ejection over, backend back in selection"
         ),
     }
 }

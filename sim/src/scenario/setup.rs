@@ -8,6 +8,7 @@ use weir_core::Instant;
 use weir_core::admission::GateParams;
 use weir_core::breaker::BreakerParams;
 use weir_core::health::HealthSpec;
+use weir_core::outlier::OutlierParams;
 use weir_core::pool::PoolParams;
 use weir_core::rate::FailureMode;
 use weir_core::retry::RetryParams;
@@ -113,6 +114,8 @@ pub(crate) struct Setup {
     /// Chance (permille) that a client disconnects early, at a random point.
     pub disconnect_permille: u32,
     pub checks: Checks,
+    /// Outlier detection (off but in the outlier scenarios, whose intervals are short).
+    pub outlier: OutlierParams,
     /// A shared rate-limit store (the world plays it), instead of the local one.
     pub store: Option<StoreSetup>,
     /// Configuration reloads (`(at, generation)`): generation `g` runs `generations[g]`.
@@ -210,6 +213,7 @@ impl Setup {
             max_concurrent_requests: self.max_concurrent_requests,
             breaker: self.breaker,
             slow_start: self.slow_start(),
+            outlier: self.outlier,
         }
     }
 

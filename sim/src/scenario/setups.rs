@@ -6,6 +6,7 @@ use weir_core::Instant;
 use weir_core::admission::GateParams;
 use weir_core::breaker::BreakerParams;
 use weir_core::health::HealthSpec;
+use weir_core::outlier::OutlierParams;
 use weir_core::rate::FailureMode;
 use weir_core::retry::RetryParams;
 use weir_core::rng::{Rng, WyRand};
@@ -103,6 +104,12 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         patience: Duration::from_secs(20),
         disconnect_permille: 20,
         checks: Checks::default(),
+        // Off: the other scenarios' invariants and liveness bound predate it; the outlier
+        // scenarios turn it on with short intervals.
+        outlier: OutlierParams {
+            enabled: false,
+            ..OutlierParams::default()
+        },
         store: None,
         config_reloads: Vec::new(),
         generations: Vec::new(),
@@ -545,5 +552,57 @@ pub(super) fn connection_timers(rng: &mut WyRand, policy: PolicyKind) -> Setup {
         park_after: Duration::from_secs(1),
         connections: between(rng, 20, 60) as u32,
     });
+    finish(s)
+}
+
+/// Outlier detection with a short interval and small volumes, drawn from the seed.
+fn outlier_on(rng: &mut WyRand) -> OutlierParams {
+    let base = ms(between(rng, 1000, 4000));
+    OutlierParams {
+        enabled: true,
+        interval: ms(between(rng, 300, 1000)),
+        base_ejection_time: base,
+        max_ejection_time: base * between(rng, 1, 5) as u32,
+        max_ejection_percent: between(rng, 10, 60) as u32,
+        failure_percentage_request_volume: between(rng, 3, 8) as u32,
+        success_rate_request_volume: between(rng, 3, 10) as u32,
+        success_rate_minimum_hosts: between(rng, 2, 5) as u32,
+        ..OutlierParams::default()
+    }
+}
+
+/// 3–5 backends; one answers `500` to everything for 6–12 s (and in half the seeds a second
+/// one answers 30–70 % `500`): outlier detection ejects it within the cap (C-OUT-1, C-OUT-2).
+pub(super) fn outlier_500(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let n = between(rng, 3, 5) as usize;
+    let mut s = base(rng, n, policy);
+    s.outlier = outlier_on(rng);
+    let from = at_ms(between(rng, 2000, 4000));
+    let len = ms(between(rng, 6000, 12000));
+    let victim = rng.below(n as u64) as usize;
+    s.faults
+        .push((from, victim, Fault::Mode(Mode::Status500(1000))));
+    s.faults.push((from + len, victim, Fault::Recover));
+    if rng.chance_permille(500) {
+        let other = (victim + 1) % n;
+        let p = between(rng, 300, 700) as u32;
+        s.faults
+            .push((from, other, Fault::Mode(Mode::Status500(p))));
+        s.faults.push((from + len, other, Fault::Recover));
+    }
+    finish(s)
+}
+
+/// A pool of two whose backends both answer `500` to everything for 5–10 s: at most one is
+/// ejected at a time and the pool keeps serving (C-OUT-2).
+pub(super) fn outlier_pair(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let mut s = base(rng, 2, policy);
+    s.outlier = outlier_on(rng);
+    let from = at_ms(between(rng, 2000, 4000));
+    let len = ms(between(rng, 5000, 10000));
+    for b in 0..2 {
+        s.faults.push((from, b, Fault::Mode(Mode::Status500(1000))));
+        s.faults.push((from + len, b, Fault::Recover));
+    }
     finish(s)
 }

@@ -158,6 +158,7 @@ impl World<'_> {
                 | Metric::QueueWait(_)
                 | Metric::Store { .. },
             ) => {}
+            Output::Outliers(events) => self.check_outliers(req, &events),
             Output::AbortBody => self.check_abort(req),
             Output::Answer(answer) => self.answered(req, answer),
             Output::Deliver(d) => {

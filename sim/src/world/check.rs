@@ -9,6 +9,7 @@
 
 use weir_core::breaker::{CircuitState, Outcome};
 use weir_core::flow::Attempt;
+use weir_core::outlier::{OutlierChange, OutlierEvent};
 use weir_core::pool::Availability;
 
 use super::{Arc, Current, Permit, World};
@@ -74,6 +75,50 @@ impl World<'_> {
     }
 
     /// Per backend: slots (C-POOL-6), circuit transitions, slow start (C-HEALTH-4).
+    /// An interval judged by this request's start (C-OUT-2): count its ejections, and check
+    /// that the pool's ejections stay within `max_ejection_percent` (one in a pool of two or
+    /// more) and leave a serving backend when the pool had one.
+    pub(super) fn check_outliers(&mut self, req: usize, events: &[OutlierEvent]) {
+        let now = self.now;
+        let snapshot = self.requests[req].snapshot;
+        let pool = std::sync::Arc::clone(&self.snapshots[snapshot].pool);
+        let params = *pool.params();
+        let ejections = events
+            .iter()
+            .filter(|e| matches!(e.change, OutlierChange::Ejected { .. }))
+            .count();
+        self.stats.ejections += ejections as u64;
+        if ejections == 0 {
+            return;
+        }
+        let backends = pool.backends();
+        let ejected = backends
+            .iter()
+            .filter(|b| b.is_ejected(&params, now))
+            .count();
+        let cap = params.outlier.max_ejected(backends.len());
+        if ejected > cap {
+            self.fail(
+                Invariant::OutlierCap,
+                format!(
+                    "request {req}: {ejected} of {} backends ejected, cap {cap}",
+                    backends.len()
+                ),
+            );
+        }
+        let serving = backends.iter().filter(|b| b.is_serving()).count();
+        let left = backends
+            .iter()
+            .filter(|b| b.is_serving() && !b.is_ejected(&params, now))
+            .count();
+        if serving > 0 && left == 0 {
+            self.fail(
+                Invariant::OutlierCap,
+                format!("request {req}: every one of {serving} serving backends ejected"),
+            );
+        }
+    }
+
     fn check_backends(&mut self) {
         let now = self.now;
         let max = self.pool_params.max_concurrent_requests;
@@ -162,7 +207,8 @@ impl World<'_> {
             let snapshot = self.requests[req].snapshot;
             let pool = std::sync::Arc::clone(&self.snapshots[snapshot].pool);
             let params = *pool.params();
-            if arc.breaker().admits(&params.breaker, now) {
+            // An ejected backend is open to panic routing like an open circuit (C-OUT-2).
+            if arc.breaker().admits(&params.breaker, now) && !arc.is_ejected(&params, now) {
                 self.fail(
                     Invariant::PanicRouting,
                     format!(

@@ -208,6 +208,50 @@ fn read_health(r: &mut Reader, f: &Field<'_>) -> HealthCheckConfig {
             0,
         ),
         expected_statuses: r.statuses(&o.field("expected_statuses"), &d.expected_statuses),
+        outlier: read_outlier(r, &o.field("outlier")),
+    };
+    o.finish(r);
+    v
+}
+
+fn read_outlier(r: &mut Reader, f: &Field<'_>) -> OutlierConfig {
+    let d = OutlierConfig::default();
+    let mut o = r.obj(f);
+    let v = OutlierConfig {
+        enabled: r.bool(&o.field("enabled"), d.enabled),
+        interval: r.duration(&o.field("interval"), d.interval),
+        base_ejection_time: r.duration(&o.field("base_ejection_time"), d.base_ejection_time),
+        max_ejection_time: r.duration(&o.field("max_ejection_time"), d.max_ejection_time),
+        max_ejection_percent: r.u32(&o.field("max_ejection_percent"), d.max_ejection_percent, 0),
+        failure_percentage_threshold: r.u32(
+            &o.field("failure_percentage_threshold"),
+            d.failure_percentage_threshold,
+            0,
+        ),
+        failure_percentage_minimum_hosts: r.u32(
+            &o.field("failure_percentage_minimum_hosts"),
+            d.failure_percentage_minimum_hosts,
+            0,
+        ),
+        failure_percentage_request_volume: r.u32(
+            &o.field("failure_percentage_request_volume"),
+            d.failure_percentage_request_volume,
+            0,
+        ),
+        success_rate_minimum_hosts: r.u32(
+            &o.field("success_rate_minimum_hosts"),
+            d.success_rate_minimum_hosts,
+            0,
+        ),
+        success_rate_request_volume: r.u32(
+            &o.field("success_rate_request_volume"),
+            d.success_rate_request_volume,
+            0,
+        ),
+        success_rate_stdev_factor: r.f64(
+            &o.field("success_rate_stdev_factor"),
+            d.success_rate_stdev_factor,
+        ),
     };
     o.finish(r);
     v

@@ -3,6 +3,8 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use crate::config::OutlierConfig;
+use crate::outlier::{OutlierError, OutlierParams};
 
 /// Name of the default pool in `routes[].pool`.
 pub const DEFAULT_POOL: &str = "default";
@@ -207,11 +209,43 @@ pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolP
         c.core_err("server.upstream.max_concurrent_requests", e.to_string());
         return None;
     }
+    let outlier = check_outlier(&h.outlier, c);
     Some(PoolParams {
         max_concurrent_requests: cfg.server.upstream.max_concurrent_requests,
         breaker: breaker?,
         slow_start: slow_start?,
+        outlier: outlier?,
     })
+}
+
+/// `health_check.outlier` (C-OUT-1, C-OUT-2): every field checked, each error naming its key.
+fn check_outlier(o: &OutlierConfig, c: &mut Check<'_>) -> Option<OutlierParams> {
+    let Some(factor) = OutlierParams::stdev_factor_milli(o.success_rate_stdev_factor) else {
+        c.core_err(
+            "health_check.outlier.success_rate_stdev_factor",
+            OutlierError::StdevFactor.to_string(),
+        );
+        return None;
+    };
+    let params = OutlierParams {
+        enabled: o.enabled,
+        interval: o.interval,
+        base_ejection_time: o.base_ejection_time,
+        max_ejection_time: o.max_ejection_time,
+        max_ejection_percent: o.max_ejection_percent,
+        failure_percentage_threshold: o.failure_percentage_threshold,
+        failure_percentage_minimum_hosts: o.failure_percentage_minimum_hosts,
+        failure_percentage_request_volume: o.failure_percentage_request_volume,
+        success_rate_minimum_hosts: o.success_rate_minimum_hosts,
+        success_rate_request_volume: o.success_rate_request_volume,
+        success_rate_stdev_factor_milli: factor,
+    };
+    params
+        .checked()
+        .map_err(|e| {
+            c.core_err(&format!("health_check.outlier.{}", e.key()), e.to_string());
+        })
+        .ok()
 }
 
 pub(super) fn valid_pool_name(name: &str) -> bool {

@@ -313,6 +313,7 @@ impl Req<'_> {
                     }
                 }
                 Output::Metric(m) => effects::metric(self.data_plane, x, m),
+                Output::Outliers(events) => effects::outliers(x, &events),
                 Output::GateWake { ticket } => self.data_plane.admission.wake(ticket),
                 out => return Some(out),
             }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use foldhash::fast::FixedState;
 use weir_core::Instant;
+use weir_core::outlier::EjectReason;
 use weir_core::pool::Availability;
 use weir_core::runtime::Runtime;
 
@@ -32,6 +33,8 @@ pub struct BackendMetrics {
     pub(crate) circuit: [AtomicU64; 2],
     /// Upstream requests sent on `[a new connection, a reused idle one]`.
     connections: [AtomicU64; 2],
+    /// Outlier ejections, by reason in `EjectReason::ALL` order (C-OUT-2).
+    ejections: [AtomicU64; EjectReason::ALL.len()],
 }
 
 impl BackendMetrics {
@@ -44,7 +47,17 @@ impl BackendMetrics {
             checks: [AtomicU64::new(0), AtomicU64::new(0)],
             circuit: [AtomicU64::new(0), AtomicU64::new(0)],
             connections: [AtomicU64::new(0), AtomicU64::new(0)],
+            ejections: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+
+    /// Count one outlier ejection (C-OUT-2).
+    pub fn ejection(&self, reason: EjectReason) {
+        let i = EjectReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.ejections[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count an upstream request sent on a new connection (`reused: false`, counted once the
@@ -130,7 +143,14 @@ pub(super) fn families(
     let mut panics = Vec::new();
     let mut checks = Vec::new();
     let mut connections = Vec::new();
+    let mut ejections = Vec::new();
     for b in &table.order {
+        for (i, reason) in EjectReason::ALL.into_iter().enumerate() {
+            ejections.push((
+                labels([("backend", b.id()), ("reason", reason.as_str())]),
+                b.ejections[i].load(Ordering::Relaxed),
+            ));
+        }
         for o in AttemptOutcome::ALL {
             attempts.push((
                 labels([("backend", b.id()), ("outcome", o.as_str())]),
@@ -181,8 +201,15 @@ pub(super) fn families(
         connections,
     ));
 
+    out.push(counter(
+        "load_balancer_outlier_ejections",
+        "Outlier-detection ejections, by backend and reason (C-OUT-2).",
+        ejections,
+    ));
+
     let mut available = Vec::new();
     let mut inflight = Vec::new();
+    let mut ejected = Vec::new();
     let cfg = rt.config();
     for (pool_index, b) in rt.backends() {
         let pool_name = cfg.pools.get(pool_index).map_or("", |p| p.name.as_str());
@@ -193,12 +220,21 @@ pub(super) fn families(
             )
         });
         available.push((labels([("backend", b.id()), ("pool", pool_name)]), flag(up)));
+        let out = rt
+            .pool(pool_index)
+            .is_some_and(|p| b.is_ejected(p.params(), now));
+        ejected.push((labels([("backend", b.id())]), flag(out)));
         inflight.push((labels([("backend", b.id())]), f64::from(b.in_flight())));
     }
     out.push(gauge(
         "load_balancer_backend_available",
         "1 when the backend can take requests (enabled, not draining, healthy, circuit not open).",
         available,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_ejected",
+        "1 while outlier detection has the backend ejected (C-OUT-2).",
+        ejected,
     ));
     out.push(gauge(
         "load_balancer_backend_inflight_requests",
