@@ -185,6 +185,8 @@ macro_rules! __with_cases {
             c_retry_6_hanging_503_is_not_drained,
             c_retry_7_budget_bounds_retries,
             c_retry_8_per_try_timeout_is_a_passive_failure,
+            c_retry_11_backend_429_passes_through_not_retried_nor_a_failure,
+            c_retry_11_full_bulkhead_503_carries_retry_after,
             c_load_1_overload_after_queue_timeout,
             c_load_1_no_wait_when_queue_timeout_zero,
             c_load_1_slot_is_free_once_the_response_is_read,

@@ -383,7 +383,9 @@ impl<'a> SyntheticResponse<'a> {
             Reject::RateLimited(outcome) => outcome
                 .headers()
                 .fold(r, |r, (name, value)| r.with(name, value.into())),
-            Reject::StoreUnavailable | Reject::BulkheadFull(_) | Reject::NoBackend(_) => r,
+            // A full bulkhead frees up as the route's requests end: worth retrying soon.
+            Reject::BulkheadFull(_) => r.with(header::RETRY_AFTER, Text::Int(1)),
+            Reject::StoreUnavailable | Reject::NoBackend(_) => r,
         }
     }
 

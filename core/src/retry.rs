@@ -74,6 +74,8 @@ pub enum RetryError {
     Method(String),
     /// `statuses` holds a status outside 400..=599
     Status(u16),
+    /// `statuses` holds `429`: a backend's `429` is an answer, never retried (C-RETRY-11)
+    TooManyRequests,
     /// `budget_capacity` is zero
     BudgetCapacity,
     /// `budget_refill_per_second` is not a finite number above zero
@@ -90,7 +92,7 @@ impl RetryError {
             RetryError::MaxAttempts(_) => "max_attempts",
             RetryError::PerTryTimeout => "per_try_timeout",
             RetryError::Method(_) => "methods",
-            RetryError::Status(_) => "statuses",
+            RetryError::Status(_) | RetryError::TooManyRequests => "statuses",
             RetryError::BudgetCapacity | RetryError::BudgetTooLarge => "budget_capacity",
             RetryError::BudgetRefill(_) => "budget_refill_per_second",
         }
@@ -104,6 +106,10 @@ impl fmt::Display for RetryError {
             RetryError::PerTryTimeout => write!(f, "per_try_timeout must be above zero"),
             RetryError::Method(m) => write!(f, "methods: {m:?} is not an http method token"),
             RetryError::Status(s) => write!(f, "statuses: {s} is outside 400..=599"),
+            RetryError::TooManyRequests => write!(
+                f,
+                "statuses: 429 is a backend's answer (passed on with its Retry-After), never retried"
+            ),
             RetryError::BudgetCapacity => write!(f, "budget_capacity must be at least 1"),
             RetryError::BudgetRefill(r) => {
                 write!(
@@ -322,6 +328,11 @@ impl RetryPolicy {
         let mut statuses = statuses;
         if let Some(&bad) = statuses.iter().find(|s| !STATUS_RANGE.contains(s)) {
             return Err(RetryError::Status(bad));
+        }
+        // A `429` asks the client to slow down: retrying it elsewhere would defeat it, and
+        // counting it as a failure would eject a backend for protecting itself.
+        if statuses.contains(&429) {
+            return Err(RetryError::TooManyRequests);
         }
         statuses.sort_unstable();
         statuses.dedup();

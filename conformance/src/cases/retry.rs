@@ -416,3 +416,42 @@ pub async fn c_retry_8_per_try_timeout_is_a_passive_failure(bin: Binary) {
     );
     assert_eq!(a.count(), 2);
 }
+
+/// C-RETRY-11: a backend's `429` is an answer: it reaches the client with its `Retry-After`, is
+/// never retried on another backend and never counts as a passive failure (a breaker with
+/// `failure_threshold: 1` stays closed, so `pick_first` keeps sending to the same backend).
+pub async fn c_retry_11_backend_429_passes_through_not_retried_nor_a_failure(bin: Binary) {
+    let a = Backend::start("tm-1").await;
+    let b = Backend::start("tm-2").await;
+    a.set_mode(Mode::Status(429));
+    a.set_response_headers(&[("retry-after", "7")]);
+    let cfg = Config::new(&[&a, &b])
+        .policy("pick_first")
+        .set("health_check.failure_threshold", 1);
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..5 {
+        let r = get(p.public, "/t").await;
+        expect_status(&r, 429, &format!("request {i}"));
+        assert_eq!(r.header("retry-after").as_deref(), Some("7"), "request {i}");
+        assert_eq!(r.backend().as_deref(), Some("tm-1"), "request {i}");
+    }
+    assert_eq!(a.count(), 5);
+    assert_eq!(b.count(), 0, "a 429 was retried or opened the circuit");
+}
+
+/// C-RETRY-11: weir's own `503` for a full route bulkhead carries `Retry-After: 1`, as its
+/// `503` for a full gate does.
+pub async fn c_retry_11_full_bulkhead_503_carries_retry_after(bin: Binary) {
+    let slow = Backend::start("bh-1").await;
+    slow.set_mode(Mode::Hold);
+    let cfg = Config::new(&[&slow]).route("/slow", "default", Some(1));
+    let p = Proxy::start(&bin, &cfg).await;
+    let held = super::spawn_send(p.public, Req::get("/slow/1"));
+    slow.wait_in_flight(1, secs(5)).await;
+    let r = get(p.public, "/slow/2").await;
+    expect_weir_error(&r, 503, "bulkhead full");
+    assert_eq!(r.header("retry-after").as_deref(), Some("1"));
+    slow.set_mode(Mode::Ok);
+    slow.release_all();
+    expect_status(&super::join(held, "held").await, 200, "held request");
+}

@@ -406,3 +406,24 @@ proptest! {
         prop_assert!(retry_after[0].parse::<u64>().unwrap() >= 1, "C-RATE-1: at least 1");
     }
 }
+
+#[test]
+fn c_retry_11_weirs_own_429_and_gate_and_bulkhead_503_carry_retry_after() {
+    let id = "abc-123";
+    let retry_after = |r: &SyntheticResponse<'_>| {
+        strings(r)
+            .into_iter()
+            .find(|(n, _)| *n == "retry-after")
+            .map(|(_, v)| v)
+    };
+    let full = SyntheticResponse::reject(&Reject::BulkheadFull(BulkheadFull { limit: 4 }), id);
+    assert_eq!(retry_after(&full).as_deref(), Some("1"));
+    let gate = SyntheticResponse::reject(&Reject::Overloaded(Overloaded::QueueFull), id);
+    assert_eq!(retry_after(&gate).as_deref(), Some("1"));
+    let limited = SyntheticResponse::reject(&Reject::RateLimited(denied()), id);
+    let secs: u64 = retry_after(&limited).unwrap().parse().unwrap();
+    assert!(secs >= 1);
+    // No backend: nothing says when one will be back.
+    let none = SyntheticResponse::reject(&Reject::NoBackend(NoBackend::NoHealthy), id);
+    assert_eq!(retry_after(&none), None);
+}

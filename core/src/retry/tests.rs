@@ -198,11 +198,11 @@ fn c_retry_1_500_is_a_success_and_statuses_are_configurable() {
         AttemptClass::Failure
     );
     let q = RetryPolicy::new(RetryParams {
-        statuses: vec![500, 429],
+        statuses: vec![500, 408],
         ..RetryParams::default()
     })
     .unwrap();
-    assert_eq!(q.statuses(), [429, 500]);
+    assert_eq!(q.statuses(), [408, 500]);
     assert_eq!(
         q.classify(AttemptOutcome::Status(500)),
         AttemptClass::Failure
@@ -212,7 +212,7 @@ fn c_retry_1_500_is_a_success_and_statuses_are_configurable() {
         AttemptClass::Success
     );
     let f = RetryFacts {
-        outcome: AttemptOutcome::Status(429),
+        outcome: AttemptOutcome::Status(408),
         ..retryable()
     };
     assert_eq!(q.decide(&f), RetryVerdict::Retry);
@@ -413,4 +413,25 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn c_retry_11_a_backends_429_is_never_retryable() {
+    let err = RetryPolicy::new(RetryParams {
+        statuses: vec![429, 503],
+        ..RetryParams::default()
+    })
+    .unwrap_err();
+    assert_eq!(err, RetryError::TooManyRequests);
+    assert_eq!(err.field(), "statuses");
+    let p = RetryPolicy::new(RetryParams::default()).unwrap();
+    assert_eq!(
+        p.classify(AttemptOutcome::Status(429)),
+        crate::breaker::Outcome::Success,
+        "a 429 is an answer, never a passive failure"
+    );
+    assert_eq!(
+        crate::outlier::Verdict::of_status(429),
+        crate::outlier::Verdict::Good
+    );
 }
