@@ -30,6 +30,9 @@ use crate::time::Instant;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 /// Errors in outlier-detection parameters (each names its key in the message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutlierError {
@@ -286,10 +289,19 @@ const UNTIL_SHIFT: u32 = 10;
 /// - `counts`: this interval's attempts (high 32 bits) and failures (low 32 bits);
 /// - `word`: the ejection: its reason (bits 0–1, 0 = none), the number of consecutive ejections
 ///   (bits 2–9, the multiplier of C-OUT-2) and its end in ms of the core clock (bits 10–63).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OutlierCell {
     counts: AtomicU64,
     word: AtomicU64,
+}
+
+impl Default for OutlierCell {
+    fn default() -> OutlierCell {
+        OutlierCell {
+            counts: AtomicU64::new(0),
+            word: AtomicU64::new(0),
+        }
+    }
 }
 
 /// One backend's interval, as the judge sees it.
@@ -417,10 +429,18 @@ fn floor_ms(t: Instant) -> u64 {
 }
 
 /// The pool's next interval boundary, shared by its requests (and carried across reloads).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OutlierClock {
     /// The next boundary in ns of the core clock; 0 = not started.
     next: AtomicU64,
+}
+
+impl Default for OutlierClock {
+    fn default() -> OutlierClock {
+        OutlierClock {
+            next: AtomicU64::new(0),
+        }
+    }
 }
 
 impl OutlierClock {
