@@ -44,7 +44,7 @@ use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::response_body::{Delivered, ResBody};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, Conn, SendError, Target, UpBody};
+use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -118,7 +118,7 @@ fn log_request<'b>(
 }
 
 /// The latest attempt's response head, its connection and its target.
-type Last = Option<(Response<Incoming>, Conn, Arc<Target>)>;
+type Last = Option<(Response<Incoming>, Lent, Arc<Target>)>;
 
 impl Drop for Io<'_> {
     fn drop(&mut self) {
@@ -319,7 +319,7 @@ impl<'a> Io<'a> {
                 pin!(
                     data_plane
                         .upstream
-                        .send(&target, Some(&metrics), req, begun, client)
+                        .send_lent(&target, Some(&metrics), req, begun, client)
                 );
             self.bounded(sent.as_mut()).await
         };
@@ -475,7 +475,7 @@ impl<'a> Io<'a> {
             let at = data_plane.clock.at(now);
             worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
             effects::drain(data_plane, &mut x, None);
-            data_plane.upstream.release(conn, now);
+            data_plane.upstream.release_lent(conn, now);
             let body = ResBody::empty(Some(guard)).with_line(self.line.take());
             return Response::from_parts(parts, body);
         }
@@ -490,7 +490,7 @@ impl<'a> Io<'a> {
 fn tunnel(
     ctx: &Arc<DownstreamCtx>,
     mut x: Bound,
-    conn: Conn,
+    conn: Lent,
     backend_upgrade: hyper::upgrade::OnUpgrade,
     client_upgrade: hyper::upgrade::OnUpgrade,
 ) {

@@ -70,6 +70,9 @@ pub enum UpBody {
     Full(Option<Bytes>),
     /// The client's body, streamed as it arrives (never replayed, C-RETRY-1).
     Stream(ClientBody),
+    /// An HTTP/1 client's body on its way to an HTTP/2 backend, fed by the data path as it
+    /// reads it; an error item breaks the stream (the backend sees a reset, not an end).
+    Channel(Pin<Box<async_channel::Receiver<Result<Bytes, BoxError>>>>),
 }
 
 impl UpBody {
@@ -96,6 +99,12 @@ impl Body for UpBody {
             UpBody::Empty => Poll::Ready(None),
             UpBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             UpBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            UpBody::Channel(rx) => {
+                use futures_util::Stream as _;
+                rx.as_mut()
+                    .poll_next(cx)
+                    .map(|item| item.map(|r| r.map(Frame::data)))
+            }
         }
     }
 
@@ -104,6 +113,7 @@ impl Body for UpBody {
             UpBody::Empty => true,
             UpBody::Full(b) => b.is_none(),
             UpBody::Stream(s) => s.inner.is_end_stream(),
+            UpBody::Channel(_) => false,
         }
     }
 
@@ -112,6 +122,7 @@ impl Body for UpBody {
             UpBody::Empty => SizeHint::with_exact(0),
             UpBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             UpBody::Stream(s) => s.inner.size_hint(),
+            UpBody::Channel(_) => SizeHint::default(),
         }
     }
 }
