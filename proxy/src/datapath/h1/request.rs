@@ -30,7 +30,7 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{BodyFault, Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::attempt::{BodyFault, H2Up, Side, Up, attempt, or_gone, response_head, upstream_target};
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
 use super::io::{Extra, push_text, send_continue, write_all};
 use super::relay::{self, Pump, PumpSide, Reader};
@@ -221,14 +221,6 @@ impl<'a> Log<'a> {
             host: self.host.text(),
         }
     }
-}
-
-/// The latest attempt's response head when its backend speaks HTTP/2 (C-GRPC-1, `to_h2`),
-/// and what it holds of its backend.
-struct H2Up {
-    resp: http::Response<hyper::body::Incoming>,
-    lent: crate::services::upstream::Lent,
-    target: Arc<Target>,
 }
 
 /// The client went away while the request waited (C-PATH-9).
