@@ -37,6 +37,8 @@ pub struct H2Request {
     pub headers: HeaderMap,
     /// The request body.
     pub body: Bytes,
+    /// The request's trailers, if it had any.
+    pub trailers: Option<HeaderMap>,
 }
 
 #[derive(Debug)]
@@ -171,11 +173,13 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
             inner.max_in_flight.fetch_max(total, Ordering::SeqCst);
             let all = AllInFlight(Arc::clone(&inner));
             let (parts, body) = req.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
+            let (body, trailers) = match body.collect().await {
+                Ok(c) => {
+                    let trailers = c.trailers().cloned();
+                    (c.to_bytes(), trailers)
+                }
+                Err(_) => (Bytes::new(), None),
+            };
             lock(&inner.requests).push(H2Request {
                 path: parts
                     .uri
@@ -184,6 +188,7 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 version: parts.version,
                 headers: parts.headers,
                 body,
+                trailers,
             });
             let start = tokio::time::Instant::now();
             while inner.in_flight.load(Ordering::SeqCst) < inner.hold_until

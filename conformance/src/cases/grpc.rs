@@ -76,6 +76,49 @@ async fn call(mut tx: SendRequest<Full<Bytes>>, addr: SocketAddr, path: &str) ->
         .expect("call answered within 20 s")
 }
 
+/// A `method` call to `/pkg.Trailers/<method>` on a new HTTP/2 connection whose body
+/// `streamed` is followed by the trailer `x-checksum: 42`.
+async fn call_with_trailers(addr: SocketAddr, method: &str) -> Answer {
+    type Trailed = http_body_util::combinators::WithTrailers<
+        Full<Bytes>,
+        std::future::Ready<Option<Result<HeaderMap, std::convert::Infallible>>>,
+    >;
+    let stream = connect(addr, None).await.expect("connect");
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Trailed>(TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let body = Full::new(Bytes::from_static(b"streamed"))
+        .with_trailers(std::future::ready(Some(Ok(trailers))));
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/pkg.Trailers/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("request");
+    let fut = async move {
+        let resp = tx.send_request(req).await.expect("h2 call");
+        let (parts, body) = resp.into_parts();
+        let collected = body.collect().await.expect("h2 body");
+        let trailers = collected.trailers().cloned();
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: collected.to_bytes(),
+            trailers,
+        }
+    };
+    tokio::time::timeout(secs(20), fut)
+        .await
+        .expect("call answered within 20 s")
+}
+
 fn header(h: &HeaderMap, name: &str) -> Option<String> {
     h.get(name)
         .and_then(|v| v.to_str().ok())
@@ -91,7 +134,8 @@ pub async fn c_grpc_1_h2_client_calls_are_balanced_over_h2c_backends_with_traile
         bs.push(H2Backend::start(&format!("g-{i}"), None, 0).await);
     }
     let refs: Vec<&H2Backend> = bs.iter().collect();
-    let p = Proxy::start(&bin, &h2c_config(&refs)).await;
+    let cfg = h2c_config(&refs).set("server.retry.methods", json!(["GET", "PUT"]));
+    let p = Proxy::start(&bin, &cfg).await;
     let tx = h2_client(p.public).await;
     for i in 0..30 {
         let a = call(tx.clone(), p.public, "/pkg.Echo/Call").await;
@@ -121,6 +165,24 @@ pub async fn c_grpc_1_h2_client_calls_are_balanced_over_h2c_backends_with_traile
             assert!(header(&r.headers, "x-request-id").is_some(), "{r:?}");
             assert_eq!(&r.body[..], b"\0\0\0\0\x02hi");
         }
+    }
+    // Request trailers reach the backend, from a streamed body (POST) and from one buffered
+    // for replay (PUT is made replayable here).
+    for method in ["POST", "PUT"] {
+        let a = call_with_trailers(p.public, method).await;
+        assert_eq!(a.status, 200, "{method}: {a:?}");
+        let path = format!("/pkg.Trailers/{method}");
+        let got = bs
+            .iter()
+            .flat_map(H2Backend::requests)
+            .find(|r| r.path == path)
+            .expect("the call reached a backend");
+        assert_eq!(&got.body[..], b"streamed", "{method}");
+        let t = got
+            .trailers
+            .as_ref()
+            .unwrap_or_else(|| panic!("{method}: request trailers reach the backend: {got:?}"));
+        assert_eq!(header(t, "x-checksum").as_deref(), Some("42"), "{method}");
     }
 }
 

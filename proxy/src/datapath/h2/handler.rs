@@ -68,6 +68,7 @@ pub async fn handle(
         prepared: false,
         body: Some(body),
         buffered: None,
+        trailers: None,
         tally: None,
     };
     Ok(io.run(&mut up, guard, client_upgrade).await)
@@ -98,6 +99,8 @@ struct Outgoing {
     prepared: bool,
     body: Option<Incoming>,
     buffered: Option<Bytes>,
+    /// The buffered body's trailers, sent after it on every attempt.
+    trailers: Option<Box<HeaderMap>>,
     /// The client's streamed body as read: bytes, and whether reading it failed (C-PATH-9).
     tally: Option<Arc<BodyTally>>,
 }
@@ -280,6 +283,7 @@ impl<'a> Io<'a> {
         let mut collect = pin!(body.collect());
         match self.bounded(collect.as_mut()).await {
             Some(Ok(c)) => {
+                up.trailers = c.trailers().cloned().map(Box::new);
                 let body = c.to_bytes();
                 self.body_bytes = Some(RequestBytes::Known(body.len() as u64));
                 up.buffered = Some(body);
@@ -393,7 +397,13 @@ impl<'a> Io<'a> {
         }
         let body = match s.body {
             SendBody::Empty => UpBody::Empty,
-            SendBody::Buffered => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+            SendBody::Buffered => match &up.trailers {
+                // Only HTTP/2 carries request trailers after a body of declared length.
+                Some(t) if target.protocol().is_h2() => {
+                    UpBody::Trailed(up.buffered.clone(), Some(t.clone()))
+                }
+                _ => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+            },
             // A streamed body is never replayed (C-RETRY-1), so it is taken once.
             SendBody::Stream { read_deadline } => match up.body.take() {
                 Some(body) => {
