@@ -302,3 +302,70 @@ async fn c_grpc_1_h2_backend_over_tls_with_alpn() {
     }
     assert_eq!(up.h2_count(), 1);
 }
+
+/// A plain HTTP/2 (h2c) backend answering `ok`; counts accepted connections.
+async fn h2c_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// C-GRPC-1: an HTTP/2 connection with no stream in use for `idle_conn_timeout` is closed by
+/// the sweep; one in use is kept; the next request opens a new one.
+#[tokio::test]
+async fn c_grpc_1_idle_h2_connection_closed_by_the_sweep() {
+    let (addr, accepted) = h2c_backend().await;
+    let cfg = UpstreamConfig {
+        idle_conn_timeout: Some(Duration::from_millis(50)),
+        ..config()
+    };
+    let up = Upstream::new(weir_tokio::rt(), cfg, None);
+    let t = Target::new("h2c", &format!("http://{addr}"))
+        .unwrap()
+        .with_protocol(weir_core::backend::Protocol::H2c);
+    let t = Arc::new(t);
+    let send = || up.send_lent(&t, None, get("x"), std::time::Instant::now(), client());
+    let (resp, held) = send().await.expect("h2c");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    // In use: sweeps across more than the idle timeout keep it.
+    for _ in 0..3 {
+        up.sweep();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert_eq!(up.h2_count(), 1, "a connection in use is kept");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.as_ref(), b"ok");
+    up.release_lent(held, std::time::Instant::now());
+    // Idle: the first sweep notes it, a later one past the timeout closes it.
+    for _ in 0..3 {
+        up.sweep();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    up.sweep();
+    assert_eq!(up.h2_count(), 0, "an idle connection is closed");
+    let (resp, _held) = send().await.expect("h2c again");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(up.h2_count(), 1);
+}
