@@ -238,10 +238,12 @@ impl Req<'_> {
 }
 
 /// `send` to its end, with `pump` feeding the request body beside it; a body not fed whole by
-/// the time the response head came is fed to its end before the head is returned.
-async fn send_and_pump<S, P, T>(send: S, pump: P) -> (T, Result<(), PumpError>)
+/// the time the response head came is fed to its end before the head is returned. When the
+/// send failed the feed stops where it is (the body has nowhere to go; the client connection
+/// closes after the answer, its body unread).
+async fn send_and_pump<S, P, T, E>(send: S, pump: P) -> (Result<T, E>, Result<(), PumpError>)
 where
-    S: Future<Output = T>,
+    S: Future<Output = Result<T, E>>,
     P: Future<Output = Result<(), PumpError>>,
 {
     let mut send = pin!(send);
@@ -258,6 +260,7 @@ where
     .await;
     let pumped = match pumped {
         Some(r) => r,
+        None if sent.is_err() => Ok(()),
         None => pump.await,
     };
     (sent, pumped)
