@@ -296,7 +296,14 @@ start_proxy() {
   local status probe=() scheme=http
   [[ ${H2C:-0} == 1 ]] && probe=(--http2-prior-knowledge)
   [[ -n ${TLS_CERT:-} ]] && scheme=https probe=(--insecure --http1.1)
-  status=$(curl -s "${probe[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$PORT/" 2>/dev/null || true)
+  # A few tries: a proxy slowed down (valgrind, a loaded machine) may not have seen its first
+  # health checks pass yet.
+  local try
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    status=$(curl -s "${probe[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$PORT/" 2>/dev/null || true)
+    [[ $status == 200 ]] && break
+    sleep "0.$try"
+  done
   [[ $status == 200 ]] || die "$name answered '$status' on 127.0.0.1:$PORT (see $WORK/$name-w$workers.log)"
   log "$name: $workers worker(s) on 127.0.0.1:$PORT, pid $PROXY_PID${pin:+ ($pin)}"
 }

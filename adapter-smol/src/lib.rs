@@ -2,13 +2,15 @@
 //! ([`weir_proxy::rt::Runtime`]), and the `weir-smol` binary (`main.rs`).
 //!
 //! - Executors: each thread that calls [`Runtime::block_on`](weir_proxy::rt::Runtime::block_on)
-//!   (the control thread, every worker) runs its own `async_executor::Executor`, registered in a
-//!   thread-local so that [`Runtime::spawn`](weir_proxy::rt::Runtime::spawn) lands on the
-//!   current thread's executor, as tokio's current-thread runtimes do. A panicking task is
-//!   caught and logged (tokio isolates task panics the same way).
-//! - IO and timers: async-io's reactor (`Async<TcpStream>`, `async_io::Timer` through
-//!   [`timer`]'s lazily reset sleeps); streams reach hyper through [`SmolIo`] (not smol-hyper's
-//!   `FuturesIo`, which zeroes hyper's whole free read buffer before every read).
+//!   (the control thread, every worker) runs its own [`exec::Executor`] (a run queue of
+//!   `async-task` runnables, parked in async-io's reactor), registered in a thread-local so
+//!   that [`Runtime::spawn`](weir_proxy::rt::Runtime::spawn) lands on the current thread's
+//!   executor, as tokio's current-thread runtimes do. A panicking task is caught and logged
+//!   (tokio isolates task panics the same way).
+//! - IO and timers: async-io's reactor (`Async<TcpStream>`); hyper's and weir's sleeps in the
+//!   thread's timer wheel ([`timer`]), one async-io `Timer` per thread; streams reach hyper
+//!   through [`SmolIo`] (not smol-hyper's `FuturesIo`, which zeroes hyper's whole free read
+//!   buffer before every read).
 //! - TLS: futures-rustls; DNS and blocking work: the `blocking` thread pool; signals:
 //!   async-signal.
 //!
@@ -20,12 +22,10 @@ use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use async_executor::Executor;
 use async_io::Async;
-use futures_lite::{AsyncRead, AsyncWrite, FutureExt as _, StreamExt as _};
+use futures_lite::{AsyncRead, AsyncWrite, StreamExt as _};
 use hyper::rt::ReadBufCursor;
 use hyper::rt::Timer;
 use weir_proxy::rt::{
@@ -35,7 +35,10 @@ use weir_proxy::rt::{
 
 pub use weir_proxy::*;
 
+mod exec;
 mod timer;
+
+use exec::Executor;
 
 /// The smol runtime, as weir-proxy uses it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,23 +52,20 @@ pub fn rt() -> Rt {
     Rt(&SMOL)
 }
 
-thread_local! {
-    /// The executor of the thread's `block_on`, if one runs.
-    static CURRENT: RefCell<Option<Arc<Executor<'static>>>> = const { RefCell::new(None) };
-}
-
 /// The process-wide fallback executor for spawns from threads without one (never the data
 /// plane's), run by one thread started on first use.
-fn fallback() -> &'static Executor<'static> {
-    static GLOBAL: std::sync::OnceLock<Executor<'static>> = std::sync::OnceLock::new();
+fn fallback() -> &'static Executor {
+    static GLOBAL: std::sync::OnceLock<Executor> = std::sync::OnceLock::new();
     GLOBAL.get_or_init(|| {
+        let ex = Executor::new();
+        let run = ex.clone();
         let spawned = std::thread::Builder::new()
             .name("weir-smol-fallback".into())
-            .spawn(|| async_io::block_on(fallback().run(std::future::pending::<()>())));
+            .spawn(move || run.block_on(Box::pin(std::future::pending::<()>())));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the fallback executor thread");
         }
-        Executor::new()
+        ex
     })
 }
 
@@ -74,34 +74,21 @@ impl weir_proxy::rt::Runtime for Smol {
         "smol"
     }
 
-    /// async-io's timers, reset lazily ([`timer::LazyTimer`]).
+    /// The thread's timer wheel, one async-io timer per thread ([`timer::ThreadTimer`]).
     fn timer(&self) -> &'static (dyn Timer + Send + Sync) {
-        static TIMER: timer::LazyTimer = timer::LazyTimer;
+        static TIMER: timer::ThreadTimer = timer::ThreadTimer;
         &TIMER
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
-        let task = async move {
-            if std::panic::AssertUnwindSafe(task)
-                .catch_unwind()
-                .await
-                .is_err()
-            {
-                tracing::error!("a task panicked; it was dropped");
-            }
-        };
-        let local = CURRENT.with(|c| c.borrow().as_ref().map(Arc::clone));
-        match local {
-            Some(ex) => ex.spawn(task).detach(),
-            None => fallback().spawn(task).detach(),
+        match Executor::current() {
+            Some(ex) => ex.spawn(task),
+            None => fallback().spawn(task),
         }
     }
 
     fn block_on(&self, main: Pin<Box<dyn Future<Output = ()> + '_>>) -> io::Result<()> {
-        let ex = Arc::new(Executor::new());
-        let previous = CURRENT.with(|c| c.replace(Some(Arc::clone(&ex))));
-        async_io::block_on(ex.run(main));
-        CURRENT.with(|c| *c.borrow_mut() = previous);
+        Executor::new().block_on(main);
         Ok(())
     }
 
@@ -382,11 +369,11 @@ impl<T: AsyncWrite + CloseWrite + Unpin> hyper::rt::Write for SmolIo<T> {
 struct SmolListener(Async<TcpListener>);
 
 impl Listener for SmolListener {
+    /// The accepted socket goes back as a plain `TcpStream`, registered later
+    /// ([`Runtime::register`](weir_proxy::rt::Runtime::register)): `Async::accept` would
+    /// register it with the reactor here, only for it to be deregistered at once.
     fn accept(&self) -> BoxFuture<'_, io::Result<(TcpStream, SocketAddr)>> {
-        Box::pin(async move {
-            let (s, peer) = self.0.accept().await?;
-            Ok((s.into_inner()?, peer))
-        })
+        Box::pin(self.0.read_with(|l| l.accept()))
     }
 }
 

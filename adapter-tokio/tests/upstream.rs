@@ -216,3 +216,156 @@ fn client() -> weir_proxy::services::upstream::DownstreamEnds {
         local: std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
     }
 }
+
+/// An HTTP/2-only TLS backend (ALPN `h2`) with a certificate for `localhost` signed by `ca`,
+/// answering `HTTP/2 <n>` where n counts the connections it accepted. Returns its port.
+async fn tls_h2_backend(ca: &rcgen::Issuer<'_, rcgen::KeyPair>) -> u16 {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let n = accepted.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::spawn(async move {
+                let Ok(s) = acceptor.accept(s).await else {
+                    return;
+                };
+                let alpn = s.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                assert_eq!(alpn.as_deref(), Some(&b"h2"[..]), "ALPN");
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                    let body = format!("{:?} {n}", req.version());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
+                        body,
+                    ))))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+            });
+        }
+    });
+    port
+}
+
+/// C-GRPC-1: a `protocol: h2` backend is spoken to as HTTP/2 over TLS with ALPN `h2`, its
+/// certificate validated; sequential requests share one connection.
+#[tokio::test]
+async fn c_grpc_1_h2_backend_over_tls_with_alpn() {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_cert.der().clone()).unwrap();
+    let tls = weir_tokio::services::probe::client_tls::client_config(roots).unwrap();
+    let port = tls_h2_backend(&issuer).await;
+    let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
+    let t = Target::new("h2", &format!("https://localhost:{port}"))
+        .unwrap()
+        .with_protocol(weir_core::backend::Protocol::H2);
+    let t = Arc::new(t);
+    for _ in 0..3 {
+        let (resp, lent) = up
+            .send_lent(
+                &t,
+                None,
+                get("localhost"),
+                std::time::Instant::now(),
+                client(),
+            )
+            .await
+            .expect("h2 over tls");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.as_ref(), b"HTTP/2.0 1", "one shared connection");
+        up.release_lent(lent, std::time::Instant::now());
+    }
+    assert_eq!(up.h2_count(), 1);
+}
+
+/// A plain HTTP/2 (h2c) backend answering `ok`; counts accepted connections.
+async fn h2c_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                continue;
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// C-GRPC-1: an HTTP/2 connection with no stream in use for `idle_conn_timeout` is closed by
+/// the sweep; one in use is kept; the next request opens a new one.
+#[tokio::test]
+async fn c_grpc_1_idle_h2_connection_closed_by_the_sweep() {
+    let (addr, accepted) = h2c_backend().await;
+    let cfg = UpstreamConfig {
+        idle_conn_timeout: Some(Duration::from_millis(50)),
+        ..config()
+    };
+    let up = Upstream::new(weir_tokio::rt(), cfg, None);
+    let t = Target::new("h2c", &format!("http://{addr}"))
+        .unwrap()
+        .with_protocol(weir_core::backend::Protocol::H2c);
+    let t = Arc::new(t);
+    let send = || up.send_lent(&t, None, get("x"), std::time::Instant::now(), client());
+    let (resp, held) = send().await.expect("h2c");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    // In use: sweeps across more than the idle timeout keep it.
+    for _ in 0..3 {
+        up.sweep();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert_eq!(up.h2_count(), 1, "a connection in use is kept");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.as_ref(), b"ok");
+    up.release_lent(held, std::time::Instant::now());
+    // Idle: the first sweep notes it, a later one past the timeout closes it.
+    for _ in 0..3 {
+        up.sweep();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    up.sweep();
+    assert_eq!(up.h2_count(), 0, "an idle connection is closed");
+    let (resp, _held) = send().await.expect("h2c again");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(up.h2_count(), 1);
+}

@@ -26,6 +26,7 @@ pub mod backend;
 pub mod cases;
 pub mod client;
 pub mod config;
+pub mod h2backend;
 pub mod h2raw;
 pub mod harness;
 pub mod tls;
@@ -209,6 +210,9 @@ macro_rules! __with_cases {
             fault_backend_killed_under_get_load_costs_no_errors,
             fault_backend_killed_under_post_load_bounded_errors,
             fault_all_backends_down_then_back,
+            c_grpc_1_h2_client_calls_are_balanced_over_h2c_backends_with_trailers,
+            c_grpc_1_http1_client_is_served_by_an_h2c_backend,
+            c_grpc_1_backend_max_concurrent_streams_is_respected,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,

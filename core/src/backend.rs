@@ -36,6 +36,42 @@ pub struct BackendSpec {
     /// `send_proxy_protocol`: the PROXY header version written at the start of each new
     /// upstream connection (`None`: off, the default; docs/tls.md).
     pub send_proxy: Option<crate::proxy_proto::Version>,
+    /// `protocol`: how weir speaks HTTP to this backend (C-GRPC-1).
+    pub protocol: Protocol,
+}
+
+/// How weir speaks HTTP to a backend (`backends[].protocol`, C-GRPC-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1 (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge over TCP (`h2c`).
+    H2c,
+    /// HTTP/2 over TLS, ALPN `h2` (`h2`, an `https` URL).
+    H2,
+}
+
+impl Protocol {
+    /// The configuration's spellings, in order.
+    pub const NAMES: [&'static str; 3] = ["http1", "h2c", "h2"];
+
+    /// The protocol a configuration value names.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s {
+            "http1" => Some(Protocol::Http1),
+            "h2c" => Some(Protocol::H2c),
+            "h2" => Some(Protocol::H2),
+            _ => None,
+        }
+    }
+
+    /// Whether requests go to the backend as HTTP/2.
+    #[must_use]
+    pub fn is_h2(self) -> bool {
+        self != Protocol::Http1
+    }
 }
 
 impl BackendSpec {
@@ -48,6 +84,7 @@ impl BackendSpec {
             weight: 1,
             disabled: false,
             send_proxy: None,
+            protocol: Protocol::Http1,
         }
     }
 }
@@ -89,6 +126,7 @@ pub struct Backend {
     url: Box<str>,
     weight: u32,
     send_proxy: Option<crate::proxy_proto::Version>,
+    protocol: Protocol,
     flags: AtomicU32,
     /// In-flight slots (low 24 bits) and attempts ever sent (high 40 bits) in one word, so that
     /// reserving a slot and counting the attempt is a single atomic operation.
@@ -115,6 +153,7 @@ impl Backend {
             url: spec.url.as_str().into(),
             weight: spec.weight,
             send_proxy: spec.send_proxy,
+            protocol: spec.protocol,
             flags: AtomicU32::new(flags),
             load: AtomicU64::new(0),
             passive_failures: AtomicU64::new(0),
@@ -146,6 +185,12 @@ impl Backend {
     #[must_use]
     pub fn send_proxy(&self) -> Option<crate::proxy_proto::Version> {
         self.send_proxy
+    }
+
+    /// How weir speaks HTTP to this backend (C-GRPC-1).
+    #[must_use]
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// Requests in flight on this backend (slots held).

@@ -475,6 +475,7 @@ mod unread {
                             "send_proxy_protocol",
                             opt_string(b.send_proxy_protocol.as_ref()),
                         ),
+                        ("protocol", opt_string(b.protocol.as_ref())),
                     ])
                 })
                 .collect(),

@@ -78,6 +78,7 @@ pub fn carry_over(
                 && b.url() == spec.url
                 && b.weight() == spec.weight
                 && b.send_proxy() == spec.send_proxy
+                && b.protocol() == spec.protocol
         });
         let backend = match kept {
             Some(b) => {

@@ -529,6 +529,8 @@ pub struct BackendConfig {
     pub disabled: bool,
     /// `send_proxy_protocol` [off]: `off`, `v1` or `v2` (None: not given, off).
     pub send_proxy_protocol: Option<String>,
+    /// `protocol` [http1]: `http1`, `h2c` or `h2` (None: not given, http1; C-GRPC-1).
+    pub protocol: Option<String>,
 }
 
 /// `balancing` of a pool (weir).

@@ -648,6 +648,8 @@ fn schema_paths_cover_every_section() {
         "management.runtime_mutations",
         "backends[].weight",
         "backends[].send_proxy_protocol",
+        "backends[].protocol",
+        "pools.<name>.backends[].protocol",
         "balancing.hash_key",
         "pools.<name>.balancing.policy",
         "pools.<name>.backends[].url",
@@ -1059,4 +1061,49 @@ fn c_out_1_outlier_keys_are_read_validated_and_strict() {
         let err = err_at(&e, path);
         assert!(err.message.contains(words), "{yaml}: {err}");
     }
+}
+
+#[test]
+fn c_grpc_1_backend_protocol_settings() {
+    use crate::backend::Protocol;
+    for (text, url, want) in [
+        ("http1", "http", Protocol::Http1),
+        ("h2c", "http", Protocol::H2c),
+        ("h2", "https", Protocol::H2),
+    ] {
+        let v = ok(&format!(
+            "backends:\n  - id: a\n    url: {url}://127.0.0.1:9001\n    protocol: {text}\n\
+             pools:\n  p:\n    backends:\n      - id: b\n        url: {url}://127.0.0.1:9002\n        protocol: {text}\n"
+        ));
+        assert_eq!(v.pools[0].backends[0].protocol, want, "{text}");
+        assert_eq!(v.pools[1].backends[0].protocol, want, "{text}");
+    }
+    assert_eq!(
+        ok(MIN).pools[0].backends[0].protocol,
+        Protocol::Http1,
+        "http1 by default"
+    );
+    let e = errs("backends:\n  - id: a\n    url: http://127.0.0.1:9001\n    protocol: http2\n");
+    assert!(
+        err_at(&e, "backends[0].protocol")
+            .message
+            .contains("http1, h2c, h2"),
+        "{e}"
+    );
+    let e = errs(
+        "backends:\n  - id: a\n    url: http://127.0.0.1:9001\npools:\n  p:\n    backends:\n      - id: b\n        url: http://127.0.0.1:9002\n        protocol: h2\n",
+    );
+    assert!(
+        err_at(&e, "pools.p.backends[0].protocol")
+            .message
+            .contains("https://"),
+        "{e}"
+    );
+    let e = errs("backends:\n  - id: a\n    url: https://127.0.0.1:9001\n    protocol: h2c\n");
+    assert!(e.has("backends[0].protocol"), "{e}");
+    let e = errs(
+        "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n    protocol: h2c\n    send_proxy_protocol: v1\n",
+    );
+    assert!(e.has("backends[0].protocol"), "{e}");
+    assert_eq!(classify("backends[0].protocol"), Apply::Dynamic);
 }

@@ -109,6 +109,7 @@ fn config() -> Config {
                 weight: 1,
                 disabled: i > 3,
                 send_proxy_protocol: None,
+                protocol: None,
             })
             .collect(),
         ..Config::default()

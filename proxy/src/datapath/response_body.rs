@@ -30,7 +30,7 @@ use crate::datapath::effects;
 use crate::datapath::effects::PendingLine;
 use crate::services::snapshot::Bound;
 use crate::services::state::DataPlane;
-use crate::services::upstream::{BoxError, Conn};
+use crate::services::upstream::{BoxError, Lent};
 
 /// The response body type of the data plane.
 #[derive(Debug)]
@@ -160,7 +160,7 @@ impl Body for ResBody {
 pub struct Delivered {
     body: Incoming,
     exchange: Bound,
-    conn: Option<Conn>,
+    conn: Option<Lent>,
     data_plane: Arc<DataPlane>,
     deadline: Option<Deadline>,
     done: bool,
@@ -174,7 +174,7 @@ impl Delivered {
     pub fn new(
         body: Incoming,
         exchange: Bound,
-        conn: Conn,
+        conn: Lent,
         data_plane: Arc<DataPlane>,
     ) -> Delivered {
         let deadline = deadline(&data_plane, &exchange);
@@ -200,7 +200,7 @@ impl Delivered {
         if let Some(conn) = self.conn.take()
             && end == BodyEnd::Complete
         {
-            self.data_plane.upstream.release(conn, now);
+            self.data_plane.upstream.release_lent(conn, now);
         }
     }
 

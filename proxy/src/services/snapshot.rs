@@ -7,7 +7,7 @@
 //! output carries (`Send::backend`, `Metric::*::backend`) within the exchange's pool
 //! (`Exchange::pool_index`): no string or hash lookup per attempt.
 //!
-//! A backend whose id, URL and PROXY setting did not change keeps its `Target` across a
+//! A backend whose id, URL, PROXY setting and protocol did not change keeps its `Target` across a
 //! publish (so its idle connections keep being reused), and a backend whose id did not change
 //! keeps its metrics (its counters continue): [`Snapshot::build`] takes them from the previous
 //! snapshot and from the metrics registry.
@@ -60,10 +60,14 @@ impl Snapshot {
                     .iter()
                     .map(|b| {
                         let target = match kept.get(b.id()) {
-                            Some(t) if t.url() == b.url() && t.send_proxy() == b.send_proxy() => {
+                            Some(t)
+                                if t.url() == b.url()
+                                    && t.send_proxy() == b.send_proxy()
+                                    && t.protocol() == b.protocol() =>
+                            {
                                 Some(Arc::clone(t))
                             }
-                            _ => new_target(b.id(), b.url(), b.send_proxy()),
+                            _ => new_target(b),
                         };
                         BackendHandles {
                             target,
@@ -89,15 +93,14 @@ impl Snapshot {
     }
 }
 
-fn new_target(
-    id: &str,
-    url: &str,
-    send_proxy: Option<weir_core::proxy_proto::Version>,
-) -> Option<Arc<Target>> {
-    match Target::new(id, url) {
-        Ok(t) => Some(Arc::new(t.with_send_proxy(send_proxy))),
+fn new_target(b: &weir_core::backend::Backend) -> Option<Arc<Target>> {
+    match Target::new(b.id(), b.url()) {
+        Ok(t) => Some(Arc::new(
+            t.with_send_proxy(b.send_proxy())
+                .with_protocol(b.protocol()),
+        )),
         Err(e) => {
-            tracing::error!(backend = id, error = %e, "backend URL cannot be connected to");
+            tracing::error!(backend = b.id(), error = %e, "backend URL cannot be connected to");
             None
         }
     }

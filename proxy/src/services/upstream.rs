@@ -50,8 +50,12 @@ use crate::base::rt::{self, Io, Rt};
 use crate::observe::metrics::BackendMetrics;
 
 mod body;
+mod error;
+mod h2;
 mod target;
 pub use body::{BodyTally, BoxError, ClientBody, UpBody};
+pub use error::SendError;
+pub use h2::Stream;
 pub use target::{DownstreamEnds, PoolKey, Target};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
@@ -91,24 +95,6 @@ impl UpstreamConfig {
     }
 }
 
-/// Why an attempt failed before a response head (the flow's `AttemptError` minus timeouts).
-#[derive(Debug)]
-pub enum SendError {
-    /// The connection could not be established (DNS, refused, dial or TLS timeout, handshake).
-    Connect(io::Error),
-    /// The connection broke after it was established.
-    Transport(hyper::Error),
-}
-
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::Connect(e) => write!(f, "connect: {e}"),
-            SendError::Transport(e) => write!(f, "transport: {e}"),
-        }
-    }
-}
-
 /// Connects to backends and keeps idle connections (one pool per worker thread, see the module
 /// doc). Cheap to share: clone the `Arc`.
 #[derive(Debug)]
@@ -116,7 +102,11 @@ pub struct Upstream {
     id: u64,
     config: UpstreamConfig,
     tls: Option<Arc<ClientConfig>>,
+    /// `tls` offering ALPN `h2` only, for `protocol: h2` backends.
+    tls_h2: Option<Arc<ClientConfig>>,
     h1: http1::Builder,
+    /// The HTTP/2 backends' shared connections (C-GRPC-1).
+    h2: h2::H2Pools,
     /// The runtime and the idle policy's clock: the process clock (`DataPlane::clock`) where the
     /// proxy runs.
     clock: crate::base::clock::Clock,
@@ -208,6 +198,37 @@ impl Conn {
     }
 }
 
+/// What an attempt holds of its backend until the response body ends: an HTTP/1 connection
+/// (its IO driven by whoever holds it) or a stream of a shared HTTP/2 connection (driven by the
+/// connection's own task).
+#[derive(Debug)]
+pub enum Lent {
+    /// An HTTP/1 connection, lent whole.
+    H1(Conn),
+    /// A stream of an HTTP/2 connection.
+    H2(Stream),
+}
+
+impl Lent {
+    /// Perform the connection's pending IO if it is the holder's to do; whether it is alive.
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> bool {
+        match self {
+            Lent::H1(c) => c.poll_drive(cx),
+            Lent::H2(_) => true,
+        }
+    }
+
+    /// The connection's future, for a tunnel that must run it to the upgrade (C-PATH-8); an
+    /// HTTP/2 stream has none (HTTP/2 backends do not switch protocols).
+    #[must_use]
+    pub fn into_driver(self) -> Option<Driver> {
+        match self {
+            Lent::H1(c) => c.into_driver(),
+            Lent::H2(_) => None,
+        }
+    }
+}
+
 /// Poll `fut` while driving `conn`'s IO, until `fut` completes.
 pub fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> DriveUntil<'_, F> {
     DriveUntil { conn, fut }
@@ -253,11 +274,18 @@ impl Upstream {
         let mut h1 = http1::Builder::new();
         // Backends may answer with any header size a browser-facing server accepts.
         h1.max_buf_size(1 << 20);
+        let tls_h2 = tls.as_ref().map(|c| {
+            let mut c = ClientConfig::clone(c);
+            c.alpn_protocols = vec![b"h2".to_vec()];
+            Arc::new(c)
+        });
         Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,
             tls,
+            tls_h2,
             h1,
+            h2: h2::H2Pools::new(clock.rt()),
             clock,
         }
     }
@@ -332,11 +360,54 @@ impl Upstream {
             pool.idle
                 .sweep(now, |c| c.poll_drive(&mut cx) && !c.tx.is_closed());
         });
+        self.h2
+            .sweep(self.rt().now(), self.config.idle_conn_timeout);
     }
 
-    /// Drop every idle connection of this worker (shutdown).
+    /// Drop every idle connection of this worker, and the HTTP/2 connections (shutdown).
     pub fn clear(&self) {
         self.with_pool(|pool| pool.idle.clear());
+        self.h2.clear();
+    }
+
+    /// HTTP/2 connections open to backends, over all workers (tests, status).
+    #[must_use]
+    pub fn h2_count(&self) -> usize {
+        self.h2.count()
+    }
+
+    /// Send `req` to `target` in the target's protocol (C-GRPC-1): on a pooled or new HTTP/1
+    /// connection ([`send`](Self::send)) or as a stream of a shared HTTP/2 connection. The
+    /// response head, and what to hand back with [`release_lent`](Self::release_lent) once
+    /// the body ended.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_lent(
+        &self,
+        target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
+        req: Request<UpBody>,
+        now: std::time::Instant,
+        client: DownstreamEnds,
+    ) -> Result<(Response<Incoming>, Lent), SendError> {
+        if target.protocol().is_h2() {
+            // Boxed: the HTTP/1 attempt's future stays the size it was.
+            let tls = self.tls_h2.as_ref();
+            let connect = || self.connect_io_with(target, client, tls);
+            let sent = Box::pin(self.h2.send(target, metrics, req, connect)).await?;
+            return Ok((sent.0, Lent::H2(sent.1)));
+        }
+        let (resp, conn) = self.send(target, metrics, req, now, client).await?;
+        Ok((resp, Lent::H1(conn)))
+    }
+
+    /// Give back what [`send_lent`](Self::send_lent) lent once the response body ended at
+    /// `now`: an HTTP/1 connection to its pool; an HTTP/2 stream frees its place.
+    pub fn release_lent(&self, lent: Lent, now: std::time::Instant) {
+        if let Lent::H1(conn) = lent {
+            self.release(conn, now);
+        }
     }
 
     /// Idle connections this worker holds (tests, status).
@@ -426,6 +497,18 @@ impl Upstream {
         target: &Target,
         client: DownstreamEnds,
     ) -> io::Result<Box<dyn Io>> {
+        self.connect_io_with(target, client, self.tls.as_ref())
+            .await
+    }
+
+    /// [`connect_io`](Self::connect_io) with `tls` as the client configuration of an `https`
+    /// backend.
+    async fn connect_io_with(
+        &self,
+        target: &Target,
+        client: DownstreamEnds,
+        tls: Option<&Arc<ClientConfig>>,
+    ) -> io::Result<Box<dyn Io>> {
         let rt = self.rt();
         let mut tcp = rt::timeout(
             rt,
@@ -440,7 +523,7 @@ impl Upstream {
         let Some(name) = &target.tls else {
             return Ok(tcp);
         };
-        let Some(config) = &self.tls else {
+        let Some(config) = tls else {
             return Err(io::Error::other(
                 "no TLS configuration for an https backend",
             ));

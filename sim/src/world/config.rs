@@ -30,6 +30,7 @@ fn backends(s: &Setup, pool: usize) -> Vec<BackendConfig> {
             weight: s.backends[i].weight,
             disabled: false,
             send_proxy_protocol: None,
+            protocol: None,
         })
         .collect()
 }

@@ -56,6 +56,7 @@ impl World<'_> {
                     weight: b.weight,
                     disabled: false,
                     send_proxy: None,
+                    protocol: weir_core::backend::Protocol::Http1,
                 }
             })
             .collect()

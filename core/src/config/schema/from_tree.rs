@@ -346,6 +346,7 @@ fn read_backends(r: &mut Reader, f: &Field<'_>) -> Vec<BackendConfig> {
             weight: r.u32(&o.field("weight"), 1, 0),
             disabled: r.bool(&o.field("disabled"), false),
             send_proxy_protocol: r.opt_string(&o.field("send_proxy_protocol")),
+            protocol: r.opt_string(&o.field("protocol")),
         };
         o.finish(r);
         out.push(b);

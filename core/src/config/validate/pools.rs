@@ -5,6 +5,7 @@
 use super::*;
 use crate::config::OutlierConfig;
 use crate::outlier::{OutlierError, OutlierParams};
+use crate::backend::Protocol;
 
 /// Name of the default pool in `routes[].pool`.
 pub const DEFAULT_POOL: &str = "default";
@@ -354,12 +355,14 @@ pub(super) fn check_backends(
                 None
             }
         };
+        let protocol = check_protocol(b, &path, send_proxy.is_some(), c);
         let spec = BackendSpec {
             id: b.id.clone(),
             url: b.url.clone(),
             weight: b.weight,
             disabled: b.disabled,
             send_proxy,
+            protocol,
         };
         // An empty id or url was already reported as missing by the reader.
         if !b.id.is_empty() {
@@ -404,6 +407,46 @@ pub(super) fn check_backends(
         out.push(spec);
     }
     out
+}
+
+/// C-GRPC-1: `protocol` is one of the names; `h2` needs an `https` URL (ALPN is TLS's), and
+/// `h2c` a plain one. A PROXY header names one client, so it cannot begin a connection that
+/// HTTP/2 shares between clients.
+fn check_protocol(b: &BackendConfig, path: &str, send_proxy: bool, c: &mut Check<'_>) -> Protocol {
+    let key = format!("{path}.protocol");
+    let Some(name) = b.protocol.as_deref() else {
+        return Protocol::Http1;
+    };
+    let Some(protocol) = Protocol::parse(name) else {
+        c.err(
+            &key,
+            format!(
+                "must be one of {}; got {name:?}",
+                Protocol::NAMES.join(", ")
+            ),
+        );
+        return Protocol::Http1;
+    };
+    let https = b.url.starts_with("https://");
+    match protocol {
+        Protocol::H2 if !https && !b.url.is_empty() => {
+            c.err(&key, "h2 is HTTP/2 over TLS: the url must be https://");
+        }
+        Protocol::H2c if https => {
+            c.err(
+                &key,
+                "h2c is HTTP/2 over plain TCP: use h2 for an https:// url",
+            );
+        }
+        _ => {}
+    }
+    if protocol.is_h2() && send_proxy {
+        c.err(
+            &key,
+            format!("{name} shares connections between clients: send_proxy_protocol must be off"),
+        );
+    }
+    protocol
 }
 
 pub(super) type Routing = (Vec<PoolSpec>, Vec<RouteSpec>, Option<RouteTable>);

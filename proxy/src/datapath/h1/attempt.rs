@@ -49,6 +49,14 @@ pub(super) struct Up {
     pub(super) pump: Option<Pump>,
 }
 
+/// The latest attempt's response head when its backend speaks HTTP/2 (C-GRPC-1,
+/// `request::to_h2`), and what it holds of its backend.
+pub(super) struct H2Up {
+    pub(super) resp: http::Response<hyper::body::Incoming>,
+    pub(super) lent: crate::services::upstream::Lent,
+    pub(super) target: Arc<Target>,
+}
+
 /// How reading the client's streamed request body failed while an attempt sent it: the
 /// client's fault in each case, never the backend's (C-PATH-9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{BodyFault, Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::attempt::{BodyFault, H2Up, Side, Up, attempt, or_gone, response_head, upstream_target};
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
 use super::io::{Extra, push_text, send_continue, write_all};
 use super::relay::{self, Pump, PumpSide, Reader};
@@ -46,6 +46,7 @@ use crate::services::state::DataPlane;
 use crate::services::upstream::{DownstreamEnds, Target};
 
 mod reply;
+mod to_h2;
 
 /// How [`serve`] ended.
 #[derive(Debug)]
@@ -332,6 +333,8 @@ impl Req<'_> {
     /// Perform the engine's outputs to the end of the response: whether the connection stays.
     async fn run(&mut self, c: &mut DownstreamConn) -> bool {
         let mut last: Option<Up> = None;
+        // The latest attempt's response when its backend speaks HTTP/2 (C-GRPC-1).
+        let mut last_h2: Option<Box<H2Up>> = None;
         loop {
             let Some(out) = self.next() else {
                 return self
@@ -358,13 +361,19 @@ impl Req<'_> {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes),
                     // in place (`take` copied the 180-byte `Up` out to drop it).
                     last = None;
-                    if let Err(Gone) = self.send(c, &s, &mut last).await {
+                    last_h2 = None;
+                    if let Err(Gone) = self.send(c, &s, &mut last, &mut last_h2).await {
                         return false;
                     }
                 }
                 Output::Answer(a) => return self.answer(c, a).await,
                 // Lent, not moved into the delivery's future.
-                Output::Deliver(d) => return self.deliver(c, &d, &mut last).await,
+                Output::Deliver(d) => {
+                    if let Some(up) = last_h2.take() {
+                        return self.deliver_h2(c, &d, up).await;
+                    }
+                    return self.deliver(c, &d, &mut last).await;
+                }
                 _ => {}
             }
         }
@@ -417,6 +426,7 @@ impl Req<'_> {
         c: &mut DownstreamConn,
         s: &Send,
         last: &mut Option<Up>,
+        last_h2: &mut Option<Box<H2Up>>,
     ) -> Result<(), Gone> {
         let data_plane = self.data_plane;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
@@ -427,6 +437,10 @@ impl Req<'_> {
             self.feed(Input::SendFailed(SendFailure::Connect));
             return Ok(());
         };
+        if target.protocol().is_h2() {
+            // Boxed: the HTTP/1 attempt's future does not grow by the HTTP/2 one.
+            return Box::pin(self.send_h2(c, s, target, metrics, last_h2)).await;
+        }
         let Ok(upstream_target) = upstream_target(target.base(), self.log.method, self.pq) else {
             self.feed(Input::TargetTooLong);
             return Ok(());

@@ -44,7 +44,7 @@ use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::response_body::{Delivered, ResBody};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, Conn, SendError, Target, UpBody};
+use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -68,6 +68,7 @@ pub async fn handle(
         prepared: false,
         body: Some(body),
         buffered: None,
+        trailers: None,
         tally: None,
     };
     Ok(io.run(&mut up, guard, client_upgrade).await)
@@ -98,6 +99,8 @@ struct Outgoing {
     prepared: bool,
     body: Option<Incoming>,
     buffered: Option<Bytes>,
+    /// The buffered body's trailers, sent after it on every attempt.
+    trailers: Option<Box<HeaderMap>>,
     /// The client's streamed body as read: bytes, and whether reading it failed (C-PATH-9).
     tally: Option<Arc<BodyTally>>,
 }
@@ -118,7 +121,7 @@ fn log_request<'b>(
 }
 
 /// The latest attempt's response head, its connection and its target.
-type Last = Option<(Response<Incoming>, Conn, Arc<Target>)>;
+type Last = Option<(Response<Incoming>, Lent, Arc<Target>)>;
 
 impl Drop for Io<'_> {
     fn drop(&mut self) {
@@ -280,6 +283,7 @@ impl<'a> Io<'a> {
         let mut collect = pin!(body.collect());
         match self.bounded(collect.as_mut()).await {
             Some(Ok(c)) => {
+                up.trailers = c.trailers().cloned().map(Box::new);
                 let body = c.to_bytes();
                 self.body_bytes = Some(RequestBytes::Known(body.len() as u64));
                 up.buffered = Some(body);
@@ -319,7 +323,7 @@ impl<'a> Io<'a> {
                 pin!(
                     data_plane
                         .upstream
-                        .send(&target, Some(&metrics), req, begun, client)
+                        .send_lent(&target, Some(&metrics), req, begun, client)
                 );
             self.bounded(sent.as_mut()).await
         };
@@ -393,7 +397,13 @@ impl<'a> Io<'a> {
         }
         let body = match s.body {
             SendBody::Empty => UpBody::Empty,
-            SendBody::Buffered => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+            SendBody::Buffered => match &up.trailers {
+                // Only HTTP/2 carries request trailers after a body of declared length.
+                Some(t) if target.protocol().is_h2() => {
+                    UpBody::Trailed(up.buffered.clone(), Some(t.clone()))
+                }
+                _ => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+            },
             // A streamed body is never replayed (C-RETRY-1), so it is taken once.
             SendBody::Stream { read_deadline } => match up.body.take() {
                 Some(body) => {
@@ -475,7 +485,7 @@ impl<'a> Io<'a> {
             let at = data_plane.clock.at(now);
             worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
             effects::drain(data_plane, &mut x, None);
-            data_plane.upstream.release(conn, now);
+            data_plane.upstream.release_lent(conn, now);
             let body = ResBody::empty(Some(guard)).with_line(self.line.take());
             return Response::from_parts(parts, body);
         }
@@ -490,7 +500,7 @@ impl<'a> Io<'a> {
 fn tunnel(
     ctx: &Arc<DownstreamCtx>,
     mut x: Bound,
-    conn: Conn,
+    conn: Lent,
     backend_upgrade: hyper::upgrade::OnUpgrade,
     client_upgrade: hyper::upgrade::OnUpgrade,
 ) {

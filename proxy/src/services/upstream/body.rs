@@ -70,6 +70,11 @@ pub enum UpBody {
     Full(Option<Bytes>),
     /// The client's body, streamed as it arrives (never replayed, C-RETRY-1).
     Stream(ClientBody),
+    /// A buffered body with the trailers that came after it (replayable as `Full`).
+    Trailed(Option<Bytes>, Option<Box<http::HeaderMap>>),
+    /// An HTTP/1 client's body on its way to an HTTP/2 backend, fed by the data path as it
+    /// reads it; an error item breaks the stream (the backend sees a reset, not an end).
+    Channel(Pin<Box<async_channel::Receiver<Result<Bytes, BoxError>>>>),
 }
 
 impl UpBody {
@@ -95,7 +100,17 @@ impl Body for UpBody {
         match self.get_mut() {
             UpBody::Empty => Poll::Ready(None),
             UpBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            UpBody::Trailed(b, t) => Poll::Ready(match b.take() {
+                Some(b) => Some(Ok(Frame::data(b))),
+                None => t.take().map(|t| Ok(Frame::trailers(*t))),
+            }),
             UpBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            UpBody::Channel(rx) => {
+                use futures_util::Stream as _;
+                rx.as_mut()
+                    .poll_next(cx)
+                    .map(|item| item.map(|r| r.map(Frame::data)))
+            }
         }
     }
 
@@ -103,15 +118,21 @@ impl Body for UpBody {
         match self {
             UpBody::Empty => true,
             UpBody::Full(b) => b.is_none(),
-            UpBody::Stream(s) => s.inner.is_end_stream(),
+            UpBody::Trailed(b, t) => b.is_none() && t.is_none(),
+            // The client body's own end: a frame it holds back is still to come.
+            UpBody::Stream(s) => s.is_end_stream(),
+            UpBody::Channel(_) => false,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             UpBody::Empty => SizeHint::with_exact(0),
-            UpBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            UpBody::Stream(s) => s.inner.size_hint(),
+            UpBody::Full(b) | UpBody::Trailed(b, _) => {
+                SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            UpBody::Stream(s) => s.size_hint(),
+            UpBody::Channel(_) => SizeHint::default(),
         }
     }
 }

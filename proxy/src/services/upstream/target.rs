@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 use http::uri::Scheme;
 use rustls::pki_types::ServerName;
+use weir_core::backend::Protocol;
 use weir_core::proxy_proto;
 use weir_core::upstream::{BackendBase, BackendUrlError};
 
@@ -78,6 +79,8 @@ pub struct Target {
     /// `send_proxy_protocol`: a PROXY header starts each new connection, which is then never
     /// pooled (docs/tls.md, "Sending the PROXY protocol to backends").
     pub(super) send_proxy: Option<proxy_proto::Version>,
+    /// `protocol`: HTTP/1.1, or HTTP/2 multiplexed over a few shared connections (C-GRPC-1).
+    pub(super) protocol: Protocol,
 }
 
 impl Target {
@@ -112,6 +115,7 @@ impl Target {
             tls,
             host_header,
             send_proxy: None,
+            protocol: Protocol::Http1,
         })
     }
 
@@ -121,6 +125,19 @@ impl Target {
     pub fn with_send_proxy(mut self, version: Option<proxy_proto::Version>) -> Target {
         self.send_proxy = version;
         self
+    }
+
+    /// The same target spoken to in `protocol` (C-GRPC-1).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: Protocol) -> Target {
+        self.protocol = protocol;
+        self
+    }
+
+    /// How weir speaks HTTP to this target.
+    #[must_use]
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// Whether a connection to this target may serve another client's request (weir-core's

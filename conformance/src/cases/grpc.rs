@@ -1,0 +1,266 @@
+//! HTTP/2 backends (C-GRPC-1): `protocol: h2c` backends served to HTTP/2 and HTTP/1.1 clients,
+//! each request balanced on its own, trailers passed, the backend's stream limit respected.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+
+use super::expect_status;
+use crate::client::{Raw, Req, connect, send};
+use crate::config::Config;
+use crate::h2backend::H2Backend;
+use crate::harness::{Binary, Proxy};
+use crate::util::{eventually, secs};
+
+/// The default pool of `backends`, all `protocol: h2c`, probed over TCP (they speak only
+/// HTTP/2).
+fn h2c_config(backends: &[&H2Backend]) -> Config {
+    let list: Vec<Value> = backends
+        .iter()
+        .map(|b| json!({"id": b.id(), "url": b.url(), "protocol": "h2c"}))
+        .collect();
+    Config::new(&[])
+        .set("backends", Value::Array(list))
+        .set("health_check.mode", "tcp")
+}
+
+/// One HTTP/2 (prior knowledge) client connection to `addr`.
+async fn h2_client(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
+    let stream = connect(addr, None).await.expect("connect");
+    let (tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx
+}
+
+/// What a gRPC-style call through the proxy got back.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Bytes,
+    trailers: Option<HeaderMap>,
+}
+
+/// A unary gRPC-style call (`POST`, `content-type: application/grpc`, `te: trailers`) on
+/// `tx`, read to its trailers.
+async fn call(mut tx: SendRequest<Full<Bytes>>, addr: SocketAddr, path: &str) -> Answer {
+    let req = Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x02hi")))
+        .expect("request");
+    let fut = async move {
+        let resp = tx.send_request(req).await.expect("h2 call");
+        let (parts, body) = resp.into_parts();
+        let collected = body.collect().await.expect("h2 body");
+        let trailers = collected.trailers().cloned();
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: collected.to_bytes(),
+            trailers,
+        }
+    };
+    tokio::time::timeout(secs(20), fut)
+        .await
+        .expect("call answered within 20 s")
+}
+
+/// A `method` call to `/pkg.Trailers/<method>` on a new HTTP/2 connection whose body
+/// `streamed` is followed by the trailer `x-checksum: 42`.
+async fn call_with_trailers(addr: SocketAddr, method: &str) -> Answer {
+    type Trailed = http_body_util::combinators::WithTrailers<
+        Full<Bytes>,
+        std::future::Ready<Option<Result<HeaderMap, std::convert::Infallible>>>,
+    >;
+    let stream = connect(addr, None).await.expect("connect");
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Trailed>(TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let body = Full::new(Bytes::from_static(b"streamed"))
+        .with_trailers(std::future::ready(Some(Ok(trailers))));
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/pkg.Trailers/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("request");
+    let fut = async move {
+        let resp = tx.send_request(req).await.expect("h2 call");
+        let (parts, body) = resp.into_parts();
+        let collected = body.collect().await.expect("h2 body");
+        let trailers = collected.trailers().cloned();
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: collected.to_bytes(),
+            trailers,
+        }
+    };
+    tokio::time::timeout(secs(20), fut)
+        .await
+        .expect("call answered within 20 s")
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// C-GRPC-1: one HTTP/2 client connection makes 30 calls; weir balances each on its own over
+/// three h2c backends (round robin: 10 each); every call reaches its backend as HTTP/2 with
+/// `te: trailers`, and the backend's trailers (`grpc-status`, `grpc-message`) reach the client.
+pub async fn c_grpc_1_h2_client_calls_are_balanced_over_h2c_backends_with_trailers(bin: Binary) {
+    let mut bs = Vec::new();
+    for i in 1..=3 {
+        bs.push(H2Backend::start(&format!("g-{i}"), None, 0).await);
+    }
+    let refs: Vec<&H2Backend> = bs.iter().collect();
+    let cfg = h2c_config(&refs).set("server.retry.methods", json!(["GET", "PUT"]));
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_client(p.public).await;
+    for i in 0..30 {
+        let a = call(tx.clone(), p.public, "/pkg.Echo/Call").await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        let backend = header(&a.headers, "x-balancer-backend").expect("x-balancer-backend");
+        assert_eq!(a.body, format!("backend {backend}\n"), "call {i}");
+        let trailers = a.trailers.as_ref().expect("trailers reach the client");
+        assert_eq!(
+            header(trailers, "grpc-status").as_deref(),
+            Some("0"),
+            "{a:?}"
+        );
+        assert_eq!(
+            header(trailers, "grpc-message").as_deref(),
+            Some("ok"),
+            "{a:?}"
+        );
+    }
+    let counts: Vec<usize> = bs.iter().map(H2Backend::count).collect();
+    assert_eq!(counts, [10, 10, 10], "each call is balanced on its own");
+    for b in &bs {
+        for r in b.requests() {
+            assert_eq!(r.version, http::Version::HTTP_2, "{}: {r:?}", b.id());
+            assert_eq!(r.path, "/pkg.Echo/Call");
+            assert_eq!(header(&r.headers, "te").as_deref(), Some("trailers"));
+            assert!(header(&r.headers, "x-forwarded-for").is_some(), "{r:?}");
+            assert!(header(&r.headers, "x-request-id").is_some(), "{r:?}");
+            assert_eq!(&r.body[..], b"\0\0\0\0\x02hi");
+        }
+    }
+    // Request trailers reach the backend, from a streamed body (POST) and from one buffered
+    // for replay (PUT is made replayable here).
+    for method in ["POST", "PUT"] {
+        let a = call_with_trailers(p.public, method).await;
+        assert_eq!(a.status, 200, "{method}: {a:?}");
+        let path = format!("/pkg.Trailers/{method}");
+        let got = bs
+            .iter()
+            .flat_map(H2Backend::requests)
+            .find(|r| r.path == path)
+            .expect("the call reached a backend");
+        assert_eq!(&got.body[..], b"streamed", "{method}");
+        let t = got
+            .trailers
+            .as_ref()
+            .unwrap_or_else(|| panic!("{method}: request trailers reach the backend: {got:?}"));
+        assert_eq!(header(t, "x-checksum").as_deref(), Some("42"), "{method}");
+    }
+}
+
+/// C-GRPC-1 (translation): an HTTP/1.1 client's request reaches an h2c backend as HTTP/2, with
+/// its body, and the client gets the backend's answer and body.
+pub async fn c_grpc_1_http1_client_is_served_by_an_h2c_backend(bin: Binary) {
+    let b = H2Backend::start("t-1", None, 0).await;
+    let p = Proxy::start(&bin, &h2c_config(&[&b])).await;
+    for body in ["", "hello"] {
+        let req = if body.is_empty() {
+            Req::get("/plain?x=1")
+        } else {
+            Req::post("/plain?x=1", body)
+        };
+        let r = send(p.public, &req).await;
+        expect_status(&r, 200, "HTTP/1.1 client, h2c backend");
+        assert_eq!(r.text(), "backend t-1\n");
+        assert_eq!(r.header("x-balancer-backend").as_deref(), Some("t-1"));
+        let rec = b.requests().pop().expect("the backend got the request");
+        assert_eq!(rec.version, http::Version::HTTP_2);
+        assert_eq!(rec.path, "/plain?x=1");
+        assert_eq!(&rec.body[..], body.as_bytes());
+        assert!(header(&rec.headers, "x-forwarded-for").is_some(), "{rec:?}");
+        assert!(header(&rec.headers, "connection").is_none(), "{rec:?}");
+    }
+    // The backend's stream has no declared length: chunked for an HTTP/1.1 client, its
+    // trailers passed as chunked trailers.
+    let mut raw = Raw::connect(p.public).await;
+    raw.write(b"GET /raw HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut bytes = Vec::new();
+    while let Ok(more) = raw.read_some(secs(10)).await {
+        if more.is_empty() {
+            break;
+        }
+        bytes.extend(more);
+    }
+    let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
+    assert!(
+        text.ends_with("\r\n0\r\ngrpc-status: 0\r\ngrpc-message: ok\r\n\r\n"),
+        "{text}"
+    );
+}
+
+/// C-GRPC-1: a backend that allows 2 concurrent streams per connection gets 6 concurrent calls
+/// (held until all 6 are in flight at once): weir opens more connections rather than putting a
+/// third stream on one (never more than 2 in flight on any connection) or queueing the calls;
+/// all 6 are answered.
+pub async fn c_grpc_1_backend_max_concurrent_streams_is_respected(bin: Binary) {
+    let b = H2Backend::start("m-1", Some(2), 6).await;
+    let p = Proxy::start(&bin, &h2c_config(&[&b])).await;
+    let tx = h2_client(p.public).await;
+    let calls: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(call(tx.clone(), p.public, "/pkg.Slow/Call")))
+        .collect();
+    for c in calls {
+        let a = c.await.expect("call task");
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.body, "backend m-1\n");
+    }
+    assert!(
+        b.max_streams_per_connection() <= 2,
+        "{} streams on one connection",
+        b.max_streams_per_connection()
+    );
+    assert_eq!(
+        b.max_in_flight(),
+        6,
+        "the calls were not all in flight at once"
+    );
+    assert!(b.connections() >= 3, "{} connections", b.connections());
+    // The connections stay usable: one more call is answered.
+    eventually(secs(10), "a call after the burst", || async {
+        let a = call(tx.clone(), p.public, "/pkg.Slow/Call").await;
+        (a.status == 200).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,247 @@
+//! HTTP/2 test backends (h2c, prior knowledge): hyper 1's HTTP/2 server on `127.0.0.1:0` that
+//! answers like a gRPC server: `200`, `content-type: application/grpc`, the body
+//! `backend <id>\n`, then the trailers `grpc-status: 0` and `grpc-message: ok`. It counts requests
+//! and connections, and the streams in flight on each connection (the most seen on any one), so
+//! a case can check that the proxy never opened more streams on a connection than the backend's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` allows. It can hold every request until a number of them
+//! are in flight at once (over all its connections), so a case can check that they were.
+//! It speaks only HTTP/2: cases that use it probe with `health_check.mode: tcp`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::task::AbortHandle;
+
+use crate::backend::lock;
+
+/// What one request brought.
+#[derive(Debug, Clone)]
+pub struct H2Request {
+    /// `:path` (path and query).
+    pub path: String,
+    /// The HTTP version hyper saw (HTTP/2 for every request here).
+    pub version: http::Version,
+    /// The request's header fields.
+    pub headers: HeaderMap,
+    /// The request body.
+    pub body: Bytes,
+    /// The request's trailers, if it had any.
+    pub trailers: Option<HeaderMap>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: String,
+    addr: SocketAddr,
+    /// Each request waits until this many are in flight at once (or [`HOLD_LIMIT`] passed).
+    hold_until: usize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    requests: Mutex<Vec<H2Request>>,
+    connections: AtomicUsize,
+    /// The most streams seen in flight on any one connection.
+    max_per_conn: AtomicUsize,
+    accept: Mutex<Option<AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(h) = lock(&self.accept).take() {
+            h.abort();
+        }
+    }
+}
+
+/// An h2c test backend (cheap to clone; every clone is the same server).
+#[derive(Debug, Clone)]
+pub struct H2Backend {
+    inner: Arc<Inner>,
+}
+
+impl H2Backend {
+    /// A backend `id` advertising `SETTINGS_MAX_CONCURRENT_STREAMS` = `max_streams` (hyper's
+    /// default when `None`) that answers each request once `hold_until` requests are in flight
+    /// at once (at once when 0).
+    pub async fn start(id: &str, max_streams: Option<u32>, hold_until: usize) -> H2Backend {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind h2 test backend");
+        let inner = Arc::new(Inner {
+            id: id.to_string(),
+            addr: listener.local_addr().expect("backend address"),
+            hold_until,
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
+            connections: AtomicUsize::new(0),
+            max_per_conn: AtomicUsize::new(0),
+            accept: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&inner);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                tokio::spawn(serve(inner, stream, max_streams));
+            }
+        });
+        *lock(&inner.accept) = Some(task.abort_handle());
+        H2Backend { inner }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Its URL (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// Requests received.
+    pub fn count(&self) -> usize {
+        lock(&self.inner.requests).len()
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<H2Request> {
+        lock(&self.inner.requests).clone()
+    }
+
+    /// Connections accepted.
+    pub fn connections(&self) -> usize {
+        self.inner.connections.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that were in flight at once, over all connections.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most streams that were in flight at once on any one connection.
+    pub fn max_streams_per_connection(&self) -> usize {
+        self.inner.max_per_conn.load(Ordering::SeqCst)
+    }
+}
+
+/// How long a held request waits at most for the others.
+pub const HOLD_LIMIT: Duration = Duration::from_secs(10);
+
+/// Counts a request out of the backend's total in flight.
+struct AllInFlight(Arc<Inner>);
+
+impl Drop for AllInFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Decrements a connection's in-flight count when a request's answer is done (or dropped).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Option<u32>) {
+    inner.connections.fetch_add(1, Ordering::SeqCst);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let inner = Arc::clone(&inner);
+        let in_flight = Arc::clone(&in_flight);
+        async move {
+            let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            inner.max_per_conn.fetch_max(n, Ordering::SeqCst);
+            let guard = InFlight(in_flight);
+            let total = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            inner.max_in_flight.fetch_max(total, Ordering::SeqCst);
+            let all = AllInFlight(Arc::clone(&inner));
+            let (parts, body) = req.into_parts();
+            let (body, trailers) = match body.collect().await {
+                Ok(c) => {
+                    let trailers = c.trailers().cloned();
+                    (c.to_bytes(), trailers)
+                }
+                Err(_) => (Bytes::new(), None),
+            };
+            lock(&inner.requests).push(H2Request {
+                path: parts
+                    .uri
+                    .path_and_query()
+                    .map_or_else(String::new, |p| p.as_str().to_string()),
+                version: parts.version,
+                headers: parts.headers,
+                body,
+                trailers,
+            });
+            let start = tokio::time::Instant::now();
+            while inner.in_flight.load(Ordering::SeqCst) < inner.hold_until
+                && inner.max_in_flight.load(Ordering::SeqCst) < inner.hold_until
+                && start.elapsed() < HOLD_LIMIT
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            drop(all);
+            let mut trailers = HeaderMap::new();
+            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            trailers.insert("grpc-message", HeaderValue::from_static("ok"));
+            let mut resp = Response::new(GrpcBody {
+                data: Some(Bytes::from(format!("backend {}\n", inner.id))),
+                trailers: Some(trailers),
+                _guard: guard,
+            });
+            let h = resp.headers_mut();
+            h.insert("content-type", HeaderValue::from_static("application/grpc"));
+            if let Ok(v) = HeaderValue::from_str(&inner.id) {
+                h.insert("x-test-backend", v);
+            }
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.max_concurrent_streams(max_streams);
+    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+}
+
+/// A body of one data frame and then trailers; holds the stream's in-flight count until done.
+struct GrpcBody {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+    _guard: InFlight,
+}
+
+impl Body for GrpcBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(d) = this.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(d))));
+        }
+        Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
+    }
+}

@@ -1,0 +1,351 @@
+//! HTTP/2 upstreams (`protocol: h2c` or `h2`, C-GRPC-1): per backend a few connections shared
+//! by every worker, each carrying many requests at once as streams.
+//!
+//! hyper's `client::conn::http2` speaks the protocol; this module chooses the connection. Each
+//! connection counts the streams weir has open on it and reads the backend's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` as its connection task sees it (the value may change during
+//! the connection's life). A request goes to the first connection with a stream to spare and
+//! opens another connection when every one is full: h2 would otherwise queue the stream
+//! behind the others on the same connection, and one slow request would hold up unrelated ones.
+//! Until the backend's first SETTINGS frame arrives a connection is assumed to take one stream,
+//! so a burst before it opens more connections rather than queueing.
+//!
+//! Unlike the HTTP/1 pool, a connection has a task of its own (spawned on the runtime that
+//! connected it): its streams belong to requests of many client connections and workers, so no
+//! one request can drive it. A connection whose task ended (the backend closed it, sent
+//! `GOAWAY` and finished its streams, or broke it) is dropped from the set at the next look;
+//! one with no stream in use for `idle_conn_timeout` is closed by the sweep.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+
+use super::body::UpBody;
+use super::error::SendError;
+use super::target::{PoolKey, Target};
+use crate::base::rt::{Io, Rt};
+use crate::observe::metrics::BackendMetrics;
+
+/// How many streams a new connection is given before the backend's SETTINGS say how many it
+/// takes (module doc).
+const INITIAL_STREAMS: usize = 1;
+
+/// Headers that are specific to one HTTP/1 connection and malformed in HTTP/2 (RFC 9113
+/// §8.2.2); weir's hop-by-hop stripping leaves `Upgrade` on an upgrade request.
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// What a connection's task and its streams share.
+#[derive(Debug)]
+struct Shared {
+    /// Streams weir has open on the connection.
+    in_flight: AtomicUsize,
+    /// The backend's current `SETTINGS_MAX_CONCURRENT_STREAMS` as h2 holds it.
+    max: AtomicUsize,
+    /// The connection's task ended.
+    closed: AtomicBool,
+    /// Streams ever opened (the sweep tells an idle connection from a busy one by it).
+    uses: AtomicU64,
+}
+
+/// One HTTP/2 connection of the set.
+#[derive(Debug)]
+struct H2Conn {
+    tx: http2::SendRequest<UpBody>,
+    shared: Arc<Shared>,
+    /// `uses` when the sweep last looked, and since when it has seen no new stream on an
+    /// idle connection.
+    seen_uses: u64,
+    idle_since: Option<std::time::Instant>,
+}
+
+impl H2Conn {
+    fn alive(&self) -> bool {
+        !self.shared.closed.load(Ordering::Acquire) && !self.tx.is_closed()
+    }
+}
+
+/// One stream's hold on its connection: dropped when the response body ends or is dropped,
+/// which frees the stream for the next request.
+#[derive(Debug)]
+pub struct Stream {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Stream {
+    fn lend(shared: &Arc<Shared>) -> Stream {
+        shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        shared.uses.fetch_add(1, Ordering::Relaxed);
+        Stream {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+/// The HTTP/2 connections of every backend (module doc).
+pub(super) struct H2Pools {
+    conns: Mutex<HashMap<PoolKey, Vec<H2Conn>>>,
+    builder: http2::Builder<Rt>,
+    rt: Rt,
+}
+
+impl std::fmt::Debug for H2Pools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Pools").finish_non_exhaustive()
+    }
+}
+
+impl H2Pools {
+    pub(super) fn new(rt: Rt) -> H2Pools {
+        let mut builder = http2::Builder::new(rt);
+        builder
+            .timer(rt)
+            .initial_max_send_streams(INITIAL_STREAMS)
+            // A backend connection is long-lived and shared: a dead peer is noticed by PING.
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .max_header_list_size(1 << 20);
+        H2Pools {
+            conns: Mutex::new(HashMap::new()),
+            builder,
+            rt,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<H2Conn>>> {
+        // A panic while the map was held leaves it consistent (every change is one call).
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A stream on a live connection to `target` with one to spare, dropping dead ones.
+    fn checkout(&self, target: &Target) -> Option<(http2::SendRequest<UpBody>, Stream)> {
+        let mut map = self.lock();
+        let list = map.get_mut(target.pool_key())?;
+        list.retain(H2Conn::alive);
+        let conn = list.iter().find(|c| {
+            c.shared.in_flight.load(Ordering::Acquire) < c.shared.max.load(Ordering::Acquire)
+        })?;
+        Some((conn.tx.clone(), Stream::lend(&conn.shared)))
+    }
+
+    /// Connections to all backends (tests, status).
+    pub(super) fn count(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    /// Drop dead connections, and live ones that had no stream in use for `idle` (none:
+    /// kept), at `now`. Dropping a connection's last sender ends it gracefully.
+    pub(super) fn sweep(&self, now: std::time::Instant, idle: Option<Duration>) {
+        let mut map = self.lock();
+        for list in map.values_mut() {
+            list.retain_mut(|c| {
+                if !c.alive() {
+                    return false;
+                }
+                let uses = c.shared.uses.load(Ordering::Relaxed);
+                if uses != c.seen_uses || c.shared.in_flight.load(Ordering::Acquire) > 0 {
+                    c.seen_uses = uses;
+                    c.idle_since = None;
+                    return true;
+                }
+                let since = *c.idle_since.get_or_insert(now);
+                idle.is_none_or(|idle| now.saturating_duration_since(since) < idle)
+            });
+        }
+        map.retain(|_, list| !list.is_empty());
+    }
+
+    /// Drop every connection (shutdown).
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// A new connection to `target` with one stream taken: `io` (TCP, and TLS with ALPN `h2`),
+    /// the HTTP/2 handshake, its task spawned.
+    async fn connect(
+        &self,
+        target: &Arc<Target>,
+        io: impl Future<Output = io::Result<Box<dyn Io>>>,
+    ) -> Result<(http2::SendRequest<UpBody>, Stream), SendError> {
+        let io = io.await.map_err(SendError::Connect)?;
+        let (tx, conn) = self
+            .builder
+            .handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(io::Error::other(e)))?;
+        let shared = Arc::new(Shared {
+            in_flight: AtomicUsize::new(0),
+            max: AtomicUsize::new(INITIAL_STREAMS),
+            closed: AtomicBool::new(false),
+            uses: AtomicU64::new(0),
+        });
+        let task = Arc::clone(&shared);
+        let mut conn = Box::pin(conn);
+        self.rt.spawn(async move {
+            let _ = std::future::poll_fn(|cx| {
+                let polled = conn.as_mut().poll(cx);
+                // SETTINGS are read while the connection is polled: their limit is current
+                // after every poll.
+                task.max
+                    .store(conn.current_max_send_streams(), Ordering::Release);
+                polled
+            })
+            .await;
+            task.closed.store(true, Ordering::Release);
+        });
+        let stream = Stream::lend(&shared);
+        self.lock()
+            .entry(target.pool_key().clone())
+            .or_default()
+            .push(H2Conn {
+                tx: tx.clone(),
+                shared,
+                seen_uses: 0,
+                idle_since: None,
+            });
+        Ok((tx, stream))
+    }
+
+    /// Send `req` to `target` as a stream on a connection with room, or on a new one over
+    /// `connect`'s byte stream (counted in `metrics` as reused or opened): the response head
+    /// and the stream's hold.
+    pub(super) async fn send<F>(
+        &self,
+        target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
+        req: Request<UpBody>,
+        connect: impl FnOnce() -> F,
+    ) -> Result<(Response<Incoming>, Stream), SendError>
+    where
+        F: Future<Output = io::Result<Box<dyn Io>>>,
+    {
+        let mut req = for_h2(req, target);
+        while let Some((mut tx, stream)) = self.checkout(target) {
+            match tx.try_send_request(req).await {
+                Ok(resp) => {
+                    if let Some(m) = metrics {
+                        m.upstream_connection(true);
+                    }
+                    return Ok((resp, stream));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Never sent: the connection closed under us. Try another.
+                    Some(back) => {
+                        stream.shared.closed.store(true, Ordering::Release);
+                        req = back;
+                    }
+                    None => return Err(SendError::Transport(e.into_error())),
+                },
+            }
+        }
+        // Boxed: connecting is a large future that a request on a shared connection never runs.
+        let (mut tx, stream) = Box::pin(self.connect(target, connect())).await?;
+        if let Some(m) = metrics {
+            m.upstream_connection(false);
+        }
+        match tx.send_request(req).await {
+            Ok(resp) => Ok((resp, stream)),
+            Err(e) => Err(SendError::Transport(e)),
+        }
+    }
+}
+
+/// `req` as an HTTP/2 request to `target`: `:scheme` and `:authority` from the target and the
+/// request's `Host` (which HTTP/2 carries as `:authority`), and no connection-specific header
+/// (RFC 9113 §8.2.2: `TE` only as `trailers`).
+fn for_h2(req: Request<UpBody>, target: &Target) -> Request<UpBody> {
+    let (mut parts, body) = req.into_parts();
+    let headers = &mut parts.headers;
+    let host = headers.remove(HOST);
+    let authority = host
+        .as_ref()
+        .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+        .or_else(|| Authority::try_from(target.host_header().as_bytes()).ok());
+    let scheme = if target.tls.is_some() {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    };
+    let mut uri = http::uri::Parts::from(std::mem::take(&mut parts.uri));
+    uri.scheme = Some(scheme);
+    uri.authority = authority;
+    if uri.path_and_query.is_none() {
+        uri.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    }
+    parts.uri = Uri::from_parts(uri).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = http::Version::HTTP_2;
+    strip_connection_headers(headers);
+    Request::from_parts(parts, body)
+}
+
+/// Remove what HTTP/2 forbids in a request's fields.
+fn strip_connection_headers(headers: &mut HeaderMap) {
+    for name in [
+        CONNECTION,
+        UPGRADE,
+        TRANSFER_ENCODING,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+    ] {
+        headers.remove(name);
+    }
+    let trailers = headers.get_all(TE).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    });
+    headers.remove(TE);
+    if trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_grpc_1_request_as_h2_has_authority_and_no_connection_headers() {
+        let target = Target::new("a", "http://127.0.0.1:9001").expect("target");
+        let mut req = Request::new(UpBody::Empty);
+        *req.uri_mut() = Uri::from_static("/pkg.Svc/Call?x=1");
+        let h = req.headers_mut();
+        h.insert(HOST, HeaderValue::from_static("api.example"));
+        h.insert(TE, HeaderValue::from_static("trailers, deflate"));
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
+        h.insert(KEEP_ALIVE, HeaderValue::from_static("timeout=5"));
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        let req = for_h2(req, &target);
+        assert_eq!(req.uri(), "http://api.example/pkg.Svc/Call?x=1");
+        let h = req.headers();
+        assert_eq!(h.get(TE).map(HeaderValue::as_bytes), Some(&b"trailers"[..]));
+        for name in [HOST, CONNECTION, KEEP_ALIVE, UPGRADE] {
+            assert!(!h.contains_key(&name), "{name}");
+        }
+        let mut req = Request::new(UpBody::Empty);
+        *req.uri_mut() = Uri::from_static("/");
+        req.headers_mut()
+            .insert(TE, HeaderValue::from_static("gzip"));
+        let req = for_h2(req, &target);
+        assert_eq!(req.uri(), "http://127.0.0.1:9001/");
+        assert!(!req.headers().contains_key(TE));
+    }
+}
