@@ -3,9 +3,9 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use crate::backend::Protocol;
 use crate::config::OutlierConfig;
 use crate::outlier::{OutlierError, OutlierParams};
-use crate::backend::Protocol;
 
 /// Name of the default pool in `routes[].pool`.
 pub const DEFAULT_POOL: &str = "default";
