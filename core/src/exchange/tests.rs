@@ -1098,6 +1098,11 @@ fn c_grpc_3_a_grpc_request_gets_weir_answers_in_the_grpc_form() {
         503,
         "the outcome's status, for the log and metrics"
     );
+    assert_eq!(
+        record(&out).status,
+        503,
+        "the access log keeps weir's own status"
+    );
     let s = x.synthetic(&a).expect("synthetic");
     assert!(s.is_grpc());
     assert_eq!(s.status(), 200);
