@@ -5,7 +5,10 @@
 //! a case can check that the proxy never opened more streams on a connection than the backend's
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` allows. It can hold every request until a number of them
 //! are in flight at once (over all its connections), so a case can check that they were.
-//! It speaks only HTTP/2: cases that use it probe with `health_check.mode: tcp`.
+//! It speaks only HTTP/2: cases that use it probe with `health_check.mode: tcp`. One started
+//! with [`H2Backend::unavailable`] answers every call trailers-only with `grpc-status: 14`
+//! (`UNAVAILABLE`): `200`, `content-type: application/grpc` and the status in the one HEADERS
+//! frame that ends the stream.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -47,6 +50,8 @@ struct Inner {
     addr: SocketAddr,
     /// Each request waits until this many are in flight at once (or [`HOLD_LIMIT`] passed).
     hold_until: usize,
+    /// Answer trailers-only `grpc-status: 14`.
+    unavailable: bool,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     requests: Mutex<Vec<H2Request>>,
@@ -75,6 +80,20 @@ impl H2Backend {
     /// default when `None`) that answers each request once `hold_until` requests are in flight
     /// at once (at once when 0).
     pub async fn start(id: &str, max_streams: Option<u32>, hold_until: usize) -> H2Backend {
+        H2Backend::start_with(id, max_streams, hold_until, false).await
+    }
+
+    /// A backend `id` that answers every call trailers-only with `grpc-status: 14`.
+    pub async fn unavailable(id: &str) -> H2Backend {
+        H2Backend::start_with(id, None, 0, true).await
+    }
+
+    async fn start_with(
+        id: &str,
+        max_streams: Option<u32>,
+        hold_until: usize,
+        unavailable: bool,
+    ) -> H2Backend {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind h2 test backend");
@@ -82,6 +101,7 @@ impl H2Backend {
             id: id.to_string(),
             addr: listener.local_addr().expect("backend address"),
             hold_until,
+            unavailable,
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
@@ -198,6 +218,9 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             drop(all);
+            if inner.unavailable {
+                return Ok(unavailable_answer(&inner.id, guard));
+            }
             let mut trailers = HeaderMap::new();
             trailers.insert("grpc-status", HeaderValue::from_static("0"));
             trailers.insert("grpc-message", HeaderValue::from_static("ok"));
@@ -217,6 +240,23 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.max_concurrent_streams(max_streams);
     let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+}
+
+/// A trailers-only `UNAVAILABLE`: the status in the head, no body (the head ends the stream).
+fn unavailable_answer(id: &str, guard: InFlight) -> Response<GrpcBody> {
+    let mut resp = Response::new(GrpcBody {
+        data: None,
+        trailers: None,
+        _guard: guard,
+    });
+    let h = resp.headers_mut();
+    h.insert("content-type", HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from_static("14"));
+    h.insert("grpc-message", HeaderValue::from_static("going%20away"));
+    if let Ok(v) = HeaderValue::from_str(id) {
+        h.insert("x-test-backend", v);
+    }
+    resp
 }
 
 /// A body of one data frame and then trailers; holds the stream's in-flight count until done.

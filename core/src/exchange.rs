@@ -231,6 +231,9 @@ pub struct Exchange {
     client: IpAddr,
     proto: Proto,
     upgrade: bool,
+    /// A gRPC call (`content-type: application/grpc…`): weir's own answers take the gRPC form
+    /// (C-GRPC-3).
+    grpc: bool,
     /// The route's pool snapshot and bulkhead (C-ROUTE-1), taken from `rt` at creation.
     target: FlowTarget,
     /// The route that matched (`None`: the default pool).
@@ -308,6 +311,7 @@ impl Exchange {
                 forwarded_proto(resolution.peer_trusted, head.headers)
             },
             upgrade: wants_upgrade(head.headers),
+            grpc: crate::grpc::is_grpc(head.headers),
             target,
             route: m.route,
             pool_index: m.pool,
@@ -492,17 +496,27 @@ impl Exchange {
         self.rate.as_ref()
     }
 
-    /// The synthetic response of `answer` (C-PATH-11): status, headers, JSON body. `None` for
-    /// the health answers (see [`Answer::health_body`]).
+    /// Whether the request is a gRPC call (C-GRPC-3: its content type starts with
+    /// `application/grpc`).
+    #[must_use]
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
+    }
+
+    /// The synthetic response of `answer` (C-PATH-11): status, headers, JSON body; for a gRPC
+    /// call its gRPC form (C-GRPC-3, [`SyntheticResponse::for_grpc`]). `None` for the health
+    /// answers (see [`Answer::health_body`]). Write its [`status`](SyntheticResponse::status):
+    /// [`Answer::status`] is the outcome's, which the access log and metrics keep.
     #[must_use]
     pub fn synthetic(&self, answer: &Answer) -> Option<SyntheticResponse<'_>> {
         let rid = self.request_id.as_str();
-        match answer {
-            Answer::Live | Answer::Ready => None,
-            Answer::Client(e) => Some(SyntheticResponse::client_error(e, rid)),
-            Answer::Reject(r) => Some(SyntheticResponse::reject(r, rid)),
-            Answer::Failure(f) => Some(SyntheticResponse::failure(f, rid)),
-        }
+        let s = match answer {
+            Answer::Live | Answer::Ready => return None,
+            Answer::Client(e) => SyntheticResponse::client_error(e, rid),
+            Answer::Reject(r) => SyntheticResponse::reject(r, rid),
+            Answer::Failure(f) => SyntheticResponse::failure(f, rid),
+        };
+        Some(s.for_grpc(self.grpc))
     }
 
     /// The headers weir sets (with `insert`) on a response of status `status`, besides the

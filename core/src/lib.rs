@@ -35,6 +35,7 @@ pub mod console_guard;
 pub mod exchange;
 pub mod flow;
 pub mod forward;
+pub mod grpc;
 pub mod h1;
 pub mod h2;
 pub mod headers;

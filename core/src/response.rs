@@ -66,6 +66,8 @@ pub enum Text<'a> {
     /// A request id: its text is read only where it is written (a head writer takes
     /// its bytes, not a `&str` checked for UTF-8 on every response).
     Id(&'a RequestId),
+    /// A `grpc-message`: a message and a request id, percent-encoded (C-GRPC-3).
+    Grpc(crate::grpc::Message<'a>),
 }
 
 impl fmt::Display for Text<'_> {
@@ -75,6 +77,7 @@ impl fmt::Display for Text<'_> {
             Text::Str(s) => f.write_str(s),
             Text::Rate(r) => write!(f, "{r}"),
             Text::Id(id) => f.write_str(id.as_str()),
+            Text::Grpc(m) => write!(f, "{m}"),
         }
     }
 }
@@ -87,7 +90,7 @@ impl Text<'_> {
         match self {
             Text::Int(n) => Some(http::HeaderValue::from(*n)),
             Text::Str(s) => http::HeaderValue::from_str(s).ok(),
-            Text::Rate(_) => http::HeaderValue::from_str(&self.to_string()).ok(),
+            Text::Rate(_) | Text::Grpc(_) => http::HeaderValue::from_str(&self.to_string()).ok(),
             Text::Id(id) => http::HeaderValue::from_bytes(id.as_bytes()).ok(),
         }
     }
@@ -339,7 +342,8 @@ const MAX_EXTRA: usize = 6;
 
 /// A response weir makes itself (C-PATH-11): a status, a fixed header list and the JSON body
 /// `{"code": <status>, "message": "...", "request_id": "..."}` with
-/// `Content-Type: application/json`. Build one with [`SyntheticResponse::reject`],
+/// `Content-Type: application/json`; or, to a gRPC request ([`SyntheticResponse::for_grpc`],
+/// C-GRPC-3), the same outcome as a trailers-only gRPC answer. Build one with [`SyntheticResponse::reject`],
 /// [`SyntheticResponse::failure`], [`SyntheticResponse::client_error`] or
 /// [`SyntheticResponse::management`].
 ///
@@ -351,6 +355,7 @@ pub struct SyntheticResponse<'a> {
     message: &'static str,
     request_id: &'a str,
     extra: [Option<(&'static str, Text<'static>)>; MAX_EXTRA],
+    grpc: bool,
 }
 
 impl<'a> SyntheticResponse<'a> {
@@ -360,7 +365,32 @@ impl<'a> SyntheticResponse<'a> {
             message,
             request_id,
             extra: [None; MAX_EXTRA],
+            grpc: false,
         }
+    }
+
+    /// The same answer for a gRPC request when `grpc` (C-GRPC-3, `crate::grpc`): status `200`,
+    /// `Content-Type: application/grpc`, `grpc-status` (the code of the outcome's own status,
+    /// [`crate::grpc::code_for`]) and `grpc-message` (the message and the request id) among the
+    /// headers, and no body, so that the head ends the stream (gRPC's "Trailers-Only"). The other
+    /// headers (`X-Request-ID`, `Retry-After`, the rate headers) stay.
+    #[must_use]
+    pub fn for_grpc(mut self, grpc: bool) -> SyntheticResponse<'a> {
+        self.grpc = grpc;
+        self
+    }
+
+    /// Whether this is the gRPC form (see [`SyntheticResponse::for_grpc`]).
+    #[must_use]
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
+    }
+
+    /// The status of the outcome (weir's own, as in the JSON body's `code`), whatever the form
+    /// on the wire: the access log and metrics count by it.
+    #[must_use]
+    pub fn outcome_status(&self) -> u16 {
+        self.status
     }
 
     /// Add a header; the lists built here never exceed [`MAX_EXTRA`] (checked by the tests), and
@@ -443,10 +473,10 @@ impl<'a> SyntheticResponse<'a> {
         }
     }
 
-    /// The status.
+    /// The status on the wire: the outcome's, or `200` in the gRPC form.
     #[must_use]
     pub fn status(&self) -> u16 {
-        self.status
+        if self.grpc { 200 } else { self.status }
     }
 
     /// The body's `message`.
@@ -455,19 +485,40 @@ impl<'a> SyntheticResponse<'a> {
         self.message
     }
 
-    /// Every header, in a fixed order: `Content-Type`, `X-Request-ID`, then the outcome's own.
+    /// Every header, in a fixed order: `Content-Type`, `X-Request-ID`, in the gRPC form
+    /// `grpc-status` and `grpc-message`, then the outcome's own.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, Text<'a>)> + '_ {
+        let content_type = if self.grpc {
+            crate::grpc::CONTENT_TYPE
+        } else {
+            JSON
+        };
+        let grpc = self.grpc.then(|| {
+            let code = crate::grpc::code_for(self.status);
+            let message = crate::grpc::Message {
+                message: self.message,
+                request_id: self.request_id,
+            };
+            [
+                (crate::grpc::STATUS, Text::Int(u64::from(code.as_u8()))),
+                (crate::grpc::MESSAGE, Text::Grpc(message)),
+            ]
+        });
         [
-            (header::CONTENT_TYPE, Text::Str(JSON)),
+            (header::CONTENT_TYPE, Text::Str(content_type)),
             (header::REQUEST_ID, Text::Str(self.request_id)),
         ]
         .into_iter()
+        .chain(grpc.into_iter().flatten())
         .chain(self.extra.iter().flatten().copied())
     }
 
-    /// The JSON body (C-PATH-11). Strings are escaped by `serde_json`.
+    /// The JSON body (C-PATH-11), empty in the gRPC form. Strings are escaped by `serde_json`.
     #[must_use]
     pub fn body(&self) -> String {
+        if self.grpc {
+            return String::new();
+        }
         serde_json::json!({
             "code": self.status,
             "message": self.message,
@@ -481,7 +532,7 @@ impl<'a> SyntheticResponse<'a> {
     #[must_use]
     pub fn to_http(&self) -> http::Response<String> {
         let mut response = http::Response::new(self.body());
-        *response.status_mut() = http::StatusCode::from_u16(self.status)
+        *response.status_mut() = http::StatusCode::from_u16(self.status())
             .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
         let headers = response.headers_mut();
         for (name, value) in self.headers() {

@@ -264,3 +264,155 @@ pub async fn c_grpc_1_backend_max_concurrent_streams_is_respected(bin: Binary) {
     })
     .await;
 }
+
+/// A unary gRPC-style call with `x-request-id: rid` on a new HTTP/2 connection.
+async fn call_with_id(addr: SocketAddr, path: &str, rid: &str) -> Answer {
+    let mut tx = h2_client(addr).await;
+    let req = Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-request-id", rid)
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x02hi")))
+        .expect("request");
+    let fut = async move {
+        let resp = tx.send_request(req).await.expect("h2 call");
+        let (parts, body) = resp.into_parts();
+        let collected = body.collect().await.expect("h2 body");
+        let trailers = collected.trailers().cloned();
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: collected.to_bytes(),
+            trailers,
+        }
+    };
+    tokio::time::timeout(secs(20), fut)
+        .await
+        .expect("call answered within 20 s")
+}
+
+/// weir's own gRPC answer (C-GRPC-3): `200`, `content-type: application/grpc`, the status in
+/// the head and nothing after it (trailers-only), `grpc-message` naming the reason and the
+/// request id.
+fn expect_grpc_answer(a: &Answer, code: &str, reason: &str, rid: &str) {
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(
+        header(&a.headers, "content-type").as_deref(),
+        Some("application/grpc"),
+        "{a:?}"
+    );
+    assert_eq!(
+        header(&a.headers, "grpc-status").as_deref(),
+        Some(code),
+        "{a:?}"
+    );
+    let message = header(&a.headers, "grpc-message").expect("grpc-message");
+    assert!(message.contains(reason), "{message:?} names {reason:?}");
+    assert!(message.contains(rid), "{message:?} names the request id");
+    assert_eq!(
+        header(&a.headers, "x-request-id").as_deref(),
+        Some(rid),
+        "{a:?}"
+    );
+    assert!(a.body.is_empty(), "trailers-only: no body: {a:?}");
+    assert!(a.trailers.is_none(), "trailers-only: no trailers: {a:?}");
+}
+
+/// An `http://` url where nothing listens (the port was free a moment ago).
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let addr = l.local_addr().expect("address");
+    drop(l);
+    format!("http://{addr}")
+}
+
+/// C-GRPC-3: with its only backend down, a gRPC call (HTTP/2, and HTTP/1.1 too) gets weir's
+/// answer as gRPC: `200`, trailers-only `grpc-status: 14` (UNAVAILABLE) with the reason and the
+/// request id in `grpc-message`; a request that is not gRPC still gets the JSON `503`.
+pub async fn c_grpc_3_no_backend_is_a_trailers_only_unavailable(bin: Binary) {
+    let cfg = Config::new(&[])
+        .set(
+            "backends",
+            json!([{"id": "down-1", "url": dead_url(), "protocol": "h2c"}]),
+        )
+        .set("health_check.mode", "tcp");
+    let p = Proxy::start(&bin, &cfg).await;
+    let a = call_with_id(p.public, "/pkg.Echo/Call", "grpc-down-1").await;
+    expect_grpc_answer(&a, "14", "no backend available", "grpc-down-1");
+    // An HTTP/1.1 client's gRPC-typed request gets the same form.
+    let r = send(
+        p.public,
+        &Req::post("/pkg.Echo/Call", "x")
+            .header("content-type", "application/grpc+proto")
+            .header("x-request-id", "grpc-down-2"),
+    )
+    .await;
+    expect_status(&r, 200, "HTTP/1.1 gRPC request, no backend");
+    assert_eq!(r.header("grpc-status").as_deref(), Some("14"), "{r:?}");
+    let message = r.header("grpc-message").expect("grpc-message");
+    assert!(message.contains("grpc-down-2"), "{message:?}");
+    assert_eq!(r.text(), "", "no body");
+    // Not gRPC: weir's JSON answer (C-PATH-11).
+    let r = send(p.public, &Req::get("/plain")).await;
+    expect_status(&r, 503, "plain request, no backend");
+    assert!(r.header("grpc-status").is_none(), "{r:?}");
+}
+
+/// C-GRPC-3: a gRPC call over the rate limit gets trailers-only `grpc-status: 8`
+/// (RESOURCE_EXHAUSTED) naming the reason and the request id.
+pub async fn c_grpc_3_rate_limited_call_is_resource_exhausted(bin: Binary) {
+    let b = H2Backend::start("rl-g", None, 0).await;
+    let p = Proxy::start(&bin, &h2c_config(&[&b]).rate_limit(1, 0.001)).await;
+    let a = call_with_id(p.public, "/pkg.Echo/Call", "grpc-rl-1").await;
+    assert_eq!(a.status, 200, "the first call has a token: {a:?}");
+    let trailers = a.trailers.as_ref().expect("the backend's trailers");
+    assert_eq!(header(trailers, "grpc-status").as_deref(), Some("0"));
+    let a = call_with_id(p.public, "/pkg.Echo/Call", "grpc-rl-2").await;
+    expect_grpc_answer(&a, "8", "rate limit exceeded", "grpc-rl-2");
+    assert_eq!(b.count(), 1, "the limited call reached no backend");
+}
+
+/// C-GRPC-3: a backend's trailers-only `grpc-status: 14` is a failure, as a `503`: a
+/// replayable call (POST allowed for retries, its body buffered) goes on to the other backend
+/// and succeeds there; without a retry allowed the client gets the backend's answer as it is.
+pub async fn c_grpc_3_backend_unavailable_is_retried_on_another_backend(bin: Binary) {
+    let bad = H2Backend::unavailable("bad").await;
+    let good = H2Backend::start("good", None, 0).await;
+    let cfg = h2c_config(&[&bad, &good]).set("server.retry.methods", json!(["POST"]));
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..4 {
+        let a = call_with_id(p.public, "/pkg.Echo/Call", &format!("grpc-retry-{i}")).await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        assert_eq!(
+            header(&a.headers, "x-balancer-backend").as_deref(),
+            Some("good"),
+            "call {i}: {a:?}"
+        );
+        let trailers = a.trailers.as_ref().expect("the good backend's trailers");
+        assert_eq!(
+            header(trailers, "grpc-status").as_deref(),
+            Some("0"),
+            "call {i}"
+        );
+    }
+    assert!(bad.count() >= 1, "the unavailable backend was tried");
+    assert_eq!(
+        good.count(),
+        4,
+        "every call was answered by the good backend"
+    );
+    drop(p);
+    // No retry allowed (POST not in retry.methods): the backend's answer is passed on.
+    let p = Proxy::start(&bin, &h2c_config(&[&bad])).await;
+    let a = call_with_id(p.public, "/pkg.Echo/Call", "grpc-pass-1").await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(
+        header(&a.headers, "grpc-status").as_deref(),
+        Some("14"),
+        "{a:?}"
+    );
+    assert_eq!(
+        header(&a.headers, "x-balancer-backend").as_deref(),
+        Some("bad")
+    );
+}

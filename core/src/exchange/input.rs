@@ -105,6 +105,14 @@ pub enum Input {
         /// Its status.
         status: u16,
     },
+    /// The current attempt's response head arrived and is a gRPC trailers-only answer of
+    /// `UNAVAILABLE` (`grpc-status: 14` in a head that ends the stream): judged as a `503` for
+    /// retries and the breaker, passed on as it is when not retried (C-GRPC-3). Build it with
+    /// [`Input::response_head`].
+    UnavailableHead {
+        /// Its HTTP status.
+        status: u16,
+    },
     /// The current attempt failed before a response head.
     SendFailed(SendFailure),
     /// The backend's path prefix and the target make an upstream target too long to send.
@@ -113,4 +121,22 @@ pub enum Input {
     BodyEnd(BodyEnd),
     /// The client went away (C-PATH-9, C-LOAD-1: a queued client leaves the queue at once).
     ClientGone,
+}
+
+impl Input {
+    /// The input for a response head of `status` with `headers`, whose stream ended with the
+    /// head when `end_stream` (C-GRPC-3: a trailers-only `grpc-status: 14` is
+    /// [`Input::UnavailableHead`], any other head [`Input::ResponseHead`]).
+    #[must_use]
+    pub fn response_head<H: crate::headers::HeaderLines + ?Sized>(
+        status: u16,
+        headers: &H,
+        end_stream: bool,
+    ) -> Input {
+        if crate::grpc::trailers_only_unavailable(headers, end_stream) {
+            Input::UnavailableHead { status }
+        } else {
+            Input::ResponseHead { status }
+        }
+    }
 }

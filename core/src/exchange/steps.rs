@@ -116,7 +116,11 @@ impl Exchange {
                 self.answer(Answer::Client(ClientError::BodyTimeout), now, rng);
             }
             (Stage::Awaiting { sent }, Input::ResponseHead { status }) => {
-                self.on_head(sent, status, now, rng);
+                self.on_head(sent, status, status, now, rng);
+            }
+            (Stage::Awaiting { sent }, Input::UnavailableHead { status }) => {
+                // A gRPC UNAVAILABLE is judged as the `503` it stands for (C-GRPC-3).
+                self.on_head(sent, status, 503, now, rng);
             }
             (Stage::Awaiting { sent }, Input::SendFailed(failure)) => {
                 let (error, result) = classify(failure);
@@ -323,12 +327,21 @@ impl Exchange {
         self.apply(action, now, rng);
     }
 
-    fn on_head(&mut self, sent: Instant, status: u16, now: Instant, rng: &mut dyn Rng) {
+    /// A response head of `status`, judged for retries and health as `judged` (the status
+    /// itself, or `503` for a gRPC UNAVAILABLE); a delivered response keeps its own status.
+    fn on_head(
+        &mut self,
+        sent: Instant,
+        status: u16,
+        judged: u16,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) {
         // A status outside 100..=599 is an invalid response: the flow fails the attempt like a
         // broken connection, and the metric says so (docs/proxy.md, "Upstream status validity").
         let result = if !crate::flow::valid_upstream_status(status) {
             AttemptResult::TransportError
-        } else if self.rt.retry().is_retryable_status(status) {
+        } else if self.rt.retry().is_retryable_status(judged) {
             AttemptResult::FailureStatus
         } else {
             AttemptResult::Success
@@ -338,7 +351,15 @@ impl Exchange {
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
-        let action = flow.handle_response_head(status, now, rng);
+        let judged = if crate::flow::valid_upstream_status(status) {
+            judged
+        } else {
+            status
+        };
+        let mut action = flow.handle_response_head(judged, now, rng);
+        if let Action::Deliver(d) = &mut action {
+            d.status = status;
+        }
         self.apply(action, now, rng);
     }
 

@@ -1078,3 +1078,86 @@ fn c_retry_1_an_attempt_answered_500_is_counted_a_success_but_reads_answered_500
     assert_eq!(AttemptResult::Timeout.detail(None), "timeout");
     assert_eq!(AttemptResult::ConnectError.detail(None), "connect_error");
 }
+
+#[test]
+fn c_grpc_3_a_grpc_request_gets_weir_answers_in_the_grpc_form() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_held, _) = f.start(&Req::get("/x"), T0);
+    let mut full = f.services.gate().enter(T0);
+    while !matches!(full, crate::admission::Entry::Rejected(_)) {
+        full = f.services.gate().enter(T0);
+    }
+    let grpc = Req::get("/x")
+        .header("content-type", "application/grpc")
+        .header("x-request-id", "g-1");
+    let (x, out) = f.start(&grpc, T0);
+    assert!(x.is_grpc());
+    let a = answer(&out);
+    assert_eq!(
+        a.status(),
+        503,
+        "the outcome's status, for the log and metrics"
+    );
+    assert_eq!(
+        record(&out).status,
+        503,
+        "the access log keeps weir's own status"
+    );
+    let s = x.synthetic(&a).expect("synthetic");
+    assert!(s.is_grpc());
+    assert_eq!(s.status(), 200);
+    let get = |name: &str| {
+        s.headers()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    };
+    assert_eq!(get("grpc-status").as_deref(), Some("14"));
+    assert_eq!(get("content-type").as_deref(), Some("application/grpc"));
+    let message = get("grpc-message").expect("grpc-message");
+    assert!(message.starts_with("overloaded"), "{message}");
+    assert!(message.ends_with("(request id g-1)"), "{message}");
+    assert_eq!(get("retry-after").as_deref(), Some("1"));
+    assert!(s.body().is_empty());
+    // The same request without a gRPC content type: the JSON form.
+    let (x, out) = f.start(&Req::get("/x"), T0);
+    assert!(!x.is_grpc());
+    assert_eq!(x.synthetic(&answer(&out)).expect("synthetic").status(), 503);
+}
+
+#[test]
+fn c_grpc_3_a_trailers_only_unavailable_is_retried_as_a_503_and_delivered_as_it_is() {
+    let mut unavailable = http::HeaderMap::new();
+    unavailable.insert("grpc-status", http::HeaderValue::from_static("14"));
+    let head = Input::response_head(200, &unavailable, true);
+    assert_eq!(head, Input::UnavailableHead { status: 200 });
+    assert_eq!(
+        Input::response_head(200, &unavailable, false),
+        Input::ResponseHead { status: 200 },
+        "a head with a body to follow is not judged by grpc-status"
+    );
+    let mut f = Fixture::new(RETRYING, StorageKind::Local);
+    let req = Req::get("/x").with(Method::GET, BodyInfo::Sized(10));
+    let (mut x, _) = f.start(&req, T0);
+    let first = send(&f.feed(&mut x, Input::BodyBuffered, at(5)));
+    let out = f.feed(&mut x, head, at(10));
+    let retry = send(&out);
+    assert!(retry.retry && retry.backend != first.backend, "{out:?}");
+    assert!(matches!(
+        out[0],
+        Output::Metric(Metric::Attempt {
+            result: AttemptResult::FailureStatus,
+            ..
+        })
+    ));
+    // The last attempt's trailers-only answer is passed on with its own status.
+    let out = f.feed(&mut x, head, at(20));
+    let delivered = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Deliver(d) => Some(d.deliver.status),
+            _ => None,
+        })
+        .expect("delivered");
+    assert_eq!(delivered, 200);
+    assert_eq!(record(&out).attempts, 2);
+}

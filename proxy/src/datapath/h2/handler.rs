@@ -330,7 +330,8 @@ impl<'a> Io<'a> {
         match sent? {
             Ok((resp, conn)) => {
                 let status = resp.status().as_u16();
-                self.feed(Input::ResponseHead { status });
+                let end = resp.body().is_end_stream();
+                self.feed(Input::response_head(status, resp.headers(), end));
                 Some((resp, conn, target))
             }
             Err(_) if up.tally.as_ref().is_some_and(|t| t.timed_out()) => {
@@ -425,6 +426,9 @@ impl<'a> Io<'a> {
     /// allowed request (C-RATE-1).
     fn answer(&mut self, a: Answer, guard: RequestGuard) -> Response<ResBody> {
         let x = self.x();
+        let status = a.status();
+        // On the wire, the synthetic response's own status (`200` in the gRPC form, C-GRPC-3).
+        let mut wire = status;
         let mut resp = match (a.health_body(), x.synthetic(&a)) {
             (Some(body), _) => {
                 let mut r = Response::new(ResBody::full(Bytes::from_static(body.as_bytes()), None));
@@ -432,11 +436,13 @@ impl<'a> Io<'a> {
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 r
             }
-            (None, Some(s)) => synthetic(&s, &self.rid_value),
+            (None, Some(s)) => {
+                wire = s.status();
+                synthetic(&s, &self.rid_value)
+            }
             (None, None) => Response::new(ResBody::empty(None)),
         };
-        let status = a.status();
-        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        *resp.status_mut() = StatusCode::from_u16(wire).unwrap_or(StatusCode::BAD_GATEWAY);
         let headers = resp.headers_mut();
         headers.insert(X_REQUEST_ID, self.rid_value.clone());
         add_headers(headers, x.response_headers(None, status));

@@ -13,12 +13,15 @@ impl Req<'_> {
         let mut extra = Extra::new(std::mem::take(&mut c.scratch));
         let x = self.exchange();
         let rid = x.request_id().as_bytes();
+        // On the wire, the synthetic response's own status (`200` in the gRPC form, C-GRPC-3).
+        let mut wire = status;
         let body: Cow<'static, str> = match (a.health_body(), x.synthetic(&a)) {
             (Some(b), _) => {
                 extra.set_bytes(header::CONTENT_TYPE, weir_core::response::JSON.as_bytes());
                 Cow::Borrowed(b)
             }
             (None, Some(s)) => {
+                wire = s.status();
                 for (name, value) in s.headers() {
                     extra.set(name, |out| push_text(out, &value));
                 }
@@ -35,7 +38,7 @@ impl Req<'_> {
         let _ = self.next();
         let keep = !close && self.keep_alive();
         c.out.clear();
-        status_line(&mut c.out, status);
+        status_line(&mut c.out, wire);
         extra.with_pairs(|pairs| {
             for (name, value) in pairs {
                 if !name.eq_ignore_ascii_case(header::CONNECTION) {

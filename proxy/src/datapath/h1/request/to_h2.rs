@@ -97,12 +97,16 @@ impl Req<'_> {
         let result = match sent {
             Ok((resp, lent)) if self.body_fault == BodyFault::None => {
                 let status = resp.status().as_u16();
+                let end = resp.body().is_end_stream();
+                let head = Input::response_head(status, resp.headers(), end);
                 *last = Some(Box::new(H2Up {
                     resp,
                     lent,
                     target: Arc::clone(&target),
                 }));
-                Ok(status)
+                // The engine judges a gRPC trailers-only head by its `grpc-status` (C-GRPC-3).
+                self.feed(head);
+                return Ok(());
             }
             Ok(_) => Err(UpError::Transport(io::Error::other("request body failed"))),
             Err(SendError::Connect(e)) => Err(UpError::Connect(e)),
