@@ -137,14 +137,25 @@ impl Default for OutlierParams {
 impl OutlierParams {
     /// Check every field; the first error found is returned.
     pub fn checked(self) -> Result<OutlierParams, OutlierError> {
+        match self.errors().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(self),
+        }
+    }
+
+    /// Every rule these parameters break, in the order of the keys (a configuration lists them
+    /// all, C-CONF-1).
+    #[must_use]
+    pub fn errors(&self) -> Vec<OutlierError> {
+        let mut errors = Vec::new();
         if self.interval < Duration::from_millis(100) || self.interval > Duration::from_secs(3600) {
-            return Err(OutlierError::Interval);
+            errors.push(OutlierError::Interval);
         }
         if self.max_ejection_time > Duration::from_secs(86_400) {
-            return Err(OutlierError::MaxEjectionTime);
+            errors.push(OutlierError::MaxEjectionTime);
         }
         if self.base_ejection_time.is_zero() || self.base_ejection_time > self.max_ejection_time {
-            return Err(OutlierError::BaseEjectionTime);
+            errors.push(OutlierError::BaseEjectionTime);
         }
         for (key, n) in [
             ("max_ejection_percent", self.max_ejection_percent),
@@ -154,7 +165,7 @@ impl OutlierParams {
             ),
         ] {
             if n > 100 {
-                return Err(OutlierError::Percent(key, n));
+                errors.push(OutlierError::Percent(key, n));
             }
         }
         for (key, n) in [
@@ -176,13 +187,13 @@ impl OutlierParams {
             ),
         ] {
             if n == 0 {
-                return Err(OutlierError::Zero(key));
+                errors.push(OutlierError::Zero(key));
             }
         }
         if self.success_rate_stdev_factor_milli > 10_000 {
-            return Err(OutlierError::StdevFactor);
+            errors.push(OutlierError::StdevFactor);
         }
-        Ok(self)
+        errors
     }
 
     /// The `success_rate_stdev_factor` written as a number (`1.9`), in thousandths; `None` when it

@@ -1064,6 +1064,22 @@ fn c_out_1_outlier_keys_are_read_validated_and_strict() {
 }
 
 #[test]
+fn c_conf_1_every_outlier_error_is_listed() {
+    let e = errs(&format!(
+        "health_check:\n  outlier:\n    interval: 5ms\n    max_ejection_percent: 120\n    \
+         success_rate_stdev_factor: 11\n    success_rate_minimum_hosts: 0\n{MIN}"
+    ));
+    for path in [
+        "health_check.outlier.interval",
+        "health_check.outlier.max_ejection_percent",
+        "health_check.outlier.success_rate_stdev_factor",
+        "health_check.outlier.success_rate_minimum_hosts",
+    ] {
+        err_at(&e, path);
+    }
+}
+
+#[test]
 fn c_grpc_1_backend_protocol_settings() {
     use crate::backend::Protocol;
     for (text, url, want) in [

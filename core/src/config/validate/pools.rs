@@ -221,13 +221,13 @@ pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolP
 
 /// `health_check.outlier` (C-OUT-1, C-OUT-2): every field checked, each error naming its key.
 fn check_outlier(o: &OutlierConfig, c: &mut Check<'_>) -> Option<OutlierParams> {
-    let Some(factor) = OutlierParams::stdev_factor_milli(o.success_rate_stdev_factor) else {
+    let factor = OutlierParams::stdev_factor_milli(o.success_rate_stdev_factor);
+    if factor.is_none() {
         c.core_err(
             "health_check.outlier.success_rate_stdev_factor",
             OutlierError::StdevFactor.to_string(),
         );
-        return None;
-    };
+    }
     let params = OutlierParams {
         enabled: o.enabled,
         interval: o.interval,
@@ -239,14 +239,14 @@ fn check_outlier(o: &OutlierConfig, c: &mut Check<'_>) -> Option<OutlierParams> 
         failure_percentage_request_volume: o.failure_percentage_request_volume,
         success_rate_minimum_hosts: o.success_rate_minimum_hosts,
         success_rate_request_volume: o.success_rate_request_volume,
-        success_rate_stdev_factor_milli: factor,
+        // Checked above; the other keys are still checked with a valid stand-in.
+        success_rate_stdev_factor_milli: factor.unwrap_or(0),
     };
-    params
-        .checked()
-        .map_err(|e| {
-            c.core_err(&format!("health_check.outlier.{}", e.key()), e.to_string());
-        })
-        .ok()
+    let errors = params.errors();
+    for e in &errors {
+        c.core_err(&format!("health_check.outlier.{}", e.key()), e.to_string());
+    }
+    (errors.is_empty() && factor.is_some()).then_some(params)
 }
 
 pub(super) fn valid_pool_name(name: &str) -> bool {
