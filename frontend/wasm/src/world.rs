@@ -434,9 +434,12 @@ impl World {
                     r.attempts.push((name, result.detail(status)));
                 }
             }
+            // Outlier events become the live proxy's WARN lines and counters; the demo keeps
+            // neither an event log nor counters.
             Output::StoreTake { .. }
             | Output::AbortBody
             | Output::Metric(_)
+            | Output::Outliers(_)
             | Output::Record(_) => {}
         }
     }
