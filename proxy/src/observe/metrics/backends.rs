@@ -203,7 +203,7 @@ pub(super) fn families(
 
     out.push(counter(
         "load_balancer_outlier_ejections",
-        "Outlier-detection ejections, by backend and reason (C-OUT-2).",
+        "Outlier-detection ejections, by backend and reason (failure_percentage, success_rate).",
         ejections,
     ));
 
@@ -228,12 +228,12 @@ pub(super) fn families(
     }
     out.push(gauge(
         "load_balancer_backend_available",
-        "1 when the backend can take requests (enabled, not draining, healthy, circuit not open).",
+        "1 when the backend can take requests (enabled, not draining, healthy, circuit not open, not ejected).",
         available,
     ));
     out.push(gauge(
         "load_balancer_backend_ejected",
-        "1 while outlier detection has the backend ejected (C-OUT-2).",
+        "1 while outlier detection has the backend ejected, else 0.",
         ejected,
     ));
     out.push(gauge(
