@@ -166,10 +166,11 @@ async fn tls_backend(ca: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>) -> u16 {
     port
 }
 
-/// HTTPS backends: a chain to a trusted root for the backend's name works; a self-signed
-/// certificate is a connect error (normal validation).
-#[tokio::test]
-async fn https_backends_validate_certificates() {
+/// A test CA: its issuer, for backend certificates, and a client configuration trusting only it.
+fn test_ca() -> (
+    rcgen::Issuer<'static, rcgen::KeyPair>,
+    Arc<rustls::ClientConfig>,
+) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -178,6 +179,14 @@ async fn https_backends_validate_certificates() {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca_cert.der().clone()).unwrap();
     let tls = weir_tokio::services::probe::client_tls::client_config(roots).unwrap();
+    (issuer, tls)
+}
+
+/// HTTPS backends: a chain to a trusted root for the backend's name works; a self-signed
+/// certificate is a connect error (normal validation).
+#[tokio::test]
+async fn https_backends_validate_certificates() {
+    let (issuer, tls) = test_ca();
     let good = tls_backend(Some(&issuer)).await;
     let bad = tls_backend(None).await;
     let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
@@ -270,14 +279,7 @@ async fn tls_h2_backend(ca: &rcgen::Issuer<'_, rcgen::KeyPair>) -> u16 {
 /// certificate validated; sequential requests share one connection.
 #[tokio::test]
 async fn c_grpc_1_h2_backend_over_tls_with_alpn() {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca_cert.der().clone()).unwrap();
-    let tls = weir_tokio::services::probe::client_tls::client_config(roots).unwrap();
+    let (issuer, tls) = test_ca();
     let port = tls_h2_backend(&issuer).await;
     let up = Upstream::new(weir_tokio::rt(), config(), Some(tls));
     let t = Target::new("h2", &format!("https://localhost:{port}"))

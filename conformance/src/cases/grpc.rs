@@ -53,12 +53,30 @@ struct Answer {
 
 /// A unary gRPC-style call (`POST`, `content-type: application/grpc`, `te: trailers`) on
 /// `tx`, read to its trailers.
-async fn call(mut tx: SendRequest<Full<Bytes>>, addr: SocketAddr, path: &str) -> Answer {
-    let req = Request::post(format!("http://{addr}{path}"))
+async fn call(tx: SendRequest<Full<Bytes>>, addr: SocketAddr, path: &str) -> Answer {
+    send_call(
+        tx,
+        grpc_request(addr, path)
+            .body(unary_body())
+            .expect("request"),
+    )
+    .await
+}
+
+/// A gRPC-style POST to `path` (content type and `te: trailers`), its body still to give.
+fn grpc_request(addr: SocketAddr, path: &str) -> http::request::Builder {
+    Request::post(format!("http://{addr}{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
-        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x02hi")))
-        .expect("request");
+}
+
+/// One uncompressed two-byte gRPC message.
+fn unary_body() -> Full<Bytes> {
+    Full::new(Bytes::from_static(b"\0\0\0\0\x02hi"))
+}
+
+/// `req` sent on `tx`, read to its trailers.
+async fn send_call(mut tx: SendRequest<Full<Bytes>>, req: Request<Full<Bytes>>) -> Answer {
     let fut = async move {
         let resp = tx.send_request(req).await.expect("h2 call");
         let (parts, body) = resp.into_parts();
@@ -267,28 +285,11 @@ pub async fn c_grpc_1_backend_max_concurrent_streams_is_respected(bin: Binary) {
 
 /// A unary gRPC-style call with `x-request-id: rid` on a new HTTP/2 connection.
 async fn call_with_id(addr: SocketAddr, path: &str, rid: &str) -> Answer {
-    let mut tx = h2_client(addr).await;
-    let req = Request::post(format!("http://{addr}{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
+    let req = grpc_request(addr, path)
         .header("x-request-id", rid)
-        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x02hi")))
+        .body(unary_body())
         .expect("request");
-    let fut = async move {
-        let resp = tx.send_request(req).await.expect("h2 call");
-        let (parts, body) = resp.into_parts();
-        let collected = body.collect().await.expect("h2 body");
-        let trailers = collected.trailers().cloned();
-        Answer {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: collected.to_bytes(),
-            trailers,
-        }
-    };
-    tokio::time::timeout(secs(20), fut)
-        .await
-        .expect("call answered within 20 s")
+    send_call(h2_client(addr).await, req).await
 }
 
 /// weir's own gRPC answer (C-GRPC-3): `200`, `content-type: application/grpc`, the status in

@@ -48,7 +48,8 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-async fn metrics(p: &Proxy) -> String {
+/// The management listener's `/metrics` text.
+pub(super) async fn metrics(p: &Proxy) -> String {
     let m = p.management.expect("management listener");
     let r = send(
         m,

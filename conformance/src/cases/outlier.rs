@@ -4,9 +4,10 @@
 use std::time::Instant;
 
 use super::expect_status;
+use super::obs::metrics;
 use crate::backend::{Backend, Mode};
-use crate::client::{Req, get, send};
-use crate::config::{ADMIN_TOKEN, Config};
+use crate::client::get;
+use crate::config::Config;
 use crate::harness::{Binary, Proxy};
 use crate::util::{eventually, ms, secs};
 
@@ -159,15 +160,4 @@ pub async fn c_out_2_pool_of_two_both_failing_keeps_serving(bin: Binary) {
         ejections(&p, "op-1") == 0 || ejections(&p, "op-2") == 0,
         "both backends of the pool were ejected"
     );
-}
-
-async fn metrics(p: &Proxy) -> String {
-    let m = p.management.expect("management listener");
-    let r = send(
-        m,
-        &Req::get("/metrics").header("authorization", &format!("Bearer {ADMIN_TOKEN}")),
-    )
-    .await;
-    expect_status(&r, 200, "GET /metrics");
-    r.text()
 }

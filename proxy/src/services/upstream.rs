@@ -55,7 +55,7 @@ mod h2;
 mod target;
 pub use body::{BodyTally, BoxError, ClientBody, UpBody};
 pub use error::SendError;
-pub use h2::Stream;
+pub use h2::BackendStream;
 pub use target::{DownstreamEnds, PoolKey, Target};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
@@ -206,7 +206,7 @@ pub enum Lent {
     /// An HTTP/1 connection, lent whole.
     H1(Conn),
     /// A stream of an HTTP/2 connection.
-    H2(Stream),
+    H2(BackendStream),
 }
 
 impl Lent {

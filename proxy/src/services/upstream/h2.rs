@@ -77,21 +77,21 @@ impl H2Conn {
 /// One stream's hold on its connection: dropped when the response body ends or is dropped,
 /// which frees the stream for the next request.
 #[derive(Debug)]
-pub struct Stream {
+pub struct BackendStream {
     shared: Arc<Shared>,
 }
 
-impl Drop for Stream {
+impl Drop for BackendStream {
     fn drop(&mut self) {
         self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-impl Stream {
-    fn lend(shared: &Arc<Shared>) -> Stream {
+impl BackendStream {
+    fn lend(shared: &Arc<Shared>) -> BackendStream {
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
         shared.uses.fetch_add(1, Ordering::Relaxed);
-        Stream {
+        BackendStream {
             shared: Arc::clone(shared),
         }
     }
@@ -135,14 +135,14 @@ impl H2Pools {
     }
 
     /// A stream on a live connection to `target` with one to spare, dropping dead ones.
-    fn checkout(&self, target: &Target) -> Option<(http2::SendRequest<UpBody>, Stream)> {
+    fn checkout(&self, target: &Target) -> Option<(http2::SendRequest<UpBody>, BackendStream)> {
         let mut map = self.lock();
         let list = map.get_mut(target.pool_key())?;
         list.retain(H2Conn::alive);
         let conn = list.iter().find(|c| {
             c.shared.in_flight.load(Ordering::Acquire) < c.shared.max.load(Ordering::Acquire)
         })?;
-        Some((conn.tx.clone(), Stream::lend(&conn.shared)))
+        Some((conn.tx.clone(), BackendStream::lend(&conn.shared)))
     }
 
     /// Connections to all backends (tests, status).
@@ -183,7 +183,7 @@ impl H2Pools {
         &self,
         target: &Arc<Target>,
         io: impl Future<Output = io::Result<Box<dyn Io>>>,
-    ) -> Result<(http2::SendRequest<UpBody>, Stream), SendError> {
+    ) -> Result<(http2::SendRequest<UpBody>, BackendStream), SendError> {
         let io = io.await.map_err(SendError::Connect)?;
         let (tx, conn) = self
             .builder
@@ -210,7 +210,7 @@ impl H2Pools {
             .await;
             task.closed.store(true, Ordering::Release);
         });
-        let stream = Stream::lend(&shared);
+        let stream = BackendStream::lend(&shared);
         self.lock()
             .entry(target.pool_key().clone())
             .or_default()
@@ -232,7 +232,7 @@ impl H2Pools {
         metrics: Option<&BackendMetrics>,
         req: Request<UpBody>,
         connect: impl FnOnce() -> F,
-    ) -> Result<(Response<Incoming>, Stream), SendError>
+    ) -> Result<(Response<Incoming>, BackendStream), SendError>
     where
         F: Future<Output = io::Result<Box<dyn Io>>>,
     {
