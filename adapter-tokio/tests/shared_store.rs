@@ -296,6 +296,62 @@ async fn c_rate_3_two_processes_share_one_postgres_limit() {
     drop_database(&db).await;
 }
 
+/// Rows of `ip`'s bucket in the PostgreSQL database `db`.
+async fn pg_bucket_rows(db: &str, ip: IpAddr) -> usize {
+    pg_client(db)
+        .await
+        .query(
+            "SELECT key FROM weir_rate_buckets WHERE key = $1",
+            &[&format!("{ip}/32")],
+        )
+        .await
+        .expect("select")
+        .len()
+}
+
+/// C-RATE-3: the PostgreSQL store is cleaned every `rate_limit.cleanup_interval`: a bucket row
+/// that expired more than `rate_limit.retention` ago is deleted (without a cleanup the table
+/// keeps a row per client key ever seen), one within its retention is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rate_3_postgres_expired_buckets_are_deleted_after_their_retention() {
+    let db = create_database().await;
+    let b = Backend::start("sw-pg-sweep").await;
+    // A full refill takes 10 ms, so a row expires about a second after its last take.
+    let base = limited(&b, "postgres", "fail-closed", 1)
+        .set("rate_limit.refill_per_second", 100.0)
+        .set("rate_limit.cleanup_interval", "1s");
+    let kept = with_postgres(base.clone().set("rate_limit.retention", "1h"), PG, &db);
+    let p = start(&kept).await;
+    let ip = client_ip();
+    assert_eq!(request(&p, ip).await.status, 200);
+    assert_eq!(pg_bucket_rows(&db, ip).await, 1, "the take stored a row");
+    // Expired for over two cleanups, but within its retention.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        pg_bucket_rows(&db, ip).await,
+        1,
+        "kept within its retention"
+    );
+    drop(p);
+
+    let swept = with_postgres(base.set("rate_limit.retention", "0s"), PG, &db);
+    let p = start(&swept).await;
+    let deadline = Instant::now() + WAIT;
+    while pg_bucket_rows(&db, ip).await == 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the expired row was never deleted\n{}",
+            p.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The process keeps deciding from the store after the cleanup.
+    assert_eq!(request(&p, ip).await.status, 200);
+    assert_eq!(pg_bucket_rows(&db, ip).await, 1);
+    drop(p);
+    drop_database(&db).await;
+}
+
 /// C-RATE-5: Redis down at start (nothing listens on its port), for one policy: the process
 /// starts, and every request gets the policy's answer (a refused connection fails at once; the
 /// client's 10 s bound is only there to fail rather than hang); `/readyz` per policy.

@@ -15,3 +15,4 @@ pub mod reload;
 pub mod scrape;
 pub mod start;
 pub mod store_recovery;
+pub mod store_sweep;

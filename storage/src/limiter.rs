@@ -138,6 +138,12 @@ impl Drop for CallGuard<'_> {
 }
 
 impl RateLimiter {
+    /// Rows one sweep statement deletes at most: each statement's locks and WAL stay small.
+    pub const SWEEP_BATCH: i64 = 10_000;
+    /// Statements one sweep runs at most: a table that grew faster than the sweeps keep up with
+    /// is cleaned over several sweeps rather than in one long burst.
+    pub const SWEEP_MAX_BATCHES: u32 = 20;
+
     /// The default spacing of recovery trials.
     pub const DEFAULT_RETRY_INTERVAL: Duration = weir_core::rate::circuit::DEFAULT_RETRY_INTERVAL;
 
@@ -452,6 +458,41 @@ fn set_local_tokens(
         if let Take::Denied { .. } = local.take(key, bucket, now) {
             break;
         }
+    }
+}
+
+impl RateLimiter {
+    /// Delete the buckets that expired more than `retention` ago from a store that does not
+    /// expire them by itself (PostgreSQL; Redis keys carry a TTL and the local store evicts):
+    /// at most [`Self::SWEEP_MAX_BATCHES`] statements of [`Self::SWEEP_BATCH`] rows, each
+    /// bounded by `rate`'s operation timeout. Returns the rows deleted. Correctness never depends on it (an expired row reads as a
+    /// full bucket); without it the table keeps one row per client key ever seen. Nothing is
+    /// tried while the store is down; a failure is returned for the log and does not mark the
+    /// store down (the decisions and the recovery trials judge its health).
+    pub async fn sweep_expired(
+        &self,
+        rate: &RateParams,
+        retention: Duration,
+    ) -> Result<u64, StoreError> {
+        let StoreKind::Postgres(store) = &self.store else {
+            return Ok(0);
+        };
+        if !self.store_up() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        for _ in 0..Self::SWEEP_MAX_BATCHES {
+            let n = bounded(
+                rate.operation_timeout(),
+                store.sweep_expired(Self::SWEEP_BATCH, retention),
+            )
+            .await?;
+            total += n;
+            if n < Self::SWEEP_BATCH.unsigned_abs() {
+                break;
+            }
+        }
+        Ok(total)
     }
 }
 

@@ -63,6 +63,18 @@ impl PostgresStore {
     pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
         match *self {}
     }
+
+    /// Unreachable: no store exists.
+    ///
+    /// # Errors
+    /// Never returns.
+    pub async fn sweep_expired(
+        &self,
+        _limit: i64,
+        _retention: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        match *self {}
+    }
 }
 
 impl Store for PostgresStore {

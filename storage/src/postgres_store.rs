@@ -262,7 +262,8 @@ const PEEK_SQL: &str = "SELECT (extract(epoch FROM n.t) * 1000000)::bigint * 100
 const SET_SQL: &str = "SELECT now_ns FROM weir_rate_set($1, $2, $3, $4, $5)";
 const RESET_SQL: &str = "DELETE FROM weir_rate_buckets WHERE key = $1";
 const SWEEP_SQL: &str = "DELETE FROM weir_rate_buckets WHERE key IN (\
-     SELECT key FROM weir_rate_buckets WHERE expires_at < clock_timestamp() \
+     SELECT key FROM weir_rate_buckets \
+     WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond' \
      LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
 /// The PostgreSQL bucket store (C-RATE-3, C-RATE-7). Every method takes `&self`.
@@ -400,13 +401,16 @@ impl PostgresStore {
         Ok((take, Instant::from_nanos(now)))
     }
 
-    /// Delete up to `limit` expired rows (full buckets; their TTL passed). The adapter may run
-    /// this now and then; correctness never depends on it, since an expired row reads as full.
-    pub async fn sweep_expired(&self, limit: i64) -> Result<u64, StoreError> {
+    /// Delete up to `limit` rows that expired more than `retention` ago (full buckets; their
+    /// TTL passed). [`RateLimiter::sweep_expired`](crate::RateLimiter::sweep_expired) runs it
+    /// every `rate_limit.cleanup_interval`; correctness never depends on it, since an expired
+    /// row reads as full.
+    pub async fn sweep_expired(&self, limit: i64, retention: Duration) -> Result<u64, StoreError> {
         self.ensure_schema()?;
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(SWEEP_SQL).await?;
-        Ok(client.execute(&stmt, &[&limit]).await?)
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        Ok(client.execute(&stmt, &[&limit, &retention_ms]).await?)
     }
 }
 

@@ -362,9 +362,11 @@ pub struct RateLimitConfig {
     pub ipv4_prefix_bits: u32,
     /// `ipv6_prefix_bits` [64].
     pub ipv6_prefix_bits: u32,
-    /// `cleanup_interval` [6h]: refused unless it is the default (weir runs no cleanup).
+    /// `cleanup_interval` [6h, 1s..=168h]: how often each replica deletes the expired buckets
+    /// of the PostgreSQL store (Redis keys expire by their TTL; the local store evicts).
     pub cleanup_interval: Duration,
-    /// `retention` [24h]: refused unless it is the default (weir runs no cleanup).
+    /// `retention` [24h, 0s..=720h]: how long past its expiry a PostgreSQL bucket row is kept
+    /// before a cleanup deletes it (an expired row reads as a full bucket either way).
     pub retention: Duration,
 }
 

@@ -982,16 +982,6 @@ fn keys_weir_does_not_act_on_are_refused_by_name() {
             "max_concurrent_requests",
         ),
         (
-            "rate_limit:\n  cleanup_interval: 1h\n",
-            "rate_limit.cleanup_interval",
-            "expiry",
-        ),
-        (
-            "rate_limit:\n  retention: 48h\n",
-            "rate_limit.retention",
-            "expiry",
-        ),
-        (
             "management:\n  enable_pprof: true\n",
             "management.enable_pprof",
             "pprof",

@@ -77,7 +77,7 @@ pub struct ValidConfig {
     pub pool_params: PoolParams,
     /// `rate_limit` (C-RATE-1..5).
     pub rate: RateParams,
-    /// `rate_limit.cleanup_interval` and `retention` (only the defaults load: weir runs no cleanup).
+    /// `rate_limit.cleanup_interval` and `retention`: the PostgreSQL store's cleanup.
     pub rate_housekeeping: (Duration, Duration),
     /// `redis`; `password` is resolved only when `rate_limit.storage` is redis.
     pub redis: RedisSettings,

@@ -106,6 +106,8 @@ fn keep_restart_only(running: &Config, next: Config) -> Config {
     r.operation_timeout = n.operation_timeout;
     r.ipv4_prefix_bits = n.ipv4_prefix_bits;
     r.ipv6_prefix_bits = n.ipv6_prefix_bits;
+    r.cleanup_interval = n.cleanup_interval;
+    r.retention = n.retention;
     c
 }
 

@@ -16,7 +16,7 @@ use weir_core::runtime::Runtime;
 use crate::base::clock::Clock;
 use crate::base::rt::{self, JoinHandle, Rt, watch};
 use crate::base::worker;
-use crate::control::{cert_watch, health, management, reload, store_recovery};
+use crate::control::{cert_watch, health, management, reload, store_recovery, store_sweep};
 use crate::datapath::server;
 use crate::observe::{events, listener_tls, metrics};
 use crate::services::admission::Admission;
@@ -444,6 +444,10 @@ fn spawn_all(
     tasks.push(rt::spawn_handle(
         rt,
         store_recovery::run(Arc::clone(proxy_state), shutdown_rx.clone()),
+    ));
+    tasks.push(rt::spawn_handle(
+        rt,
+        store_sweep::run(Arc::clone(proxy_state), shutdown_rx.clone()),
     ));
     // C-TLS-2: certificate directories are watched for as long as the listener runs.
     tasks.push(rt::spawn_handle(

@@ -210,13 +210,13 @@ pub(crate) const SPANS: &[Span] = &[
     ),
     span(
         "rate_limit.cleanup_interval",
-        (secs(MINUTE), "1m"),
+        (secs(1), "1s"),
         (secs(7 * DAY), "168h"),
         false,
     ),
     span(
         "rate_limit.retention",
-        (secs(MINUTE), "1m"),
+        (secs(0), "0s"),
         (secs(30 * DAY), "720h"),
         false,
     ),

@@ -26,7 +26,6 @@ pub struct DatabaseSettings {
 }
 
 pub(super) fn check_rate(rl: &RateLimitConfig, c: &mut Check<'_>) -> Option<RateParams> {
-    refuse_cleanup_keys(rl, c);
     let defaults = RateConfig::default();
     let mut failed = false;
     let storage = StorageKind::from_str(&rl.storage).unwrap_or_else(|e| {
@@ -187,28 +186,4 @@ pub(super) fn check_database(
         connect_timeout: d.connect_timeout,
         max_open_connections: d.max_open_connections,
     })
-}
-
-/// `rate_limit.cleanup_interval` and `retention`, keys of the reference balancer weir does not
-/// act on: refused by name unless they say the default (which a re-serialized configuration
-/// writes), so none is silently ignored.
-fn refuse_cleanup_keys(rl: &RateLimitConfig, c: &mut Check<'_>) {
-    let reference = RateLimitConfig::default();
-    for (field, value, default) in [
-        (
-            "cleanup_interval",
-            rl.cleanup_interval,
-            reference.cleanup_interval,
-        ),
-        ("retention", rl.retention, reference.retention),
-    ] {
-        if value != default {
-            c.err(
-                &format!("rate_limit.{field}"),
-                "not supported: weir runs no rate-limit cleanup on a timer: a bucket carries \
-                 its own expiry (a Redis key's TTL, a PostgreSQL row's expires_at, read as a \
-                 full bucket once passed; the local store evicts by size); remove the key",
-            );
-        }
-    }
 }
