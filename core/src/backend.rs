@@ -67,6 +67,16 @@ impl Protocol {
         }
     }
 
+    /// The configuration's spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::H2c => "h2c",
+            Protocol::H2 => "h2",
+        }
+    }
+
     /// Whether requests go to the backend as HTTP/2.
     #[must_use]
     pub fn is_h2(self) -> bool {

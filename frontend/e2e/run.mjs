@@ -20,6 +20,8 @@ const children = [];
 function config(backends, mutations) {
   const shipped = readFileSync(join(front, "../config/weir.yaml"), "utf8");
   let text = shipped.slice(0, shipped.indexOf("\nbackends:") + 1);
+  // Outlier detection judges every second and on a few requests, so an ejection shows soon.
+  text = text.replace("health_check:\n", "health_check:\n  outlier:\n    interval: 1s\n    failure_percentage_request_volume: 5\n");
   text = text.replace("interval: 5s", "interval: 1s").replace("runtime_mutations: true", `runtime_mutations: ${mutations}`);
   text += "backends:\n" + backends.map((b) => `  - id: ${b.id}\n    url: http://127.0.0.1:${b.port}\n`).join("");
   return text;
@@ -158,6 +160,20 @@ async function live(ctx) {
   check((await w.mgmt("/api/dashboard/status")).retry.per_try_timeout !== "soon", "PATCH with a bad duration: 400 shown, nothing changed");
   await page.fill("#f-retry-per_try_timeout", "");
   await page.click("#patch-reload");
+
+  // Every backend speaks HTTP/1.1 here, and the table says so.
+  check((await row(page, "b1").locator("[data-protocol]").textContent()) === "http1", "the backends table shows each backend's protocol");
+
+  // b3 answers 500 to everything: outlier detection ejects it, and the table shows it (C-OUT-1).
+  bs[2].status = 500;
+  // Each interval needs 5 attempts on at least two backends to be judged: send in batches.
+  await until("b3 ejected", async () => {
+    await Promise.all(Array.from({ length: 30 }, () => fetch(`${w.public}/x`)));
+    return (await w.mgmt("/api/dashboard/status")).backends.find((b) => b.id === "b3").ejected;
+  }, 15000);
+  await row(page, "b3").locator("[data-ejected]").waitFor({ timeout: 5000 });
+  check((await row(page, "b1").locator("[data-ejected]").count()) === 0, "outlier ejection: b3 (all 500s) is shown ejected, b1 is not");
+  bs[2].status = 200;
 
   // Charts have data; then screenshots and the accessibility check.
   await page.click("#burst");

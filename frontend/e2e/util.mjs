@@ -11,15 +11,17 @@ export function tmp(prefix) {
   return mkdtempSync(join(tmpdir(), prefix));
 }
 
-/** A real HTTP backend on 127.0.0.1: counts the requests it serves (health probes apart). */
+/** A real HTTP backend on 127.0.0.1: counts the requests it serves (health probes apart) and
+ * answers them with `b.status` (200 until a test sets another). */
 export function backend(id) {
-  const b = { id, served: 0, port: 0, server: null };
+  const b = { id, served: 0, port: 0, server: null, status: 200 };
   b.server = createServer((req, res) => {
     if (req.url === "/health") {
       res.end("ok");
       return;
     }
     b.served += 1;
+    res.statusCode = b.status;
     res.setHeader("content-type", "application/json");
     res.end(JSON.stringify({ backend: id, n: b.served }));
   });

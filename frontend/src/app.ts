@@ -164,7 +164,14 @@ export class App {
           h("button", { type: "button", "data-mutation": true, "data-action": "drain", disabled: !st.runtime_mutations_enabled || b.draining || !b.enabled, "aria-describedby": st.runtime_mutations_enabled ? undefined : "readonly-reason", onclick: () => void this.mutate("POST", `/api/dashboard/backends/${encodeURIComponent(b.id)}/drain`, {}, `drain ${b.id}`) }, "Drain", h("span", { class: "sr" }, ` ${b.id}`)),
         ),
         knobs ? h("td", { class: "knobs" }, this.knobControls(b.id, knobs)) : null,
-        h("td", {}, h("span", { class: `pill ${b.healthy ? "ok" : "bad"}` }, b.healthy ? "healthy" : "unhealthy")),
+        h("td", { "data-protocol": b.protocol }, b.protocol),
+        h(
+          "td",
+          {},
+          h("span", { class: `pill ${b.healthy ? "ok" : "bad"}` }, b.healthy ? "healthy" : "unhealthy"),
+          // Outlier detection took it out of selection although its probes pass (C-OUT-1).
+          b.ejected ? h("span", { class: "pill bad", "data-ejected": "true", title: "ejected by outlier detection" }, "ejected") : null,
+        ),
         h("td", {}, h("span", { class: `pill circuit-${b.circuit_state}`, "data-circuit": b.circuit_state }, b.circuit_state.replace("_", "-"))),
         h("td", { "data-state": state }, state),
         h("td", { class: "num" }, b.inflight),
@@ -174,7 +181,7 @@ export class App {
         h("td", { class: "num" }, l ? `${l.p50.toFixed(0)} / ${l.p99.toFixed(0)}` : "–"),
       );
     });
-    const head = ["Backend", "Actions", ...(this.source.knobs ? ["Virtual backend"] : []), "Health", "Circuit", "State", "In flight", "Slow start", "req/s", "err/s", "p50 / p99 ms"];
+    const head = ["Backend", "Actions", ...(this.source.knobs ? ["Virtual backend"] : []), "Protocol", "Health", "Circuit", "State", "In flight", "Slow start", "req/s", "err/s", "p50 / p99 ms"];
     fill(
       this.el["backends"] as HTMLElement,
       h("div", { class: "scroll" }, h("table", { id: "backends-table" }, h("thead", {}, h("tr", {}, ...head.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, ...rows))),

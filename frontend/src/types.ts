@@ -5,11 +5,13 @@ export interface BackendStatus {
   id: string;
   url: string;
   pool: string;
+  protocol: "http1" | "h2c" | "h2" | string;
   healthy: boolean;
   enabled: boolean;
   draining: boolean;
   available: boolean;
   circuit_state: "closed" | "open" | "half_open" | string;
+  ejected: boolean;
   inflight: number;
   requests: number;
   passive_failures: number;

@@ -93,6 +93,8 @@ pub struct BackendStatus {
     pub url: String,
     /// Its pool's name (weir).
     pub pool: String,
+    /// How weir speaks to it: `http1`, `h2c` or `h2` (C-GRPC-1).
+    pub protocol: &'static str,
     /// Healthy by active checks.
     pub healthy: bool,
     /// Enabled.
@@ -103,6 +105,8 @@ pub struct BackendStatus {
     pub available: bool,
     /// `closed`, `open` or `half_open`.
     pub circuit_state: &'static str,
+    /// Ejected by outlier detection now (C-OUT-1, C-OUT-2).
+    pub ejected: bool,
     /// Requests in flight.
     pub inflight: u32,
     /// Attempts sent since it was created.
@@ -261,11 +265,13 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
             id: b.id().to_owned(),
             url: b.url().to_owned(),
             pool: pool_name(pool).to_owned(),
+            protocol: b.protocol().as_str(),
             healthy: b.is_healthy(),
             enabled: b.is_enabled(),
             draining: b.is_draining(),
             available: b.availability(params, now) == Availability::Available,
             circuit_state: b.circuit_state(now).as_str(),
+            ejected: b.is_ejected(params, now),
             inflight: b.in_flight(),
             requests: b.requests(),
             passive_failures: b.passive_failures(),
