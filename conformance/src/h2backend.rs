@@ -8,7 +8,11 @@
 //! It speaks only HTTP/2: cases that use it probe with `health_check.mode: tcp`. One started
 //! with [`H2Backend::unavailable`] answers every call trailers-only with `grpc-status: 14`
 //! (`UNAVAILABLE`): `200`, `content-type: application/grpc` and the status in the one HEADERS
-//! frame that ends the stream.
+//! frame that ends the stream. One started with [`H2Backend::refusing`] resets every stream
+//! with `REFUSED_STREAM` as its HEADERS arrive, before reading any of its body; one started with
+//! [`H2Backend::going_away`] (a hand-built HTTP/2 server, RFC 9113) answers the first HEADERS
+//! frame of each connection with `GOAWAY` whose `last_stream_id` is 0: no stream was processed
+//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -52,6 +56,10 @@ struct Inner {
     hold_until: usize,
     /// Answer trailers-only `grpc-status: 14`.
     unavailable: bool,
+    /// Reset every stream with `REFUSED_STREAM`.
+    refuse: bool,
+    /// Streams turned away (refused, or past a `GOAWAY`).
+    refused: AtomicUsize,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     requests: Mutex<Vec<H2Request>>,
@@ -80,19 +88,30 @@ impl H2Backend {
     /// default when `None`) that answers each request once `hold_until` requests are in flight
     /// at once (at once when 0).
     pub async fn start(id: &str, max_streams: Option<u32>, hold_until: usize) -> H2Backend {
-        H2Backend::start_with(id, max_streams, hold_until, false).await
+        H2Backend::start_with(id, max_streams, hold_until, Kind::Answer).await
     }
 
     /// A backend `id` that answers every call trailers-only with `grpc-status: 14`.
     pub async fn unavailable(id: &str) -> H2Backend {
-        H2Backend::start_with(id, None, 0, true).await
+        H2Backend::start_with(id, None, 0, Kind::Unavailable).await
+    }
+
+    /// A backend `id` that resets every stream with `REFUSED_STREAM` (module doc).
+    pub async fn refusing(id: &str) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::Refuse).await
+    }
+
+    /// A backend `id` that answers each connection's first stream with `GOAWAY` and a
+    /// `last_stream_id` of 0 (module doc).
+    pub async fn going_away(id: &str) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::GoAway).await
     }
 
     async fn start_with(
         id: &str,
         max_streams: Option<u32>,
         hold_until: usize,
-        unavailable: bool,
+        kind: Kind,
     ) -> H2Backend {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -101,7 +120,9 @@ impl H2Backend {
             id: id.to_string(),
             addr: listener.local_addr().expect("backend address"),
             hold_until,
-            unavailable,
+            unavailable: kind == Kind::Unavailable,
+            refuse: kind == Kind::Refuse,
+            refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
@@ -115,7 +136,11 @@ impl H2Backend {
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
-                tokio::spawn(serve(inner, stream, max_streams));
+                if kind == Kind::GoAway {
+                    tokio::spawn(go_away(inner, stream));
+                } else {
+                    tokio::spawn(serve(inner, stream, max_streams));
+                }
             }
         });
         *lock(&inner.accept) = Some(task.abort_handle());
@@ -152,10 +177,24 @@ impl H2Backend {
         self.inner.max_in_flight.load(Ordering::SeqCst)
     }
 
+    /// Streams turned away with `REFUSED_STREAM` or a `GOAWAY` (not in [`H2Backend::count`]).
+    pub fn refused(&self) -> usize {
+        self.inner.refused.load(Ordering::SeqCst)
+    }
+
     /// The most streams that were in flight at once on any one connection.
     pub fn max_streams_per_connection(&self) -> usize {
         self.inner.max_per_conn.load(Ordering::SeqCst)
     }
+}
+
+/// How a backend answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Answer,
+    Unavailable,
+    Refuse,
+    GoAway,
 }
 
 /// How long a held request waits at most for the others.
@@ -186,6 +225,11 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
         let inner = Arc::clone(&inner);
         let in_flight = Arc::clone(&in_flight);
         async move {
+            if inner.refuse {
+                // hyper resets the stream with the h2 reason it finds in the service's error.
+                inner.refused.fetch_add(1, Ordering::SeqCst);
+                return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+            }
             let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             inner.max_per_conn.fetch_max(n, Ordering::SeqCst);
             let guard = InFlight(in_flight);
@@ -234,12 +278,55 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
             if let Ok(v) = HeaderValue::from_str(&inner.id) {
                 h.insert("x-test-backend", v);
             }
-            Ok::<_, Infallible>(resp)
+            Ok::<_, h2::Error>(resp)
         }
     });
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.max_concurrent_streams(max_streams);
     let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+}
+
+/// A hand-built HTTP/2 server (RFC 9113 §3.4, §6.8): its SETTINGS, an ACK of the client's, and
+/// to the first HEADERS frame a `GOAWAY` (`NO_ERROR`) whose `last_stream_id` is 0; then it reads
+/// until the client closes.
+async fn go_away(inner: Arc<Inner>, stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::h2raw::{frame, kind, settings};
+    inner.connections.fetch_add(1, Ordering::SeqCst);
+    let (mut rd, mut wr) = stream.into_split();
+    if wr.write_all(&settings(&[])).await.is_err() {
+        return;
+    }
+    let mut preface = [0u8; 24];
+    if rd.read_exact(&mut preface).await.is_err() {
+        return;
+    }
+    let mut sent = false;
+    loop {
+        let mut head = [0u8; 9];
+        if rd.read_exact(&mut head).await.is_err() {
+            return;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        if rd.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        let reply = match head[3] {
+            kind::SETTINGS if head[4] & 0x1 == 0 => frame(kind::SETTINGS, 0x1, 0, &[]),
+            kind::HEADERS if !sent => {
+                sent = true;
+                inner.refused.fetch_add(1, Ordering::SeqCst);
+                // last_stream_id 0, error code NO_ERROR.
+                frame(kind::GOAWAY, 0, 0, &[0u8; 8])
+            }
+            _ => continue,
+        };
+        if wr.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A trailers-only `UNAVAILABLE`: the status in the head, no body (the head ends the stream).

@@ -369,9 +369,10 @@ impl Flow {
         let verdict = match outcome {
             AttemptOutcome::Status(status) => Verdict::of_status(status),
             AttemptOutcome::ClientGone => Verdict::Ignored,
-            AttemptOutcome::Connect | AttemptOutcome::Transport | AttemptOutcome::PerTryTimeout => {
-                Verdict::Failed
-            }
+            AttemptOutcome::Connect
+            | AttemptOutcome::Refused
+            | AttemptOutcome::Transport
+            | AttemptOutcome::PerTryTimeout => Verdict::Failed,
         };
         if let Some(current) = &mut self.current
             && let Some(t) = current

@@ -428,6 +428,9 @@ impl<'a> SyntheticResponse<'a> {
         let message = match failure.cause {
             crate::flow::AttemptError::PerTryTimeout => "upstream timed out before responding",
             crate::flow::AttemptError::Connect => "upstream connection failed",
+            crate::flow::AttemptError::Refused => {
+                "upstream refused the request before processing it"
+            }
             crate::flow::AttemptError::Transport | crate::flow::AttemptError::ClientGone => {
                 "upstream connection broke before a response"
             }

@@ -134,14 +134,28 @@ impl std::error::Error for RetryError {}
 pub enum AttemptOutcome {
     /// Response headers arrived with this status.
     Status(u16),
-    /// The connection to the backend could not be established (refused, dial timeout, TLS).
+    /// The connection to the backend could not be established (refused, dial timeout, TLS):
+    /// nothing of the request was written (C-RETRY-9).
     Connect,
+    /// The backend refused the attempt before processing any of it, and weir still holds all of
+    /// it to send again: an HTTP/2 stream reset with `REFUSED_STREAM`, or above the
+    /// `last_stream_id` of the backend's `GOAWAY` (RFC 9113 §8.7, C-RETRY-9).
+    Refused,
     /// The connection failed after it was established, before response headers (reset, EOF).
     Transport,
     /// No response headers within `per_try_timeout` (C-RETRY-5).
     PerTryTimeout,
     /// The client went away; the attempt was cancelled (C-PATH-9).
     ClientGone,
+}
+
+impl AttemptOutcome {
+    /// Whether nothing of the attempt reached the backend, so that it may be sent again
+    /// whatever its method and body (C-RETRY-9): a connect error or a refused stream.
+    #[must_use]
+    pub const fn nothing_sent(self) -> bool {
+        matches!(self, AttemptOutcome::Connect | AttemptOutcome::Refused)
+    }
 }
 
 /// The request body, as far as replaying it is concerned (C-RETRY-1).
@@ -238,7 +252,9 @@ pub enum NoRetryResponse {
 pub const fn no_retry_response(outcome: AttemptOutcome) -> NoRetryResponse {
     match outcome {
         AttemptOutcome::Status(_) => NoRetryResponse::Deliver,
-        AttemptOutcome::Connect | AttemptOutcome::Transport => NoRetryResponse::Synthetic(502),
+        AttemptOutcome::Connect | AttemptOutcome::Refused | AttemptOutcome::Transport => {
+            NoRetryResponse::Synthetic(502)
+        }
         AttemptOutcome::PerTryTimeout => NoRetryResponse::Synthetic(504),
         AttemptOutcome::ClientGone => NoRetryResponse::Abandon,
     }
@@ -447,32 +463,37 @@ impl RetryPolicy {
 
     /// How `outcome` counts for retries and for the breaker: a status in `statuses` is a failure,
     /// any other status (`500` included) a success (C-RETRY-1); connect and transport errors and
-    /// per-try timeouts are failures (C-RETRY-8); a client that went away is neutral (C-PATH-9).
+    /// per-try timeouts are failures (C-RETRY-8); a refused stream is a failure as a refused
+    /// connection is (the backend turned the attempt away); a client that went away is neutral
+    /// (C-PATH-9).
     #[must_use]
     pub fn classify(&self, outcome: AttemptOutcome) -> AttemptClass {
         match outcome {
             AttemptOutcome::Status(s) if self.is_retryable_status(s) => AttemptClass::Failure,
             AttemptOutcome::Status(_) => AttemptClass::Success,
-            AttemptOutcome::Connect | AttemptOutcome::Transport | AttemptOutcome::PerTryTimeout => {
-                AttemptClass::Failure
-            }
+            AttemptOutcome::Connect
+            | AttemptOutcome::Refused
+            | AttemptOutcome::Transport
+            | AttemptOutcome::PerTryTimeout => AttemptClass::Failure,
             AttemptOutcome::ClientGone => AttemptClass::Neutral,
         }
     }
 
     /// The per-request part of C-RETRY-1. When several conditions fail, the reason reported is
     /// the first of: client gone, outcome not retryable, method not allowed, body not
-    /// replayable, attempts exhausted. A [`RetryVerdict::Retry`] still needs another backend
-    /// and a budget token, in that order ([`reserve_then_spend`], C-RETRY-3).
+    /// replayable, attempts exhausted. An attempt of which nothing was sent
+    /// ([`AttemptOutcome::nothing_sent`]) skips the method and body conditions: it may be sent
+    /// again whatever they are (C-RETRY-9). A [`RetryVerdict::Retry`] still needs another
+    /// backend and a budget token, in that order ([`reserve_then_spend`], C-RETRY-3).
     #[must_use]
     pub fn decide(&self, facts: &RetryFacts<'_>) -> RetryVerdict {
         let reason = if !facts.client_present || facts.outcome == AttemptOutcome::ClientGone {
             NoRetryReason::ClientGone
         } else if self.classify(facts.outcome) != AttemptClass::Failure {
             NoRetryReason::OutcomeNotRetryable
-        } else if !self.allows_method(facts.method) {
+        } else if !facts.outcome.nothing_sent() && !self.allows_method(facts.method) {
             NoRetryReason::MethodNotAllowed
-        } else if !self.body_replayable(facts.body) {
+        } else if !facts.outcome.nothing_sent() && !self.body_replayable(facts.body) {
             NoRetryReason::BodyNotReplayable
         } else if facts.attempts >= self.max_attempts + u32::from(mutated!(RETRY_ATTEMPTS_PLUS_ONE))
         {

@@ -6,6 +6,7 @@ use super::{expect_status, expect_weir_error};
 use crate::backend::{Backend, End, Mode};
 use crate::client::{Req, get, send};
 use crate::config::Config;
+use crate::h2backend::H2Backend;
 use crate::harness::{Binary, Proxy};
 use crate::util::{ms, secs, wait_until};
 
@@ -454,4 +455,160 @@ pub async fn c_retry_11_full_bulkhead_503_carries_retry_after(bin: Binary) {
     slow.set_mode(Mode::Ok);
     slow.release_all();
     expect_status(&super::join(held, "held").await, 200, "held request");
+}
+
+/// Bodies of `n` requests, each a chunked body of 8 chunks (about 5 KB) unique to its request:
+/// far over the `body_limit` of 64 the C-RETRY-9 cases set, so never replayable.
+fn streamed_bodies(n: usize) -> Vec<Vec<String>> {
+    (0..n)
+        .map(|i| {
+            (0..8)
+                .map(|k| format!("request {i} chunk {k};").repeat(40))
+                .collect()
+        })
+        .collect()
+}
+
+/// The HTTP/2 backends `backends` (`protocol: h2c`, probed over TCP) as the default pool,
+/// passive ejection off, `body_limit` 64.
+fn h2c_pool(backends: &[&H2Backend]) -> Config {
+    let list: Vec<serde_json::Value> = backends
+        .iter()
+        .map(|b| serde_json::json!({"id": b.id(), "url": b.url(), "protocol": "h2c"}))
+        .collect();
+    Config::new(&[])
+        .set("backends", serde_json::Value::Array(list))
+        .set("health_check.mode", "tcp")
+        .passive_off()
+        .set("server.retry.body_limit", 64)
+}
+
+/// Send every body of `bodies` as a chunked `POST` (not in `retry.methods`, over `body_limit`:
+/// never replayable); each must be `200` from a backend other than `dead`. Returns how many
+/// took a second attempt.
+async fn post_all(p: &Proxy, bodies: &[Vec<String>], dead: &str) -> usize {
+    let mut retried = 0;
+    for (i, chunks) in bodies.iter().enumerate() {
+        let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+        let r = send(p.public, &Req::new("POST", "/upload").chunked(&refs)).await;
+        expect_status(&r, 200, &format!("streamed POST {i}"));
+        assert_ne!(
+            r.backend().as_deref(),
+            Some(dead),
+            "POST {i}: {}",
+            r.summary()
+        );
+        if r.attempts() == Some(2) {
+            retried += 1;
+        }
+    }
+    retried
+}
+
+/// C-RETRY-9: a chunked `POST` larger than `body_limit` (so never replayable, and `POST` not in
+/// `retry.methods`) to a pool of three round-robin backends, one of which refuses connections,
+/// gets `200` every time: an attempt whose connect was refused is sent again to another
+/// backend, its streamed body whole.
+pub async fn c_retry_9_streamed_post_whose_connect_was_refused_goes_to_another_backend(
+    bin: Binary,
+) {
+    let a = Backend::start("n-1").await;
+    let dead = Backend::start("n-2").await;
+    let c = Backend::start("n-3").await;
+    let cfg = Config::new(&[&a, &dead, &c])
+        .passive_off()
+        .set("server.retry.body_limit", 64);
+    let p = Proxy::start(&bin, &cfg).await;
+    // Healthy first (a backend takes traffic once a probe passed); with passive ejection off
+    // it stays in the pool for 255 failed probes after its port closes.
+    for _ in 0..100 {
+        get(p.public, "/warm").await;
+        if dead.count() > 0 {
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(dead.count() > 0, "n-2 never took traffic");
+    dead.down().await;
+    let bodies = streamed_bodies(9);
+    let retried = post_all(&p, &bodies, "n-2").await;
+    assert!(retried >= 1, "round robin never picked the dead backend");
+    let mut got: Vec<Vec<u8>> = a
+        .requests()
+        .iter()
+        .chain(c.requests().iter())
+        .filter(|r| r.method == "POST")
+        .map(|r| r.body.to_vec())
+        .collect();
+    let mut want: Vec<Vec<u8>> = bodies.iter().map(|b| b.concat().into_bytes()).collect();
+    got.sort();
+    want.sort();
+    assert!(
+        got == want,
+        "every body arrived whole, once, at a live backend"
+    );
+}
+
+/// C-RETRY-9 (and C-RETRY-1): a chunked `POST` whose attempt failed after its body was sent
+/// (the backend read it, then reset the connection) is not retried: `502`, one attempt.
+pub async fn c_retry_9_post_that_failed_after_its_body_was_sent_is_not_retried(bin: Binary) {
+    let (a, b, p) = pair(&bin, |c| c.set("server.retry.body_limit", 64)).await;
+    a.set_mode(Mode::Reset);
+    let bodies = streamed_bodies(1);
+    let refs: Vec<&str> = bodies[0].iter().map(String::as_str).collect();
+    let r = send(p.public, &Req::new("POST", "/upload").chunked(&refs)).await;
+    expect_weir_error(&r, 502, "reset after the body");
+    assert_eq!(r.attempts(), Some(1), "{}", r.summary());
+    assert_eq!(b.count(), 0, "not retried");
+    let r = send(p.public, &Req::new("POST", "/upload").body("small")).await;
+    expect_weir_error(
+        &r,
+        502,
+        "reset after a small body (POST is not in retry.methods)",
+    );
+    assert_eq!(b.count(), 0, "not retried");
+}
+
+/// C-RETRY-9 over HTTP/2: the same streamed `POST`s to a pool of three `h2c` backends, one of
+/// which resets every stream with `REFUSED_STREAM`: `200` every time, each body whole at a
+/// backend that answered.
+pub async fn c_retry_9_h2c_refused_stream_goes_to_another_backend(bin: Binary) {
+    let a = H2Backend::start("s-1", None, 0).await;
+    let refusing = H2Backend::refusing("s-2").await;
+    let c = H2Backend::start("s-3", None, 0).await;
+    let p = Proxy::start(&bin, &h2c_pool(&[&a, &refusing, &c])).await;
+    let bodies = streamed_bodies(9);
+    let retried = post_all(&p, &bodies, "s-2").await;
+    assert!(retried >= 1 && refusing.refused() >= 1, "never refused");
+    expect_h2_bodies(&[&a, &c], &bodies);
+}
+
+/// C-RETRY-9 over HTTP/2: a stream above the `last_stream_id` of the backend's `GOAWAY` was not
+/// processed and goes to another backend, its streamed body whole.
+pub async fn c_retry_9_h2c_stream_past_goaway_goes_to_another_backend(bin: Binary) {
+    let a = H2Backend::start("g-1", None, 0).await;
+    let leaving = H2Backend::going_away("g-2").await;
+    let c = H2Backend::start("g-3", None, 0).await;
+    let p = Proxy::start(&bin, &h2c_pool(&[&a, &leaving, &c])).await;
+    let bodies = streamed_bodies(9);
+    let retried = post_all(&p, &bodies, "g-2").await;
+    assert!(retried >= 1 && leaving.refused() >= 1, "never sent GOAWAY");
+    expect_h2_bodies(&[&a, &c], &bodies);
+}
+
+/// Every body of `bodies` arrived once, whole, at one of `backends`.
+#[track_caller]
+fn expect_h2_bodies(backends: &[&H2Backend], bodies: &[Vec<String>]) {
+    let mut got: Vec<Vec<u8>> = backends
+        .iter()
+        .flat_map(|b| b.requests())
+        .map(|r| r.body.to_vec())
+        .collect();
+    let mut want: Vec<Vec<u8>> = bodies.iter().map(|b| b.concat().into_bytes()).collect();
+    got.sort();
+    want.sort();
+    assert!(
+        got == want,
+        "every body arrived whole, once, at a backend that answered"
+    );
 }

@@ -70,8 +70,18 @@ pub enum StoreFailure {
 /// How sending an attempt failed before a response head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SendFailure {
-    /// The connection could not be established (refused, dial timeout, TLS).
+    /// The connection could not be established (refused, dial timeout, TLS): nothing of the
+    /// request was written, and the adapter still holds all of it (C-RETRY-9).
     Connect,
+    /// The backend refused the attempt before processing any of it: an HTTP/2 stream reset with
+    /// `REFUSED_STREAM`, or a stream above the `last_stream_id` of the backend's `GOAWAY`
+    /// (RFC 9113 §8.7). `held`: the adapter still holds the whole request (headers, and every
+    /// body byte it handed to the stream), so it can send it again (C-RETRY-9); when it does
+    /// not, the refusal counts as a transport error.
+    Refused {
+        /// The adapter can send the whole request again.
+        held: bool,
+    },
     /// The connection broke after it was established. `client_body_failed`: reading the
     /// client's streamed body failed first, so the client is the one who went away (C-PATH-9).
     Transport {

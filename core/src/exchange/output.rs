@@ -76,8 +76,15 @@ pub struct Send {
     pub attempt: u32,
     /// A retry: close the previous attempt's connection first, unread (C-RETRY-6).
     pub retry: bool,
-    /// No later attempt can need the request again: headers and body may be moved, not copied.
+    /// No later attempt can follow (this is attempt `max_attempts`): headers and body may be
+    /// moved, not copied.
     pub last: bool,
+    /// A later attempt may follow one that reached the backend (the method may be retried and
+    /// the body is none or buffered, C-RETRY-1): keep the whole request. When `false`, a later
+    /// attempt follows only one of which nothing was sent (C-RETRY-9: a connect error, a
+    /// refused stream), so the request needs keeping only until the connection exists (an
+    /// HTTP/1 backend) or the stream is accepted (an HTTP/2 backend).
+    pub replayable: bool,
     /// What the body of this attempt is.
     pub body: SendBody,
     /// The clock reading the engine decided to send at (its deadlines count from it; the

@@ -8,7 +8,8 @@
 //! - exactly one final response per exchange (an answer or a delivery), or none when the client
 //!   left first, and exactly one record (C-PATH-11, C-OBS-3);
 //! - attempts ≤ `max_attempts`, no backend tried twice (C-RETRY-1, C-RETRY-2);
-//! - no retry of a request whose method or body is not replayable (C-RETRY-1);
+//! - no retry of a request whose method or body is not replayable (C-RETRY-1), unless nothing
+//!   of the failed attempt was sent (C-RETRY-9);
 //! - retries never exceed the budget: capacity + refill × elapsed (C-RETRY-7);
 //! - gate slots, bulkhead permits and backend slots held exactly as the exchanges say, so each is
 //!   released exactly once; at the end nothing is held, no ticket waits, no store trial is open
@@ -162,6 +163,7 @@ fn input() -> impl Strategy<Value = Input> {
         prop::sample::select(vec![200u16, 101, 404, 500, 502, 503, 504])
             .prop_map(|status| Input::ResponseHead { status }),
         Just(Input::SendFailed(SendFailure::Connect)),
+        any::<bool>().prop_map(|held| Input::SendFailed(SendFailure::Refused { held })),
         any::<bool>().prop_map(
             |client_body_failed| Input::SendFailed(SendFailure::Transport { client_body_failed })
         ),
@@ -199,6 +201,8 @@ struct Seen {
     sends: u32,
     tried: Vec<usize>,
     max_attempts: u32,
+    /// The latest input fed said nothing of the attempt was sent (C-RETRY-9).
+    nothing_sent: bool,
 }
 
 struct World {
@@ -335,6 +339,7 @@ impl World {
             records: Vec::new(),
             sends: 0,
             tried: Vec::new(),
+            nothing_sent: false,
         });
         let k = self.seen.len() - 1;
         self.observe(k, out)
@@ -345,6 +350,13 @@ impl World {
             return Ok(());
         };
         let done_before = x.is_done();
+        self.seen[k].nothing_sent = matches!(
+            input,
+            Input::SendFailed(SendFailure::Connect | SendFailure::Refused { held: true })
+        );
+        let Some(x) = self.seen[k].x.as_mut() else {
+            return Ok(());
+        };
         x.handle_input(input, self.now, &mut self.f.rng);
         let out = drain(x);
         if done_before {
@@ -387,12 +399,14 @@ impl World {
                     s.tried.push(send.backend);
                     if send.retry {
                         prop_assert!(
-                            s.replayable,
-                            "exchange {k} retried a request that is not replayable"
+                            s.replayable || s.nothing_sent,
+                            "exchange {k} retried a request that is not replayable after it \
+                             was sent"
                         );
                         self.retries += 1;
                     }
-                    prop_assert_eq!(send.last, !s.replayable || send.attempt >= s.max_attempts);
+                    prop_assert_eq!(send.last, send.attempt >= s.max_attempts);
+                    prop_assert_eq!(send.replayable, s.replayable);
                 }
                 Output::Answer(_) | Output::Deliver(_) => {
                     s.responses += 1;

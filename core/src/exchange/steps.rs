@@ -395,7 +395,10 @@ impl Exchange {
                     backend: a.backend,
                     attempt: a.attempt,
                     retry: matches!(action, Action::Retry(_)),
-                    last: !replayable || a.attempt >= retry.max_attempts(),
+                    // Even a request that is not replayable is sent again when nothing of it
+                    // was sent (C-RETRY-9): only the last attempt may give its request away.
+                    last: a.attempt >= retry.max_attempts(),
+                    replayable,
                     body: self.send_body,
                     at: now,
                 }));
@@ -508,6 +511,7 @@ impl Exchange {
             Answer::Failure(f) => match f.cause {
                 AttemptError::PerTryTimeout => "upstream_timeout",
                 AttemptError::Connect => "upstream_connect_error",
+                AttemptError::Refused => "upstream_refused",
                 AttemptError::InvalidResponse => "upstream_invalid_response",
                 AttemptError::Transport | AttemptError::ClientGone => "upstream_transport_error",
             },
@@ -569,6 +573,14 @@ impl Exchange {
 fn classify(failure: SendFailure) -> (AttemptError, AttemptResult) {
     match failure {
         SendFailure::Connect => (AttemptError::Connect, AttemptResult::ConnectError),
+        // The attempt metric has no label of its own for a refused stream: the backend's
+        // transport turned it away (docs/retries.md, "Nothing sent").
+        SendFailure::Refused { held: true } => {
+            (AttemptError::Refused, AttemptResult::TransportError)
+        }
+        SendFailure::Refused { held: false } => {
+            (AttemptError::Transport, AttemptResult::TransportError)
+        }
         SendFailure::Transport {
             client_body_failed: true,
         } => (AttemptError::ClientGone, AttemptResult::Cancelled),

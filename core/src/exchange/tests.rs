@@ -13,6 +13,7 @@ use crate::config::{MapSecrets, load};
 use crate::flow::BodyEnd;
 use crate::rate::{LocalStoreParams, RateDecision};
 use crate::response::{NotReady, ProtectionReason, Reject, header};
+use crate::retry::NoRetryReason;
 use crate::rng::WyRand;
 
 pub(crate) const T0: Instant = Instant::ZERO;
@@ -590,6 +591,7 @@ fn c_retry_1_a_small_body_is_buffered_and_replayed_on_another_backend() {
     );
     let first = send(&f.feed(&mut x, Input::BodyBuffered, at(5)));
     assert_eq!((first.body, first.last), (SendBody::Buffered, false));
+    assert!(first.replayable);
     let out = f.feed(&mut x, Input::ResponseHead { status: 503 }, at(10));
     let retry = send(&out);
     assert!(retry.retry && retry.last && retry.backend != first.backend);
@@ -615,7 +617,7 @@ fn c_retry_1_a_streamed_body_is_never_retried() {
         let (mut x, out) = f.start(&Req::get("/x").with(Method::PUT, body), T0);
         let s = send(&out);
         assert!(
-            s.last && matches!(s.body, SendBody::Stream { .. }),
+            !s.replayable && !s.last && matches!(s.body, SendBody::Stream { .. }),
             "{body:?}"
         );
         let out = f.feed(&mut x, Input::ResponseHead { status: 503 }, at(1));
@@ -625,6 +627,120 @@ fn c_retry_1_a_streamed_body_is_never_retried() {
         );
         f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(2));
     }
+}
+
+const THREE: &str = "
+server:
+  retry:
+    max_attempts: 3
+    body_limit: 100
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+  - id: c
+    url: http://10.0.0.3:80
+";
+
+/// C-RETRY-9: a streamed `POST` whose connect failed, or whose stream the backend refused with
+/// all of it still held, is sent again on another backend, its body streamed again; a refusal
+/// the adapter could not resend from, or a transport error after the body went out, is not
+/// retried.
+#[test]
+fn c_retry_9_a_streamed_post_nothing_of_which_was_sent_goes_to_another_backend() {
+    let mut f = Fixture::new(THREE, StorageKind::Local);
+    let post = Req::get("/x").with(Method::POST, BodyInfo::Unsized);
+    let (mut x, out) = f.start(&post, T0);
+    let first = send(&out);
+    assert!(!first.replayable && !first.last);
+    let out = f.feed(&mut x, Input::SendFailed(SendFailure::Connect), at(1));
+    let second = send(&out);
+    assert!(second.retry && second.backend != first.backend);
+    assert!(matches!(second.body, SendBody::Stream { .. }));
+    let out = f.feed(
+        &mut x,
+        Input::SendFailed(SendFailure::Refused { held: true }),
+        at(2),
+    );
+    let third = send(&out);
+    assert!(third.retry && third.last);
+    assert!(third.backend != first.backend && third.backend != second.backend);
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(3));
+    assert!(out.iter().any(|o| matches!(o, Output::Deliver(_))));
+    assert_eq!(record(&out).attempts, 3);
+    f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(4));
+
+    // max_attempts still bounds it: the third refusal is answered 502.
+    let (mut y, _) = f.start(&post, at(10));
+    f.feed(&mut y, Input::SendFailed(SendFailure::Connect), at(11));
+    f.feed(&mut y, Input::SendFailed(SendFailure::Connect), at(12));
+    let out = f.feed(&mut y, Input::SendFailed(SendFailure::Connect), at(13));
+    assert_eq!(answer(&out).status(), 502);
+    assert!(!out.iter().any(|o| matches!(o, Output::Send(_))));
+
+    for failure in [
+        SendFailure::Refused { held: false },
+        SendFailure::Transport {
+            client_body_failed: false,
+        },
+    ] {
+        let (mut z, _) = f.start(&post, at(20));
+        let out = f.feed(&mut z, Input::SendFailed(failure), at(21));
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Send(_))),
+            "{failure:?}: something was sent, not retried"
+        );
+        assert_eq!(answer(&out).status(), 502);
+    }
+    assert_eq!(f.in_flight(), [0, 0, 0]);
+}
+
+/// C-RETRY-9 within C-RETRY-2 and C-RETRY-7: a retry of an unsent attempt still needs another
+/// untried backend and a budget token.
+#[test]
+fn c_retry_9_needs_another_backend_and_a_budget_token() {
+    const ONE: &str = "
+server:
+  retry:
+    max_attempts: 3
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+";
+    let mut f = Fixture::new(ONE, StorageKind::Local);
+    let post = Req::get("/x").with(Method::POST, BodyInfo::Unsized);
+    let (mut x, _) = f.start(&post, T0);
+    let out = f.feed(&mut x, Input::SendFailed(SendFailure::Connect), at(1));
+    let a = answer(&out);
+    assert!(
+        matches!(a, Answer::Failure(ff) if ff.no_retry == NoRetryReason::NoOtherBackend),
+        "{a:?}"
+    );
+    const EMPTY: &str = "
+server:
+  retry:
+    max_attempts: 3
+    budget_capacity: 1
+    budget_refill_per_second: 0.001
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+  - id: c
+    url: http://10.0.0.3:80
+";
+    let mut f = Fixture::new(EMPTY, StorageKind::Local);
+    let (mut x, _) = f.start(&post, T0);
+    let out = f.feed(&mut x, Input::SendFailed(SendFailure::Connect), at(1));
+    assert!(send(&out).retry, "the one token");
+    let out = f.feed(&mut x, Input::SendFailed(SendFailure::Connect), at(2));
+    let a = answer(&out);
+    assert!(
+        matches!(a, Answer::Failure(ff) if ff.budget_exhausted),
+        "{a:?}"
+    );
 }
 
 #[test]

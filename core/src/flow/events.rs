@@ -44,16 +44,21 @@ pub enum AttemptError {
     /// The backend's response head was unusable: a status outside 100..=599
     /// ([`valid_upstream_status`]). A failure of the backend like a broken connection.
     InvalidResponse,
+    /// The backend refused the attempt before processing any of it (an HTTP/2
+    /// `REFUSED_STREAM`, or a stream above a `GOAWAY`'s last stream id) and weir holds all of
+    /// it still: sent again elsewhere whatever the method and body (C-RETRY-9).
+    Refused,
 }
 
 impl AttemptError {
     /// Every kind, for generators and tables.
-    pub const ALL: [AttemptError; 5] = [
+    pub const ALL: [AttemptError; 6] = [
         AttemptError::Connect,
         AttemptError::Transport,
         AttemptError::PerTryTimeout,
         AttemptError::ClientGone,
         AttemptError::InvalidResponse,
+        AttemptError::Refused,
     ];
 
     /// The same fact in the retry policy's terms.
@@ -61,6 +66,7 @@ impl AttemptError {
     pub const fn outcome(self) -> AttemptOutcome {
         match self {
             AttemptError::Connect => AttemptOutcome::Connect,
+            AttemptError::Refused => AttemptOutcome::Refused,
             // An unusable response is a protocol failure of the backend: retried and counted
             // against it exactly as a connection that broke before a response (C-RETRY-1,
             // C-HEALTH-3).
@@ -79,6 +85,7 @@ impl AttemptError {
             AttemptError::PerTryTimeout => "per_try_timeout",
             AttemptError::ClientGone => "client_gone",
             AttemptError::InvalidResponse => "invalid_response",
+            AttemptError::Refused => "refused",
         }
     }
 }

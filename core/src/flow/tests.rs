@@ -197,8 +197,10 @@ fn c_retry_1_post_is_not_retried() {
     );
     let _ = flow.handle_body_end(BodyEnd::Complete, T0);
 
+    // A transport error: the request reached the backend (a connect error would be
+    // C-RETRY-9's, retried whatever the method).
     let (mut flow, first) = start(&p, &pol, &bud, meta("POST", BodyKind::Sized(10)), rng);
-    match flow.handle_error(AttemptError::Connect, T0, rng) {
+    match flow.handle_error(AttemptError::Transport, T0, rng) {
         Action::Fail(f) => {
             assert_eq!(f.status, 502);
             assert_eq!(f.no_retry, NoRetryReason::MethodNotAllowed);
@@ -208,6 +210,27 @@ fn c_retry_1_post_is_not_retried() {
         other => panic!("{other:?}"),
     }
     assert_eq!(bud.tokens(T0), 10);
+    assert_eq!(in_flight(&p), [0, 0]);
+}
+
+#[test]
+fn c_retry_9_a_post_nothing_of_which_was_sent_is_retried_with_a_token() {
+    let (p, pol, bud, rng) = (pool(2), policy(2), budget(10, 0), &mut WyRand::new(1));
+    for error in [AttemptError::Connect, AttemptError::Refused] {
+        let (mut flow, first) = start(&p, &pol, &bud, meta("POST", BodyKind::Streaming), rng);
+        let tokens = bud.tokens(T0);
+        match flow.handle_error(error, T0, rng) {
+            Action::Retry(a) => {
+                assert_ne!(a.backend, first.backend, "C-RETRY-2");
+                assert_eq!(a.attempt, 2);
+            }
+            other => panic!("{error:?}: {other:?}"),
+        }
+        assert_eq!(bud.tokens(T0), tokens - 1, "C-RETRY-7: a token spent");
+        let a = flow.handle_response_head(200, T0, rng);
+        assert!(matches!(a, Action::Deliver(_)), "{a:?}");
+        let _ = flow.handle_body_end(BodyEnd::Complete, T0);
+    }
     assert_eq!(in_flight(&p), [0, 0]);
 }
 
@@ -955,11 +978,18 @@ impl Run<'_> {
                 prop_assert_eq!(a.attempt as usize, tally.attempts.len());
                 if matches!(action, Action::Retry(_)) {
                     tally.retries += 1;
+                    // C-RETRY-9: nothing of the attempt was sent; method and body do not matter.
+                    let unsent = matches!(
+                        event,
+                        Some(FlowEvent::Error(
+                            AttemptError::Connect | AttemptError::Refused
+                        ))
+                    );
                     prop_assert!(
-                        pol.allows_method(b.meta.method.as_str()),
+                        unsent || pol.allows_method(b.meta.method.as_str()),
                         "C-RETRY-1 method"
                     );
-                    prop_assert!(pol.body_replayable(b.meta.body), "C-RETRY-1 body");
+                    prop_assert!(unsent || pol.body_replayable(b.meta.body), "C-RETRY-1 body");
                     let retryable = match event {
                         // A status outside 100..=599 is an invalid response: a failure, like a transport error.
                         Some(FlowEvent::ResponseHead(s)) => {

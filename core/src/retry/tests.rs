@@ -364,11 +364,12 @@ proptest! {
     /// C-RETRY-1: `decide` says Retry exactly when every per-request condition holds, and the
     /// reason otherwise names a condition that fails.
     #[test]
-    fn c_retry_1_decide_is_the_conjunction(
+    fn c_retry_1_and_c_retry_9_decide_is_the_conjunction(
         method in prop::sample::select(vec!["GET", "get", "HEAD", "options", "POST", "PUT", "DELETE"]),
         outcome in prop_oneof![
             (100u16..600).prop_map(AttemptOutcome::Status),
             Just(AttemptOutcome::Connect),
+            Just(AttemptOutcome::Refused),
             Just(AttemptOutcome::Transport),
             Just(AttemptOutcome::PerTryTimeout),
             Just(AttemptOutcome::ClientGone),
@@ -395,6 +396,9 @@ proptest! {
             BodyKind::Streaming => false,
         };
         let gone = !client_present || outcome == AttemptOutcome::ClientGone;
+        // C-RETRY-9: nothing sent, so neither the method nor the body stands in the way.
+        let unsent = matches!(outcome, AttemptOutcome::Connect | AttemptOutcome::Refused);
+        let (method_ok, body_ok) = (method_ok || unsent, body_ok || unsent);
         let all = method_ok && outcome_ok && body_ok && attempts < max_attempts && !gone;
         let facts = RetryFacts { method, outcome, body, attempts, client_present };
         match p.decide(&facts) {
@@ -433,5 +437,84 @@ fn c_retry_11_a_backends_429_is_never_retryable() {
     assert_eq!(
         crate::outlier::Verdict::of_status(429),
         crate::outlier::Verdict::Good
+    );
+}
+
+/// C-RETRY-9: an attempt of which nothing was sent (a connect error, a refused stream) is
+/// retried whatever the method and body, within `max_attempts`; one that reached the backend
+/// (a transport error, a timeout, a status) is not, for a method or body that is not
+/// replayable.
+#[test]
+fn c_retry_9_nothing_sent_is_retried_for_any_method_and_body() {
+    let p = policy();
+    for outcome in [AttemptOutcome::Connect, AttemptOutcome::Refused] {
+        assert!(outcome.nothing_sent());
+        for (method, body) in [
+            ("POST", BodyKind::Streaming),
+            ("PUT", BodyKind::Sized(10 << 20)),
+            ("DELETE", BodyKind::None),
+            ("GET", BodyKind::Streaming),
+        ] {
+            let f = RetryFacts {
+                method,
+                outcome,
+                body,
+                ..retryable()
+            };
+            assert_eq!(
+                p.decide(&f),
+                RetryVerdict::Retry,
+                "{outcome:?} {method} {body:?}"
+            );
+            let exhausted = RetryFacts {
+                attempts: p.max_attempts(),
+                ..f
+            };
+            assert_eq!(
+                p.decide(&exhausted),
+                RetryVerdict::NoRetry(NoRetryReason::AttemptsExhausted),
+                "max_attempts still applies"
+            );
+            let gone = RetryFacts {
+                client_present: false,
+                ..f
+            };
+            assert_eq!(
+                p.decide(&gone),
+                RetryVerdict::NoRetry(NoRetryReason::ClientGone)
+            );
+        }
+    }
+    for outcome in [
+        AttemptOutcome::Transport,
+        AttemptOutcome::PerTryTimeout,
+        AttemptOutcome::Status(503),
+    ] {
+        assert!(!outcome.nothing_sent());
+        let f = RetryFacts {
+            method: "POST",
+            outcome,
+            ..retryable()
+        };
+        assert_eq!(
+            p.decide(&f),
+            RetryVerdict::NoRetry(NoRetryReason::MethodNotAllowed),
+            "{outcome:?}"
+        );
+        let f = RetryFacts {
+            body: BodyKind::Streaming,
+            outcome,
+            ..retryable()
+        };
+        assert_eq!(
+            p.decide(&f),
+            RetryVerdict::NoRetry(NoRetryReason::BodyNotReplayable),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(p.classify(AttemptOutcome::Refused), AttemptClass::Failure);
+    assert_eq!(
+        no_retry_response(AttemptOutcome::Refused),
+        NoRetryResponse::Synthetic(502)
     );
 }

@@ -229,6 +229,25 @@ impl Lent {
     }
 }
 
+/// A request not made yet (its maker), or made and given back unsent by a connection that
+/// closed under it.
+pub(super) enum Pending<F, R> {
+    /// To be made once a connection takes it.
+    Make(F),
+    /// Made (and shaped for its protocol).
+    Made(R),
+}
+
+impl<F: FnOnce() -> Request<UpBody>, R> Pending<F, R> {
+    /// The request, made now if it was not, shaped by `shape` when made now.
+    pub(super) fn made(self, shape: impl FnOnce(Request<UpBody>) -> R) -> R {
+        match self {
+            Pending::Make(make) => shape(make()),
+            Pending::Made(r) => r,
+        }
+    }
+}
+
 /// Poll `fut` while driving `conn`'s IO, until `fut` completes.
 pub fn drive_until<F: Future>(conn: &mut Conn, fut: F) -> DriveUntil<'_, F> {
     DriveUntil { conn, fut }
@@ -391,14 +410,32 @@ impl Upstream {
         now: std::time::Instant,
         client: DownstreamEnds,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
+        self.send_lent_with(target, metrics, || req, now, client)
+            .await
+    }
+
+    /// [`send_lent`](Self::send_lent) with the request made by `make` once a connection to
+    /// take it exists: a connect error leaves the request unmade, its headers and body where
+    /// they were, to be sent again elsewhere (C-RETRY-9).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); a stream the HTTP/2 backend refused is [`SendError::Refused`].
+    pub async fn send_lent_with(
+        &self,
+        target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
+        make: impl FnOnce() -> Request<UpBody>,
+        now: std::time::Instant,
+        client: DownstreamEnds,
+    ) -> Result<(Response<Incoming>, Lent), SendError> {
         if target.protocol().is_h2() {
             // Boxed: the HTTP/1 attempt's future stays the size it was.
             let tls = self.tls_h2.as_ref();
             let connect = || self.connect_io_with(target, client, tls);
-            let sent = Box::pin(self.h2.send(target, metrics, req, connect)).await?;
+            let sent = Box::pin(self.h2.send(target, metrics, make, connect)).await?;
             return Ok((sent.0, Lent::H2(sent.1)));
         }
-        let (resp, conn) = self.send(target, metrics, req, now, client).await?;
+        let (resp, conn) = self.send_with(target, metrics, make, now, client).await?;
         Ok((resp, Lent::H1(conn)))
     }
 
@@ -424,16 +461,30 @@ impl Upstream {
         &self,
         target: &Arc<Target>,
         metrics: Option<&BackendMetrics>,
-        mut req: Request<UpBody>,
+        req: Request<UpBody>,
         now: std::time::Instant,
         client: DownstreamEnds,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
+        self.send_with(target, metrics, || req, now, client).await
+    }
+
+    /// [`send`](Self::send) with the request made by `make` once a connection takes it
+    /// ([`send_lent_with`](Self::send_lent_with)).
+    async fn send_with(
+        &self,
+        target: &Arc<Target>,
+        metrics: Option<&BackendMetrics>,
+        make: impl FnOnce() -> Request<UpBody>,
+        now: std::time::Instant,
+        client: DownstreamEnds,
+    ) -> Result<(Response<Incoming>, Conn), SendError> {
+        let mut pending = Pending::Make(make);
         while let Some(mut conn) = self.checkout(target, now) {
             // Drive the idle connection once: a close by the backend shows now.
             if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
                 continue;
             }
-            let fut = conn.tx.try_send_request(req);
+            let fut = conn.tx.try_send_request(pending.made(|r| r));
             match drive_until(&mut conn, fut).await {
                 Ok(resp) => {
                     if let Some(m) = metrics {
@@ -443,7 +494,7 @@ impl Upstream {
                 }
                 Err(mut e) => match e.take_message() {
                     // Never written: the idle connection was closed under us. Try another.
-                    Some(back) => req = back,
+                    Some(back) => pending = Pending::Made(back),
                     None => return Err(SendError::Transport(e.into_error())),
                 },
             }
@@ -454,7 +505,7 @@ impl Upstream {
         if let Some(m) = metrics {
             m.upstream_connection(false);
         }
-        let fut = conn.tx.send_request(req);
+        let fut = conn.tx.send_request(pending.made(|r| r));
         match drive_until(&mut conn, fut).await {
             Ok(resp) => Ok((resp, conn)),
             Err(e) => Err(SendError::Transport(e)),

@@ -150,6 +150,7 @@ async fn serve_parsed(
         body_fault: BodyFault::None,
         body_bytes: 0,
         kept: None,
+        resend: to_h2::Resend::default(),
         line: None,
         timer,
         shutdown,
@@ -254,6 +255,8 @@ struct Req<'a> {
     body_bytes: u64,
     /// The latest response head's parse, kept to write it from.
     kept: upstream_conn::Kept,
+    /// What the streamed body handed to an HTTP/2 stream not answered yet (C-RETRY-9).
+    resend: to_h2::Resend,
     /// The access-log line once the engine's record says to log, written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,

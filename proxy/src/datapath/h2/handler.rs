@@ -295,6 +295,8 @@ impl<'a> Io<'a> {
     }
 
     /// One attempt: a pooled or new connection to the engine's backend, the request, the head.
+    /// The request is made once a connection takes it, so a connect error leaves its headers
+    /// and body here for the next attempt (C-RETRY-9).
     async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
         let ctx = self.ctx;
         let data_plane = &ctx.data_plane;
@@ -309,24 +311,33 @@ impl<'a> Io<'a> {
         if !up.prepared {
             self.prepare(up);
         }
-        let Ok(req) = self.request(&target, &s, up) else {
+        let Ok(uri) = upstream_uri(target.base(), &self.method, &self.uri) else {
             self.feed(Input::TargetTooLong);
             return None;
+        };
+        // The headers are given away, not copied, when no later attempt can need them: after
+        // the last attempt; and, to an HTTP/1 backend, for a request that is not replayable,
+        // whose only later attempt follows a connect error (C-RETRY-9), before they are
+        // handed over. An HTTP/2 backend may refuse a stream it was handed (C-RETRY-9): they
+        // are kept for it.
+        let give = s.last || (!s.replayable && !target.protocol().is_h2());
+        let begun = data_plane.rt.now();
+        let client = ctx.downstream_ends();
+        let method = self.method.clone();
+        let sent = {
+            let make = || request(data_plane, method, uri, &target, &s, up, give);
+            let mut sent = pin!(data_plane.upstream.send_lent_with(
+                &target,
+                Some(&metrics),
+                make,
+                begun,
+                client
+            ));
+            self.bounded(sent.as_mut()).await
         };
         if let Some(t) = &up.tally {
             self.body_bytes = Some(RequestBytes::Streamed(Arc::clone(t)));
         }
-        let begun = data_plane.rt.now();
-        let client = ctx.downstream_ends();
-        let sent = {
-            let mut sent =
-                pin!(
-                    data_plane
-                        .upstream
-                        .send_lent(&target, Some(&metrics), req, begun, client)
-                );
-            self.bounded(sent.as_mut()).await
-        };
         match sent? {
             Ok((resp, conn)) => {
                 let status = resp.status().as_u16();
@@ -343,6 +354,11 @@ impl<'a> Io<'a> {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
                 let failure = match e {
                     SendError::Connect(_) => SendFailure::Connect,
+                    // A streamed body handed to the refused stream is gone: the refusal can
+                    // be sent again only with the headers and a body still here.
+                    SendError::Refused(_) => SendFailure::Refused {
+                        held: up.headers.is_some() && !matches!(s.body, SendBody::Stream { .. }),
+                    },
                     SendError::Transport(_) => SendFailure::Transport {
                         client_body_failed: up.tally.as_ref().is_some_and(|t| t.failed()),
                     },
@@ -376,50 +392,6 @@ impl<'a> Io<'a> {
         {
             headers.insert(HOST, host);
         }
-    }
-
-    /// The upstream request of attempt `s` to `target` (C-PATH-4, C-PATH-5).
-    fn request(
-        &self,
-        target: &Target,
-        s: &Send,
-        up: &mut Outgoing,
-    ) -> Result<Request<UpBody>, ClientError> {
-        let data_plane = &self.ctx.data_plane;
-        let uri = upstream_uri(target.base(), &self.method, &self.uri)?;
-        let mut headers = if s.last {
-            up.headers.take().unwrap_or_default()
-        } else {
-            up.headers.clone().unwrap_or_default()
-        };
-        headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
-        if !headers.contains_key(HOST) {
-            headers.insert(HOST, target.host_header().clone());
-        }
-        let body = match s.body {
-            SendBody::Empty => UpBody::Empty,
-            SendBody::Buffered => match &up.trailers {
-                // Only HTTP/2 carries request trailers after a body of declared length.
-                Some(t) if target.protocol().is_h2() => {
-                    UpBody::Trailed(up.buffered.clone(), Some(t.clone()))
-                }
-                _ => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
-            },
-            // A streamed body is never replayed (C-RETRY-1), so it is taken once.
-            SendBody::Stream { read_deadline } => match up.body.take() {
-                Some(body) => {
-                    let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
-                    let deadline = read_deadline.map(|d| data_plane.clock.deadline(d));
-                    UpBody::Stream(ClientBody::new(data_plane.rt, body, failed, deadline))
-                }
-                None => UpBody::Empty,
-            },
-        };
-        let mut req = Request::new(body);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = uri;
-        *req.headers_mut() = headers;
-        Ok(req)
     }
 
     /// weir's own response (C-PATH-11, C-OBS-4), with `X-Request-ID` and the rate headers of an
@@ -499,6 +471,53 @@ impl<'a> Io<'a> {
         let body = ResBody::upstream(delivered, Some(guard)).with_line(self.line.take());
         Response::from_parts(parts, body)
     }
+}
+
+/// The upstream request of attempt `s` to `target` at `uri` (C-PATH-4, C-PATH-5), made once a
+/// connection takes it; its headers moved out of `up` when `give`, copied otherwise.
+fn request(
+    data_plane: &crate::services::state::DataPlane,
+    method: Method,
+    uri: Uri,
+    target: &Target,
+    s: &Send,
+    up: &mut Outgoing,
+    give: bool,
+) -> Request<UpBody> {
+    let mut headers = if give {
+        up.headers.take().unwrap_or_default()
+    } else {
+        up.headers.clone().unwrap_or_default()
+    };
+    headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
+    if !headers.contains_key(HOST) {
+        headers.insert(HOST, target.host_header().clone());
+    }
+    let body = match s.body {
+        SendBody::Empty => UpBody::Empty,
+        SendBody::Buffered => match &up.trailers {
+            // Only HTTP/2 carries request trailers after a body of declared length.
+            Some(t) if target.protocol().is_h2() => {
+                UpBody::Trailed(up.buffered.clone(), Some(t.clone()))
+            }
+            _ => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
+        },
+        // A streamed body is taken once: by the first attempt a connection takes (one that
+        // failed to connect never made its request, C-RETRY-9).
+        SendBody::Stream { read_deadline } => match up.body.take() {
+            Some(body) => {
+                let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
+                let deadline = read_deadline.map(|d| data_plane.clock.deadline(d));
+                UpBody::Stream(ClientBody::new(data_plane.rt, body, failed, deadline))
+            }
+            None => UpBody::Empty,
+        },
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    req
 }
 
 /// C-PATH-8: tunnel both ways; the exchange (and with it the backend slot and the gate slot) is

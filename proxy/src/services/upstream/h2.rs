@@ -29,6 +29,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 
+use super::Pending;
 use super::body::UpBody;
 use super::error::SendError;
 use super::target::{PoolKey, Target};
@@ -223,22 +224,26 @@ impl H2Pools {
         Ok((tx, stream))
     }
 
-    /// Send `req` to `target` as a stream on a connection with room, or on a new one over
-    /// `connect`'s byte stream (counted in `metrics` as reused or opened): the response head
-    /// and the stream's hold.
+    /// Send the request `make` makes to `target` as a stream on a connection with room, or on
+    /// a new one over `connect`'s byte stream (counted in `metrics` as reused or opened): the
+    /// response head and the stream's hold. The request is made once a connection exists: a
+    /// connect error leaves it unmade (C-RETRY-9).
     pub(super) async fn send<F>(
         &self,
         target: &Arc<Target>,
         metrics: Option<&BackendMetrics>,
-        req: Request<UpBody>,
+        make: impl FnOnce() -> Request<UpBody>,
         connect: impl FnOnce() -> F,
     ) -> Result<(Response<Incoming>, BackendStream), SendError>
     where
         F: Future<Output = io::Result<Box<dyn Io>>>,
     {
-        let mut req = for_h2(req, target);
+        let mut pending = Pending::Make(make);
         while let Some((mut tx, stream)) = self.checkout(target) {
-            match tx.try_send_request(req).await {
+            match tx
+                .try_send_request(pending.made(|r| for_h2(r, target)))
+                .await
+            {
                 Ok(resp) => {
                     if let Some(m) = metrics {
                         m.upstream_connection(true);
@@ -249,9 +254,9 @@ impl H2Pools {
                     // Never sent: the connection closed under us. Try another.
                     Some(back) => {
                         stream.shared.closed.store(true, Ordering::Release);
-                        req = back;
+                        pending = Pending::Made(back);
                     }
-                    None => return Err(SendError::Transport(e.into_error())),
+                    None => return Err(SendError::of_h2(e.into_error())),
                 },
             }
         }
@@ -260,9 +265,9 @@ impl H2Pools {
         if let Some(m) = metrics {
             m.upstream_connection(false);
         }
-        match tx.send_request(req).await {
+        match tx.send_request(pending.made(|r| for_h2(r, target))).await {
             Ok(resp) => Ok((resp, stream)),
-            Err(e) => Err(SendError::Transport(e)),
+            Err(e) => Err(SendError::of_h2(e)),
         }
     }
 }

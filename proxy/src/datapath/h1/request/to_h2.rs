@@ -9,8 +9,15 @@
 //!
 //! Not full duplex: the request body is sent whole before the response is relayed (a backend
 //! that answers early is answered once the body is in).
+//!
+//! Sent again (C-RETRY-9): the body is read from the client only once the stream exists (a
+//! connect error has consumed none of it), and what it handed to the stream is kept
+//! ([`Resend`], at most [`RESEND_LIMIT`] bytes) until the backend's head came, so that a
+//! stream the backend refused (`REFUSED_STREAM`, or past its `GOAWAY`'s last stream id) can be
+//! sent whole to another backend.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
@@ -23,6 +30,47 @@ use weir_core::request_id::X_REQUEST_ID;
 use super::*;
 use crate::datapath::h1::relay::{BODY_CHUNK, RelayError};
 use crate::services::upstream::{BoxError, SendError, UpBody};
+
+/// The most body bytes kept for sending a refused stream again: HTTP/2's default stream
+/// window (RFC 9113 §6.9.2), which is what a backend that refuses a stream at once lets reach
+/// it before its refusal; a stream refused after more than this went out is not sent again
+/// (the refusal is then a transport error).
+pub(super) const RESEND_LIMIT: usize = 65_535;
+
+/// What the client's streamed body handed to an HTTP/2 stream the backend has not answered yet
+/// (module doc): cheap clones of the chunks, none once more than [`RESEND_LIMIT`] went.
+#[derive(Debug, Default)]
+pub(super) struct Resend {
+    chunks: Vec<Bytes>,
+    len: usize,
+    overflow: bool,
+}
+
+impl Resend {
+    /// Keep `chunk`, unless the limit is passed (then nothing is kept any more).
+    fn keep(&mut self, chunk: &Bytes) {
+        if self.overflow {
+            return;
+        }
+        self.len += chunk.len();
+        if self.len > RESEND_LIMIT {
+            self.overflow = true;
+            self.chunks = Vec::new();
+        } else {
+            self.chunks.push(chunk.clone());
+        }
+    }
+
+    /// Whether everything handed over is kept (so the body can be sent again).
+    fn whole(&self) -> bool {
+        !self.overflow
+    }
+
+    /// The backend answered: nothing needs sending again.
+    pub(super) fn clear(&mut self) {
+        *self = Resend::default();
+    }
+}
 
 /// Why feeding the request body to the stream stopped early.
 enum PumpError {
@@ -65,25 +113,44 @@ impl Req<'_> {
         *req.headers_mut() = headers;
         let begun = data_plane.rt.now();
         let client = self.client;
+        // The body is read only once a connection took the request (C-RETRY-9): a connect
+        // error leaves all of it with the client.
+        let made = AtomicBool::new(false);
         let sent = {
             let Req {
                 exchange: x,
                 reader,
                 body_bytes,
                 timer,
+                resend,
                 ..
             } = self;
             let Some(x) = x.as_mut() else {
                 return Ok(());
             };
-            let send = data_plane
-                .upstream
-                .send_lent(&target, Some(&metrics), req, begun, client);
+            let make = || {
+                made.store(true, Ordering::Relaxed);
+                req
+            };
+            let send =
+                data_plane
+                    .upstream
+                    .send_lent_with(&target, Some(&metrics), make, begun, client);
+            let made = &made;
             let pump = async move {
-                match feed {
-                    Some((tx, at)) => pump(data_plane, c, reader, body_bytes, tx, at).await,
-                    None => Ok(()),
-                }
+                let Some((tx, at)) = feed else {
+                    return Ok(());
+                };
+                std::future::poll_fn(|_| {
+                    if made.load(Ordering::Relaxed) {
+                        std::task::Poll::Ready(())
+                    } else {
+                        // Polled again after the send, which makes the request.
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+                pump(data_plane, c, reader, body_bytes, resend, tx, at).await
             };
             let both = pin!(send_and_pump(send, pump));
             drive::bounded_in(data_plane, x, timer, both).await
@@ -96,6 +163,7 @@ impl Req<'_> {
         }
         let result = match sent {
             Ok((resp, lent)) if self.body_fault == BodyFault::None => {
+                self.resend.clear();
                 let status = resp.status().as_u16();
                 let end = resp.body().is_end_stream();
                 let head = Input::response_head(status, resp.headers(), end);
@@ -110,6 +178,15 @@ impl Req<'_> {
             }
             Ok(_) => Err(UpError::Transport(io::Error::other("request body failed"))),
             Err(SendError::Connect(e)) => Err(UpError::Connect(e)),
+            Err(SendError::Refused(e)) if self.body_fault == BodyFault::None => {
+                tracing::debug!(backend = target.id(), error = %e, "upstream stream refused");
+                // The headers are made again from the client's head, a buffered body from its
+                // buffer; a streamed one is whole if all of it that went is kept.
+                let held = self.resend.whole();
+                self.feed(Input::SendFailed(SendFailure::Refused { held }));
+                return Ok(());
+            }
+            Err(SendError::Refused(e)) => Err(UpError::Transport(io::Error::other(e))),
             Err(SendError::Transport(e)) => Err(UpError::Transport(io::Error::other(e))),
         };
         self.attempt_ended(Some(result), &target)
@@ -254,12 +331,14 @@ where
     let mut pump = pin!(pump);
     let mut pumped = None;
     let sent = std::future::poll_fn(|cx| {
+        // The send first: it makes the request the pump waits for.
+        let sent = send.as_mut().poll(cx);
         if pumped.is_none()
             && let std::task::Poll::Ready(r) = pump.as_mut().poll(cx)
         {
             pumped = Some(r);
         }
-        send.as_mut().poll(cx)
+        sent
     })
     .await;
     let pumped = match pumped {
@@ -271,13 +350,15 @@ where
 }
 
 /// Feed the client's body, decoded, to `tx` until its end (within `deadline`, the engine's
-/// read deadline); a stream that went away ends the feed quietly (the attempt's own result
+/// read deadline), first what an earlier, refused stream was handed (`resend`), keeping what
+/// goes in `resend`; a stream that went away ends the feed quietly (the attempt's own result
 /// says why).
 async fn pump(
     data_plane: &DataPlane,
     c: &mut DownstreamConn,
     reader: &mut Reader,
     body_bytes: &mut u64,
+    resend: &mut Resend,
     tx: async_channel::Sender<Result<Bytes, BoxError>>,
     deadline: Option<std::time::Instant>,
 ) -> Result<(), PumpError> {
@@ -285,14 +366,23 @@ async fn pump(
         let _ = tx.try_send(Err("client request body failed".into()));
         Err(PumpError::Client(fault))
     };
+    for chunk in resend.chunks.clone() {
+        if tx.send(Ok(chunk)).await.is_err() {
+            return Ok(());
+        }
+    }
     loop {
         let mut out = Vec::new();
         let done = match reader.take(&mut c.buf, false, &mut out, body_bytes) {
             Ok(done) => done,
             Err(_) => return fail(&tx, BodyFault::Malformed),
         };
-        if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
-            return Ok(());
+        if !out.is_empty() {
+            let chunk = Bytes::from(out);
+            resend.keep(&chunk);
+            if tx.send(Ok(chunk)).await.is_err() {
+                return Ok(());
+            }
         }
         if done {
             return Ok(());
