@@ -48,6 +48,8 @@ use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
+/// `grpc-timeout`.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(weir_core::grpc::timeout::NAME);
 
 /// The hyper service function of the data plane.
 pub async fn handle(
@@ -393,6 +395,13 @@ impl<'a> Io<'a> {
             up.headers.clone().unwrap_or_default()
         };
         headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
+        // C-GRPC-2: the backend is told what remains of the call's deadline, not the client's
+        // whole timeout.
+        if let Some(t) = self.x().upstream_grpc_timeout(s.at)
+            && let Ok(v) = HeaderValue::from_bytes(t.to_bytes().as_bytes())
+        {
+            headers.insert(GRPC_TIMEOUT, v);
+        }
         if !headers.contains_key(HOST) {
             headers.insert(HOST, target.host_header().clone());
         }
