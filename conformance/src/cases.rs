@@ -5,6 +5,7 @@
 mod body;
 mod conn;
 mod console;
+mod deadline;
 mod fault;
 mod fwd;
 mod grpc;
@@ -25,6 +26,7 @@ mod tls;
 pub use body::*;
 pub use conn::*;
 pub use console::*;
+pub use deadline::*;
 pub use fault::*;
 pub use fwd::*;
 pub use grpc::*;

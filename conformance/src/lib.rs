@@ -28,6 +28,7 @@ pub mod client;
 pub mod config;
 pub mod h2backend;
 pub mod h2raw;
+pub mod h2slow;
 pub mod harness;
 pub mod tls;
 pub mod util;
@@ -220,6 +221,8 @@ macro_rules! __with_cases {
             c_grpc_3_no_backend_is_a_trailers_only_unavailable,
             c_grpc_3_rate_limited_call_is_resource_exhausted,
             c_grpc_3_backend_unavailable_is_retried_on_another_backend,
+            c_grpc_2_deadline_exceeded_answers_and_resets_the_backend_stream,
+            c_grpc_2_client_cancel_resets_the_backend_stream,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,

@@ -234,6 +234,8 @@ pub struct Exchange {
     /// A gRPC call (`content-type: application/grpc…`): weir's own answers take the gRPC form
     /// (C-GRPC-3).
     grpc: bool,
+    /// The call's own deadline, its `grpc-timeout` counted from arrival (C-GRPC-2).
+    grpc_deadline: Option<Instant>,
     /// The route's pool snapshot and bulkhead (C-ROUTE-1), taken from `rt` at creation.
     target: FlowTarget,
     /// The route that matched (`None`: the default pool).
@@ -300,6 +302,8 @@ impl Exchange {
         let resolution = resolve_client(head.peer, head.headers, rt.trusted_proxies());
         let (target, m) = rt.target(head.path);
         let pick = rt.pick_context(m.pool, resolution.client, head.headers);
+        let grpc = crate::grpc::is_grpc(head.headers);
+        let (grpc_deadline, grpc_error) = grpc_deadline(grpc, head.headers, now);
         Exchange {
             method: head.method.clone(),
             request_id,
@@ -311,12 +315,13 @@ impl Exchange {
                 forwarded_proto(resolution.peer_trusted, head.headers)
             },
             upgrade: wants_upgrade(head.headers),
-            grpc: crate::grpc::is_grpc(head.headers),
+            grpc,
+            grpc_deadline,
             target,
             route: m.route,
             pool_index: m.pool,
             pick,
-            target_error: target_error(head.method, head.target),
+            target_error: target_error(head.method, head.target).or(grpc_error),
             body: head.body,
             body_kind: BodyKind::None,
             send_body: SendBody::Empty,
@@ -387,13 +392,19 @@ impl Exchange {
     /// body's `write_timeout`. At or after it, feed [`Input::Timeout`].
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match self.stage {
+        let stage = match self.stage {
             // The mutation breaks the queue's expiry wherever it is decided (docs/simulation.md).
             Stage::Queued { deadline, .. } => (!mutated!(GATE_NEVER_EXPIRES)).then_some(deadline),
             Stage::Store { deadline, .. } => Some(deadline),
             Stage::Buffering { deadline } | Stage::Streaming { deadline } => deadline,
             Stage::Awaiting { sent } => self.header_deadline(sent),
-            Stage::Done => None,
+            Stage::Done => return None,
+        };
+        // A gRPC call's own deadline bounds every stage (C-GRPC-2); a delivered response's
+        // deadline already includes it.
+        match (stage, self.grpc_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -503,6 +514,21 @@ impl Exchange {
         self.grpc
     }
 
+    /// The call's deadline from its `grpc-timeout` (C-GRPC-2), counted from arrival.
+    #[must_use]
+    pub fn grpc_deadline(&self) -> Option<Instant> {
+        self.grpc_deadline
+    }
+
+    /// The `grpc-timeout` to send upstream with an attempt sent `at` ([`Send::at`]): what
+    /// remains of the call's deadline, never more (C-GRPC-2). `None` when the call has no
+    /// deadline of its own (the header is then not sent, as the client sent none).
+    #[must_use]
+    pub fn upstream_grpc_timeout(&self, at: Instant) -> Option<crate::grpc::timeout::Timeout> {
+        self.grpc_deadline
+            .map(|d| crate::grpc::timeout::encode(d.saturating_since(at)))
+    }
+
     /// The synthetic response of `answer` (C-PATH-11): status, headers, JSON body; for a gRPC
     /// call its gRPC form (C-GRPC-3, [`SyntheticResponse::for_grpc`]). `None` for the health
     /// answers (see [`Answer::health_body`]). Write its [`status`](SyntheticResponse::status):
@@ -574,6 +600,24 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         // The flow's own Drop releases its slot and bulkhead permit.
         self.release(self.now);
+    }
+}
+
+/// A gRPC call's deadline: its `grpc-timeout` counted from `now` (C-GRPC-2), or the
+/// `INTERNAL` answer to a malformed one (docs/request-flow.md, "Deadlines of gRPC calls").
+fn grpc_deadline<H: HeaderLines + ?Sized>(
+    grpc: bool,
+    headers: &H,
+    now: Instant,
+) -> (Option<Instant>, Option<ClientError>) {
+    if !grpc {
+        return (None, None);
+    }
+    let name = http::HeaderName::from_static(crate::grpc::timeout::NAME);
+    match headers.first_line(&name).map(crate::grpc::timeout::parse) {
+        None => (None, None),
+        Some(Ok(t)) => (Some(now.saturating_add(t)), None),
+        Some(Err(_)) => (None, Some(ClientError::MalformedGrpcTimeout)),
     }
 }
 

@@ -270,6 +270,12 @@ pub enum ClientError {
     /// An HTTP/2 request whose `host` names another entity than its `:authority` (RFC 9113
     /// §8.3.1, `h2::host_agrees`): malformed, `400`.
     HostMismatch,
+    /// A gRPC call whose `grpc-timeout` is not 1 to 8 digits and a unit (C-GRPC-2): `400`,
+    /// `INTERNAL` to the gRPC client, as grpc-go's server answers it.
+    MalformedGrpcTimeout,
+    /// A gRPC call's own deadline (its `grpc-timeout`) passed before a response head
+    /// (C-GRPC-2): `504`, `DEADLINE_EXCEEDED` to the gRPC client; the attempt is cancelled.
+    DeadlineExceeded,
 }
 
 impl From<crate::method::Refused> for ClientError {
@@ -286,8 +292,10 @@ impl ClientError {
             ClientError::AsteriskWithoutOptions
             | ClientError::UnsupportedTarget
             | ClientError::BodyUnreadable
-            | ClientError::HostMismatch => 400,
+            | ClientError::HostMismatch
+            | ClientError::MalformedGrpcTimeout => 400,
             ClientError::BodyTimeout => 408,
+            ClientError::DeadlineExceeded => 504,
             ClientError::MethodNotAllowed => 405,
             ClientError::TargetTooLong => 414,
             ClientError::NotReady(_) => 503,
@@ -309,6 +317,8 @@ impl ClientError {
             ClientError::MethodNotAllowed => "method_not_allowed",
             // The reason the HTTP/1 codec gives a refused head (a bad `Host` among them).
             ClientError::HostMismatch => "malformed_request",
+            ClientError::MalformedGrpcTimeout => "malformed_grpc_timeout",
+            ClientError::DeadlineExceeded => "deadline_exceeded",
         }
     }
 
@@ -332,6 +342,8 @@ impl ClientError {
                 "method TRACE is not allowed (server.allow_trace is false)"
             }
             ClientError::HostMismatch => "host does not name the same authority as :authority",
+            ClientError::MalformedGrpcTimeout => "grpc-timeout is not 1 to 8 digits and a unit",
+            ClientError::DeadlineExceeded => "the call's deadline (grpc-timeout) passed",
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod config_yaml;
 pub mod flow;
 pub mod forwarded_chain;
+pub mod grpc_timeout;
 pub mod h1_chunked;
 pub mod h1_request;
 pub mod h1_response;
@@ -22,6 +23,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config_yaml", config_yaml::run),
     ("flow", flow::run),
     ("forwarded_chain", forwarded_chain::run),
+    ("grpc_timeout", grpc_timeout::run),
     ("h1_chunked", h1_chunked::run),
     ("h1_request", h1_request::run),
     ("h1_response", h1_response::run),

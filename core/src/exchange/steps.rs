@@ -76,6 +76,14 @@ impl Exchange {
         match (self.stage, input) {
             (Stage::Done, _) => {}
             (_, Input::ClientGone) => self.client_gone(now, rng),
+            // C-GRPC-2: the call's own deadline, wherever the exchange waits before a response
+            // head (a delivered response's body is bounded by its write deadline, which
+            // includes it).
+            (stage, Input::Timeout)
+                if self.grpc_due(now) && !matches!(stage, Stage::Streaming { .. }) =>
+            {
+                self.deadline_exceeded(now, rng);
+            }
             (Stage::Queued { ticket, .. }, Input::GateHandoff) => self.settle(ticket, now, rng),
             (Stage::Queued { ticket, deadline }, Input::Timeout)
                 if now >= deadline && !mutated!(GATE_NEVER_EXPIRES) =>
@@ -152,6 +160,30 @@ impl Exchange {
             }
             _ => {}
         }
+    }
+
+    /// Whether the call's own deadline (C-GRPC-2) has come at `now`.
+    fn grpc_due(&self, now: Instant) -> bool {
+        self.grpc_deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The call's deadline passed before a response head (C-GRPC-2): whatever the exchange
+    /// waited for is left (the gate's queue, a store call, the body, the attempt, which is
+    /// cancelled: neutral for the backend's health, as the client's own choice of deadline is
+    /// no fault of the backend's, and never retried), and the client is answered `504`,
+    /// `DEADLINE_EXCEEDED` in the gRPC form (C-GRPC-3).
+    fn deadline_exceeded(&mut self, now: Instant, rng: &mut dyn Rng) {
+        match self.stage {
+            Stage::Queued { .. } => self.queue_left(now),
+            Stage::Awaiting { sent } => {
+                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+                }
+            }
+            _ => {}
+        }
+        self.answer(Answer::Client(ClientError::DeadlineExceeded), now, rng);
     }
 
     /// The client's streamed request body failed while the attempt `sent` then was out: the
@@ -380,6 +412,14 @@ impl Exchange {
             self.outbox.push(Output::Metric(Metric::Protection(reason)));
         }
         match action {
+            Action::Attempt(_) | Action::Retry(_) if self.grpc_due(now) => {
+                // No attempt is sent past the call's deadline (C-GRPC-2): the slot just reserved
+                // is given back unused.
+                if let Some(flow) = self.flow.as_mut() {
+                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
+                }
+                self.answer(Answer::Client(ClientError::DeadlineExceeded), now, rng);
+            }
             Action::Attempt(a) | Action::Retry(a) => {
                 self.attempts = a.attempt;
                 self.backend = Some(a.backend);
@@ -414,7 +454,12 @@ impl Exchange {
                 let deadline = if d.status == 101 || mutated!(WRITE_TIMEOUT_IGNORED) {
                     None
                 } else {
-                    self.since_arrival(self.rt.config().server.write_timeout)
+                    // A gRPC call's deadline bounds its whole response (C-GRPC-2).
+                    let write = self.since_arrival(self.rt.config().server.write_timeout);
+                    match (write, self.grpc_deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
                 };
                 self.stage = Stage::Streaming { deadline };
                 self.outbox.push(Output::Deliver(Delivery {

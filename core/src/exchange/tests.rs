@@ -1277,3 +1277,142 @@ fn c_grpc_3_a_trailers_only_unavailable_is_retried_as_a_503_and_delivered_as_it_
     assert_eq!(delivered, 200);
     assert_eq!(record(&out).attempts, 2);
 }
+
+/// A gRPC call with `grpc-timeout: <timeout>`.
+fn grpc_call(timeout: &'static str) -> Req {
+    Req::get("/pkg.Svc/Call")
+        .header("content-type", "application/grpc")
+        .header("grpc-timeout", timeout)
+}
+
+/// The gRPC status of weir's own answer `a` to a gRPC call of `x`.
+fn grpc_status_of(x: &Exchange, a: &Answer) -> Option<String> {
+    let s = x.synthetic(a).expect("synthetic");
+    s.headers()
+        .find(|(n, _)| *n == "grpc-status")
+        .map(|(_, v)| v.to_string())
+}
+
+#[test]
+fn c_grpc_2_the_calls_deadline_cancels_the_attempt_and_answers_deadline_exceeded() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (mut x, out) = f.start(&grpc_call("300m"), T0);
+    let s = send(&out);
+    assert_eq!(x.grpc_deadline(), Some(at(300)));
+    assert_eq!(
+        x.upstream_grpc_timeout(s.at)
+            .map(|t| t.to_string())
+            .as_deref(),
+        Some("300000u")
+    );
+    assert_eq!(
+        x.poll_timeout(),
+        Some(at(300)),
+        "earlier than per_try_timeout (5s)"
+    );
+    assert!(f.feed(&mut x, Input::Timeout, at(299)).is_empty());
+    let out = f.feed(&mut x, Input::Timeout, at(300));
+    assert!(
+        matches!(
+            out[0],
+            Output::Metric(Metric::Attempt {
+                result: AttemptResult::Cancelled,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send(_))),
+        "never retried past the call's deadline: {out:?}"
+    );
+    let a = answer(&out);
+    assert_eq!(a, Answer::Client(ClientError::DeadlineExceeded));
+    assert_eq!(a.status(), 504);
+    assert_eq!(grpc_status_of(&x, &a).as_deref(), Some("4"));
+    let r = record(&out);
+    assert_eq!((r.status, r.reason), (504, Some("deadline_exceeded")));
+    assert!(x.is_done());
+    assert_eq!(f.in_flight(), [0, 0]);
+    for (_, b) in f.rt.backends() {
+        assert_eq!(
+            b.passive_failures(),
+            0,
+            "the client's deadline is no backend fault"
+        );
+    }
+}
+
+#[test]
+fn c_grpc_2_the_timeout_sent_upstream_is_lowered_by_the_time_spent() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let req = grpc_call("1S").with(Method::GET, BodyInfo::Sized(10));
+    let (mut x, out) = f.start(&req, at(1_000));
+    assert_eq!(out, [Output::BufferBody { len: 10 }]);
+    assert_eq!(x.poll_timeout(), Some(at(2_000)), "reading the body too");
+    let s = send(&f.feed(&mut x, Input::BodyBuffered, at(1_250)));
+    let t = x.upstream_grpc_timeout(s.at).expect("a timeout to send");
+    assert_eq!(t.to_string(), "750000u");
+    // Later attempts get what remains then; past the deadline nothing is sent.
+    assert_eq!(
+        x.upstream_grpc_timeout(at(1_999))
+            .map(|t| t.to_string())
+            .as_deref(),
+        Some("1000000n")
+    );
+    // A delivered response is bounded by the call's deadline too.
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(1_300));
+    let d = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Deliver(d) => Some(*d),
+            _ => None,
+        })
+        .expect("delivered");
+    assert_eq!(d.write_deadline, Some(at(2_000)));
+    let out = f.feed(&mut x, Input::Timeout, at(2_000));
+    assert_eq!(out.first(), Some(&Output::AbortBody), "{out:?}");
+}
+
+#[test]
+fn c_grpc_2_the_deadline_ends_a_wait_in_the_gates_queue() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    let (_held, _) = f.start(&Req::get("/x"), T0);
+    let (mut x, out) = f.start(&grpc_call("20m"), T0);
+    assert!(matches!(out[..], [Output::GateWait { .. }]), "{out:?}");
+    assert_eq!(x.poll_timeout(), Some(at(20)), "before the queue's 50 ms");
+    let out = f.feed(&mut x, Input::Timeout, at(20));
+    assert_eq!(answer(&out), Answer::Client(ClientError::DeadlineExceeded));
+    assert!(
+        matches!(out[0], Output::Metric(Metric::QueueWait(_))),
+        "{out:?}"
+    );
+    assert!(x.is_done() && !x.holds_gate());
+}
+
+#[test]
+fn c_grpc_2_a_malformed_grpc_timeout_is_internal_and_reaches_no_backend() {
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    for bad in ["10", "1.5S", "123456789m", "-1S", "1s"] {
+        let req = Req::get("/x")
+            .header("content-type", "application/grpc")
+            .header("grpc-timeout", bad);
+        let (x, out) = f.start(&req, T0);
+        assert!(!out.iter().any(|o| matches!(o, Output::Send(_))), "{bad}");
+        let a = answer(&out);
+        assert_eq!(
+            a,
+            Answer::Client(ClientError::MalformedGrpcTimeout),
+            "{bad}"
+        );
+        assert_eq!(grpc_status_of(&x, &a).as_deref(), Some("13"), "{bad}");
+        assert_eq!(record(&out).reason, Some("malformed_grpc_timeout"));
+    }
+    // Not a gRPC call: its grpc-timeout means nothing to weir and is passed on as it is.
+    let req = Req::get("/x").header("grpc-timeout", "1m");
+    let (x, out) = f.start(&req, T0);
+    send(&out);
+    assert_eq!(x.grpc_deadline(), None);
+    assert_eq!(x.upstream_grpc_timeout(T0), None);
+    assert_eq!(x.poll_timeout(), Some(at(5_000)));
+}

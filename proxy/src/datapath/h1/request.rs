@@ -456,7 +456,7 @@ impl Req<'_> {
             self.sent_continue || self.reader.is_done(),
             wait,
         );
-        self.write_head(c, &target, &upstream_target, s.body, expect);
+        self.write_head(c, &target, &upstream_target, (s.body, s.at), expect);
         let stream = match s.body {
             SendBody::Stream { read_deadline } => {
                 // With the expectation passed on, the backend's `100` (or the timer) decides
@@ -562,20 +562,27 @@ impl Req<'_> {
         c: &mut DownstreamConn,
         target: &Target,
         upstream_target: &[u8],
-        body: SendBody,
+        (body, at): (SendBody, weir_core::Instant),
         expect: bool,
     ) {
         let head = self.head;
         let x = self.exchange();
+        // C-GRPC-2: what remains of a gRPC call's deadline replaces the client's grpc-timeout.
+        let timeout = x.upstream_grpc_timeout(at).map(|t| t.to_bytes());
         // weir's lines borrow their values where they are (not copied into the
         // scratch first); their names are distinct, so nothing is replaced.
-        let mut pairs: [(&str, &[u8]); 4] = [
+        let mut pairs: [(&str, &[u8]); 5] = [
             (header::REQUEST_ID, x.request_id().as_bytes()),
             (header::BACKEND_ATTEMPT, target.id().as_bytes()),
             ("", b""),
             ("", b""),
+            ("", b""),
         ];
         let mut n = 2;
+        if let Some(t) = &timeout {
+            pairs[n] = (weir_core::grpc::timeout::NAME, t.as_bytes());
+            n += 1;
+        }
         if expect {
             pairs[n] = ("expect", b"100-continue");
             n += 1;

@@ -48,6 +48,8 @@ use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
+/// `grpc-timeout`.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(weir_core::grpc::timeout::NAME);
 
 /// The hyper service function of the data plane.
 pub async fn handle(
@@ -324,8 +326,14 @@ impl<'a> Io<'a> {
         let begun = data_plane.rt.now();
         let client = ctx.downstream_ends();
         let method = self.method.clone();
+        // C-GRPC-2: the backend is told what remains of the call's deadline, not the client's
+        // whole timeout.
+        let grpc_timeout = self
+            .x()
+            .upstream_grpc_timeout(s.at)
+            .and_then(|t| HeaderValue::from_bytes(t.to_bytes().as_bytes()).ok());
         let sent = {
-            let make = || request(data_plane, method, uri, &target, &s, up, give);
+            let make = || request(data_plane, method, uri, &target, &s, up, give, grpc_timeout);
             let mut sent = pin!(data_plane.upstream.send_lent_with(
                 &target,
                 Some(&metrics),
@@ -483,6 +491,7 @@ fn request(
     s: &Send,
     up: &mut Outgoing,
     give: bool,
+    grpc_timeout: Option<HeaderValue>,
 ) -> Request<UpBody> {
     let mut headers = if give {
         up.headers.take().unwrap_or_default()
@@ -490,6 +499,9 @@ fn request(
         up.headers.clone().unwrap_or_default()
     };
     headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
+    if let Some(v) = grpc_timeout {
+        headers.insert(GRPC_TIMEOUT, v);
+    }
     if !headers.contains_key(HOST) {
         headers.insert(HOST, target.host_header().clone());
     }

@@ -28,7 +28,7 @@ use weir_core::forward::{rewrite_forwarding, strip_hop_by_hop};
 use weir_core::request_id::X_REQUEST_ID;
 
 use super::*;
-use crate::datapath::h1::relay::{BODY_CHUNK, RelayError};
+use crate::datapath::h1::relay::{self, BODY_CHUNK, RelayError};
 use crate::services::upstream::{BoxError, SendError, UpBody};
 
 /// The most body bytes kept for sending a refused stream again: HTTP/2's default stream
@@ -76,6 +76,10 @@ impl Resend {
 enum PumpError {
     /// The client's fault (its read failed, timed out or broke its framing).
     Client(BodyFault),
+    /// The body was in, and the client closed its connection while the attempt waited for
+    /// the backend's head: the attempt is cancelled at once (C-PATH-9; the stream is reset,
+    /// C-GRPC-2), not when the backend answers.
+    ClientClosed,
 }
 
 impl Req<'_> {
@@ -94,7 +98,7 @@ impl Req<'_> {
             return Ok(());
         };
         let path = String::from_utf8_lossy(&path).into_owned();
-        let headers = self.h2_headers(&target);
+        let headers = self.h2_headers(&target, s.at);
         let (body, feed) = match s.body {
             SendBody::Empty => (UpBody::Empty, None),
             SendBody::Buffered => (UpBody::full(self.decoded_buffer()), None),
@@ -116,6 +120,8 @@ impl Req<'_> {
         // The body is read only once a connection took the request (C-RETRY-9): a connect
         // error leaves all of it with the client.
         let made = AtomicBool::new(false);
+        let cap = c.cap();
+        let (body_in, sent_done) = (AtomicBool::new(feed.is_none()), AtomicBool::new(false));
         let sent = {
             let Req {
                 exchange: x,
@@ -137,26 +143,37 @@ impl Req<'_> {
                     .upstream
                     .send_lent_with(&target, Some(&metrics), make, begun, client);
             let made = &made;
+            let (body_in, sent_done) = (&body_in, &sent_done);
             let pump = async move {
-                let Some((tx, at)) = feed else {
+                if let Some((tx, at)) = feed {
+                    std::future::poll_fn(|_| {
+                        if made.load(Ordering::Relaxed) {
+                            std::task::Poll::Ready(())
+                        } else {
+                            // Polled again after the send, which makes the request.
+                            std::task::Poll::Pending
+                        }
+                    })
+                    .await;
+                    pump(data_plane, c, reader, body_bytes, resend, tx, at).await?;
+                    body_in.store(true, Ordering::Relaxed);
+                }
+                if sent_done.load(Ordering::Relaxed) {
                     return Ok(());
-                };
-                std::future::poll_fn(|_| {
-                    if made.load(Ordering::Relaxed) {
-                        std::task::Poll::Ready(())
-                    } else {
-                        // Polled again after the send, which makes the request.
-                        std::task::Poll::Pending
-                    }
-                })
-                .await;
-                pump(data_plane, c, reader, body_bytes, resend, tx, at).await
+                }
+                // The body is in: watch the client for its end while the head is awaited.
+                relay::until_closed(&mut c.io, &mut c.buf, cap).await;
+                Err(PumpError::ClientClosed)
             };
-            let both = pin!(send_and_pump(send, pump));
+            let both = pin!(send_and_pump(send, pump, (body_in, sent_done)));
             drive::bounded_in(data_plane, x, timer, both).await
         };
         let Some((sent, pumped)) = sent else {
             return Ok(());
+        };
+        let Some(sent) = sent else {
+            // The client left: the send (and with it the stream) is dropped, which resets it.
+            return Err(Gone);
         };
         if let Err(PumpError::Client(fault)) = pumped {
             self.body_fault = fault;
@@ -194,7 +211,7 @@ impl Req<'_> {
 
     /// The HTTP/2 request's fields: the client's lines minus hop-by-hop ones (C-PATH-6), weir's
     /// forwarding lines (C-FWD-1..3), the request id (C-PATH-3) and attempt (C-PATH-4).
-    fn h2_headers(&mut self, target: &Target) -> HeaderMap {
+    fn h2_headers(&mut self, target: &Target, at: weir_core::Instant) -> HeaderMap {
         let head = self.head;
         let mut h = HeaderMap::with_capacity(head.headers.len() + 6);
         for line in head.headers {
@@ -220,6 +237,12 @@ impl Req<'_> {
             HeaderName::from_static(header::BACKEND_ATTEMPT),
             target.id_value().clone(),
         );
+        // C-GRPC-2: what remains of a gRPC call's deadline replaces the client's grpc-timeout.
+        if let Some(t) = x.upstream_grpc_timeout(at)
+            && let Ok(v) = HeaderValue::from_bytes(t.to_bytes().as_bytes())
+        {
+            h.insert(HeaderName::from_static(weir_core::grpc::timeout::NAME), v);
+        }
         h.remove(EXPECT);
         h.remove(TRANSFER_ENCODING);
         if head.body == BodyFraming::Chunked {
@@ -318,11 +341,18 @@ impl Req<'_> {
     }
 }
 
-/// `send` to its end, with `pump` feeding the request body beside it; a body not fed whole by
-/// the time the response head came is fed to its end before the head is returned. When the
-/// send failed the feed stops where it is (the body has nowhere to go; the client connection
-/// closes after the answer, its body unread).
-async fn send_and_pump<S, P, T, E>(send: S, pump: P) -> (Result<T, E>, Result<(), PumpError>)
+/// `send` to its end, with `pump` feeding the request body beside it and then watching the
+/// client; a body not fed whole by the time the response head came is fed to its end before
+/// the head is returned. When the send failed the feed stops where it is (the body has nowhere
+/// to go; the client connection closes after the answer, its body unread). `None` for the send:
+/// the client closed its connection first (`PumpError::ClientClosed`), and the send was
+/// dropped. `body_in`: the pump has fed the whole body; `sent_done` is set here once the send
+/// ended, so that a pump still feeding stops after the body rather than watch the client.
+async fn send_and_pump<S, P, T, E>(
+    send: S,
+    pump: P,
+    (body_in, sent_done): (&AtomicBool, &AtomicBool),
+) -> (Option<Result<T, E>>, Result<(), PumpError>)
 where
     S: Future<Output = Result<T, E>>,
     P: Future<Output = Result<(), PumpError>>,
@@ -338,15 +368,25 @@ where
         {
             pumped = Some(r);
         }
-        sent
+        if let std::task::Poll::Ready(r) = sent {
+            return std::task::Poll::Ready(Some(r));
+        }
+        if matches!(pumped, Some(Err(PumpError::ClientClosed))) {
+            return std::task::Poll::Ready(None);
+        }
+        std::task::Poll::Pending
     })
     .await;
+    let Some(sent) = sent else {
+        return (None, Ok(()));
+    };
+    sent_done.store(true, Ordering::Relaxed);
     let pumped = match pumped {
         Some(r) => r,
-        None if sent.is_err() => Ok(()),
+        None if sent.is_err() || body_in.load(Ordering::Relaxed) => Ok(()),
         None => pump.await,
     };
-    (sent, pumped)
+    (Some(sent), pumped)
 }
 
 /// Feed the client's body, decoded, to `tx` until its end (within `deadline`, the engine's

@@ -1,0 +1,221 @@
+//! gRPC deadlines and cancellation (C-GRPC-2), against the slow h2c backend
+//! ([`crate::h2slow`]) that sees `RST_STREAM` on the wire. The client side speaks HTTP/2
+//! through the `h2` crate directly, so that it can reset its own stream.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use serde_json::json;
+
+use super::expect_status;
+use crate::client::{Raw, Req, connect, send};
+use crate::config::Config;
+use crate::h2slow::{Ending, SlowBackend, SlowCall};
+use crate::harness::{Binary, Proxy};
+use crate::util::{eventually, secs};
+
+/// The default pool of one slow h2c backend, probed over TCP (it speaks only HTTP/2). The
+/// per-try timeout is far beyond the cases' waits, so that only the call's own deadline or
+/// the client's cancel can end the backend's stream in time.
+fn slow_config(b: &SlowBackend) -> Config {
+    Config::new(&[])
+        .set(
+            "backends",
+            json!([{"id": b.id(), "url": b.url(), "protocol": "h2c"}]),
+        )
+        .set("health_check.mode", "tcp")
+        .set("server.retry.per_try_timeout", "60s")
+        .set("server.upstream.response_header_timeout", "60s")
+}
+
+/// One HTTP/2 (prior knowledge) client connection to `addr` on the `h2` crate.
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let stream = connect(addr, None).await.expect("connect");
+    let (tx, conn) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx
+}
+
+/// A unary gRPC call's head (`POST`, `content-type: application/grpc`, `te: trailers`), with
+/// `grpc-timeout: <timeout>` when given.
+fn call_head(addr: SocketAddr, timeout: Option<&str>) -> Request<()> {
+    let mut b = Request::post(format!("http://{addr}/pkg.Slow/Call"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(t) = timeout {
+        b = b.header("grpc-timeout", t);
+    }
+    b.body(()).expect("request")
+}
+
+/// One uncompressed two-byte gRPC message.
+const MESSAGE: &[u8] = b"\0\0\0\0\x02hi";
+
+/// The backend's one call, once it arrived.
+async fn the_call(b: &SlowBackend) -> SlowCall {
+    eventually(secs(10), "the call reaches the backend", || async {
+        b.calls().pop()
+    })
+    .await
+}
+
+/// The backend's one call, once it ended (answered or reset).
+async fn ended(b: &SlowBackend, within: Duration) -> SlowCall {
+    eventually(within, "the backend's stream ends", || async {
+        b.calls().pop().filter(|c| c.ending != Ending::Pending)
+    })
+    .await
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// A `grpc-timeout` value as a duration (the test's own reading of the wire format).
+fn grpc_timeout(v: &str) -> Duration {
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().expect("grpc-timeout digits");
+    match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        other => panic!("grpc-timeout unit {other:?}"),
+    }
+}
+
+/// C-GRPC-2: a call with `grpc-timeout: 300m` to a backend that takes 5 s gets weir's
+/// trailers-only `DEADLINE_EXCEEDED` (`grpc-status: 4`) soon after 300 ms, and the backend's
+/// stream is reset (`RST_STREAM` `CANCEL`, on the same connection: not a closed connection)
+/// then, not when it would have answered. The backend was told what remained of the deadline:
+/// more than nothing and no more than the client's 300 ms (core's
+/// `c_grpc_2_the_timeout_sent_upstream_is_lowered_by_the_time_spent` shows the lowering; here
+/// the call is sent within the clock's resolution of its arrival).
+pub async fn c_grpc_2_deadline_exceeded_answers_and_resets_the_backend_stream(bin: Binary) {
+    let b = SlowBackend::start("slow-1", secs(5)).await;
+    let p = Proxy::start(&bin, &slow_config(&b)).await;
+    let mut tx = h2_client(p.public).await;
+    let started = Instant::now();
+    let (resp, mut body) = tx
+        .send_request(call_head(p.public, Some("300m")), false)
+        .expect("send the call");
+    body.send_data(Bytes::from_static(MESSAGE), true)
+        .expect("send the message");
+    let resp = tokio::time::timeout(secs(10), resp)
+        .await
+        .expect("answered before the backend would have")
+        .expect("a response");
+    let answered = started.elapsed();
+    let (parts, _) = resp.into_parts();
+    assert_eq!(parts.status, 200, "{parts:?}");
+    assert_eq!(
+        header(&parts.headers, "grpc-status").as_deref(),
+        Some("4"),
+        "DEADLINE_EXCEEDED, trailers-only: {parts:?}"
+    );
+    assert!(
+        answered >= Duration::from_millis(300) && answered < secs(3),
+        "answered after {answered:?}, at the 300 ms deadline"
+    );
+    let call = ended(&b, secs(3)).await;
+    let Ending::Reset(reason, at) = call.ending else {
+        panic!("the backend's stream was reset, not {:?}", call.ending);
+    };
+    assert_eq!(reason, h2::Reason::CANCEL, "{call:?}");
+    assert!(
+        at.duration_since(call.received) < secs(2),
+        "reset at the deadline, not at the backend's 5 s"
+    );
+    let sent = call
+        .grpc_timeout
+        .as_deref()
+        .expect("grpc-timeout passed on");
+    let sent = grpc_timeout(sent);
+    assert!(
+        sent > Duration::ZERO && sent <= Duration::from_millis(300),
+        "what remains of the client's 300 ms: {sent:?}"
+    );
+    // An HTTP/1.1 client's gRPC call: the same answer and the same reset.
+    let r = send(
+        p.public,
+        &Req::post("/pkg.Slow/Call", "x")
+            .header("content-type", "application/grpc")
+            .header("grpc-timeout", "200m"),
+    )
+    .await;
+    expect_status(&r, 200, "HTTP/1.1 gRPC call past its deadline");
+    assert_eq!(r.header("grpc-status").as_deref(), Some("4"), "{r:?}");
+    let call = ended(&b, secs(3)).await;
+    assert!(
+        matches!(call.ending, Ending::Reset(h2::Reason::CANCEL, _)),
+        "{call:?}"
+    );
+    let sent = grpc_timeout(
+        call.grpc_timeout
+            .as_deref()
+            .expect("grpc-timeout passed on"),
+    );
+    assert!(
+        sent > Duration::ZERO && sent <= Duration::from_millis(200),
+        "{sent:?}"
+    );
+}
+
+/// C-GRPC-2: a client's `RST_STREAM` (`CANCEL`) reaches the backend as a reset of its stream at
+/// once (the backend would answer only after 5 s); an HTTP/1.1 client that closes its
+/// connection mid-call does the same.
+pub async fn c_grpc_2_client_cancel_resets_the_backend_stream(bin: Binary) {
+    let b = SlowBackend::start("slow-2", secs(5)).await;
+    let p = Proxy::start(&bin, &slow_config(&b)).await;
+    let mut tx = h2_client(p.public).await;
+    let (_resp, mut body) = tx
+        .send_request(call_head(p.public, None), false)
+        .expect("send the call");
+    body.send_data(Bytes::from_static(MESSAGE), true)
+        .expect("send the message");
+    let call = the_call(&b).await;
+    assert_eq!(call.grpc_timeout, None, "no deadline, none invented");
+    let cancelled = Instant::now();
+    body.send_reset(h2::Reason::CANCEL);
+    let call = ended(&b, secs(3)).await;
+    let Ending::Reset(reason, at) = call.ending else {
+        panic!("the backend's stream was reset, not {:?}", call.ending);
+    };
+    assert_eq!(reason, h2::Reason::CANCEL);
+    assert!(
+        at.duration_since(cancelled) < secs(2),
+        "at once, not at the backend's answer"
+    );
+    // An HTTP/1.1 client's gRPC call, its connection closed mid-call.
+    let b = SlowBackend::start("slow-3", secs(5)).await;
+    let p = Proxy::start(&bin, &slow_config(&b)).await;
+    let mut raw = Raw::connect(p.public).await;
+    let mut req = format!(
+        "POST /pkg.Slow/Call HTTP/1.1\r\nHost: x\r\ncontent-type: application/grpc\r\n\
+         content-length: {}\r\n\r\n",
+        MESSAGE.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(MESSAGE);
+    raw.write(&req).await.expect("write");
+    the_call(&b).await;
+    let closed = Instant::now();
+    drop(raw);
+    let call = ended(&b, secs(3)).await;
+    let at = match call.ending {
+        Ending::Reset(_, at) | Ending::ConnectionLost(at) => at,
+        other => panic!("the backend's call was cancelled, not {other:?}"),
+    };
+    assert!(
+        at.duration_since(closed) < secs(2),
+        "at once, not at the backend's answer"
+    );
+}
