@@ -14,6 +14,8 @@ use http::HeaderName;
 
 use crate::headers::HeaderLines;
 
+pub mod health;
+
 /// `grpc-status`.
 pub const STATUS: &str = "grpc-status";
 /// `grpc-message`.
