@@ -106,10 +106,12 @@ impl weir_proxy::rt::Runtime for Smol {
 
     fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
         Box::pin(async move {
-            let (config, name, tcp) = tls.into_parts::<Conn>()?;
+            let (config, name, tcp, alpn) = tls.into_parts::<Conn>()?;
             let stream = futures_rustls::TlsConnector::from(config)
                 .connect(name, tcp.0.into_inner())
-                .await?;
+                .await
+                .map_err(|e| alpn.handshake_error(e))?;
+            alpn.check(stream.get_ref().1)?;
             // rustls writes one slice at a time: hyper should flatten.
             Ok(Box::new(SmolIo::new(stream, false)) as Box<dyn Io>)
         })

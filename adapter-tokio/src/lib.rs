@@ -85,10 +85,12 @@ impl weir_proxy::rt::Runtime for Tokio {
 
     fn tls_connect(&self, tls: TlsConnect) -> BoxFuture<'static, io::Result<Box<dyn Io>>> {
         Box::pin(async move {
-            let (config, name, tcp) = tls.into_parts::<Conn>()?;
+            let (config, name, tcp, alpn) = tls.into_parts::<Conn>()?;
             let stream = tokio_rustls::TlsConnector::from(config)
                 .connect(name, tcp.0.into_inner())
-                .await?;
+                .await
+                .map_err(|e| alpn.handshake_error(e))?;
+            alpn.check(stream.get_ref().1)?;
             Ok(Box::new(TokioIo::new(stream)) as Box<dyn Io>)
         })
     }

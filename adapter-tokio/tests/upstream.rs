@@ -24,6 +24,7 @@ fn config() -> UpstreamConfig {
         max_idle_per_host: 4,
         max_idle_total: 16,
         expect_continue_timeout: Duration::from_secs(1),
+        tls_server_name: None,
     }
 }
 

@@ -5,7 +5,8 @@
 //! a case can check that the proxy never opened more streams on a connection than the backend's
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` allows. It can hold every request until a number of them
 //! are in flight at once (over all its connections), so a case can check that they were.
-//! It speaks only HTTP/2: cases that use it probe with `health_check.mode: tcp`. One started
+//! It speaks only HTTP/2: cases probe it with `health_check.mode: tcp`, or with `http`/`grpc`
+//! (weir probes an `h2c` backend over HTTP/2). One started
 //! with [`H2Backend::unavailable`] answers every call trailers-only with `grpc-status: 14`
 //! (`UNAVAILABLE`): `200`, `content-type: application/grpc` and the status in the one HEADERS
 //! frame that ends the stream. One started with [`H2Backend::refusing`] resets every stream
@@ -13,6 +14,10 @@
 //! [`H2Backend::going_away`] (a hand-built HTTP/2 server, RFC 9113) answers the first HEADERS
 //! frame of each connection with `GOAWAY` whose `last_stream_id` is 0: no stream was processed
 //! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]).
+//!
+//! Health probes are answered apart and not counted as requests: `grpc.health.v1.Health/Check`
+//! with the serving status set by [`H2Backend::set_health`] (`SERVING` at first), and a `GET
+//! /health` with `200` (C-GRPC-4). [`H2Backend::probes`] lists them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -67,6 +72,8 @@ struct Inner {
     /// The most streams seen in flight on any one connection.
     max_per_conn: AtomicUsize,
     accept: Mutex<Option<AbortHandle>>,
+    /// The health service's state and the probes seen.
+    health: HealthService,
 }
 
 impl Drop for Inner {
@@ -129,6 +136,7 @@ impl H2Backend {
             connections: AtomicUsize::new(0),
             max_per_conn: AtomicUsize::new(0),
             accept: Mutex::new(None),
+            health: HealthService::default(),
         });
         let weak = Arc::downgrade(&inner);
         let task = tokio::spawn(async move {
@@ -230,6 +238,10 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 inner.refused.fetch_add(1, Ordering::SeqCst);
                 return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
             }
+            let req = match answer_probe(&inner, req).await {
+                Ok(resp) => return Ok(resp),
+                Err(req) => req,
+            };
             let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             inner.max_per_conn.fetch_max(n, Ordering::SeqCst);
             let guard = InFlight(in_flight);
@@ -371,4 +383,125 @@ impl Body for GrpcBody {
     fn is_end_stream(&self) -> bool {
         self.data.is_none() && self.trailers.is_none()
     }
+}
+
+/// What [`H2Backend::set_health`] makes `grpc.health.v1.Health/Check` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// `HealthCheckResponse.status` = this number (1 `SERVING`, 2 `NOT_SERVING`, 0 `UNKNOWN`,
+    /// 3 `SERVICE_UNKNOWN`), `grpc-status: 0`.
+    Status(u8),
+    /// Trailers-only `grpc-status: 12` (`UNIMPLEMENTED`): a server without the service.
+    Unimplemented,
+}
+
+/// The health service of a test backend.
+#[derive(Debug)]
+struct HealthService {
+    answer: Mutex<Health>,
+    probes: Mutex<Vec<Probe>>,
+}
+
+impl Default for HealthService {
+    fn default() -> Self {
+        HealthService {
+            answer: Mutex::new(Health::Status(1)),
+            probes: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// A health probe the backend answered.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// `:path`.
+    pub path: String,
+    /// The HTTP version it came in.
+    pub version: http::Version,
+    /// The request's `content-type`, if any.
+    pub content_type: Option<String>,
+    /// The request body (for a gRPC check: the framed `HealthCheckRequest`).
+    pub body: Bytes,
+}
+
+impl H2Backend {
+    /// What the health service answers from now on.
+    pub fn set_health(&self, health: Health) {
+        *lock(&self.inner.health.answer) = health;
+    }
+
+    /// Every health probe answered, in order.
+    pub fn probes(&self) -> Vec<Probe> {
+        lock(&self.inner.health.probes).clone()
+    }
+}
+
+/// The path of the gRPC health check.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
+/// `req` answered when it is a health probe (`Health/Check` or `GET /health`), else given back.
+async fn answer_probe(
+    inner: &Inner,
+    req: Request<Incoming>,
+) -> Result<Response<GrpcBody>, Request<Incoming>> {
+    let path = req.uri().path().to_string();
+    let grpc = path == HEALTH_CHECK;
+    let http_probe = path == "/health" && req.method() == http::Method::GET;
+    if !(grpc || http_probe) {
+        return Err(req);
+    }
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    lock(&inner.health.probes).push(Probe {
+        path,
+        version: parts.version,
+        content_type: parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        body,
+    });
+    // Not a request the cases count: its own in-flight counter.
+    let guard = InFlight(Arc::new(AtomicUsize::new(1)));
+    if !grpc {
+        return Ok(Response::new(GrpcBody {
+            data: Some(Bytes::from_static(b"ok\n")),
+            trailers: None,
+            _guard: guard,
+        }));
+    }
+    let answer = *lock(&inner.health.answer);
+    let mut resp = match answer {
+        Health::Status(n) => {
+            // A HealthCheckResponse: field 1 (varint) = n; proto3 leaves 0 out.
+            let message: Vec<u8> = if n == 0 { Vec::new() } else { vec![0x08, n] };
+            let mut framed = vec![0, 0, 0, 0, message.len() as u8];
+            framed.extend_from_slice(&message);
+            let mut trailers = HeaderMap::new();
+            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            Response::new(GrpcBody {
+                data: Some(Bytes::from(framed)),
+                trailers: Some(trailers),
+                _guard: guard,
+            })
+        }
+        Health::Unimplemented => {
+            let mut resp = Response::new(GrpcBody {
+                data: None,
+                trailers: None,
+                _guard: guard,
+            });
+            resp.headers_mut()
+                .insert("grpc-status", HeaderValue::from_static("12"));
+            resp
+        }
+    };
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
+    Ok(resp)
 }

@@ -31,6 +31,7 @@ pub mod h2raw;
 pub mod h2slow;
 pub mod harness;
 pub mod tls;
+pub mod tls_backend;
 pub mod util;
 
 use std::future::Future;
@@ -223,6 +224,15 @@ macro_rules! __with_cases {
             c_grpc_3_backend_unavailable_is_retried_on_another_backend,
             c_grpc_2_deadline_exceeded_answers_and_resets_the_backend_stream,
             c_grpc_2_client_cancel_resets_the_backend_stream,
+            c_grpc_4_not_serving_backend_is_taken_out_until_serving,
+            c_grpc_4_only_serving_is_healthy,
+            c_grpc_4_http_probe_of_h2c_backend_goes_over_http2,
+            c_grpc_4_grpc_mode_refuses_http1_backends,
+            c_grpc_5_private_ca_backend_needs_tls_ca_file,
+            c_grpc_5_tls_server_name_verifies_another_name,
+            c_grpc_5_client_certificate_for_mutual_tls,
+            c_grpc_5_h2_backend_without_alpn_h2_is_a_connect_failure,
+            c_grpc_5_bad_upstream_tls_files_are_config_errors,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,

@@ -53,7 +53,8 @@ pub use tree::{MAX_CONFIG_BYTES, Pos};
 pub use validate::{
     CertPair, DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, ListenerTls,
     MAX_HEADER_BYTES_LIMIT, MIN_HEADER_BYTES, ManagementSettings, PoolSpec, ProxyProtocol,
-    RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion, UpstreamSettings, ValidConfig,
+    RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion, UpstreamSettings, UpstreamTls,
+    ValidConfig,
 };
 
 use read::{Field, Path, Reader};
@@ -289,6 +290,10 @@ mod unread {
                     ("max_idle_conns_per_host", int(u.max_idle_conns_per_host)),
                     ("max_conns_per_host", int(u.max_conns_per_host)),
                     ("max_concurrent_requests", int(u.max_concurrent_requests)),
+                    ("tls_ca_file", opt_string(u.tls_ca_file.as_ref())),
+                    ("tls_server_name", opt_string(u.tls_server_name.as_ref())),
+                    ("tls_cert_file", opt_string(u.tls_cert_file.as_ref())),
+                    ("tls_key_file", opt_string(u.tls_key_file.as_ref())),
                 ])),
             ),
             ("retry", sub(retry(&s.retry))),
@@ -344,6 +349,7 @@ mod unread {
         map(vec![
             ("mode", string(h.mode.as_str())),
             ("path", string(&h.path)),
+            ("grpc_service", string(&h.grpc_service)),
             ("interval", duration(h.interval)),
             ("timeout", duration(h.timeout)),
             ("failure_threshold", int(h.failure_threshold)),

@@ -14,6 +14,7 @@ use http::HeaderName;
 
 use crate::headers::HeaderLines;
 
+pub mod health;
 pub mod timeout;
 
 /// `grpc-status`.

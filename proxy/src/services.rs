@@ -11,3 +11,4 @@ pub mod ratelimit;
 pub mod snapshot;
 pub mod state;
 pub mod upstream;
+pub mod upstream_tls;

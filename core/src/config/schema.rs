@@ -162,6 +162,16 @@ pub struct UpstreamConfig {
     pub max_conns_per_host: u32,
     /// `max_concurrent_requests` [512]: slots per backend (C-POOL-6).
     pub max_concurrent_requests: u32,
+    /// `tls_ca_file`: PEM CA certificates that backend certificates must chain to, instead of
+    /// the system's roots (C-GRPC-5).
+    pub tls_ca_file: Option<String>,
+    /// `tls_server_name`: the name backend certificates must carry (and the SNI), instead of
+    /// each URL's host.
+    pub tls_server_name: Option<String>,
+    /// `tls_cert_file`: weir's client certificate chain for backends that ask (mutual TLS).
+    pub tls_cert_file: Option<String>,
+    /// `tls_key_file`: the private key of `tls_cert_file`.
+    pub tls_key_file: Option<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -176,6 +186,10 @@ impl Default for UpstreamConfig {
             max_idle_conns_per_host: 64,
             max_conns_per_host: 0,
             max_concurrent_requests: 512,
+            tls_ca_file: None,
+            tls_server_name: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -211,6 +225,9 @@ pub enum ProbeMode {
     Https,
     /// `tcp`: a connect.
     Tcp,
+    /// `grpc`: `grpc.health.v1.Health/Check` for `grpc_service` over the backend's HTTP/2
+    /// (C-GRPC-4); only `SERVING` is healthy.
+    Grpc,
 }
 
 impl ProbeMode {
@@ -221,17 +238,24 @@ impl ProbeMode {
             ProbeMode::Http => "http",
             ProbeMode::Https => "https",
             ProbeMode::Tcp => "tcp",
+            ProbeMode::Grpc => "grpc",
         }
     }
 
-    fn from_name(s: &str) -> Option<ProbeMode> {
+    /// The mode of a config spelling, if it is one.
+    #[must_use]
+    pub fn from_name(s: &str) -> Option<ProbeMode> {
         match s {
             "http" => Some(ProbeMode::Http),
             "https" => Some(ProbeMode::Https),
             "tcp" => Some(ProbeMode::Tcp),
+            "grpc" => Some(ProbeMode::Grpc),
             _ => None,
         }
     }
+
+    /// The spellings, for error messages.
+    pub const NAMES: &'static str = "http, https, tcp or grpc";
 }
 
 /// `health_check.outlier`: outlier detection (C-OUT-1, C-OUT-2); each field's default and
@@ -289,6 +313,8 @@ pub struct HealthCheckConfig {
     pub mode: ProbeMode,
     /// `path` ["/health"].
     pub path: String,
+    /// `grpc_service` [""]: the service a `grpc` probe asks about (`""`: the whole server).
+    pub grpc_service: String,
     /// `interval` [5s, > 0].
     pub interval: Duration,
     /// `timeout` [2s, > 0].
@@ -322,6 +348,7 @@ impl Default for HealthCheckConfig {
         HealthCheckConfig {
             mode: ProbeMode::Http,
             path: "/health".to_owned(),
+            grpc_service: String::new(),
             interval: Duration::from_secs(5),
             timeout: Duration::from_secs(2),
             failure_threshold: 2,

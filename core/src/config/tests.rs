@@ -1113,3 +1113,97 @@ fn c_grpc_1_backend_protocol_settings() {
     assert!(e.has("backends[0].protocol"), "{e}");
     assert_eq!(classify("backends[0].protocol"), Apply::Dynamic);
 }
+
+#[test]
+fn c_grpc_4_health_mode_grpc_settings() {
+    let h2c = "backends:\n  - id: a\n    url: http://127.0.0.1:9001\n    protocol: h2c\n";
+    let v = ok(&format!("{h2c}health_check:\n  mode: grpc\n"));
+    assert_eq!(v.health.mode, ProbeMode::Grpc);
+    assert_eq!(v.health.grpc_service, "", "the whole server by default");
+    let v = ok(&format!(
+        "{h2c}health_check:\n  mode: grpc\n  grpc_service: pkg.Echo\n"
+    ));
+    assert_eq!(v.health.grpc_service, "pkg.Echo");
+    assert_eq!(classify("health_check.grpc_service"), Apply::Dynamic);
+    // grpc_service without mode grpc says what it is for.
+    let e = errs(&format!("{MIN}health_check:\n  grpc_service: pkg.Echo\n"));
+    assert!(
+        err_at(&e, "health_check.grpc_service")
+            .message
+            .contains("only by mode grpc"),
+        "{e}"
+    );
+    // The modes are listed when one is misspelt.
+    let e = errs(&format!("{MIN}health_check:\n  mode: grcp\n"));
+    assert!(
+        err_at(&e, "health_check.mode")
+            .message
+            .contains("http, https, tcp or grpc"),
+        "{e}"
+    );
+}
+
+#[test]
+fn c_grpc_4_health_mode_grpc_refuses_http1_backends_by_name() {
+    let e = errs(
+        "backends:\n  - id: h2\n    url: http://127.0.0.1:9001\n    protocol: h2c\n  - id: old\n    url: http://127.0.0.1:9002\n\
+         pools:\n  p:\n    backends:\n      - id: legacy\n        url: http://127.0.0.1:9003\n        protocol: http1\n\
+         health_check:\n  mode: grpc\n",
+    );
+    let m = &err_at(&e, "backends[1].protocol").message;
+    assert!(m.contains("\"old\"") && m.contains("HTTP/2"), "{e}");
+    assert!(e.has("pools.p.backends[0].protocol"), "{e}");
+    assert!(!e.has("backends[0].protocol"), "{e}");
+    // An h2 (TLS) backend is fine too.
+    ok(
+        "backends:\n  - id: a\n    url: https://127.0.0.1:9001\n    protocol: h2\nhealth_check:\n  mode: grpc\n",
+    );
+}
+
+#[test]
+fn c_grpc_5_upstream_tls_settings() {
+    let v = ok(MIN);
+    assert_eq!(v.server.upstream.tls, UpstreamTls::default());
+    let v = ok(&format!(
+        "server:\n  upstream:\n    tls_ca_file: /ca.pem\n    tls_server_name: api.internal\n    \
+         tls_cert_file: /c.pem\n    tls_key_file: /k.pem\n{MIN}"
+    ));
+    let t = &v.server.upstream.tls;
+    assert_eq!(t.ca_file.as_deref(), Some("/ca.pem"));
+    assert_eq!(t.server_name.as_deref(), Some("api.internal"));
+    assert_eq!(
+        t.client_cert,
+        Some(("/c.pem".to_owned(), "/k.pem".to_owned()))
+    );
+    ok(&format!(
+        "server:\n  upstream:\n    tls_server_name: 10.0.0.7\n{MIN}"
+    ));
+    let e = errs(&format!(
+        "server:\n  upstream:\n    tls_cert_file: /c.pem\n{MIN}"
+    ));
+    assert!(e.has("server.upstream.tls_key_file"), "{e}");
+    let e = errs(&format!(
+        "server:\n  upstream:\n    tls_key_file: /k.pem\n{MIN}"
+    ));
+    assert!(e.has("server.upstream.tls_cert_file"), "{e}");
+    let e = errs(&format!(
+        "server:\n  upstream:\n    tls_server_name: \"bad name\"\n{MIN}"
+    ));
+    assert!(e.has("server.upstream.tls_server_name"), "{e}");
+    let e = errs(&format!(
+        "server:\n  upstream:\n    tls_ca_file: \"\"\n{MIN}"
+    ));
+    assert!(e.has("server.upstream.tls_ca_file"), "{e}");
+    for key in [
+        "tls_ca_file",
+        "tls_server_name",
+        "tls_cert_file",
+        "tls_key_file",
+    ] {
+        assert_eq!(
+            classify(&format!("server.upstream.{key}")),
+            Apply::Restart,
+            "{key}"
+        );
+    }
+}

@@ -155,6 +155,21 @@ pub struct UpstreamSettings {
     pub max_idle_conns_per_host: u32,
     /// Always `None` (unlimited): a non-zero value is refused.
     pub max_conns_per_host: Option<u32>,
+    /// How backend certificates are verified and which client certificate weir shows
+    /// (C-GRPC-5). The files are read by the proxy, not here.
+    pub tls: UpstreamTls,
+}
+
+/// `server.upstream.tls_*` (C-GRPC-5): paths as written; core does no IO, the proxy loads and
+/// checks the files (at start, `check-config` and reload).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpstreamTls {
+    /// CA certificates (PEM) instead of the system's roots.
+    pub ca_file: Option<String>,
+    /// The name certificates must carry (and the SNI) instead of each URL's host.
+    pub server_name: Option<String>,
+    /// Client certificate chain and its key (mutual TLS); both or neither.
+    pub client_cert: Option<(String, String)>,
 }
 
 /// Zero means none.
@@ -213,6 +228,73 @@ pub(crate) fn validate(
         values: core::mem::take(&mut c.r.values),
         config: cfg,
     })
+}
+
+/// `server.upstream.tls_*`: certificate and key come together; a server name is a DNS name or
+/// an IP address; a path is not empty.
+fn check_upstream_tls(u: &crate::config::UpstreamConfig, c: &mut Check<'_>) -> UpstreamTls {
+    for (key, value) in [
+        ("tls_ca_file", &u.tls_ca_file),
+        ("tls_cert_file", &u.tls_cert_file),
+        ("tls_key_file", &u.tls_key_file),
+    ] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            c.err(
+                &format!("server.upstream.{key}"),
+                "must be a file path (leave the key out for none)",
+            );
+        }
+    }
+    let client_cert = match (&u.tls_cert_file, &u.tls_key_file) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        (Some(_), None) => {
+            c.err(
+                "server.upstream.tls_key_file",
+                "tls_cert_file is set: give its private key in tls_key_file too",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            c.err(
+                "server.upstream.tls_cert_file",
+                "tls_key_file is set: give the certificate in tls_cert_file too",
+            );
+            None
+        }
+    };
+    if let Some(name) = &u.tls_server_name
+        && !valid_server_name(name)
+    {
+        c.err(
+            "server.upstream.tls_server_name",
+            format!("{name:?} is not a DNS name or an IP address"),
+        );
+    }
+    UpstreamTls {
+        ca_file: u.tls_ca_file.clone(),
+        server_name: u.tls_server_name.clone(),
+        client_cert,
+    }
+}
+
+/// A DNS name (labels of letters, digits, `-` and `_`, 1..=63 bytes, 253 in all) or an IP
+/// address: what a certificate can be checked against.
+fn valid_server_name(name: &str) -> bool {
+    if name.parse::<core::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }
 
 fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
@@ -289,6 +371,7 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
             max_idle_conns: u.max_idle_conns,
             max_idle_conns_per_host: u.max_idle_conns_per_host,
             max_conns_per_host: (u.max_conns_per_host != 0).then_some(u.max_conns_per_host),
+            tls: check_upstream_tls(u, c),
         },
         proxy_protocol,
         tls,

@@ -38,10 +38,12 @@ pub struct RatePatch {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthPatch {
-    /// `mode`: http, https or tcp.
+    /// `mode`: http, https, tcp or grpc.
     pub mode: Option<String>,
     /// `path`.
     pub path: Option<String>,
+    /// `grpc_service`.
+    pub grpc_service: Option<String>,
     /// `interval` (duration).
     pub interval: Option<String>,
     /// `timeout` (duration).
@@ -127,17 +129,16 @@ impl ConfigPatch {
         if let Some(h) = &self.health_check {
             let c = &mut cfg.health_check;
             if let Some(mode) = &h.mode {
-                match mode.as_str() {
-                    "http" => c.mode = ProbeMode::Http,
-                    "https" => c.mode = ProbeMode::Https,
-                    "tcp" => c.mode = ProbeMode::Tcp,
-                    other => errors.push(FieldError {
+                match ProbeMode::from_name(mode) {
+                    Some(m) => c.mode = m,
+                    None => errors.push(FieldError {
                         path: "health_check.mode".to_owned(),
-                        message: format!("mode must be http, https or tcp, got {other:?}"),
+                        message: format!("mode must be {}, got {mode:?}", ProbeMode::NAMES),
                     }),
                 }
             }
             set(&mut c.path, h.path.as_ref());
+            set(&mut c.grpc_service, h.grpc_service.as_ref());
             let e = &mut errors;
             set_duration(
                 &mut c.interval,

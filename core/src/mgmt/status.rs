@@ -156,10 +156,12 @@ pub struct RateLimitStatus {
 /// `health_check` in force (every field a `PATCH` can set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthCheckStatus {
-    /// http, https or tcp.
+    /// http, https, tcp or grpc.
     pub mode: &'static str,
     /// Probe path.
     pub path: String,
+    /// The service a grpc probe asks about (`""`: the whole server).
+    pub grpc_service: String,
     /// Between cycles.
     pub interval: String,
     /// Per probe.
@@ -358,6 +360,7 @@ fn health_check_status(h: &HealthCheckConfig) -> HealthCheckStatus {
     HealthCheckStatus {
         mode: h.mode.as_str(),
         path: h.path.clone(),
+        grpc_service: h.grpc_service.clone(),
         interval: format_duration(h.interval),
         timeout: format_duration(h.timeout),
         jitter: format_duration(h.jitter),

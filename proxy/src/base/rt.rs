@@ -39,7 +39,7 @@ pub use duplex::{DuplexStream, duplex};
 use futures_util::future::RemoteHandle;
 use hyper::rt::{Sleep, Timer};
 pub use stream::{Io, SyncIo, TcpConn};
-pub use tls_io::{Negotiated, TlsAccept, TlsAccepted, TlsConnect};
+pub use tls_io::{AlpnCheck, Negotiated, TlsAccept, TlsAccepted, TlsConnect};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -17,7 +17,6 @@ use crate::base::rt::{Rt, Signal, Signals};
 use crate::base::safe_read::FileError;
 use crate::control::config_file::{self, LoadError};
 use crate::control::start::{Options, ProxyHandle};
-use crate::observe::listener_tls::ListenerTlsError;
 
 /// What `weir --help` opens with: what weir is for a user, not the crate's description.
 const ABOUT: &str = "weir: an HTTP load balancer and reverse proxy. It spreads requests over \
@@ -316,16 +315,17 @@ fn list_errors(path: &Path, errors: &ConfigErrors) -> String {
 
 fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
     let result = if strict_secrets {
-        load(path).map(|cfg| (Vec::new(), crate::observe::listener_tls::check(&cfg.server)))
+        load(path).map(|cfg| (Vec::new(), check_files(&cfg.server)))
     } else {
         load_lenient(path)
     };
     match result {
-        // C-TLS-1: every certificate pair loads and its key matches.
+        // C-TLS-1: every certificate pair loads and its key matches; C-GRPC-5: so do the
+        // upstream CA and client certificate.
         Ok((_, Err(tls))) => {
             let mut err = std::io::stderr();
             for e in &tls {
-                let _ = writeln!(err, "{}: {}", path.display(), chain(e));
+                let _ = writeln!(err, "{}: {e}", path.display());
             }
             ExitCode::FAILURE
         }
@@ -357,9 +357,26 @@ fn check_config(path: &Path, strict_secrets: bool) -> ExitCode {
     }
 }
 
-/// What `check-config` found in a valid file: unresolved secret names, and the TLS pairs'
-/// check.
-type Checked = (Vec<String>, Result<(), Vec<ListenerTlsError>>);
+/// What `check-config` found in a valid file: unresolved secret names, and the check of its
+/// TLS files (each failure as its whole error chain).
+type Checked = (Vec<String>, Result<(), Vec<String>>);
+
+/// The TLS files of `server` (the listener's pairs and client CA, C-TLS-1; the upstream CA and
+/// client certificate, C-GRPC-5): every failure, as its error chain.
+fn check_files(server: &weir_core::config::ServerSettings) -> Result<(), Vec<String>> {
+    let mut errors: Vec<String> = Vec::new();
+    if let Err(e) = crate::observe::listener_tls::check(server) {
+        errors.extend(e.iter().map(|e| chain(e).to_string()));
+    }
+    if let Err(e) = crate::services::upstream_tls::check(&server.upstream.tls) {
+        errors.extend(e.iter().map(|e| chain(e).to_string()));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
 
 /// [`load`] with [`LenientSecrets`](crate::base::secrets::LenientSecrets): the valid configuration's
 /// unresolved secret names and its certificate check, or the errors.
@@ -367,12 +384,8 @@ fn load_lenient(path: &Path) -> Result<Checked, CliError> {
     let owned = path.to_owned();
     let read = config_file::READERS.run_blocking(path, config_file::READ_TIMEOUT, move || {
         let secrets = crate::base::secrets::LenientSecrets::new();
-        config_file::load_with(&owned, &secrets).map(|cfg| {
-            (
-                secrets.missing(),
-                crate::observe::listener_tls::check(&cfg.server),
-            )
-        })
+        config_file::load_with(&owned, &secrets)
+            .map(|cfg| (secrets.missing(), check_files(&cfg.server)))
     });
     match read {
         Ok(Ok(checked)) => Ok(checked),

@@ -18,11 +18,26 @@ use crate::services::state::ProxyState;
 #[must_use]
 pub fn targets(rt: &Runtime) -> (Vec<ProbeTarget>, Vec<Arc<Backend>>) {
     let hc = &rt.config().health;
+    // `server.upstream.tls_server_name`: probes check the name real traffic checks (C-GRPC-5).
+    let server_name = rt
+        .config()
+        .server
+        .upstream
+        .tls
+        .server_name
+        .as_ref()
+        .and_then(|n| rustls::pki_types::ServerName::try_from(n.clone()).ok());
     let mut targets = Vec::new();
     let mut backends = Vec::new();
     for (_, backend) in rt.backends() {
         let target = ProbeTarget::new(backend.id(), backend.url(), hc.mode, &hc.path);
-        match target.map(|t| t.with_send_proxy(backend.send_proxy())) {
+        let target = target.map(|t| {
+            t.with_send_proxy(backend.send_proxy())
+                .with_protocol(backend.protocol())
+                .with_grpc_service(&hc.grpc_service)
+                .with_server_name(server_name.clone())
+        });
+        match target {
             Ok(t) => {
                 targets.push(t);
                 backends.push(Arc::clone(backend));

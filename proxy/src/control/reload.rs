@@ -47,6 +47,7 @@ use std::time::Duration;
 use weir_core::pool::{Availability, Backend, Pool};
 use weir_core::runtime::{ReloadError, Runtime, warmup_required};
 
+use crate::base::error_chain::chain;
 use crate::base::worker;
 use crate::control::config_file::{self, LoadError};
 use crate::observe::metrics::ReloadSource;
@@ -210,6 +211,23 @@ async fn reload_file_inner(
                 ));
             }
         };
+    // C-GRPC-5: a bad upstream CA or client certificate rejects the reload as a whole, as it
+    // stops a start (the keys themselves are restart-only).
+    let upstream_tls = valid.server.upstream.tls.clone();
+    let checked = crate::base::rt::unblock(proxy_state.data_plane.rt, move || {
+        crate::services::upstream_tls::check(&upstream_tls)
+            .map_err(|e| e.iter().map(|e| chain(e).to_string()).collect::<Vec<_>>())
+    })
+    .await;
+    match checked {
+        Some(Ok(())) => {}
+        Some(Err(errors)) => return Err(Rejected::Invalid(errors)),
+        None => {
+            return Err(Rejected::Build(
+                "checking the upstream TLS files panicked".into(),
+            ));
+        }
+    }
     let _one_at_a_time = proxy_state.control.lock().await;
     // A reload that started later already read the file and got the lock first.
     let newest = proxy_state.control.newest_reload.load(Ordering::Acquire);

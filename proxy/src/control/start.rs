@@ -20,7 +20,7 @@ use crate::control::{cert_watch, health, management, reload, store_recovery, sto
 use crate::datapath::server;
 use crate::observe::{events, listener_tls, metrics};
 use crate::services::admission::Admission;
-use crate::services::probe::{self, HealthDriver};
+use crate::services::probe::HealthDriver;
 use crate::services::ratelimit::{self, Limiter, RateLimiter};
 use crate::services::snapshot::Snapshot;
 use crate::services::state::{Control, DataPlane, ProxyState, ServerLimits};
@@ -61,6 +61,12 @@ pub enum StartError {
     /// The public listener's TLS could not be set up (a certificate pair or the client CA).
     #[error("cannot set up TLS on the public listener")]
     ListenerTls(#[source] listener_tls::ListenerTlsError),
+    /// `server.upstream.tls_*` does not load (C-GRPC-5).
+    #[error("cannot set up TLS to backends")]
+    UpstreamTls(#[source] crate::services::upstream_tls::UpstreamTlsError),
+    /// Loading the upstream TLS files panicked.
+    #[error("cannot set up TLS to backends: loading the files panicked")]
+    UpstreamTlsPanicked,
     /// The thread loading the listener's certificates panicked.
     #[error("cannot set up TLS on the public listener: loading the certificates panicked")]
     ListenerTlsPanicked,
@@ -331,7 +337,14 @@ async fn build_state(
         usize::try_from(budget.max_connections).unwrap_or(usize::MAX),
     );
     let upstream_config = UpstreamConfig::from_settings(&cfg.server.upstream, workers);
-    let tls = probe::client_tls::native_client_config().map_err(StartError::Tls)?;
+    let tls = {
+        let settings = cfg.server.upstream.tls.clone();
+        rt::unblock(rt, move || crate::services::upstream_tls::build(&settings))
+            .await
+            .ok_or(StartError::UpstreamTlsPanicked)?
+            .map_err(StartError::UpstreamTls)?
+            .config
+    };
     ratelimit::install_store_runtime(rt);
     let limiter = match opts.rate_limiter.clone() {
         Some(l) => Limiter::new(l),

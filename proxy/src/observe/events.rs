@@ -171,6 +171,46 @@ pub fn protection(reason: ProtectionReason) {
     );
 }
 
+/// At most one `weir::upstream` TLS line in this interval (a misconfigured CA fails every
+/// connection; the access log and metrics count each one).
+pub const UPSTREAM_TLS_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+static UPSTREAM_TLS: Throttle = Throttle {
+    last: AtomicU64::new(0),
+    since: AtomicU64::new(0),
+};
+
+/// A TLS handshake with a backend failed (C-GRPC-5: an untrusted or misnamed certificate, a
+/// refused client certificate, no ALPN `h2` for an `h2` backend): a `WARN` with the backend and
+/// the reason, at most once per [`UPSTREAM_TLS_LOG_INTERVAL`], with how many failed since the
+/// previous line. The client gets `502` (`upstream_connect_error`).
+pub fn upstream_tls_failed(backend: &str, error: &(dyn std::error::Error + 'static)) {
+    let t = &UPSTREAM_TLS;
+    let since = t.since.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+    let last = t.last.load(Ordering::Relaxed);
+    let interval = UPSTREAM_TLS_LOG_INTERVAL.as_millis() as u64;
+    if last != 0 && now.saturating_sub(last) < interval {
+        return;
+    }
+    if t.last
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    t.since.fetch_sub(since, Ordering::Relaxed);
+    tracing::warn!(
+        target: "weir::upstream",
+        event = "upstream_tls_failed",
+        backend,
+        error = %crate::base::error_chain::chain(error),
+        events = since,
+        interval_s = UPSTREAM_TLS_LOG_INTERVAL.as_secs(),
+        "TLS handshake with a backend failed"
+    );
+}
+
 /// The access log's `reason` for a management error status.
 #[must_use]
 pub fn management_reason(status: u16) -> &'static str {

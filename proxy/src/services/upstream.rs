@@ -77,6 +77,9 @@ pub struct UpstreamConfig {
     /// How long a streamed body waits for the backend's `100 Continue` when the client's
     /// `Expect: 100-continue` is forwarded (`expect_continue_timeout`; zero: not forwarded).
     pub expect_continue_timeout: Duration,
+    /// `tls_server_name`: the name every `https` backend's certificate must carry (and the
+    /// SNI), instead of its URL's host (C-GRPC-5).
+    pub tls_server_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 impl UpstreamConfig {
@@ -91,6 +94,12 @@ impl UpstreamConfig {
             max_idle_per_host: s.max_idle_conns_per_host as usize,
             max_idle_total: (s.max_idle_conns as usize).div_ceil(workers),
             expect_continue_timeout: s.expect_continue_timeout,
+            // Validated by the configuration (a DNS name or an IP address).
+            tls_server_name: s
+                .tls
+                .server_name
+                .as_ref()
+                .and_then(|n| rustls::pki_types::ServerName::try_from(n.clone()).ok()),
         }
     }
 }
@@ -571,21 +580,32 @@ impl Upstream {
         if let Some(header) = target.preface(client) {
             rt::write_preface(&mut tcp, header.as_bytes()).await?;
         }
-        let Some(name) = &target.tls else {
+        let Some(url_name) = &target.tls else {
             return Ok(tcp);
         };
+        let name = self.config.tls_server_name.as_ref().unwrap_or(url_name);
         let Some(config) = tls else {
             return Err(io::Error::other(
                 "no TLS configuration for an https backend",
             ));
         };
-        rt::timeout(
+        let mut handshake = rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp);
+        if target.protocol().is_h2() {
+            // C-GRPC-5: an `h2` backend that does not agree on HTTP/2 is a connect failure
+            // that names ALPN, not a confusing protocol error on the first request.
+            handshake = handshake.require_alpn(b"h2");
+        }
+        let done = rt::timeout(
             rt,
             self.config.tls_handshake_timeout,
-            rt.tls_connect(rt::TlsConnect::new(Arc::clone(config), name.clone(), tcp)),
+            rt.tls_connect(handshake),
         )
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "tls handshake timeout"))?
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "tls handshake timeout"))?;
+        if let Err(e) = &done {
+            crate::observe::events::upstream_tls_failed(target.id(), e);
+        }
+        done
     }
 
     /// This upstream's id (which of a thread's pools is its own).

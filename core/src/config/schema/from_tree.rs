@@ -135,6 +135,10 @@ fn read_upstream(r: &mut Reader, f: &Field<'_>) -> UpstreamConfig {
             d.max_concurrent_requests,
             0,
         ),
+        tls_ca_file: r.opt_string(&o.field("tls_ca_file")),
+        tls_server_name: r.opt_string(&o.field("tls_server_name")),
+        tls_cert_file: r.opt_string(&o.field("tls_cert_file")),
+        tls_key_file: r.opt_string(&o.field("tls_key_file")),
     };
     o.finish(r);
     v
@@ -185,13 +189,14 @@ fn read_health(r: &mut Reader, f: &Field<'_>) -> HealthCheckConfig {
         r.error(
             &mode_field.path.concrete,
             None,
-            format!("mode must be http, https or tcp, got {mode_text:?}"),
+            format!("mode must be {}, got {mode_text:?}", ProbeMode::NAMES),
         );
         d.mode
     });
     let v = HealthCheckConfig {
         mode,
         path: r.string(&o.field("path"), &d.path),
+        grpc_service: r.string(&o.field("grpc_service"), &d.grpc_service),
         interval: r.duration(&o.field("interval"), d.interval),
         timeout: r.duration(&o.field("timeout"), d.timeout),
         failure_threshold: r.u32(&o.field("failure_threshold"), d.failure_threshold, 0),

@@ -13,10 +13,12 @@ pub const DEFAULT_POOL: &str = "default";
 /// `health_check` probe settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
-    /// http, https or tcp.
+    /// http, https, tcp or grpc.
     pub mode: ProbeMode,
     /// Joined to each backend URL's path (http and https).
     pub path: String,
+    /// The service a grpc probe asks about (`""`: the whole server).
+    pub grpc_service: String,
     /// Interval, jitter, timeout, thresholds, concurrency, expected statuses.
     pub params: HealthParams,
 }
@@ -97,6 +99,21 @@ pub(super) fn check_health(h: &HealthCheckConfig, c: &mut Check<'_>) -> Option<H
             ),
         );
     }
+    if h.mode != ProbeMode::Grpc && !h.grpc_service.is_empty() {
+        c.err(
+            "health_check.grpc_service",
+            format!(
+                "grpc_service is used only by mode grpc, not {}",
+                h.mode.as_str()
+            ),
+        );
+    }
+    if h.grpc_service.chars().any(char::is_control) {
+        c.err(
+            "health_check.grpc_service",
+            "a service name has no control characters",
+        );
+    }
     let written = HealthSpec {
         interval: h.interval,
         jitter: h.jitter,
@@ -114,6 +131,7 @@ pub(super) fn check_health(h: &HealthCheckConfig, c: &mut Check<'_>) -> Option<H
                 return (spec == written).then_some(HealthCheck {
                     mode: h.mode,
                     path: h.path.clone(),
+                    grpc_service: h.grpc_service.clone(),
                     params,
                 });
             }
@@ -338,6 +356,7 @@ pub(super) fn check_backends(
     params: &PoolParams,
     seen: &mut BTreeMap<String, String>,
     c: &mut Check<'_>,
+    grpc_probe: bool,
 ) -> Vec<BackendSpec> {
     let mut urls: BTreeMap<&str, usize> = BTreeMap::new();
     let mut out = Vec::with_capacity(backends.len());
@@ -356,6 +375,19 @@ pub(super) fn check_backends(
             }
         };
         let protocol = check_protocol(b, &path, send_proxy.is_some(), c);
+        if grpc_probe && matches!(b.protocol.as_deref(), None | Some("http1")) {
+            // gRPC is HTTP/2 only: a health probe over HTTP/1.1 could never pass, and probing
+            // such a backend over h2c behind its back would test a protocol its traffic never
+            // uses. Refused, so the operator says what the backend speaks.
+            c.err(
+                &format!("{path}.protocol"),
+                format!(
+                    "health_check.mode grpc needs HTTP/2: backend {:?} speaks http1; set \
+                     protocol h2c (plain) or h2 (TLS), or choose another health_check.mode",
+                    b.id
+                ),
+            );
+        }
         let spec = BackendSpec {
             id: b.id.clone(),
             url: b.url.clone(),
@@ -475,7 +507,15 @@ fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
     let mut seen_ids = BTreeMap::new();
     let mut pools = Vec::with_capacity(cfg.pools.len() + 1);
 
-    let default_backends = check_backends(&cfg.backends, "backends", &params, &mut seen_ids, c);
+    let grpc_probe = cfg.health_check.mode == ProbeMode::Grpc;
+    let default_backends = check_backends(
+        &cfg.backends,
+        "backends",
+        &params,
+        &mut seen_ids,
+        c,
+        grpc_probe,
+    );
     let default_balancing = check_balancing(&cfg.balancing, "balancing", c);
     if let Some((policy, hash_key)) = default_balancing {
         pools.push(PoolSpec {
@@ -507,6 +547,7 @@ fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
             &params,
             &mut seen_ids,
             c,
+            grpc_probe,
         );
         if p.backends.is_empty() {
             c.err(

@@ -16,6 +16,68 @@ pub struct TlsConnect {
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
     tcp: Box<dyn TcpConn>,
+    alpn: AlpnCheck,
+}
+
+/// The ALPN protocol a client handshake must end with, if any (C-GRPC-5: an `h2` backend that
+/// does not agree on `h2` is a connect failure that says so). The runtime's handshake passes
+/// its error through [`handshake_error`](Self::handshake_error) and its session through
+/// [`check`](Self::check).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlpnCheck {
+    required: Option<&'static [u8]>,
+}
+
+impl AlpnCheck {
+    /// The handshake failed with `e`: when the server refused it for want of a common ALPN
+    /// protocol (its `no_application_protocol` alert), the error says which one was required.
+    #[must_use]
+    pub fn handshake_error(&self, e: io::Error) -> io::Error {
+        let Some(required) = self.required else {
+            return e;
+        };
+        let refused = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|r| {
+                matches!(
+                    r,
+                    rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol)
+                )
+            });
+        if refused {
+            return io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!(
+                    "backend does not offer ALPN {}: it refused the handshake \
+                     (no_application_protocol)",
+                    String::from_utf8_lossy(required)
+                ),
+            );
+        }
+        e
+    }
+
+    /// The handshake ended with `session`: an error unless it agreed on the required protocol.
+    ///
+    /// # Errors
+    /// The server chose another protocol, or none.
+    pub fn check(&self, session: &rustls::CommonState) -> io::Result<()> {
+        let Some(required) = self.required else {
+            return Ok(());
+        };
+        match session.alpn_protocol() {
+            Some(p) if p == required => Ok(()),
+            chosen => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "backend did not agree on ALPN {} (it chose {})",
+                    String::from_utf8_lossy(required),
+                    chosen.map_or_else(|| "none".into(), String::from_utf8_lossy)
+                ),
+            )),
+        }
+    }
 }
 
 impl fmt::Debug for TlsConnect {
@@ -34,18 +96,32 @@ impl TlsConnect {
         name: ServerName<'static>,
         tcp: Box<dyn TcpConn>,
     ) -> Self {
-        TlsConnect { config, name, tcp }
+        TlsConnect {
+            config,
+            name,
+            tcp,
+            alpn: AlpnCheck::default(),
+        }
     }
 
-    /// The configuration, the name, and the connection as the runtime's own type `T` (what its
-    /// `register` / `connect` made).
+    /// The same handshake, which fails unless the server agrees on ALPN `protocol`.
+    #[must_use]
+    pub fn require_alpn(mut self, protocol: &'static [u8]) -> Self {
+        self.alpn = AlpnCheck {
+            required: Some(protocol),
+        };
+        self
+    }
+
+    /// The configuration, the name, the connection as the runtime's own type `T` (what its
+    /// `register` / `connect` made), and the check of the handshake's ALPN result.
     ///
     /// # Errors
     /// The connection is another runtime's.
     pub fn into_parts<T: TcpConn>(
         self,
-    ) -> io::Result<(Arc<ClientConfig>, ServerName<'static>, Box<T>)> {
-        Ok((self.config, self.name, own_conn(self.tcp)?))
+    ) -> io::Result<(Arc<ClientConfig>, ServerName<'static>, Box<T>, AlpnCheck)> {
+        Ok((self.config, self.name, own_conn(self.tcp)?, self.alpn))
     }
 }
 

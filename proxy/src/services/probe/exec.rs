@@ -13,10 +13,14 @@ use http::{HeaderValue, Method, Request};
 use http_body_util::Empty;
 use hyper::rt::{Read, Write};
 use rustls::ClientConfig;
+use weir_core::config::ProbeMode;
+use weir_core::grpc::health::ServingStatus;
 use weir_core::health::HealthParams;
 
 use super::target::ProbeTarget;
 use crate::base::rt::{self, Rt};
+
+mod h2;
 
 /// The `User-Agent` of HTTP(S) probes.
 const PROBE_USER_AGENT: &str = concat!("weir-health-check/", env!("CARGO_PKG_VERSION"));
@@ -31,6 +35,14 @@ pub enum ProbeOutcome {
     Status(u16),
     /// HTTP(S): the backend answered with a status outside `expected_statuses`.
     UnexpectedStatus(u16),
+    /// gRPC: the health service answered `SERVING` (C-GRPC-4).
+    Serving,
+    /// gRPC: the health service answered, with another status (`NOT_SERVING`, `UNKNOWN`,
+    /// `SERVICE_UNKNOWN`).
+    NotServing(ServingStatus),
+    /// gRPC: the call failed (a `grpc-status` other than OK, an HTTP status other than `200`,
+    /// a malformed answer).
+    Grpc(Box<str>),
     /// The TCP connect failed (refused, unreachable, name not resolved...).
     Connect(io::ErrorKind),
     /// The TLS handshake failed (untrusted or mismatched certificate, protocol error...).
@@ -45,7 +57,10 @@ impl ProbeOutcome {
     /// Whether the probe succeeded: a TCP connect, or an expected HTTP status.
     #[must_use]
     pub const fn is_success(&self) -> bool {
-        matches!(self, ProbeOutcome::Connected | ProbeOutcome::Status(_))
+        matches!(
+            self,
+            ProbeOutcome::Connected | ProbeOutcome::Status(_) | ProbeOutcome::Serving
+        )
     }
 }
 
@@ -55,6 +70,9 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::Connected => write!(f, "connected"),
             ProbeOutcome::Status(s) => write!(f, "status {s}"),
             ProbeOutcome::UnexpectedStatus(s) => write!(f, "unexpected status {s}"),
+            ProbeOutcome::Serving => write!(f, "grpc health: SERVING"),
+            ProbeOutcome::NotServing(s) => write!(f, "grpc health: {s}"),
+            ProbeOutcome::Grpc(e) => write!(f, "grpc health check failed: {e}"),
             ProbeOutcome::Connect(kind) => write!(f, "connect failed: {kind}"),
             ProbeOutcome::Tls(e) => write!(f, "tls handshake failed: {e}"),
             ProbeOutcome::Http(e) => write!(f, "http exchange failed: {e}"),
@@ -111,27 +129,50 @@ async fn attempt(
         // TCP mode: the connect is the probe; dropping the stream closes it.
         return ProbeOutcome::Connected;
     }
+    if target.mode() == ProbeMode::Grpc && !target.protocol().is_h2() {
+        // The configuration refuses this (gRPC is HTTP/2 only); a target made by hand says so.
+        return ProbeOutcome::Grpc(Box::from(
+            "grpc needs an HTTP/2 backend (protocol h2c or h2)",
+        ));
+    }
     if let Some(v) = target.send_proxy() {
         let header = weir_core::proxy_proto::encode_local(v);
         if let Err(e) = rt::write_preface(&mut stream, header.as_bytes()).await {
             return ProbeOutcome::Http(format!("PROXY header: {e}").into_boxed_str());
         }
     }
-    let status = match target.server_name() {
-        None => exchange(stream, target).await,
-        Some(name) => match rt
-            .tls_connect(rt::TlsConnect::new(Arc::clone(tls), name.clone(), stream))
-            .await
-        {
-            Ok(tls_stream) => exchange(tls_stream, target).await,
-            Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
-        },
+    let h2 = target.protocol().is_h2();
+    let io: Box<dyn rt::Io> = match target.server_name() {
+        None => stream,
+        Some(name) => {
+            let config = if h2 { h2_config(tls) } else { Arc::clone(tls) };
+            let mut connect = rt::TlsConnect::new(config, name.clone(), stream);
+            if h2 {
+                connect = connect.require_alpn(h2::ALPN_H2);
+            }
+            match rt.tls_connect(connect).await {
+                Ok(tls_stream) => tls_stream,
+                Err(e) => return ProbeOutcome::Tls(tls_error_text(&e)),
+            }
+        }
     };
-    match status {
+    if h2 {
+        return h2::exchange(rt, io, target, params).await;
+    }
+    match exchange(io, target).await {
         Ok(s) if params.probe_status_ok(s) => ProbeOutcome::Status(s),
         Ok(s) => ProbeOutcome::UnexpectedStatus(s),
         Err(e) => ProbeOutcome::Http(e.to_string().into_boxed_str()),
     }
+}
+
+/// `tls` offering ALPN `h2` only: an `h2` backend must agree on HTTP/2 (C-GRPC-5). Made per
+/// probe of such a backend (a few `Arc` clones every `interval`), so the driver keeps one
+/// configuration.
+fn h2_config(tls: &Arc<ClientConfig>) -> Arc<ClientConfig> {
+    let mut c = ClientConfig::clone(tls);
+    c.alpn_protocols = vec![h2::ALPN_H2.to_vec()];
+    Arc::new(c)
 }
 
 /// The message of a TLS handshake error: rustls's own error when it is one.

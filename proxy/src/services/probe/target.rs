@@ -5,6 +5,7 @@ use core::fmt;
 use http::Uri;
 use http::uri::{Authority, Scheme};
 use rustls::pki_types::ServerName;
+use weir_core::backend::Protocol;
 use weir_core::config::ProbeMode;
 use weir_core::upstream::{BackendBase, BackendUrlError, UpstreamUriError};
 
@@ -41,7 +42,12 @@ impl std::error::Error for ProbeTargetError {}
 /// - `tcp`: a connect to the URL's host and port;
 /// - `http`: `GET` of the probe URI, over TLS when the backend URL is `https://` (plain HTTP to a
 ///   TLS port could only fail), in the clear otherwise;
-/// - `https`: the same `GET`, always over TLS, also for an `http://` backend URL.
+/// - `https`: the same `GET`, always over TLS, also for an `http://` backend URL;
+/// - `grpc`: `POST /grpc.health.v1.Health/Check` for [`grpc_service`](Self::grpc_service), TLS as
+///   for `http` (C-GRPC-4).
+///
+/// The request goes over HTTP/1.1, or over HTTP/2 when the backend's `protocol` is `h2c` or `h2`
+/// ([`with_protocol`](Self::with_protocol)): a probe speaks what the backend's traffic speaks.
 ///
 /// The port is the URL's, or the default of the transport (443 with TLS, 80 without). The TLS
 /// server name (SNI and the name the certificate must match) is the URL's host; an IP address
@@ -66,6 +72,10 @@ pub struct ProbeTarget {
     last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// `send_proxy_protocol`: an HTTP probe begins with a PROXY header saying "no client".
     send_proxy: Option<weir_core::proxy_proto::Version>,
+    /// The backend's protocol: HTTP/2 backends are probed over HTTP/2.
+    protocol: Protocol,
+    /// `health_check.grpc_service` (mode `grpc`).
+    grpc_service: Box<str>,
 }
 
 impl ProbeTarget {
@@ -82,7 +92,7 @@ impl ProbeTarget {
         let authority = base.authority().clone();
         let tls = match mode {
             ProbeMode::Https => true,
-            ProbeMode::Http => *base.scheme() == Scheme::HTTPS,
+            ProbeMode::Http | ProbeMode::Grpc => *base.scheme() == Scheme::HTTPS,
             ProbeMode::Tcp => false,
         };
         let default_port = if tls || *base.scheme() == Scheme::HTTPS {
@@ -108,6 +118,12 @@ impl ProbeTarget {
                 let uri = base.probe_uri(path).map_err(ProbeTargetError::Path)?;
                 Some((uri, authority))
             }
+            ProbeMode::Grpc => {
+                let uri = base
+                    .probe_uri(weir_core::grpc::health::CHECK_PATH)
+                    .map_err(ProbeTargetError::Path)?;
+                Some((uri, authority))
+            }
         };
         Ok(ProbeTarget {
             key: Box::from(key),
@@ -120,7 +136,51 @@ impl ProbeTarget {
             request,
             last_error: std::sync::Arc::default(),
             send_proxy: None,
+            protocol: Protocol::Http1,
+            grpc_service: Box::from(""),
         })
+    }
+
+    /// The same target for a backend that speaks `protocol`: an HTTP/2 backend is probed over
+    /// HTTP/2 (over TLS with ALPN `h2` for `h2`). The schedule knows it under another id, as the
+    /// pool starts a backend whose protocol changed over.
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        if protocol != Protocol::Http1 {
+            self.schedule_id =
+                format!("{}\nprotocol {protocol:?}", self.schedule_id).into_boxed_str();
+        }
+        self.protocol = protocol;
+        self
+    }
+
+    /// The same target asking about `service` in mode `grpc` (`health_check.grpc_service`).
+    #[must_use]
+    pub fn with_grpc_service(mut self, service: &str) -> Self {
+        self.grpc_service = Box::from(service);
+        self
+    }
+
+    /// The same target checking `name` (`server.upstream.tls_server_name`) instead of the URL's
+    /// host when it speaks TLS; `None` keeps the host.
+    #[must_use]
+    pub fn with_server_name(mut self, name: Option<ServerName<'static>>) -> Self {
+        if let (Some(name), Some(_)) = (name, &self.server_name) {
+            self.server_name = Some(name);
+        }
+        self
+    }
+
+    /// The backend's protocol (the probe's HTTP version).
+    #[must_use]
+    pub const fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The service a `grpc` probe asks about (`""`: the whole server).
+    #[must_use]
+    pub fn grpc_service(&self) -> &str {
+        &self.grpc_service
     }
 
     /// The same target for a backend that wants a PROXY header of `version` (`None`: none).
@@ -194,8 +254,8 @@ impl ProbeTarget {
         self.server_name.as_ref()
     }
 
-    /// The probe URI (`http`/`https` modes): the backend URL's path joined with
-    /// `health_check.path`.
+    /// The probe URI (`http`/`https` modes: the backend URL's path joined with
+    /// `health_check.path`; `grpc`: with the health service's method).
     #[must_use]
     pub fn uri(&self) -> Option<&Uri> {
         self.request.as_ref().map(|(uri, _)| uri)
