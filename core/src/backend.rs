@@ -16,8 +16,10 @@
 //! pool snapshot (`pool`) holds backends and a policy, so neither needs the other to name a
 //! backend.
 
+use core::time::Duration;
+
 use crate::breaker::{Breaker, BreakerParams, CircuitState, Outcome, Permit, Transition};
-use crate::outlier::{OutlierCell, OutlierParams, Verdict};
+use crate::outlier::{EjectReason, OutlierCell, OutlierParams, Verdict};
 use crate::slow_start::SlowStart;
 use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 use crate::time::Instant;
@@ -257,10 +259,17 @@ impl Backend {
         &self.outlier
     }
 
-    /// Whether outlier detection has the backend ejected at `now` (never while it is off).
+    /// Whether the backend is ejected at `now`: by outlier detection (never while it is off),
+    /// or pushed back by its own `Retry-After` (never while pushback is off, C-RETRY-11).
     #[must_use]
     pub fn is_ejected(&self, params: &PoolParams, now: Instant) -> bool {
-        params.outlier.enabled && self.outlier.is_ejected(now)
+        match self.outlier.ejection(now) {
+            None => false,
+            Some(EjectReason::RetryAfter) => {
+                !params.retry_after_max.is_zero() && !mutated!(PUSHBACK_IGNORED)
+            }
+            Some(_) => params.outlier.enabled,
+        }
     }
 
     /// Enabled, not draining and healthy by active checks: it could take traffic if neither its
@@ -505,6 +514,9 @@ pub struct PoolParams {
     pub slow_start: SlowStart,
     /// Outlier detection (C-OUT-1, C-OUT-2).
     pub outlier: OutlierParams,
+    /// The longest a backend's `503` with `Retry-After` keeps it out of selection
+    /// (`health_check.retry_after_max` [30s]); zero turns pushback off (C-RETRY-11).
+    pub retry_after_max: Duration,
 }
 
 impl Default for PoolParams {
@@ -514,9 +526,13 @@ impl Default for PoolParams {
             breaker: BreakerParams::default(),
             slow_start: SlowStart::default(),
             outlier: OutlierParams::default(),
+            retry_after_max: DEFAULT_RETRY_AFTER_MAX,
         }
     }
 }
+
+/// `health_check.retry_after_max`'s default.
+pub const DEFAULT_RETRY_AFTER_MAX: Duration = Duration::from_secs(30);
 
 #[cfg(all(test, not(loom)))]
 mod tests;

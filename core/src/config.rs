@@ -366,6 +366,7 @@ mod unread {
             ),
             ("expected_statuses", statuses(&h.expected_statuses)),
             ("outlier", sub(outlier(&h.outlier))),
+            ("retry_after_max", duration(h.retry_after_max)),
         ])
     }
 

@@ -49,6 +49,7 @@ mod outcome;
 pub mod outlier;
 pub mod pool;
 pub mod proxy_proto;
+pub mod pushback;
 pub mod rate;
 pub mod request_id;
 pub mod response;

@@ -56,9 +56,11 @@ pub static HEAD_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
 /// Outlier detection ignores its cap: more than `max_ejection_percent` of a pool, or its last
 /// serving backend, may be ejected.
 pub static OUTLIER_CAP_IGNORED: AtomicBool = AtomicBool::new(false);
+/// Selection ignores a backend's pushback (`503` with `Retry-After`, C-RETRY-11).
+pub static PUSHBACK_IGNORED: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 19] = [
+pub static ALL: [(&str, &AtomicBool); 20] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -78,6 +80,7 @@ pub static ALL: [(&str, &AtomicBool); 19] = [
     ("WRITE_TIMEOUT_IGNORED", &WRITE_TIMEOUT_IGNORED),
     ("HEAD_TIMEOUT_IGNORED", &HEAD_TIMEOUT_IGNORED),
     ("OUTLIER_CAP_IGNORED", &OUTLIER_CAP_IGNORED),
+    ("PUSHBACK_IGNORED", &PUSHBACK_IGNORED),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

@@ -24,7 +24,7 @@
 
 use core::time::Duration;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::time::Instant;
 
 #[cfg(all(test, not(loom)))]
@@ -231,11 +231,18 @@ pub enum EjectReason {
     FailurePercentage,
     /// Its success rate fell below the pool's mean minus `success_rate_stdev_factor` deviations.
     SuccessRate,
+    /// It answered `503` with `Retry-After` (C-RETRY-11): out for as long as it asked, capped at
+    /// `health_check.retry_after_max`.
+    RetryAfter,
 }
 
 impl EjectReason {
     /// Every reason, in label order.
-    pub const ALL: [EjectReason; 2] = [EjectReason::FailurePercentage, EjectReason::SuccessRate];
+    pub const ALL: [EjectReason; 3] = [
+        EjectReason::FailurePercentage,
+        EjectReason::SuccessRate,
+        EjectReason::RetryAfter,
+    ];
 
     /// The metric label value.
     #[must_use]
@@ -243,6 +250,7 @@ impl EjectReason {
         match self {
             EjectReason::FailurePercentage => "failure_percentage",
             EjectReason::SuccessRate => "success_rate",
+            EjectReason::RetryAfter => "retry_after",
         }
     }
 
@@ -250,6 +258,7 @@ impl EjectReason {
         match self {
             EjectReason::FailurePercentage => 1,
             EjectReason::SuccessRate => 2,
+            EjectReason::RetryAfter => 3,
         }
     }
 
@@ -257,6 +266,7 @@ impl EjectReason {
         match code {
             1 => Some(EjectReason::FailurePercentage),
             2 => Some(EjectReason::SuccessRate),
+            3 => Some(EjectReason::RetryAfter),
             _ => None,
         }
     }
@@ -416,6 +426,18 @@ impl OutlierCell {
         time
     }
 
+    /// Take the backend out until `now + time` for its own `Retry-After` (C-RETRY-11). Unlike
+    /// an ejection by judgment this is the backend's request, not a verdict on it: the
+    /// multiplier of consecutive ejections is left as it is.
+    fn push_back(&self, time: Duration, now: Instant) {
+        let w = self.word.load(Ordering::Acquire);
+        let until = ceil_ms(now.saturating_add(time)).min(u64::MAX >> UNTIL_SHIFT);
+        let next = EjectReason::RetryAfter.code()
+            | (w & (LEVEL_MASK << LEVEL_SHIFT))
+            | (until << UNTIL_SHIFT);
+        self.word.store(next, Ordering::Release);
+    }
+
     fn stat(&self, now: Instant, serving: bool) -> HostStat {
         let (attempts, failures) = self.take();
         HostStat {
@@ -444,17 +466,27 @@ fn floor_ms(t: Instant) -> u64 {
 pub struct OutlierClock {
     /// The next boundary in ns of the core clock; 0 = not started.
     next: AtomicU64,
+    /// Held while ejecting: an interval's judgment and a backend's pushback (C-RETRY-11) may
+    /// happen at once on two workers, and each must count the other's ejection against the cap.
+    /// Both are rare (once per interval; a `503` with `Retry-After`), never on a pick.
+    ejecting: Mutex<()>,
 }
 
 impl Default for OutlierClock {
     fn default() -> OutlierClock {
         OutlierClock {
             next: AtomicU64::new(0),
+            ejecting: Mutex::new(()),
         }
     }
 }
 
 impl OutlierClock {
+    /// Hold the pool's ejections still while deciding one (see the field's doc).
+    pub fn ejecting(&self) -> MutexGuard<'_, ()> {
+        crate::sync::lock(&self.ejecting)
+    }
+
     /// Whether an interval ended at `now` and this caller is the one to judge it: then the
     /// number of whole intervals that passed (≥ 1). One load unless a boundary passed.
     pub fn due(&self, params: &OutlierParams, now: Instant) -> Option<u64> {
@@ -565,6 +597,54 @@ pub fn judge(stats: &[HostStat], params: &OutlierParams) -> Vec<(usize, EjectRea
         out.push((i, reason));
     }
     out
+}
+
+/// Whether backend `index` may be pushed back (C-RETRY-11) within C-OUT-2's cap: it is not
+/// ejected already, fewer than [`OutlierParams::max_ejected`] backends are, and another backend
+/// keeps serving if it serves. `stats` need only `ejected` and `serving`.
+#[must_use]
+pub fn admits_push_back(stats: &[HostStat], index: usize, params: &OutlierParams) -> bool {
+    let Some(s) = stats.get(index) else {
+        return false;
+    };
+    if s.ejected {
+        return false;
+    }
+    if mutated!(OUTLIER_CAP_IGNORED) {
+        return true;
+    }
+    let ejected = stats.iter().filter(|s| s.ejected).count();
+    let serving = stats.iter().filter(|s| s.serving && !s.ejected).count();
+    ejected < params.max_ejected(stats.len()) && !(s.serving && serving <= 1)
+}
+
+/// Eject `cell` for `time` on its own `Retry-After` (C-RETRY-11), once
+/// [`admits_push_back`] said it may, under [`OutlierClock::ejecting`].
+pub fn push_back(cell: &OutlierCell, backend: usize, time: Duration, now: Instant) -> OutlierEvent {
+    cell.push_back(time, now);
+    OutlierEvent {
+        backend,
+        change: OutlierChange::Ejected {
+            reason: EjectReason::RetryAfter,
+            duration: time,
+        },
+    }
+}
+
+/// End the ejections that are over at `now`, without judging (outlier detection off, pushback
+/// on). Returns the returns, in backend order.
+pub fn end_ejections<'a>(
+    cells: impl Iterator<Item = &'a OutlierCell>,
+    now: Instant,
+) -> Vec<OutlierEvent> {
+    cells
+        .enumerate()
+        .filter(|(_, cell)| cell.end_if_over(now))
+        .map(|(backend, _)| OutlierEvent {
+            backend,
+            change: OutlierChange::Returned,
+        })
+        .collect()
 }
 
 fn success_rate(s: &HostStat) -> f64 {

@@ -12,7 +12,11 @@ pub use crate::backend::{
 };
 pub use crate::select::{MAX_TRIED, Tried};
 
-use crate::outlier::{OutlierClock, OutlierEvent, run_interval};
+use core::time::Duration;
+
+use crate::outlier::{
+    HostStat, OutlierClock, OutlierEvent, admits_push_back, end_ejections, push_back, run_interval,
+};
 use crate::rng::Rng;
 use crate::select::{AnyPolicy, NoBackend, PickContext, PolicyKind, Selection};
 use crate::sync::Arc;
@@ -140,15 +144,53 @@ impl Pool {
     /// Judge the outlier interval that ended before `now`, if one did and this caller is the one
     /// to judge it (C-OUT-1, C-OUT-2): one load when no boundary passed. Returns the ejections
     /// and returns it caused, in backend order, for the adapter's events and metrics.
+    /// With outlier detection off and pushback on (C-RETRY-11), the boundary only ends the
+    /// pushbacks that are over, for their return events.
     pub fn judge_outliers(&self, now: Instant) -> Option<Vec<OutlierEvent>> {
         let params = &self.params.outlier;
-        if !params.enabled {
+        if !params.enabled && self.params.retry_after_max.is_zero() {
             return None;
         }
         let intervals = self.outlier_clock.due(params, now)?;
-        let cells = self.backends.iter().map(|b| (b.outlier(), b.is_serving()));
-        let events = run_interval(cells, params, intervals, now);
+        let _ejecting = self.outlier_clock.ejecting();
+        let events = if params.enabled {
+            let cells = self.backends.iter().map(|b| (b.outlier(), b.is_serving()));
+            run_interval(cells, params, intervals, now)
+        } else {
+            end_ejections(self.backends.iter().map(|b| b.outlier()), now)
+        };
         (!events.is_empty()).then_some(events)
+    }
+
+    /// Backend `index` answered `503` with a `Retry-After` of `requested` at `now`
+    /// (C-RETRY-11): take it out of selection for that long, capped at `retry_after_max`, as an
+    /// ejection with reason `retry_after` within C-OUT-2's cap (never beyond
+    /// `max_ejection_percent`, never the last serving backend, not one already ejected).
+    /// Returns the ejection for the adapter's event and metrics, or `None` when pushback is off
+    /// or the cap refused it.
+    pub fn push_back(
+        &self,
+        index: usize,
+        requested: Duration,
+        now: Instant,
+    ) -> Option<OutlierEvent> {
+        let time = requested.min(self.params.retry_after_max);
+        let backend = self.backends.get(index)?;
+        if time.is_zero() {
+            return None;
+        }
+        let _ejecting = self.outlier_clock.ejecting();
+        let stats: Vec<HostStat> = self
+            .backends
+            .iter()
+            .map(|b| HostStat {
+                ejected: b.is_ejected(&self.params, now),
+                serving: b.is_serving(),
+                ..HostStat::default()
+            })
+            .collect();
+        admits_push_back(&stats, index, &self.params.outlier)
+            .then(|| push_back(backend.outlier(), index, time, now))
     }
 
     /// The backends in config order.

@@ -50,8 +50,8 @@ pub use circuit::{Call, CircuitCounters, StoreCircuit};
 pub use key::{ClientKey, KeyError, KeyParams};
 pub use local_store::{LocalStore, LocalStoreError, LocalStoreParams};
 pub use policy::{
-    FailureDecision, FailureMode, HeaderText, PolicyError, RateDecision, RateOutcome, StorageKind,
-    on_store_failure,
+    Draft, FailureDecision, FailureMode, HeaderText, PolicyError, RateDecision, RateOutcome,
+    StorageKind, on_store_failure,
 };
 
 /// Errors in `rate_limit` settings.

@@ -68,6 +68,8 @@ pub enum Text<'a> {
     Id(&'a RequestId),
     /// A `grpc-message`: a message and a request id, percent-encoded (C-GRPC-3).
     Grpc(crate::grpc::Message<'a>),
+    /// An IETF draft rate-limit header value (C-RATE-8).
+    Draft(crate::rate::Draft),
 }
 
 impl fmt::Display for Text<'_> {
@@ -78,6 +80,7 @@ impl fmt::Display for Text<'_> {
             Text::Rate(r) => write!(f, "{r}"),
             Text::Id(id) => f.write_str(id.as_str()),
             Text::Grpc(m) => write!(f, "{m}"),
+            Text::Draft(d) => write!(f, "{d}"),
         }
     }
 }
@@ -90,7 +93,9 @@ impl Text<'_> {
         match self {
             Text::Int(n) => Some(http::HeaderValue::from(*n)),
             Text::Str(s) => http::HeaderValue::from_str(s).ok(),
-            Text::Rate(_) | Text::Grpc(_) => http::HeaderValue::from_str(&self.to_string()).ok(),
+            Text::Rate(_) | Text::Grpc(_) | Text::Draft(_) => {
+                http::HeaderValue::from_str(&self.to_string()).ok()
+            }
             Text::Id(id) => http::HeaderValue::from_bytes(id.as_bytes()).ok(),
         }
     }
@@ -102,6 +107,7 @@ impl From<HeaderText> for Text<'static> {
             HeaderText::Int(n) => Text::Int(n),
             HeaderText::Rate(r) => Text::Rate(r),
             HeaderText::Static(s) => Text::Str(s),
+            HeaderText::Draft(d) => Text::Draft(d),
         }
     }
 }

@@ -27,6 +27,17 @@ pub enum Mode {
     HeadThenHang,
     /// Sends headers only after the per-try timeout (C-RETRY-5); probes time out too.
     SlowHeaders,
+    /// Answers `503` with `Retry-After` to this share of requests (permille), asking for
+    /// `secs` seconds as delta-seconds or, when `date`, as an HTTP-date (C-RETRY-11); probes
+    /// still pass.
+    PushBack {
+        /// Share of requests answered so, permille.
+        permille: u32,
+        /// The delay asked for.
+        secs: u64,
+        /// Written as an HTTP-date rather than delta-seconds.
+        date: bool,
+    },
 }
 
 impl Mode {
@@ -41,6 +52,7 @@ impl Mode {
             Mode::Status500(_) => "status_500",
             Mode::HeadThenHang => "head_then_hang",
             Mode::SlowHeaders => "slow_headers",
+            Mode::PushBack { .. } => "push_back",
         }
     }
 }
@@ -131,6 +143,14 @@ pub enum Reply {
         /// How long the body streams after the head; `None` for a body that hangs.
         body: Option<Duration>,
     },
+    /// A `503` head with `Retry-After` asking for `secs` seconds (an HTTP-date when `date`);
+    /// its body takes a millisecond.
+    PushBack {
+        /// The delay asked for.
+        secs: u64,
+        /// Written as an HTTP-date.
+        date: bool,
+    },
 }
 
 /// An attempt's fate and when it shows.
@@ -219,6 +239,14 @@ impl SimBackend {
                     body: Some(Duration::from_millis(1)),
                 },
             },
+            Mode::PushBack {
+                permille,
+                secs,
+                date,
+            } if rng.chance_permille(permille) => Planned {
+                after: latency / 4,
+                reply: Reply::PushBack { secs, date },
+            },
             Mode::TrafficFails(p) if rng.chance_permille(p) => Planned {
                 after: latency / 2,
                 reply: Reply::Broken,
@@ -244,7 +272,11 @@ impl SimBackend {
                     body: Some(Duration::from_millis(5)),
                 },
             },
-            Mode::Up | Mode::Burst503(_) | Mode::TrafficFails(_) | Mode::Status500(_) => {
+            Mode::Up
+            | Mode::Burst503(_)
+            | Mode::TrafficFails(_)
+            | Mode::Status500(_)
+            | Mode::PushBack { .. } => {
                 let roll = rng.below(1000);
                 let status = match roll {
                     0..=9 => 500, // a success for retries and the breaker (C-RETRY-1)

@@ -77,11 +77,15 @@ pub enum Invariant {
     /// in a pool of two or more) ejected at once, and never its last serving backend
     /// (C-OUT-2).
     OutlierCap,
+    /// A backend that answered `503` with `Retry-After` gets no request (but a counted panic
+    /// selection) while the world's own record says it is pushed back, and no pushback lasts
+    /// beyond `retry_after_max` (C-RETRY-11).
+    PushedBackReached,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 22] = [
+    pub const ALL: [Invariant; 23] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -104,6 +108,7 @@ impl Invariant {
         Invariant::RequestTimers,
         Invariant::ConnectionTimers,
         Invariant::OutlierCap,
+        Invariant::PushedBackReached,
     ];
 
     /// A stable snake_case name.
@@ -132,6 +137,7 @@ impl Invariant {
             Invariant::RequestTimers => "request_timers",
             Invariant::ConnectionTimers => "conn_watchdog",
             Invariant::OutlierCap => "outlier_cap",
+            Invariant::PushedBackReached => "pushed_back_reached",
         }
     }
 
@@ -159,6 +165,7 @@ impl Invariant {
             Invariant::RequestTimers => "C-PATH-12, C-PATH-7, C-RETRY-5",
             Invariant::ConnectionTimers => "C-PATH-12",
             Invariant::OutlierCap => "C-OUT-2",
+            Invariant::PushedBackReached => "C-RETRY-11",
         }
     }
 

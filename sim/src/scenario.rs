@@ -12,8 +12,8 @@ mod setups;
 pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
     all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
-    hot_client, outlier_500, outlier_pair, overload_spike, reload_mid_request, reload_warmup,
-    retry_storm, slow_start_recovery, small_pool, store_outage,
+    hot_client, outlier_500, outlier_pair, overload_spike, pushback_503, reload_mid_request,
+    reload_warmup, retry_storm, slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -61,11 +61,15 @@ pub enum Scenario {
     /// Both backends of a pool of two answer `500`: one at most is ejected, the pool keeps
     /// serving (C-OUT-2).
     OutlierPair,
+    /// Backends answer `503` with `Retry-After` (delta-seconds or a date): each is pushed back
+    /// for as long as it asked, capped by `retry_after_max`, within the outlier cap, and gets no
+    /// request meanwhile (C-RETRY-11).
+    Pushback503,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -81,6 +85,7 @@ impl Scenario {
         Scenario::ConnectionTimers,
         Scenario::Outlier500,
         Scenario::OutlierPair,
+        Scenario::Pushback503,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -102,6 +107,7 @@ impl Scenario {
             Scenario::ConnectionTimers => "connection_timers",
             Scenario::Outlier500 => "outlier_500",
             Scenario::OutlierPair => "outlier_pair",
+            Scenario::Pushback503 => "pushback_503",
         }
     }
 
@@ -130,6 +136,7 @@ impl Scenario {
             Scenario::ConnectionTimers => connection_timers(rng, policy),
             Scenario::Outlier500 => outlier_500(rng, policy),
             Scenario::OutlierPair => outlier_pair(rng, policy),
+            Scenario::Pushback503 => pushback_503(rng, policy),
         }
     }
 }

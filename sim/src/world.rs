@@ -264,6 +264,8 @@ struct Tracked {
     warm_since: Instant,
     /// Successful half-open trials after the faults ended (liveness).
     trial_successes: u64,
+    /// Until when the world saw it pushed back by its own `Retry-After` (C-RETRY-11).
+    pushed_until: Instant,
 }
 
 /// A pool snapshot and the tracked backend behind each of its indices.
@@ -521,6 +523,13 @@ impl<'w> World<'w> {
 
     fn record(&mut self, rec: Rec) {
         self.trace.record(self.now.as_nanos(), rec);
+    }
+
+    /// The world's wall clock (a `Retry-After` date is read against it): a fixed epoch
+    /// (2027-01-15) plus virtual time, so a run replays whatever day it runs on.
+    fn wall(&self) -> core::time::Duration {
+        core::time::Duration::from_secs(1_800_000_000)
+            + core::time::Duration::from_nanos(self.now.as_nanos())
     }
 
     fn violation(&self, invariant: Invariant, detail: String) -> Violation {

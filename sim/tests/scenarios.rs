@@ -128,3 +128,8 @@ fn outlier_500() {
 fn outlier_pair() {
     sweep(Scenario::OutlierPair);
 }
+
+#[test]
+fn pushback_503() {
+    sweep(Scenario::Pushback503);
+}

@@ -140,6 +140,12 @@ fn teeth() -> Vec<Tooth> {
             S::OutlierPair,
             I::OutlierCap,
         ),
+        t(
+            "PUSHBACK_IGNORED",
+            &mutations::PUSHBACK_IGNORED,
+            S::Pushback503,
+            I::PushedBackReached,
+        ),
     ]
 }
 

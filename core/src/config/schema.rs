@@ -341,6 +341,9 @@ pub struct HealthCheckConfig {
     pub expected_statuses: Vec<u16>,
     /// `outlier`: outlier detection.
     pub outlier: OutlierConfig,
+    /// `retry_after_max` [30s, 0 = pushback off]: the longest a backend's `503` with
+    /// `Retry-After` keeps it out of selection (C-RETRY-11).
+    pub retry_after_max: Duration,
 }
 
 impl Default for HealthCheckConfig {
@@ -362,6 +365,7 @@ impl Default for HealthCheckConfig {
             slow_start_minimum_percent: 10,
             expected_statuses: vec![200, 204],
             outlier: OutlierConfig::default(),
+            retry_after_max: crate::backend::DEFAULT_RETRY_AFTER_MAX,
         }
     }
 }

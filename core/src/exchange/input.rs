@@ -123,6 +123,16 @@ pub enum Input {
         /// Its HTTP status.
         status: u16,
     },
+    /// The current attempt's response head arrived and is a `503` whose `Retry-After` asks its
+    /// backend to be left alone for `after` (C-RETRY-11): the backend is pushed back (within
+    /// `retry_after_max` and C-OUT-2's cap), then the head is judged as a
+    /// [`Input::ResponseHead`]. Build it with [`Input::response_head`].
+    PushbackHead {
+        /// Its status (`503`).
+        status: u16,
+        /// How long it asked for, not capped yet.
+        after: core::time::Duration,
+    },
     /// The current attempt failed before a response head.
     SendFailed(SendFailure),
     /// The backend's path prefix and the target make an upstream target too long to send.
@@ -135,16 +145,21 @@ pub enum Input {
 
 impl Input {
     /// The input for a response head of `status` with `headers`, whose stream ended with the
-    /// head when `end_stream` (C-GRPC-3: a trailers-only `grpc-status: 14` is
-    /// [`Input::UnavailableHead`], any other head [`Input::ResponseHead`]).
+    /// head when `end_stream`, received at wall-clock time `wall` (since the Unix epoch: a
+    /// `Retry-After` date is read against it). C-GRPC-3: a trailers-only `grpc-status: 14` is
+    /// [`Input::UnavailableHead`]; C-RETRY-11: a `503` with a `Retry-After` delay is
+    /// [`Input::PushbackHead`]; any other head is [`Input::ResponseHead`].
     #[must_use]
     pub fn response_head<H: crate::headers::HeaderLines + ?Sized>(
         status: u16,
         headers: &H,
         end_stream: bool,
+        wall: core::time::Duration,
     ) -> Input {
         if crate::grpc::trailers_only_unavailable(headers, end_stream) {
             Input::UnavailableHead { status }
+        } else if let Some(after) = crate::pushback::requested(status, headers, wall) {
+            Input::PushbackHead { status, after }
         } else {
             Input::ResponseHead { status }
         }

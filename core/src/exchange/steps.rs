@@ -126,6 +126,12 @@ impl Exchange {
             (Stage::Awaiting { sent }, Input::ResponseHead { status }) => {
                 self.on_head(sent, status, status, now, rng);
             }
+            (Stage::Awaiting { sent }, Input::PushbackHead { status, after }) => {
+                // Out of selection first, so that a retry of this request (and every request
+                // from now on) goes elsewhere (C-RETRY-11).
+                self.push_back(after, now);
+                self.on_head(sent, status, status, now, rng);
+            }
             (Stage::Awaiting { sent }, Input::UnavailableHead { status }) => {
                 // A gRPC UNAVAILABLE is judged as the `503` it stands for (C-GRPC-3).
                 self.on_head(sent, status, 503, now, rng);
@@ -393,6 +399,16 @@ impl Exchange {
             d.status = status;
         }
         self.apply(action, now, rng);
+    }
+
+    /// The current attempt's backend asked for `after` without traffic (C-RETRY-11).
+    fn push_back(&mut self, after: core::time::Duration, now: Instant) {
+        let (Some(flow), Some(backend)) = (self.flow.as_ref(), self.backend) else {
+            return;
+        };
+        if let Some(event) = flow.pool().push_back(backend, after, now) {
+            self.outbox.push(Output::Outliers([event].into()));
+        }
     }
 
     fn flow_error(&mut self, error: AttemptError, now: Instant, rng: &mut dyn Rng) {

@@ -1244,10 +1244,10 @@ fn c_grpc_3_a_grpc_request_gets_weir_answers_in_the_grpc_form() {
 fn c_grpc_3_a_trailers_only_unavailable_is_retried_as_a_503_and_delivered_as_it_is() {
     let mut unavailable = http::HeaderMap::new();
     unavailable.insert("grpc-status", http::HeaderValue::from_static("14"));
-    let head = Input::response_head(200, &unavailable, true);
+    let head = Input::response_head(200, &unavailable, true, Duration::ZERO);
     assert_eq!(head, Input::UnavailableHead { status: 200 });
     assert_eq!(
-        Input::response_head(200, &unavailable, false),
+        Input::response_head(200, &unavailable, false, Duration::ZERO),
         Input::ResponseHead { status: 200 },
         "a head with a body to follow is not judged by grpc-status"
     );
@@ -1415,4 +1415,99 @@ fn c_grpc_2_a_malformed_grpc_timeout_is_internal_and_reaches_no_backend() {
     assert_eq!(x.grpc_deadline(), None);
     assert_eq!(x.upstream_grpc_timeout(T0), None);
     assert_eq!(x.poll_timeout(), Some(at(5_000)));
+}
+
+const PUSHED: &str = "
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+  - id: c
+    url: http://10.0.0.3:80
+health_check:
+  retry_after_max: 10s
+";
+
+#[test]
+fn c_retry_11_a_503_with_retry_after_pushes_its_backend_back_and_is_retried_elsewhere() {
+    let mut h = http::HeaderMap::new();
+    h.insert("retry-after", http::HeaderValue::from_static("60"));
+    let head = Input::response_head(503, &h, false, Duration::ZERO);
+    assert_eq!(
+        head,
+        Input::PushbackHead {
+            status: 503,
+            after: Duration::from_secs(60)
+        }
+    );
+    let mut f = Fixture::new(PUSHED, StorageKind::Local);
+    let (mut x, out) = f.start(&Req::get("/x"), T0);
+    let first = send(&out);
+    let out = f.feed(&mut x, head, at(10));
+    let ejection = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Outliers(e) => Some(e[0]),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("an ejection in {out:?}"));
+    assert_eq!(ejection.backend, first.backend);
+    assert_eq!(
+        ejection.change,
+        crate::outlier::OutlierChange::Ejected {
+            reason: crate::outlier::EjectReason::RetryAfter,
+            duration: Duration::from_secs(10),
+        },
+        "capped at retry_after_max"
+    );
+    let retry = send(&out);
+    assert!(retry.retry && retry.backend != first.backend);
+    f.feed(&mut x, Input::ResponseHead { status: 200 }, at(20));
+    f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(30));
+    // No request goes to it for the next 10 s, and then one does.
+    let mut sent_to = Vec::new();
+    for t in [
+        100, 5_000, 9_999, 10_010, 10_020, 10_030, 10_040, 10_050, 10_060,
+    ] {
+        let (mut x, out) = f.start(&Req::get("/x"), at(t));
+        sent_to.push((t, send(&out).backend));
+        f.feed(&mut x, Input::ResponseHead { status: 200 }, at(t));
+        f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(t));
+    }
+    assert!(
+        sent_to[..3].iter().all(|&(_, b)| b != first.backend),
+        "{sent_to:?}"
+    );
+    assert!(
+        sent_to[3..].iter().any(|&(_, b)| b == first.backend),
+        "{sent_to:?}"
+    );
+}
+
+#[test]
+fn c_retry_11_a_pool_of_one_passes_the_503_on() {
+    let one = "
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+";
+    let mut h = http::HeaderMap::new();
+    h.insert("retry-after", http::HeaderValue::from_static("2"));
+    let mut f = Fixture::new(one, StorageKind::Local);
+    let (mut x, _) = f.start(&Req::get("/x"), T0);
+    let out = f.feed(
+        &mut x,
+        Input::response_head(503, &h, false, Duration::ZERO),
+        at(10),
+    );
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Outliers(_))),
+        "{out:?}"
+    );
+    let delivered = out.iter().find_map(|o| match o {
+        Output::Deliver(d) => Some(d.deliver.status),
+        _ => None,
+    });
+    assert_eq!(delivered, Some(503));
 }

@@ -263,8 +263,29 @@ proptest! {
             let volume = match reason {
                 EjectReason::FailurePercentage => p.failure_percentage_request_volume,
                 EjectReason::SuccessRate => p.success_rate_request_volume,
+                EjectReason::RetryAfter => {
+                    return Err(TestCaseError::fail("a judgment never ejects for retry_after"));
+                }
             };
             prop_assert!(s.attempts >= volume);
+        }
+    }
+
+    /// C-RETRY-11 within C-OUT-2: a pushback is admitted only within the cap, never for one
+    /// already ejected, and never leaves a pool that had a serving backend without one.
+    #[test]
+    fn c_retry_11_pushback_is_admitted_only_within_the_cap(
+        stats in prop::collection::vec(arb_host(), 0..12),
+        p in arb_params(),
+        index in 0usize..12,
+    ) {
+        if admits_push_back(&stats, index, &p) {
+            let s = &stats[index];
+            prop_assert!(!s.ejected);
+            let ejected = stats.iter().filter(|s| s.ejected).count();
+            prop_assert!(ejected < p.max_ejected(stats.len()));
+            let serving = stats.iter().filter(|s| s.serving && !s.ejected).count();
+            prop_assert!(!s.serving || serving >= 2);
         }
     }
 

@@ -151,3 +151,175 @@ fn c_out_2_a_pool_of_two_both_failing_keeps_serving() {
         assert!(ejected <= 1, "at most one of two ejected at {t} s");
     }
 }
+
+fn pushback_pool(n: usize, params: PoolParams) -> Pool {
+    let specs: Vec<BackendSpec> = (0..n)
+        .map(|i| BackendSpec::new(format!("b{i}"), format!("http://b{i}")))
+        .collect();
+    let mut rng = crate::rng::WyRand::new(1);
+    let pool = Pool::new(
+        &specs,
+        PolicyKind::RoundRobin,
+        params,
+        None,
+        Instant::ZERO,
+        &mut rng,
+    )
+    .unwrap();
+    for b in pool.backends() {
+        b.set_healthy(true, Instant::ZERO);
+        b.skip_initial_ramp();
+    }
+    pool
+}
+
+#[test]
+fn c_retry_11_a_pushed_back_backend_is_out_for_as_long_as_it_asked() {
+    use crate::outlier::{EjectReason, OutlierChange, OutlierEvent};
+    let pool = pushback_pool(3, PoolParams::default());
+    let ms = Instant::from_millis;
+    let event = pool.push_back(1, Duration::from_secs(2), ms(1000));
+    assert_eq!(
+        event,
+        Some(OutlierEvent {
+            backend: 1,
+            change: OutlierChange::Ejected {
+                reason: EjectReason::RetryAfter,
+                duration: Duration::from_secs(2)
+            }
+        })
+    );
+    let b = &pool.backends()[1];
+    assert_eq!(
+        b.availability(pool.params(), ms(1000)),
+        Availability::Ejected
+    );
+    assert_eq!(
+        b.availability(pool.params(), ms(2999)),
+        Availability::Ejected
+    );
+    assert_eq!(
+        b.availability(pool.params(), ms(3000)),
+        Availability::Available
+    );
+    assert_eq!(
+        b.outlier().ejection(ms(1500)),
+        Some(EjectReason::RetryAfter)
+    );
+    // A pushback is the backend's request, not a verdict: the multiplier of C-OUT-2 stays.
+    assert_eq!(b.outlier().consecutive_ejections(), 0);
+}
+
+#[test]
+fn c_retry_11_pushback_is_capped_at_retry_after_max() {
+    let params = PoolParams {
+        retry_after_max: Duration::from_secs(5),
+        ..PoolParams::default()
+    };
+    let pool = pushback_pool(3, params);
+    let event = pool
+        .push_back(0, Duration::from_secs(3600), Instant::ZERO)
+        .unwrap();
+    assert_eq!(
+        event.change,
+        crate::outlier::OutlierChange::Ejected {
+            reason: crate::outlier::EjectReason::RetryAfter,
+            duration: Duration::from_secs(5)
+        }
+    );
+    let b = &pool.backends()[0];
+    assert!(b.is_ejected(pool.params(), Instant::from_millis(4999)));
+    assert!(!b.is_ejected(pool.params(), Instant::from_secs(5)));
+}
+
+#[test]
+fn c_retry_11_pushback_stays_within_the_outlier_cap() {
+    let s = Instant::from_secs;
+    // A pool of one is never emptied.
+    let one = pushback_pool(1, PoolParams::default());
+    assert_eq!(one.push_back(0, Duration::from_secs(2), s(0)), None);
+    assert!(!one.backends()[0].is_ejected(one.params(), s(0)));
+    // A pool of two: one may go, never the second.
+    let two = pushback_pool(2, PoolParams::default());
+    assert!(two.push_back(0, Duration::from_secs(2), s(0)).is_some());
+    assert_eq!(two.push_back(1, Duration::from_secs(2), s(0)), None);
+    // Not one already out, whatever for.
+    assert_eq!(two.push_back(0, Duration::from_secs(9), s(1)), None);
+    // Once the first is back, the second may go.
+    assert!(two.push_back(1, Duration::from_secs(2), s(2)).is_some());
+    // Of four, at most half (max_ejection_percent 50).
+    let four = pushback_pool(4, PoolParams::default());
+    let pushed = (0..4)
+        .filter(|&i| four.push_back(i, Duration::from_secs(2), s(0)).is_some())
+        .count();
+    assert_eq!(pushed, 2);
+    // max_ejection_percent 0: none.
+    let mut none = PoolParams::default();
+    none.outlier.max_ejection_percent = 0;
+    let none = pushback_pool(3, none);
+    assert_eq!(none.push_back(0, Duration::from_secs(2), s(0)), None);
+}
+
+#[test]
+fn c_retry_11_the_last_serving_backend_is_never_pushed_back() {
+    let pool = pushback_pool(3, PoolParams::default());
+    let t = Instant::ZERO;
+    pool.backends()[1].set_healthy(false, t);
+    pool.backends()[2].set_healthy(false, t);
+    assert_eq!(pool.push_back(0, Duration::from_secs(2), t), None);
+    // An unhealthy one may be (it serves nothing anyway).
+    assert!(pool.push_back(1, Duration::from_secs(2), t).is_some());
+}
+
+#[test]
+fn c_retry_11_zero_retry_after_max_turns_pushback_off() {
+    let params = PoolParams {
+        retry_after_max: Duration::ZERO,
+        ..PoolParams::default()
+    };
+    let pool = pushback_pool(3, params);
+    assert_eq!(
+        pool.push_back(0, Duration::from_secs(2), Instant::ZERO),
+        None
+    );
+    // Turned off while one is pushed back: it is back at once.
+    let on = pushback_pool(3, PoolParams::default());
+    assert!(
+        on.push_back(0, Duration::from_secs(2), Instant::ZERO)
+            .is_some()
+    );
+    let mut rng = crate::rng::WyRand::new(1);
+    let off = Pool::new(
+        &(0..3)
+            .map(|i| BackendSpec::new(format!("b{i}"), format!("http://b{i}")))
+            .collect::<Vec<_>>(),
+        PolicyKind::RoundRobin,
+        params,
+        Some(&on),
+        Instant::ZERO,
+        &mut rng,
+    )
+    .unwrap();
+    assert!(!off.backends()[0].is_ejected(off.params(), Instant::ZERO));
+    assert!(on.backends()[0].is_ejected(on.params(), Instant::ZERO));
+}
+
+#[test]
+fn c_retry_11_pushback_works_with_outlier_detection_off_and_returns() {
+    use crate::outlier::OutlierChange;
+    let mut params = PoolParams::default();
+    params.outlier.enabled = false;
+    params.outlier.interval = Duration::from_secs(1);
+    let pool = pushback_pool(3, params);
+    let s = Instant::from_secs;
+    assert_eq!(pool.judge_outliers(s(0)), None, "the first boundary starts");
+    assert!(pool.push_back(2, Duration::from_secs(2), s(0)).is_some());
+    assert!(pool.backends()[2].is_ejected(pool.params(), s(1)));
+    assert_eq!(pool.judge_outliers(s(1)), None, "still out");
+    let back = pool.judge_outliers(s(2)).unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(
+        (back[0].backend, back[0].change),
+        (2, OutlierChange::Returned)
+    );
+}

@@ -229,6 +229,46 @@ pub mod header {
     pub const DEGRADED: &str = "x-ratelimit-degraded";
     /// Whole seconds until one token, rounded up, at least 1; only on `429`.
     pub const RETRY_AFTER: &str = "retry-after";
+    /// The IETF draft's policy (draft-ietf-httpapi-ratelimit-headers):
+    /// `"default";q=<capacity>;w=<seconds for a full refill>` (C-RATE-8).
+    pub const POLICY: &str = "ratelimit-policy";
+    /// The IETF draft's state: `"default";r=<tokens left>;t=<seconds until the next token>`
+    /// (C-RATE-8).
+    pub const RATELIMIT: &str = "ratelimit";
+}
+
+/// A value of the IETF draft's rate-limit headers (draft-ietf-httpapi-ratelimit-headers, a
+/// Structured Fields list of one item named after weir's only policy, `"default"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Draft {
+    /// `RateLimit-Policy`: the quota and its window.
+    Policy {
+        /// `q`: the bucket's capacity.
+        quota: u64,
+        /// `w`: whole seconds an empty bucket takes to fill, rounded up.
+        window_secs: u64,
+    },
+    /// `RateLimit`: where the client stands.
+    Limit {
+        /// `r`: whole tokens left.
+        remaining: u64,
+        /// `t`: whole seconds until the next token, rounded up.
+        next_secs: u64,
+    },
+}
+
+impl fmt::Display for Draft {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Draft::Policy { quota, window_secs } => {
+                write!(f, "\"default\";q={quota};w={window_secs}")
+            }
+            Draft::Limit {
+                remaining,
+                next_secs,
+            } => write!(f, "\"default\";r={remaining};t={next_secs}"),
+        }
+    }
 }
 
 /// A header value, formatted by `Display` without allocating (adapters can map the integers to
@@ -241,6 +281,8 @@ pub enum HeaderText {
     Rate(f64),
     /// A fixed token (`local`, `true`).
     Static(&'static str),
+    /// A value of the IETF draft headers (C-RATE-8).
+    Draft(Draft),
 }
 
 impl fmt::Display for HeaderText {
@@ -249,6 +291,7 @@ impl fmt::Display for HeaderText {
             HeaderText::Int(n) => write!(f, "{n}"),
             HeaderText::Rate(r) => write!(f, "{r}"),
             HeaderText::Static(s) => f.write_str(s),
+            HeaderText::Draft(d) => write!(f, "{d}"),
         }
     }
 }
@@ -320,8 +363,24 @@ impl RateOutcome {
         }
     }
 
+    /// Whole seconds an empty bucket takes to fill (`w` of `RateLimit-Policy`), rounded up.
+    #[must_use]
+    pub fn window_secs(&self) -> u64 {
+        ceil_secs(self.limit as f64 / self.refill_per_second)
+    }
+
+    /// Whole seconds until the next token (`t` of `RateLimit`), rounded up: when denied, the
+    /// `Retry-After`; when allowed, one token's refill interval, the longest the next token can
+    /// take (the stores report whole tokens left, not the fraction of the next one).
+    #[must_use]
+    pub fn next_token_secs(&self) -> u64 {
+        self.retry_after_secs()
+            .unwrap_or_else(|| ceil_secs(1.0 / self.refill_per_second))
+    }
+
     /// The C-RATE-1 headers in a fixed order: limit, remaining, refill, storage, then
-    /// `x-ratelimit-degraded: true` only when degraded and `retry-after` only when denied.
+    /// `x-ratelimit-degraded: true` only when degraded and `retry-after` only when denied;
+    /// then the IETF draft's `ratelimit-policy` and `ratelimit` (C-RATE-8).
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, HeaderText)> + use<> {
         let degraded = self
             .degraded
@@ -339,6 +398,20 @@ impl RateOutcome {
             Some((header::STORAGE, HeaderText::Static(self.storage.label()))),
             degraded,
             retry,
+            Some((
+                header::POLICY,
+                HeaderText::Draft(Draft::Policy {
+                    quota: self.limit,
+                    window_secs: self.window_secs(),
+                }),
+            )),
+            Some((
+                header::RATELIMIT,
+                HeaderText::Draft(Draft::Limit {
+                    remaining: self.remaining,
+                    next_secs: self.next_token_secs(),
+                }),
+            )),
         ]
         .into_iter()
         .flatten()
@@ -348,6 +421,15 @@ impl RateOutcome {
     #[must_use]
     pub fn header_strings(&self) -> Vec<(&'static str, String)> {
         self.headers().map(|(n, v)| (n, v.to_string())).collect()
+    }
+}
+
+/// `x` seconds rounded up to a whole number (0 for a non-positive or non-finite `x`).
+fn ceil_secs(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.ceil() as u64
+    } else {
+        0
     }
 }
 

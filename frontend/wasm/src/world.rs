@@ -362,6 +362,16 @@ impl World {
                 self.schedule(self.now + end, Ev::BodyEnd { req: id, attempt });
                 Input::ResponseHead { status }
             }
+            Reply::PushBack { secs, .. } => {
+                self.schedule(
+                    self.now + Duration::from_millis(1),
+                    Ev::BodyEnd { req: id, attempt },
+                );
+                Input::PushbackHead {
+                    status: 503,
+                    after: Duration::from_secs(secs),
+                }
+            }
         };
         self.input(id, input);
     }

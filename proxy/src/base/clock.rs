@@ -62,6 +62,16 @@ impl Clock {
             .unwrap_or_else(|| self.far_future())
     }
 
+    /// The wall-clock time, since the Unix epoch (zero for a clock set before it): what a
+    /// backend's `Retry-After` date is read against (C-RETRY-11). The only wall-clock read on a
+    /// request's path, and only for a `503`.
+    #[must_use]
+    pub fn wall() -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+    }
+
     /// ~30 years from now (never overflows in practice; falls back to now if it would).
     #[must_use]
     pub fn far_future(&self) -> Instant {

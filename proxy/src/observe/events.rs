@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::breaker::Transition;
 use weir_core::exchange::{AttemptResult, Exchange};
-use weir_core::outlier::OutlierChange;
+use weir_core::outlier::{EjectReason, OutlierChange};
 use weir_core::response::ProtectionReason;
 
 use crate::observe::metrics::BackendMetrics;
@@ -57,14 +57,26 @@ pub fn outlier(m: &BackendMetrics, change: OutlierChange) {
     match change {
         OutlierChange::Ejected { reason, duration } => {
             m.ejection(reason);
-            tracing::warn!(
-                target: "weir::health",
-                backend,
-                event = "outlier_ejected",
-                reason = reason.as_str(),
-                ejection_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-                "outlier ejected: backend much worse than its pool, out of selection"
-            );
+            let ejection_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+            if reason == EjectReason::RetryAfter {
+                tracing::warn!(
+                    target: "weir::health",
+                    backend,
+                    event = "outlier_ejected",
+                    reason = reason.as_str(),
+                    ejection_ms,
+                    "backend pushed back: it answered 503 with Retry-After, out of selection"
+                );
+            } else {
+                tracing::warn!(
+                    target: "weir::health",
+                    backend,
+                    event = "outlier_ejected",
+                    reason = reason.as_str(),
+                    ejection_ms,
+                    "outlier ejected: backend much worse than its pool, out of selection"
+                );
+            }
         }
         OutlierChange::Returned => tracing::warn!(
             target: "weir::health",

@@ -116,6 +116,8 @@ pub(crate) struct Setup {
     pub checks: Checks,
     /// Outlier detection (off but in the outlier scenarios, whose intervals are short).
     pub outlier: OutlierParams,
+    /// `health_check.retry_after_max` (C-RETRY-11).
+    pub retry_after_max: Duration,
     /// A shared rate-limit store (the world plays it), instead of the local one.
     pub store: Option<StoreSetup>,
     /// Configuration reloads (`(at, generation)`): generation `g` runs `generations[g]`.
@@ -214,6 +216,7 @@ impl Setup {
             breaker: self.breaker,
             slow_start: self.slow_start(),
             outlier: self.outlier,
+            retry_after_max: self.retry_after_max,
         }
     }
 

@@ -110,6 +110,7 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
             enabled: false,
             ..OutlierParams::default()
         },
+        retry_after_max: weir_core::backend::DEFAULT_RETRY_AFTER_MAX,
         store: None,
         config_reloads: Vec::new(),
         generations: Vec::new(),
@@ -602,6 +603,37 @@ pub(super) fn outlier_pair(rng: &mut WyRand, policy: PolicyKind) -> Setup {
     let len = ms(between(rng, 5000, 10000));
     for b in 0..2 {
         s.faults.push((from, b, Fault::Mode(Mode::Status500(1000))));
+        s.faults.push((from + len, b, Fault::Recover));
+    }
+    finish(s)
+}
+
+/// 2–5 backends; one (in a third of the seeds every one) answers `503` with `Retry-After` for
+/// 6–12 s, asking for 1–6 s as delta-seconds or an HTTP-date, against a `retry_after_max` of
+/// 1–4 s, with outlier detection on in half the seeds: each is pushed back for as long as it
+/// asked (capped), within the outlier cap, and gets no request meanwhile (C-RETRY-11).
+pub(super) fn pushback_503(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let n = between(rng, 2, 5) as usize;
+    let mut s = base(rng, n, policy);
+    s.retry_after_max = Duration::from_secs(between(rng, 1, 4));
+    if rng.chance_permille(500) {
+        s.outlier = outlier_on(rng);
+    }
+    let from = at_ms(between(rng, 2000, 4000));
+    let len = ms(between(rng, 6000, 12000));
+    let victim = rng.below(n as u64) as usize;
+    let pushing: Vec<usize> = if rng.chance_permille(333) {
+        (0..n).collect()
+    } else {
+        vec![victim]
+    };
+    for b in pushing {
+        let mode = Mode::PushBack {
+            permille: between(rng, 500, 1000) as u32,
+            secs: between(rng, 1, 6),
+            date: rng.chance_permille(500),
+        };
+        s.faults.push((from, b, Fault::Mode(mode)));
         s.faults.push((from + len, b, Fault::Recover));
     }
     finish(s)

@@ -32,6 +32,24 @@ impl World<'_> {
                 }
                 Input::ResponseHead { status }
             }
+            Reply::PushBack { secs, date } => {
+                if let Some(c) = self.requests[req].current.as_mut() {
+                    c.body = Some(core::time::Duration::from_millis(1));
+                }
+                // Read as the proxy reads it: the header through core's parser, a date
+                // against the wall clock.
+                let wall = self.wall();
+                let value = if date {
+                    weir_core::pushback::imf_fixdate_of(wall.as_secs() + secs)
+                } else {
+                    secs.to_string()
+                };
+                let mut headers = http::HeaderMap::new();
+                if let Ok(v) = http::HeaderValue::from_str(&value) {
+                    headers.insert(http::header::RETRY_AFTER, v);
+                }
+                Input::response_head(503, &headers, false, wall)
+            }
         };
         self.attempt_input(req, input);
     }
@@ -59,7 +77,7 @@ impl World<'_> {
         }
         let backend = cur.sim as u32;
         let class = match (input, result) {
-            (Input::ResponseHead { status }, _) => {
+            (Input::ResponseHead { status } | Input::PushbackHead { status, .. }, _) => {
                 self.record(Rec::Head {
                     req: req as u64,
                     backend,

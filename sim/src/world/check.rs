@@ -9,7 +9,7 @@
 
 use weir_core::breaker::{CircuitState, Outcome};
 use weir_core::flow::Attempt;
-use weir_core::outlier::{OutlierChange, OutlierEvent};
+use weir_core::outlier::{EjectReason, OutlierChange, OutlierEvent};
 use weir_core::pool::Availability;
 
 use super::{Arc, Current, Permit, World};
@@ -83,6 +83,7 @@ impl World<'_> {
         let snapshot = self.requests[req].snapshot;
         let pool = std::sync::Arc::clone(&self.snapshots[snapshot].pool);
         let params = *pool.params();
+        self.note_pushbacks(req, events);
         let ejections = events
             .iter()
             .filter(|e| matches!(e.change, OutlierChange::Ejected { .. }))
@@ -116,6 +117,35 @@ impl World<'_> {
                 Invariant::OutlierCap,
                 format!("request {req}: every one of {serving} serving backends ejected"),
             );
+        }
+    }
+
+    /// Keep the world's own record of pushbacks (C-RETRY-11) from the ejections reported, and
+    /// check each against `retry_after_max`.
+    fn note_pushbacks(&mut self, req: usize, events: &[OutlierEvent]) {
+        let snapshot = self.requests[req].snapshot;
+        for e in events {
+            let OutlierChange::Ejected {
+                reason: EjectReason::RetryAfter,
+                duration,
+            } = e.change
+            else {
+                continue;
+            };
+            if duration > self.s.retry_after_max || duration.is_zero() {
+                self.fail(
+                    Invariant::PushedBackReached,
+                    format!(
+                        "request {req}: pushed back for {duration:?}, retry_after_max {:?}",
+                        self.s.retry_after_max
+                    ),
+                );
+            }
+            if let Some(&t) = self.snapshots[snapshot].tracked.get(e.backend) {
+                let until = self.now + duration;
+                let t = &mut self.tracked[t];
+                t.pushed_until = t.pushed_until.max(until);
+            }
         }
     }
 
@@ -201,6 +231,17 @@ impl World<'_> {
         }
         let arc = std::sync::Arc::clone(&self.tracked[tracked].arc);
         let state = arc.circuit_state(now);
+        let pushed_until = self.tracked[tracked].pushed_until;
+        if !a.panic && now < pushed_until {
+            self.fail(
+                Invariant::PushedBackReached,
+                format!(
+                    "request {req}: attempt {} sent to {}, pushed back until {pushed_until:?}",
+                    a.attempt,
+                    arc.id()
+                ),
+            );
+        }
         if a.panic {
             self.stats.panic_selections += 1;
             // Panic routing only when nothing is available, and only on an open circuit.

@@ -101,6 +101,7 @@ impl World<'_> {
                         eligible: false,
                         warm_since: self.now,
                         trial_successes: 0,
+                        pushed_until: weir_core::Instant::ZERO,
                     });
                     self.tracked.len() - 1
                 }

@@ -214,6 +214,7 @@ fn read_health(r: &mut Reader, f: &Field<'_>) -> HealthCheckConfig {
         ),
         expected_statuses: r.statuses(&o.field("expected_statuses"), &d.expected_statuses),
         outlier: read_outlier(r, &o.field("outlier")),
+        retry_after_max: r.duration(&o.field("retry_after_max"), d.retry_after_max),
     };
     o.finish(r);
     v

@@ -203,6 +203,12 @@ pub(crate) const SPANS: &[Span] = &[
         true,
     ),
     span(
+        "health_check.retry_after_max",
+        (secs(1), "1s"),
+        (secs(HOUR), "1h"),
+        true,
+    ),
+    span(
         "rate_limit.operation_timeout",
         (ms(1), "1ms"),
         (secs(10), "10s"),
@@ -354,6 +360,7 @@ fn duration(cfg: &Config, path: &str) -> Option<Duration> {
         "health_check.cooldown" => h.cooldown,
         "health_check.max_cooldown" => h.max_cooldown,
         "health_check.slow_start" => h.slow_start,
+        "health_check.retry_after_max" => h.retry_after_max,
         "rate_limit.operation_timeout" => r.operation_timeout,
         "rate_limit.cleanup_interval" => r.cleanup_interval,
         "rate_limit.retention" => r.retention,

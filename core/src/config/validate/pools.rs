@@ -234,6 +234,8 @@ pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolP
         breaker: breaker?,
         slow_start: slow_start?,
         outlier: outlier?,
+        // Its range is checked with the other bounds.
+        retry_after_max: h.retry_after_max,
     })
 }
 

@@ -68,7 +68,55 @@ fn c_rate_1_allowed_headers() {
             ("x-ratelimit-remaining", "99".to_string()),
             ("x-ratelimit-refill-per-second", "100".to_string()),
             ("x-ratelimit-storage", "redis".to_string()),
+            ("ratelimit-policy", "\"default\";q=100;w=1".to_string()),
+            ("ratelimit", "\"default\";r=99;t=1".to_string()),
         ]
+    );
+}
+
+#[test]
+fn c_rate_8_draft_header_values() {
+    // Capacity 5 refilled at 0.1/s: a full refill takes 50 s, a token 10 s.
+    let b = BucketParams::new(5, 0.1).unwrap();
+    let now = Instant::from_secs(100);
+    let mut tat = 0;
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let (take, next) = b.take(tat, now);
+        tat = next;
+        let o = RateOutcome::from_take(take, &b, 0.1, StorageKind::Local, false);
+        let h = o.header_strings();
+        let get = |name: &str| h.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        assert_eq!(
+            get("ratelimit-policy").as_deref(),
+            Some("\"default\";q=5;w=50")
+        );
+        seen.push(get("ratelimit").unwrap());
+    }
+    assert_eq!(
+        seen,
+        [
+            "\"default\";r=4;t=10",
+            "\"default\";r=3;t=10",
+            "\"default\";r=2;t=10",
+            "\"default\";r=1;t=10",
+            "\"default\";r=0;t=10",
+            // Denied: t is the Retry-After, the time until the next whole token.
+            "\"default\";r=0;t=10",
+        ]
+    );
+    // A window below a second rounds up, never to zero.
+    let fast = BucketParams::new(3, 1000.0).unwrap();
+    let (take, _) = fast.take(0, now);
+    let o = RateOutcome::from_take(take, &fast, 1000.0, StorageKind::Local, false);
+    assert_eq!((o.window_secs(), o.next_token_secs()), (1, 1));
+    assert_eq!(
+        HeaderText::Draft(Draft::Limit {
+            remaining: 7,
+            next_secs: 2
+        })
+        .to_string(),
+        "\"default\";r=7;t=2"
     );
 }
 
@@ -91,6 +139,8 @@ fn c_rate_1_denied_degraded_headers() {
             ("x-ratelimit-storage", "local".to_string()),
             ("x-ratelimit-degraded", "true".to_string()),
             ("retry-after", "3".to_string()),
+            ("ratelimit-policy", "\"default\";q=1;w=3".to_string()),
+            ("ratelimit", "\"default\";r=0;t=3".to_string()),
         ]
     );
 }
@@ -116,6 +166,8 @@ fn header_names_are_lower_case_tokens() {
         header::STORAGE,
         header::DEGRADED,
         header::RETRY_AFTER,
+        header::POLICY,
+        header::RATELIMIT,
     ] {
         assert!(
             n.bytes().all(|c| c.is_ascii_lowercase() || c == b'-'),

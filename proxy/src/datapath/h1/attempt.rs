@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Method;
+use weir_core::exchange::Input;
 use weir_core::h1::{
     self, BodyFraming, ClientSide, EMPTY_HEADER, Parsed, ResponseContext, Version,
 };
@@ -21,6 +22,7 @@ use super::relay::{self, Pump, Reader, RelayError};
 use super::upstream_conn::{
     self, HeadInfo, KEPT_LINES, Kept, MAX_RESPONSE_HEADERS, RESPONSE_LIMITS, UpConn, UpError,
 };
+use crate::base::clock::Clock;
 use crate::base::rt;
 use crate::observe::metrics::BackendMetrics;
 use crate::services::state::DataPlane;
@@ -281,6 +283,19 @@ pub(super) fn response_head(
         let written = extra.with_pairs(|pairs| h1::write_response_head(head, client, pairs, out));
         (written, head.body, head.reusable())
     })
+}
+
+/// What the engine is told of the final head in `up`: its status, and for a `503` the delay its
+/// `Retry-After` asks for (C-RETRY-11; the head is parsed again only then).
+pub(super) fn head_input(up: &Up, kept: &Kept, rctx: ResponseContext) -> Input {
+    let status = up.info.status;
+    if status != weir_core::pushback::PUSHBACK_STATUS {
+        return Input::ResponseHead { status };
+    }
+    with_head(&up.conn, kept, rctx, |head| {
+        Input::response_head(status, head.headers, false, Clock::wall())
+    })
+    .unwrap_or(Input::ResponseHead { status })
 }
 
 /// An interim head for the client.

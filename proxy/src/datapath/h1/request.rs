@@ -30,7 +30,9 @@ use weir_core::h1::{
 };
 use weir_core::response::{ClientError, header};
 
-use super::attempt::{BodyFault, H2Up, Side, Up, attempt, or_gone, response_head, upstream_target};
+use super::attempt::{
+    BodyFault, H2Up, Side, Up, attempt, head_input, or_gone, response_head, upstream_target,
+};
 use super::downstream_conn::{DownstreamConn, MAX_HEADERS};
 use super::io::{Extra, push_text, send_continue, write_all};
 use super::relay::{self, Pump, PumpSide, Reader};
@@ -504,7 +506,11 @@ impl Req<'_> {
             ));
             drive::bounded_in(data_plane, x, timer, attempt).await
         };
-        self.attempt_ended(sent, &target)
+        let head = match (&sent, last.as_ref()) {
+            (Some(Ok(_)), Some(up)) => Some(head_input(up, &self.kept, rctx)),
+            _ => None,
+        };
+        self.attempt_ended(sent, head, &target)
     }
 
     /// Tell the engine how the attempt to `target` ended (`None`: its deadline came first, and
@@ -512,6 +518,7 @@ impl Req<'_> {
     fn attempt_ended(
         &mut self,
         sent: Option<Result<u16, UpError>>,
+        head: Option<Input>,
         target: &Target,
     ) -> Result<(), Gone> {
         match sent {
@@ -519,7 +526,7 @@ impl Req<'_> {
             // it empty.
             None => Ok(()),
             Some(Ok(status)) => {
-                self.feed(Input::ResponseHead { status });
+                self.feed(head.unwrap_or(Input::ResponseHead { status }));
                 Ok(())
             }
             Some(Err(UpError::ClientGone)) => Err(Gone),

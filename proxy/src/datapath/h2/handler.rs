@@ -350,7 +350,12 @@ impl<'a> Io<'a> {
             Ok((resp, conn)) => {
                 let status = resp.status().as_u16();
                 let end = resp.body().is_end_stream();
-                self.feed(Input::response_head(status, resp.headers(), end));
+                self.feed(Input::response_head(
+                    status,
+                    resp.headers(),
+                    end,
+                    crate::base::clock::Clock::wall(),
+                ));
                 Some((resp, conn, target))
             }
             Err(_) if up.tally.as_ref().is_some_and(|t| t.timed_out()) => {

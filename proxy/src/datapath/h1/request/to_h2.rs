@@ -183,7 +183,12 @@ impl Req<'_> {
                 self.resend.clear();
                 let status = resp.status().as_u16();
                 let end = resp.body().is_end_stream();
-                let head = Input::response_head(status, resp.headers(), end);
+                let head = Input::response_head(
+                    status,
+                    resp.headers(),
+                    end,
+                    crate::base::clock::Clock::wall(),
+                );
                 *last = Some(Box::new(H2Up {
                     resp,
                     lent,
@@ -206,7 +211,7 @@ impl Req<'_> {
             Err(SendError::Refused(e)) => Err(UpError::Transport(io::Error::other(e))),
             Err(SendError::Transport(e)) => Err(UpError::Transport(io::Error::other(e))),
         };
-        self.attempt_ended(Some(result), &target)
+        self.attempt_ended(Some(result), None, &target)
     }
 
     /// The HTTP/2 request's fields: the client's lines minus hop-by-hop ones (C-PATH-6), weir's
