@@ -237,6 +237,7 @@ macro_rules! __with_cases {
             c_grpc_5_client_certificate_for_mutual_tls,
             c_grpc_5_h2_backend_without_alpn_h2_is_a_connect_failure,
             c_grpc_5_bad_upstream_tls_files_are_config_errors,
+            c_grpc_5_reload_with_a_bad_tls_file_changes_nothing,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,

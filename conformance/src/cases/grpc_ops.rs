@@ -413,3 +413,50 @@ pub async fn c_grpc_5_bad_upstream_tls_files_are_config_errors(bin: Binary) {
         );
     }
 }
+
+/// C-GRPC-5: a reload whose `tls_ca_file` does not load is rejected as a whole, naming the key
+/// and the file: the backend list it also changed stays as it was, and requests keep working.
+pub async fn c_grpc_5_reload_with_a_bad_tls_file_changes_nothing(bin: Binary) {
+    let ca = TestCa::new();
+    let b = TlsBackend::start("before", &ca.leaf(&["127.0.0.1"]), &[b"http/1.1"], None).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").expect("write");
+    let cfg = https(&[(b.id(), b.port())], "http1").set(
+        "server.upstream.tls_ca_file",
+        ca_file.to_str().expect("utf-8"),
+    );
+    let p = Proxy::start(&bin, &cfg).await;
+    let r = get(p.public, "/x").await;
+    expect_status(&r, 200, "before the reload");
+    assert_eq!(r.backend().as_deref(), Some("before"));
+
+    let bad = https(&[("after", b.port())], "http1").set(
+        "server.upstream.tls_ca_file",
+        garbage.to_str().expect("utf-8"),
+    );
+    std::fs::write(p.dir().join("weir.yaml"), bad.yaml()).expect("rewrite config");
+    p.signal("HUP");
+    let line = eventually(secs(10), "the reload is rejected", || {
+        let line = p
+            .logs()
+            .stdout()
+            .lines()
+            .find(|l| l.contains("configuration reload rejected"))
+            .map(str::to_string);
+        async move { line }
+    })
+    .await;
+    assert!(
+        line.contains("server.upstream.tls_ca_file") && line.contains("garbage.pem"),
+        "{line}"
+    );
+    let r = get(p.public, "/x").await;
+    expect_status(&r, 200, "after the rejected reload");
+    assert_eq!(
+        r.backend().as_deref(),
+        Some("before"),
+        "the backends did not change"
+    );
+}

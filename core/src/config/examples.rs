@@ -303,3 +303,22 @@ fn c_rate_3_redis_topology_examples() {
     assert_eq!(v.redis.database, 1);
     assert_eq!(v.rate.failure_mode(), FailureMode::FailClosed);
 }
+
+/// C-GRPC-4, C-GRPC-5: the gRPC example: HTTP/2 backends probed with the gRPC health service,
+/// upstream TLS with a private CA, a server name and a client certificate.
+#[test]
+fn c_grpc_4_grpc_example() {
+    let v = load_example("grpc.yaml");
+    assert_eq!(v.health.mode, ProbeMode::Grpc);
+    assert_eq!(v.health.grpc_service, "helloworld.Greeter");
+    let t = &v.server.upstream.tls;
+    assert_eq!(t.ca_file.as_deref(), Some("/etc/weir/backend-ca.pem"));
+    assert_eq!(t.server_name.as_deref(), Some("greeter.internal"));
+    assert!(t.client_cert.is_some());
+    for pool in &v.pools {
+        for b in &pool.backends {
+            assert!(b.protocol.is_h2(), "{} speaks HTTP/2", b.id);
+        }
+    }
+    assert_eq!(v.route_table.lookup("/reports.v1.Reports/Get").pool, 1);
+}

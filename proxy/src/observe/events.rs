@@ -8,6 +8,9 @@
 //!   retry budget exhausted) at `WARN`, at most once per [`PROTECTION_LOG_INTERVAL`] per reason,
 //!   with how many happened since the previous line (the metric counts every one).
 //!
+//! - `weir::upstream`: a failed TLS handshake with a backend (`WARN`, throttled like protection
+//!   events).
+//!
 //! Level and wording are documented in docs/operations.md, "Log events".
 
 use std::sync::OnceLock;

@@ -1,11 +1,11 @@
 //! The TLS client configuration of HTTPS probes (C-HEALTH-1): rustls with the ring provider only
 //! (two providers in one tree make rustls's default configuration panic; `cargo tree -i
 //! aws-lc-rs -p weir-tokio` stays empty), TLS 1.2 and 1.3, and normal validation: the chain must
-//! lead to a trusted root and the certificate must name the backend's host. An operator who
-//! wants to probe a backend with a private CA adds that CA to the system store (or points
-//! `SSL_CERT_FILE` / `SSL_CERT_DIR` at it, which rustls-native-certs honours); there is no
-//! "skip verification" switch, because a probe that trusts anyone would mark a hijacked backend
-//! healthy.
+//! lead to a trusted root and the certificate must name the backend's host. The process's
+//! configuration, with `server.upstream.tls_ca_file` and a client certificate, is built by
+//! `services::upstream_tls` from these pieces and shared by probes and the data path; there is
+//! no "skip verification" switch, because a probe that trusts anyone would mark a hijacked
+//! backend healthy.
 
 use std::sync::Arc;
 

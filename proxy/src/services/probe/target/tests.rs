@@ -66,3 +66,34 @@ fn schedule_id_names_key_and_url() {
     assert_ne!(a.schedule_id(), moved.schedule_id());
     assert_eq!(a.schedule_id(), same.schedule_id());
 }
+
+#[test]
+fn c_grpc_4_grpc_target_asks_the_health_service_over_the_backends_protocol() {
+    let t = ProbeTarget::new("a", "http://b:9000/prefix", ProbeMode::Grpc, "/health")
+        .unwrap()
+        .with_protocol(weir_core::backend::Protocol::H2c)
+        .with_grpc_service("pkg.Echo");
+    assert_eq!(
+        t.uri().map(ToString::to_string).as_deref(),
+        Some("http://b:9000/prefix/grpc.health.v1.Health/Check")
+    );
+    assert_eq!(t.grpc_service(), "pkg.Echo");
+    assert!(t.protocol().is_h2());
+    assert!(!t.is_tls());
+    // A protocol change is a new backend for the schedule, as for the pool.
+    let h1 = ProbeTarget::new("a", "http://b:9000/prefix", ProbeMode::Grpc, "/health").unwrap();
+    assert_ne!(t.schedule_id(), h1.schedule_id());
+}
+
+#[test]
+fn c_grpc_5_server_name_replaces_the_host_only_over_tls() {
+    let name = ServerName::try_from("api.internal").unwrap().to_owned();
+    let tls = ProbeTarget::new("a", "https://10.0.0.1:8443", ProbeMode::Http, "/h")
+        .unwrap()
+        .with_server_name(Some(name.clone()));
+    assert_eq!(tls.server_name(), Some(&name));
+    let plain = ProbeTarget::new("a", "http://10.0.0.1:8080", ProbeMode::Http, "/h")
+        .unwrap()
+        .with_server_name(Some(name));
+    assert_eq!(plain.server_name(), None, "no TLS, no name");
+}
