@@ -219,6 +219,7 @@ macro_rules! __with_cases {
             c_grpc_3_backend_unavailable_is_retried_on_another_backend,
             c_grpc_2_deadline_exceeded_answers_and_resets_the_backend_stream,
             c_grpc_2_client_cancel_resets_the_backend_stream,
+            c_grpc_2_access_log_and_requests_metric_carry_the_grpc_status,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,
