@@ -238,6 +238,7 @@ macro_rules! __with_cases {
             c_grpc_5_h2_backend_without_alpn_h2_is_a_connect_failure,
             c_grpc_5_bad_upstream_tls_files_are_config_errors,
             c_grpc_5_reload_with_a_bad_tls_file_changes_nothing,
+            c_grpc_2_access_log_and_requests_metric_carry_the_grpc_status,
             proto_ready_file_names_listeners,
             proto_invalid_config_exits_1_listing_errors,
             proto_check_config,

@@ -47,6 +47,52 @@ impl Code {
     }
 }
 
+/// `CANCELLED` (1): what a gRPC client reads when it cancelled its call, recorded for a call
+/// whose client left before a response head (`499`).
+pub const CANCELLED: u8 = 1;
+/// `UNKNOWN` (2): what a gRPC client makes of a `grpc-status` that is not a known code.
+pub const UNKNOWN: u8 = 2;
+/// The largest gRPC status code (`UNAUTHENTICATED`, 16).
+pub const MAX_CODE: u8 = 16;
+
+/// Where the access log and the request metric take a request's gRPC status from (C-OBS-3,
+/// C-OBS-1: the `grpc_status` field and label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusSource {
+    /// Not a gRPC call (or a health answer): no gRPC status.
+    NotGrpc,
+    /// Known now: weir's own answer's code (C-GRPC-3), or `CANCELLED` for a client that left.
+    Known(u8),
+    /// A backend's response to a gRPC call: its `grpc-status`, from the head of a
+    /// trailers-only answer or from the trailers at the body's end ([`status_code`]); none when
+    /// neither carried one.
+    Response,
+}
+
+impl StatusSource {
+    /// The code when it is known now.
+    #[must_use]
+    pub const fn known(self) -> Option<u8> {
+        match self {
+            StatusSource::Known(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// A backend's `grpc-status` value as a bounded code (0..=16): a decimal code in range is
+/// itself; anything else is `UNKNOWN` (2), as a gRPC client reads it.
+#[must_use]
+pub fn status_code(value: &[u8]) -> u8 {
+    let v = value.trim_ascii();
+    let code = match v {
+        [d] if d.is_ascii_digit() => d - b'0',
+        [b'1', d] if d.is_ascii_digit() => 10 + (d - b'0'),
+        _ => return UNKNOWN,
+    };
+    if code <= MAX_CODE { code } else { UNKNOWN }
+}
+
 /// The gRPC code of weir's own answer of HTTP status `status` (C-GRPC-3): `502` and `503`
 /// (no backend, gate, bulkhead, store, unreachable backend) are `UNAVAILABLE`; `429` is
 /// `RESOURCE_EXHAUSTED`; `504` and `408` (a deadline passed) are `DEADLINE_EXCEEDED`;

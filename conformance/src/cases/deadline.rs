@@ -10,8 +10,10 @@ use http::{HeaderMap, Request};
 use serde_json::json;
 
 use super::expect_status;
+use super::obs::{line_of, metrics, sample};
 use crate::client::{Raw, Req, connect, send};
 use crate::config::Config;
+use crate::h2backend::H2Backend;
 use crate::h2slow::{Ending, SlowBackend, SlowCall};
 use crate::harness::{Binary, Proxy};
 use crate::util::{eventually, secs};
@@ -218,4 +220,121 @@ pub async fn c_grpc_2_client_cancel_resets_the_backend_stream(bin: Binary) {
         at.duration_since(closed) < secs(2),
         "at once, not at the backend's answer"
     );
+}
+
+/// A gRPC call with `x-request-id: rid` and `grpc-timeout` (when given) on a new HTTP/2
+/// connection: the response head and the trailers, if any.
+async fn traced_call(
+    addr: SocketAddr,
+    path: &str,
+    rid: &str,
+    timeout: Option<&str>,
+) -> (http::response::Parts, Option<HeaderMap>) {
+    let mut tx = h2_client(addr).await;
+    let mut head = call_head(addr, timeout);
+    *head.uri_mut() = format!("http://{addr}{path}").parse().expect("uri");
+    head.headers_mut().insert(
+        "x-request-id",
+        http::HeaderValue::from_str(rid).expect("rid"),
+    );
+    let (resp, mut body) = tx.send_request(head, false).expect("send the call");
+    body.send_data(Bytes::from_static(MESSAGE), true)
+        .expect("send the message");
+    let fut = async move {
+        let (parts, mut body) = resp.await.expect("a response").into_parts();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("body");
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        let trailers = body.trailers().await.expect("trailers");
+        (parts, trailers)
+    };
+    tokio::time::timeout(secs(20), fut)
+        .await
+        .expect("answered within 20 s")
+}
+
+/// C-GRPC-2 / C-GRPC-3, observability: the access line of a gRPC call carries `grpc_status`
+/// (a backend's from its trailers, a trailers-only answer's from its head, weir's own
+/// `DEADLINE_EXCEEDED`), and `load_balancer_http_requests_total` counts gRPC calls with a
+/// bounded `grpc_status` label, while other requests keep their series without it.
+pub async fn c_grpc_2_access_log_and_requests_metric_carry_the_grpc_status(bin: Binary) {
+    let ok = H2Backend::start("ok-1", None, 0).await;
+    let bad = H2Backend::unavailable("bad-1").await;
+    let slow = SlowBackend::start("slow-4", secs(5)).await;
+    let h2c = |id: &str, url: String| json!([{"id": id, "url": url, "protocol": "h2c"}]);
+    let cfg = slow_config(&slow)
+        .set("backends", h2c(ok.id(), ok.url()))
+        .set("pools.bad.backends", h2c(bad.id(), bad.url()))
+        .set("pools.slow.backends", h2c(slow.id(), slow.url()))
+        .route("/bad", "bad", None)
+        .route("/slow", "slow", None)
+        .set("server.access_log_sample_rate", 1.0)
+        .management();
+    let p = Proxy::start(&bin, &cfg).await;
+    let (parts, trailers) = traced_call(p.public, "/pkg.Ok/Call", "g-ok", None).await;
+    assert_eq!(parts.status, 200);
+    let trailers = trailers.expect("the backend's trailers");
+    assert_eq!(header(&trailers, "grpc-status").as_deref(), Some("0"));
+    let (parts, _) = traced_call(p.public, "/bad/pkg.Bad/Call", "g-bad", None).await;
+    assert_eq!(header(&parts.headers, "grpc-status").as_deref(), Some("14"));
+    let (parts, _) = traced_call(p.public, "/slow/pkg.Slow/Call", "g-late", Some("100m")).await;
+    assert_eq!(header(&parts.headers, "grpc-status").as_deref(), Some("4"));
+    // An HTTP/1.1 client's gRPC call: the status from the trailers relayed as chunked ones.
+    let r = send(
+        p.public,
+        &Req::post("/pkg.Ok/Call", "x")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("x-request-id", "h1-ok"),
+    )
+    .await;
+    expect_status(&r, 200, "HTTP/1.1 gRPC call");
+    let r = send(
+        p.public,
+        &Req::get("/plain").header("x-request-id", "plain-1"),
+    )
+    .await;
+    expect_status(&r, 200, "a request that is not gRPC");
+
+    let calls = [
+        ("g-ok", 200, 0),
+        ("h1-ok", 200, 0),
+        ("g-bad", 200, 14),
+        ("g-late", 504, 4),
+    ];
+    for (rid, status, grpc) in calls {
+        let line = line_of(&p, rid).await;
+        assert_eq!(line["fields"]["status"], status, "{line}");
+        assert_eq!(line["fields"]["grpc_status"], grpc, "{line}");
+    }
+    let line = line_of(&p, "plain-1").await;
+    assert!(line["fields"].get("grpc_status").is_none(), "{line}");
+
+    let text = metrics(&p).await;
+    let name = "load_balancer_http_requests_total";
+    let public = "listener=\"public\"";
+    for (code, grpc, n) in [("200", "0", 2.0), ("200", "14", 1.0), ("504", "4", 1.0)] {
+        let labels = [
+            public,
+            &format!("code=\"{code}\""),
+            &format!("grpc_status=\"{grpc}\""),
+        ];
+        assert_eq!(
+            sample(&text, name, &labels),
+            Some(n),
+            "{code}/{grpc}:\n{text}"
+        );
+    }
+    // The plain request is in the series without the label, which the gRPC calls are not.
+    let plain = text
+        .lines()
+        .find(|l| {
+            l.starts_with(name)
+                && l.contains(public)
+                && l.contains("code=\"200\"")
+                && !l.contains("grpc_status")
+        })
+        .expect("the plain 200 series");
+    assert!(plain.ends_with(" 1"), "{plain}");
 }

@@ -13,7 +13,7 @@ use crate::harness::{Binary, Proxy};
 use crate::util::{eventually, ms, secs};
 
 /// The access lines the proxy wrote so far.
-fn access_lines(p: &Proxy) -> Vec<Value> {
+pub(super) fn access_lines(p: &Proxy) -> Vec<Value> {
     p.logs()
         .stdout()
         .lines()
@@ -23,7 +23,7 @@ fn access_lines(p: &Proxy) -> Vec<Value> {
 }
 
 /// The access line of the request answered with `X-Request-ID: rid`, waiting for it.
-async fn line_of(p: &Proxy, rid: &str) -> Value {
+pub(super) async fn line_of(p: &Proxy, rid: &str) -> Value {
     eventually(secs(5), &format!("the access line of {rid}"), || async {
         access_lines(p)
             .into_iter()
@@ -39,7 +39,7 @@ fn u(v: &Value, field: &str) -> u64 {
 }
 
 /// One sample of a Prometheus text exposition: the line of `name` with every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub(super) fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.split(['{', ' ']).next() == Some(name))

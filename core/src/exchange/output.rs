@@ -322,6 +322,9 @@ pub struct Record {
     pub reason: Option<&'static str>,
     /// The status of the latest backend response head, if any.
     pub upstream_status: Option<u16>,
+    /// Where the request's gRPC status comes from (the access log's `grpc_status`, the request
+    /// metric's `grpc_status` label): none, known now, or the backend's response (C-GRPC-3).
+    pub grpc_status: crate::grpc::StatusSource,
 }
 
 impl Record {
@@ -342,6 +345,7 @@ impl Record {
             include_path: false,
             reason: Some(error.reason()),
             upstream_status: None,
+            grpc_status: crate::grpc::StatusSource::NotGrpc,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::admission::{Cancel, Entry};
 use crate::flow::{Action, AttemptError, BodyEnd, Flow, RequestMeta};
+use crate::grpc::StatusSource;
 use crate::rate::{FailureDecision, RateOutcome, StorageKind, on_store_failure};
 use crate::response::{ClientError, Reject};
 use crate::retry::BodyKind;
@@ -551,7 +552,24 @@ impl Exchange {
             include_path: server.access_log_include_path,
             reason: self.reason(status),
             upstream_status: self.upstream_status,
+            grpc_status: self.grpc_status_source(status),
         }));
+    }
+
+    /// Where the record's gRPC status comes from: weir's own answer's code (C-GRPC-3),
+    /// `CANCELLED` for a client that left (`499`), the backend's response for a delivery.
+    fn grpc_status_source(&self, status: u16) -> StatusSource {
+        if !self.grpc {
+            return StatusSource::NotGrpc;
+        }
+        if status == 499 {
+            return StatusSource::Known(crate::grpc::CANCELLED);
+        }
+        match self.answer {
+            None => StatusSource::Response,
+            Some(Answer::Live | Answer::Ready) => StatusSource::NotGrpc,
+            Some(a) => StatusSource::Known(crate::grpc::code_for(a.status()).as_u8()),
+        }
     }
 
     /// Why weir answered itself, for the access log: `None` for a backend's

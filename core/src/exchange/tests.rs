@@ -1332,6 +1332,7 @@ fn c_grpc_2_the_calls_deadline_cancels_the_attempt_and_answers_deadline_exceeded
     assert_eq!(grpc_status_of(&x, &a).as_deref(), Some("4"));
     let r = record(&out);
     assert_eq!((r.status, r.reason), (504, Some("deadline_exceeded")));
+    assert_eq!(r.grpc_status, crate::grpc::StatusSource::Known(4));
     assert!(x.is_done());
     assert_eq!(f.in_flight(), [0, 0]);
     for (_, b) in f.rt.backends() {
@@ -1510,4 +1511,30 @@ backends:
         _ => None,
     });
     assert_eq!(delivered, Some(503));
+}
+
+#[test]
+fn c_grpc_2_the_record_says_where_the_grpc_status_comes_from() {
+    use crate::grpc::StatusSource;
+    let mut f = Fixture::new(TWO, StorageKind::Local);
+    // A delivered response to a gRPC call: the backend's grpc-status, read by the adapter.
+    let (mut x, _) = f.start(&grpc_call("5S"), T0);
+    let out = f.feed(&mut x, Input::ResponseHead { status: 200 }, at(1));
+    assert_eq!(record(&out).grpc_status, StatusSource::Response);
+    let _ = f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(2));
+    // A gRPC client that leaves before a head: CANCELLED.
+    let (mut x, _) = f.start(&grpc_call("5S"), T0);
+    let out = f.feed(&mut x, Input::ClientGone, at(1));
+    assert_eq!(record(&out).grpc_status, StatusSource::Known(1));
+    // weir's own answer: its code (a full gate: UNAVAILABLE).
+    let (_held, _) = f.start(&Req::get("/x"), T0);
+    let mut full = f.services.gate().enter(T0);
+    while !matches!(full, crate::admission::Entry::Rejected(_)) {
+        full = f.services.gate().enter(T0);
+    }
+    let (_, out) = f.start(&grpc_call("5S"), T0);
+    assert_eq!(record(&out).grpc_status, StatusSource::Known(14));
+    // Not gRPC: none.
+    let (_, out) = f.start(&Req::get("/x"), T0);
+    assert_eq!(record(&out).grpc_status, StatusSource::NotGrpc);
 }

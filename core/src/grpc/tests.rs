@@ -142,3 +142,14 @@ fn c_grpc_3_only_a_trailers_only_unavailable_counts_as_a_failure() {
     ));
     assert!(!trailers_only_unavailable(&headers(&[]), true));
 }
+
+#[test]
+fn c_grpc_2_a_backends_grpc_status_is_a_bounded_code() {
+    for code in 0..=16u8 {
+        assert_eq!(status_code(code.to_string().as_bytes()), code);
+    }
+    assert_eq!(status_code(b" 4 "), 4);
+    for other in [&b"17"[..], b"99", b"-1", b"", b"ok", b"007", b"1 4", b"140"] {
+        assert_eq!(status_code(other), UNKNOWN, "{other:?}");
+    }
+}

@@ -225,7 +225,7 @@ fn account(
     proxy_state
         .data_plane
         .metrics
-        .request(Listener::Management, status, elapsed);
+        .request(Listener::Management, status, elapsed, None);
     let server = &rt.config().server;
     let log = worker::with_rng(|rng| {
         access_log::should_log(status, seen.mutation, server.access_log_sample_rate, rng)
@@ -254,6 +254,7 @@ fn account(
             route: None,
             reason: (status >= 400).then(|| crate::observe::events::management_reason(status)),
             upstream_status: None,
+            grpc_status: None,
             request_bytes: None,
             response_bytes: hyper::body::Body::size_hint(response.body()).exact(),
         }

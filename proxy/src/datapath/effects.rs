@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use http::Method;
 use weir_core::exchange::{Exchange, Metric, Output, Record};
+use weir_core::grpc::StatusSource;
 
 use crate::base::exposition::Listener;
 use crate::base::rt::Rt;
@@ -75,6 +76,12 @@ pub struct PendingLine {
     route: Option<Box<str>>,
     backend: Option<Box<str>>,
     request_bytes: RequestBytes,
+    /// The request's gRPC status as known so far (C-GRPC-3: weir's own answer's; a backend's
+    /// from its trailers-only head or its trailers, [`PendingLine::set_grpc_status`]).
+    grpc_status: Option<u8>,
+    /// The request counter waits for the gRPC status too (a backend's response to a gRPC
+    /// call): counted when the line is done, logged or not.
+    count: Option<Arc<crate::observe::metrics::Metrics>>,
     done: bool,
 }
 
@@ -121,7 +128,18 @@ impl PendingLine {
             route: None,
             backend: None,
             request_bytes: RequestBytes::Known(0),
+            grpc_status: r.grpc_status.known(),
+            count: (r.grpc_status == StatusSource::Response)
+                .then(|| Arc::clone(&data_plane.metrics)),
             done: false,
+        }
+    }
+
+    /// The backend's `grpc-status` for this gRPC call, from its trailers-only head or its
+    /// trailers ([`weir_core::grpc::status_code`]).
+    pub fn set_grpc_status(&mut self, value: &[u8]) {
+        if self.count.is_some() {
+            self.grpc_status = Some(weir_core::grpc::status_code(value));
         }
     }
 
@@ -140,6 +158,12 @@ impl PendingLine {
             return;
         }
         let r = &self.record;
+        if let Some(metrics) = self.count.take() {
+            metrics.request(Listener::Public, r.status, r.duration, self.grpc_status);
+        }
+        if !r.log {
+            return;
+        }
         let total = self.rt.now().saturating_duration_since(self.arrived);
         Line {
             request_id: &self.request_id,
@@ -160,6 +184,7 @@ impl PendingLine {
             route: self.route.as_deref(),
             reason: r.reason,
             upstream_status: r.upstream_status,
+            grpc_status: self.grpc_status,
             request_bytes: Some(self.request_bytes.get()),
             response_bytes: Some(response_bytes),
         }
@@ -188,17 +213,25 @@ pub fn perform(
         Output::Metric(m) => metric(data_plane, x, m),
         Output::Outliers(events) => outliers(x, &events),
         Output::Record(r) => {
-            record(data_plane, &r);
-            if r.log && request.is_some() {
+            if needs_line(&r) && request.is_some() {
+                record_later(data_plane, &r);
                 return Some(Output::Record(r));
             }
+            record(data_plane, &r);
         }
         other => return Some(other),
     }
     None
 }
 
-/// The pending access-log line of a logged record `r` given back by [`perform`].
+/// Whether record `r` needs a [`PendingLine`]: it is logged, or its request counter waits for
+/// a backend's gRPC status (the line counts it at its end, logged or not).
+#[must_use]
+pub fn needs_line(r: &Record) -> bool {
+    r.log || r.grpc_status == StatusSource::Response
+}
+
+/// The pending access-log line of a record `r` given back by [`perform`] ([`needs_line`]).
 #[must_use]
 pub fn pending_line(
     data_plane: &DataPlane,
@@ -291,10 +324,25 @@ pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
 }
 
 /// The request metric of `r` (every request, logged or not, C-OBS-2): what [`perform`] does
-/// with an [`Output::Record`] besides giving a logged one back.
+/// with an [`Output::Record`] besides giving a logged one back. A record whose gRPC status is
+/// still to come ([`needs_line`]) is counted by its [`PendingLine`] instead: give it
+/// [`record_later`] and a line.
 pub fn record(data_plane: &DataPlane, r: &Record) {
-    data_plane
-        .metrics
-        .request(Listener::Public, r.status, r.duration);
+    data_plane.metrics.request(
+        Listener::Public,
+        r.status,
+        r.duration,
+        r.grpc_status.known(),
+    );
     data_plane.metrics.retries(r.attempts);
+}
+
+/// The part of [`record`] that does not wait for the line: a record with a [`PendingLine`]
+/// has its request counted when the line is done (with a backend's gRPC status, C-GRPC-3).
+pub fn record_later(data_plane: &DataPlane, r: &Record) {
+    if r.grpc_status == StatusSource::Response {
+        data_plane.metrics.retries(r.attempts);
+    } else {
+        record(data_plane, r);
+    }
 }

@@ -129,6 +129,12 @@ impl Body for ResBody {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.sent += data.len() as u64;
+                } else if let (Some(line), Some(trailers)) =
+                    (this.line.as_mut(), frame.trailers_ref())
+                    && let Some(v) = trailers.get(weir_core::grpc::STATUS)
+                {
+                    // A gRPC call's status, for its access line and request metric (C-GRPC-3).
+                    line.set_grpc_status(v.as_bytes());
                 }
                 if this.is_end_stream() {
                     this.finish_line();

@@ -74,6 +74,9 @@ pub struct Line<'a> {
     pub reason: Option<&'a str>,
     /// The latest backend response head's status, if any.
     pub upstream_status: Option<u16>,
+    /// A gRPC call's status (0-16): weir's own answer's, or the backend's from its
+    /// trailers-only head or its trailers; absent for other requests.
+    pub grpc_status: Option<u8>,
     /// Request body bytes read from the client (and passed upstream).
     pub request_bytes: Option<u64>,
     /// Response body bytes passed to the client.
@@ -117,6 +120,7 @@ impl Line<'_> {
             status = self.status,
             reason = self.reason,
             upstream_status = self.upstream_status,
+            grpc_status = self.grpc_status,
             duration_us = micros,
             duration_ms = micros as f64 / 1000.0,
             head_us,

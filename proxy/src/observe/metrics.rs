@@ -26,8 +26,9 @@
 //! `code="200"` series, every protection reason, every backend's attempt outcomes and health
 //! check results, every reload source and result.
 //!
-//! Labels are bounded: listener, status code, backend id, pool name, outcome, reason, result,
-//! storage kind, reload source. Never a path or a client address.
+//! Labels are bounded: listener, status code, a gRPC call's status code (0-16), backend id,
+//! pool name, outcome, reason, result, storage kind, reload source. Never a path or a client
+//! address.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,7 @@ use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
 
 pub(crate) mod backends;
+mod grpc_codes;
 mod histogram;
 pub mod ops;
 pub mod store_calls;
@@ -83,6 +85,8 @@ impl ReloadSource {
 struct RequestMetrics {
     /// Indexed by status code (hyper's `StatusCode` is 100..=999).
     codes: Box<[AtomicU64]>,
+    /// gRPC calls with a known gRPC status, by status code and gRPC code (the public listener).
+    grpc: grpc_codes::GrpcCodes,
     duration: AtomicHistogram,
 }
 
@@ -90,6 +94,7 @@ impl RequestMetrics {
     fn new() -> RequestMetrics {
         RequestMetrics {
             codes: (0..1000).map(|_| AtomicU64::new(0)).collect(),
+            grpc: grpc_codes::GrpcCodes::new(),
             duration: AtomicHistogram::default(),
         }
     }
@@ -143,6 +148,16 @@ impl Metrics {
                     ));
                 }
             }
+            for (code, grpc, n) in r.grpc.series() {
+                requests.push((
+                    labels([
+                        ("listener", listener.as_str()),
+                        ("code", &code.to_string()),
+                        ("grpc_status", &grpc.to_string()),
+                    ]),
+                    n,
+                ));
+            }
             durations.push((
                 labels([("listener", listener.as_str())]),
                 r.duration.snapshot(),
@@ -150,7 +165,7 @@ impl Metrics {
         }
         out.push(counter(
             "load_balancer_http_requests",
-            "Requests answered, by listener and status code (/healthz and /readyz included).",
+            "Requests answered, by listener and status code (/healthz and /readyz included); gRPC calls with a gRPC status also by grpc_status (0-16).",
             requests,
         ));
         out.push(seconds_histogram(
@@ -226,9 +241,12 @@ impl Metrics {
 
     /// Count one answered request of `listener` (C-OBS-1, C-OBS-2: every request, sampled for
     /// the log or not).
-    pub fn request(&self, listener: Listener, status: u16, elapsed: Duration) {
+    pub fn request(&self, listener: Listener, status: u16, elapsed: Duration, grpc: Option<u8>) {
         let m = &self.requests[listener.index()];
-        if let Some(c) = m.codes.get(usize::from(status)) {
+        // A gRPC call with a known status goes to its `grpc_status` series instead; any other
+        // request (most traffic) costs one comparison more.
+        let counted = grpc.is_some_and(|code| m.grpc.add(status, code));
+        if !counted && let Some(c) = m.codes.get(usize::from(status)) {
             c.fetch_add(1, Ordering::Relaxed);
         }
         m.duration.observe(elapsed);

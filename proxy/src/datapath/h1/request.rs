@@ -312,10 +312,12 @@ impl Req<'_> {
             // is `perform`'s.
             match out {
                 Output::Record(r) => {
-                    effects::record(self.data_plane, &r);
-                    if r.log {
+                    if effects::needs_line(&r) {
+                        effects::record_later(self.data_plane, &r);
                         let request = self.log.request();
                         self.line = Some(effects::pending_line(self.data_plane, x, &r, request));
+                    } else {
+                        effects::record(self.data_plane, &r);
                     }
                 }
                 Output::Metric(m) => effects::metric(self.data_plane, x, m),

@@ -48,6 +48,8 @@ use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
+/// `grpc-status`.
+const GRPC_STATUS: HeaderName = HeaderName::from_static(weir_core::grpc::STATUS);
 /// `grpc-timeout`.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(weir_core::grpc::timeout::NAME);
 
@@ -454,6 +456,10 @@ impl<'a> Io<'a> {
         let data_plane = &self.ctx.data_plane;
         let backend_upgrade = d.upgrade.then(|| hyper::upgrade::on(&mut resp));
         let (mut parts, body) = resp.into_parts();
+        // A trailers-only gRPC answer carries its status in the head (C-GRPC-3).
+        if let (Some(line), Some(v)) = (self.line.as_mut(), parts.headers.get(GRPC_STATUS)) {
+            line.set_grpc_status(v.as_bytes());
+        }
         strip_hop_by_hop(&mut parts.headers, d.upgrade);
         for (name, value) in x.response_headers(Some(d), d.deliver.status) {
             let value = match name {

@@ -72,6 +72,9 @@ impl Resend {
     }
 }
 
+/// `grpc-status`.
+const GRPC_STATUS: HeaderName = HeaderName::from_static(weir_core::grpc::STATUS);
+
 /// Why feeding the request body to the stream stopped early.
 enum PumpError {
     /// The client's fault (its read failed, timed out or broke its framing).
@@ -303,6 +306,10 @@ impl Req<'_> {
             return false;
         };
         self.delivered = true;
+        // A trailers-only gRPC answer carries its status in the head (C-GRPC-3).
+        if let (Some(line), Some(v)) = (self.line.as_mut(), parts.headers.get(GRPC_STATUS)) {
+            line.set_grpc_status(v.as_bytes());
+        }
         strip_hop_by_hop(&mut parts.headers, false);
         c.out.clear();
         status_line(&mut c.out, status);
@@ -330,15 +337,19 @@ impl Req<'_> {
         connection_line(&mut c.out, keep, version);
         c.out.extend_from_slice(b"\r\n");
         let mut sent = 0;
+        let mut grpc_status = None;
         let end = if bodiless {
             match write_all(&mut c.io, &c.out).await {
                 Ok(()) => BodyEnd::Complete,
                 Err(_) => BodyEnd::ClientGone,
             }
         } else {
-            let relay = relay_h2(c, body, chunked, &mut sent);
+            let relay = relay_h2(c, body, chunked, (&mut sent, &mut grpc_status));
             stream_body(data_plane, x, pin!(relay)).await
         };
+        if let (Some(line), Some(v)) = (self.line.as_mut(), grpc_status) {
+            line.set_grpc_status(v.as_bytes());
+        }
         finish(data_plane, x, end);
         data_plane.upstream.release_lent(lent, data_plane.rt.now());
         self.log_line(sent);
@@ -447,12 +458,13 @@ async fn pump(
 }
 
 /// Write the head in `c.out`, then the HTTP/2 response body as it arrives (chunked when
-/// `chunked`, its trailers as chunked trailers), counting its bytes in `sent`.
+/// `chunked`, its trailers as chunked trailers), counting its bytes in `sent` and keeping the
+/// trailers' `grpc-status` in `grpc_status` (the access log's and the metric's, C-GRPC-3).
 async fn relay_h2(
     c: &mut DownstreamConn,
     mut body: Incoming,
     chunked: bool,
-    sent: &mut u64,
+    (sent, grpc_status): (&mut u64, &mut Option<HeaderValue>),
 ) -> Result<(), RelayError> {
     let sink = |e: io::Error| RelayError::Sink(e);
     let mut out = std::mem::take(&mut c.out);
@@ -478,7 +490,13 @@ async fn relay_h2(
                 }
             }
             Err(frame) => {
-                if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
+                let Ok(trailers) = frame.into_trailers() else {
+                    continue;
+                };
+                if let Some(v) = trailers.get(GRPC_STATUS) {
+                    *grpc_status = Some(v.clone());
+                }
+                if chunked {
                     out.extend_from_slice(b"0\r\n");
                     for (name, value) in &trailers {
                         line(&mut out, name.as_str().as_bytes(), value.as_bytes());
