@@ -192,6 +192,7 @@ macro_rules! __with_cases {
             c_retry_9_post_that_failed_after_its_body_was_sent_is_not_retried,
             c_retry_9_h2c_refused_stream_goes_to_another_backend,
             c_retry_9_h2c_stream_past_goaway_goes_to_another_backend,
+            c_retry_10_a_retry_waits_a_jittered_backoff,
             c_retry_11_backend_429_passes_through_not_retried_nor_a_failure,
             c_retry_11_full_bulkhead_503_carries_retry_after,
             c_retry_11_503_with_retry_after_pushes_the_backend_back,

@@ -342,6 +342,8 @@ mod unread {
                 "budget_refill_per_second",
                 float(r.budget_refill_per_second),
             ),
+            ("backoff_base", duration(r.backoff_base)),
+            ("backoff_max", duration(r.backoff_max)),
         ])
     }
 

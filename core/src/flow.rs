@@ -341,13 +341,13 @@ impl Flow {
         self.now
     }
 
-    /// Take `slot` on backend `index` as the next attempt.
-    fn begin(&mut self, index: usize, slot: Slot, now: Instant) -> Attempt {
+    /// Take `slot` on backend `index` as the next attempt, to be sent at `at`.
+    fn begin(&mut self, index: usize, slot: Slot, at: Instant) -> Attempt {
         // At most `max_attempts` (<= 5) distinct indices: the set (8) never fills.
         let _ = self.tried.insert(index);
         self.attempts += 1;
         self.backend = Some(index);
-        let header_deadline = self.policy.header_deadline(now);
+        let header_deadline = self.policy.header_deadline(at);
         let panic = slot.is_panic();
         // Replacing the previous attempt drops its slot: released as the flow moves on.
         self.current = Some(Current {
@@ -360,6 +360,7 @@ impl Flow {
             attempt: self.attempts,
             header_deadline,
             panic,
+            at,
         }
     }
 
@@ -429,7 +430,18 @@ impl Flow {
             |(_, slot): (usize, Slot)| slot.cancel(),
         );
         match reserved {
-            Ok((index, slot)) => Ok(self.begin(index, slot, now)),
+            Ok((index, slot)) => {
+                // C-RETRY-10: a full-jitter wait before retry k (k = attempts so far), drawn
+                // after the reservation (a retry that cannot happen waits for nothing), and
+                // none before an attempt of which nothing was sent (C-RETRY-9): it never
+                // reached the backend, so it asked nothing of it.
+                let delay = if outcome.nothing_sent() {
+                    core::time::Duration::ZERO
+                } else {
+                    self.policy.backoff(self.attempts, rng)
+                };
+                Ok(self.begin(index, slot, now.saturating_add(delay)))
+            }
             Err(reason) => Err(Stopped::new(reason, unavailable)),
         }
     }

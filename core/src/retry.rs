@@ -47,6 +47,11 @@ pub struct RetryParams {
     pub budget_capacity: u64,
     /// Retry budget refill in tokens per second [10, > 0] (C-RETRY-7).
     pub budget_refill_per_second: f64,
+    /// The full-jitter backoff before retry k is below `backoff_base` × 2^(k−1) [25ms; `0s`:
+    /// no backoff] (C-RETRY-10).
+    pub backoff_base: Duration,
+    /// ... and below `backoff_max` [250ms, >= `backoff_base`] (C-RETRY-10).
+    pub backoff_max: Duration,
 }
 
 impl Default for RetryParams {
@@ -59,6 +64,8 @@ impl Default for RetryParams {
             statuses: vec![502, 503, 504],
             budget_capacity: 100,
             budget_refill_per_second: 10.0,
+            backoff_base: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(250),
         }
     }
 }
@@ -82,6 +89,8 @@ pub enum RetryError {
     BudgetRefill(f64),
     /// `budget_capacity` is too large for `budget_refill_per_second`
     BudgetTooLarge,
+    /// `backoff_max` is below `backoff_base`
+    BackoffMax,
 }
 
 impl RetryError {
@@ -95,6 +104,7 @@ impl RetryError {
             RetryError::Status(_) | RetryError::TooManyRequests => "statuses",
             RetryError::BudgetCapacity | RetryError::BudgetTooLarge => "budget_capacity",
             RetryError::BudgetRefill(_) => "budget_refill_per_second",
+            RetryError::BackoffMax => "backoff_max",
         }
     }
 }
@@ -123,6 +133,7 @@ impl fmt::Display for RetryError {
                     "budget_capacity is too large for budget_refill_per_second"
                 )
             }
+            RetryError::BackoffMax => write!(f, "backoff_max must be at least backoff_base"),
         }
     }
 }
@@ -296,6 +307,8 @@ pub struct RetryPolicy {
     statuses: Vec<u16>,
     budget: BucketParams,
     budget_refill_per_second: f64,
+    backoff_base: Duration,
+    backoff_max: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -324,6 +337,8 @@ impl RetryPolicy {
             statuses,
             budget_capacity,
             budget_refill_per_second,
+            backoff_base,
+            backoff_max,
         } = params;
         if !MAX_ATTEMPTS_RANGE.contains(&max_attempts) {
             return Err(RetryError::MaxAttempts(max_attempts));
@@ -352,6 +367,10 @@ impl RetryPolicy {
         }
         statuses.sort_unstable();
         statuses.dedup();
+        // A zero base turns backoff off whatever the cap; otherwise the cap cannot be below it.
+        if !backoff_base.is_zero() && backoff_max < backoff_base {
+            return Err(RetryError::BackoffMax);
+        }
         let budget =
             BucketParams::new(budget_capacity, budget_refill_per_second).map_err(|e| match e {
                 BucketError::ZeroCapacity => RetryError::BudgetCapacity,
@@ -366,6 +385,8 @@ impl RetryPolicy {
             statuses,
             budget,
             budget_refill_per_second,
+            backoff_base,
+            backoff_max,
         })
     }
 
@@ -380,7 +401,33 @@ impl RetryPolicy {
             statuses: self.statuses.clone(),
             budget_capacity: self.budget.capacity(),
             budget_refill_per_second: self.budget_refill_per_second,
+            backoff_base: self.backoff_base,
+            backoff_max: self.backoff_max,
         }
+    }
+
+    /// The exclusive upper bound of the backoff before retry `k` (1 for the first retry):
+    /// `min(backoff_max, backoff_base × 2^(k−1))`, zero when backoff is off or `k` is 0
+    /// (C-RETRY-10).
+    #[must_use]
+    pub fn backoff_cap(&self, k: u32) -> Duration {
+        if k == 0 || self.backoff_base.is_zero() {
+            return Duration::ZERO;
+        }
+        let doubled = self
+            .backoff_base
+            .checked_mul(1u32.checked_shl(k - 1).unwrap_or(u32::MAX))
+            .unwrap_or(Duration::MAX);
+        doubled.min(self.backoff_max)
+    }
+
+    /// The full-jitter wait before retry `k` (AWS's "full jitter": uniform in
+    /// `[0, backoff_cap(k))`, whole nanoseconds), drawn from `rng` (C-RETRY-10). Full jitter
+    /// spreads the retries of many requests that failed at once over the whole window instead
+    /// of sending them together again.
+    pub fn backoff(&self, k: u32, rng: &mut dyn crate::rng::Rng) -> Duration {
+        let cap = u64::try_from(self.backoff_cap(k).as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(rng.below(cap))
     }
 
     /// Attempts per request, the first included.

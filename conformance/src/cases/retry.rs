@@ -612,3 +612,30 @@ fn expect_h2_bodies(backends: &[&H2Backend], bodies: &[Vec<String>]) {
         "every body arrived whole, once, at a backend that answered"
     );
 }
+
+/// C-RETRY-10: with `backoff_base` = `backoff_max` = 200ms, a retry reaches the second backend
+/// a full-jitter delay after the first answered `503`: never more than 200ms (plus generous
+/// slack for the machine), and, over 20 requests, not all at once (20 uniform draws from
+/// [0, 200ms) all below 20ms has probability 10^-20). A connect error is retried at once
+/// (C-RETRY-9: no backoff), which the other C-RETRY-9 cases exercise.
+pub async fn c_retry_10_a_retry_waits_a_jittered_backoff(bin: Binary) {
+    let (a, b, p) = pair(&bin, |c| {
+        c.set("server.retry.backoff_base", "200ms")
+            .set("server.retry.backoff_max", "200ms")
+    })
+    .await;
+    a.set_mode(Mode::Status(503));
+    let mut waits = Vec::new();
+    for i in 0..20 {
+        let r = get(p.public, "/backoff").await;
+        expect_retried(&r, &format!("request {i}"));
+        let (first, retry) = (a.last().expect("first attempt"), b.last().expect("retry"));
+        waits.push(retry.at.saturating_duration_since(first.at));
+    }
+    let slowest = waits.iter().max().copied().unwrap_or_default();
+    assert!(
+        slowest < ms(200) + secs(1),
+        "a wait beyond backoff_max and the slack: {waits:?}"
+    );
+    assert!(slowest >= ms(20), "no retry waited: {waits:?}");
+}

@@ -88,7 +88,9 @@ pub struct Send {
     /// What the body of this attempt is.
     pub body: SendBody,
     /// The clock reading the engine decided to send at (its deadlines count from it; the
-    /// driver checks pooled connections out at it rather than reading the clock again).
+    /// driver checks pooled connections out at it rather than reading the clock again). After
+    /// the failure it retries, a retry's `at` is later by its full-jitter backoff
+    /// (C-RETRY-10): wait until then, and give the wait up when the client leaves.
     pub at: Instant,
 }
 

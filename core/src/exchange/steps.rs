@@ -440,7 +440,9 @@ impl Exchange {
             Action::Attempt(a) | Action::Retry(a) => {
                 self.attempts = a.attempt;
                 self.backend = Some(a.backend);
-                self.stage = Stage::Awaiting { sent: now };
+                // A retry after its backoff (C-RETRY-10) is sent at `a.at`: the adapter waits
+                // for it (ending the wait if the client leaves); its deadlines count from it.
+                self.stage = Stage::Awaiting { sent: a.at };
                 if a.panic {
                     let m = Metric::PanicSelection { backend: a.backend };
                     self.outbox.push(Output::Metric(m));
@@ -457,7 +459,7 @@ impl Exchange {
                     last: a.attempt >= retry.max_attempts(),
                     replayable,
                     body: self.send_body,
-                    at: now,
+                    at: a.at,
                 }));
             }
             Action::Deliver(d) if d.status == 101 && !self.upgrade => {

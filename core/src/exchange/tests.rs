@@ -571,6 +571,7 @@ server:
   retry:
     max_attempts: 2
     body_limit: 100
+    backoff_base: 0s
 backends:
   - id: a
     url: http://10.0.0.1:80
@@ -743,6 +744,44 @@ backends:
     );
 }
 
+/// C-RETRY-10: a retry's `Send` is due after its backoff (the adapter waits until `at`), and
+/// its header deadline counts from then; the first attempt is due at once.
+#[test]
+fn c_retry_10_a_retry_is_sent_after_its_backoff() {
+    const BACKOFF: &str = "
+server:
+  retry:
+    max_attempts: 2
+    per_try_timeout: 1s
+    backoff_base: 200ms
+    backoff_max: 200ms
+backends:
+  - id: a
+    url: http://10.0.0.1:80
+  - id: b
+    url: http://10.0.0.2:80
+";
+    let mut f = Fixture::new(BACKOFF, StorageKind::Local);
+    let mut waits = Vec::new();
+    for i in 0..20u64 {
+        let t = at(i * 10_000);
+        let (mut x, out) = f.start(&Req::get("/x"), t);
+        assert_eq!(send(&out).at, t, "no wait before the first attempt");
+        let failed = at(i * 10_000 + 10);
+        let retry = send(&f.feed(&mut x, Input::ResponseHead { status: 503 }, failed));
+        let waited = retry.at.saturating_since(failed);
+        assert!(waited < Duration::from_millis(200), "{waited:?}");
+        assert_eq!(x.poll_timeout(), Some(retry.at + Duration::from_secs(1)));
+        waits.push(waited);
+        f.feed(&mut x, Input::ClientGone, retry.at);
+    }
+    assert!(
+        waits.iter().any(|w| *w > Duration::from_millis(20)),
+        "full jitter over [0, 200ms) is not all near zero: {waits:?}"
+    );
+    assert_eq!(f.in_flight(), [0, 0]);
+}
+
 #[test]
 fn c_retry_5_the_header_deadline_is_the_earlier_of_per_try_and_response_header_timeout() {
     let mut f = Fixture::new(RETRYING, StorageKind::Local);
@@ -780,6 +819,7 @@ server:
     max_attempts: 2
     per_try_timeout: 500ms
     body_limit: 100
+    backoff_base: 0s
 backends:
   - id: a
     url: http://10.0.0.1:80

@@ -124,6 +124,9 @@ pub struct Attempt {
     pub header_deadline: Instant,
     /// The slot was granted by panic routing (every eligible circuit open; see `select.rs`).
     pub panic: bool,
+    /// When to send it: now, or after the full-jitter backoff before a retry (C-RETRY-10);
+    /// `header_deadline` counts from it.
+    pub at: Instant,
 }
 
 /// Pass the current backend response to the client as it was (C-RETRY-4), with the C-PATH-4

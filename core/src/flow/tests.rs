@@ -28,14 +28,66 @@ fn budget(capacity: u64, drained: u64) -> Arc<RetryBudget> {
     Arc::new(b)
 }
 
+/// A policy with `max_attempts` and no backoff (C-RETRY-10 has tests of its own).
 fn policy(max_attempts: u32) -> Arc<RetryPolicy> {
     Arc::new(
         RetryPolicy::new(RetryParams {
             max_attempts,
+            backoff_base: Duration::ZERO,
             ..RetryParams::default()
         })
         .expect("valid policy"),
     )
+}
+
+/// C-RETRY-10: a retry after a retryable status waits a full-jitter backoff below
+/// `backoff_base` × 2^(k−1) capped by `backoff_max` for retry k; its header deadline counts from
+/// the send; a retry of which nothing was sent (C-RETRY-9) does not wait. Deterministic per seed.
+#[test]
+fn c_retry_10_a_retry_waits_its_backoff_and_an_unsent_one_does_not() {
+    let p = pool(4);
+    let pol = Arc::new(
+        RetryPolicy::new(RetryParams {
+            max_attempts: 4,
+            backoff_base: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(300),
+            ..RetryParams::default()
+        })
+        .expect("valid policy"),
+    );
+    let bud = budget(100, 0);
+    let run = |seed: u64| {
+        let rng = &mut WyRand::new(seed);
+        let (mut flow, first) = start(&p, &pol, &bud, meta("GET", BodyKind::None), rng);
+        assert_eq!(first.at, T0, "no wait before the first attempt");
+        let mut ats = Vec::new();
+        let mut now = T0;
+        for k in 1..=3u32 {
+            let a = match flow.handle_response_head(503, now, rng) {
+                Action::Retry(a) => a,
+                other => panic!("retry {k}: {other:?}"),
+            };
+            let waited = a.at.saturating_since(now);
+            let cap = Duration::from_millis((100u64 << (k - 1)).min(300));
+            assert!(waited < cap, "retry {k}: waited {waited:?}, cap {cap:?}");
+            assert_eq!(a.header_deadline, pol.header_deadline(a.at));
+            ats.push(waited);
+            now = a.at;
+        }
+        let _ = flow.handle_response_head(200, now, rng);
+        let _ = flow.handle_body_end(BodyEnd::Complete, now);
+        ats
+    };
+    assert_eq!(run(3), run(3), "the same seed waits the same");
+    assert_ne!(run(3), run(4), "the seed is used");
+    let rng = &mut WyRand::new(5);
+    let (mut flow, _) = start(&p, &pol, &bud, meta("POST", BodyKind::Streaming), rng);
+    match flow.handle_error(AttemptError::Connect, T0, rng) {
+        Action::Retry(a) => assert_eq!(a.at, T0, "C-RETRY-9: no backoff"),
+        other => panic!("{other:?}"),
+    }
+    let _ = flow.handle_error(AttemptError::ClientGone, T0, rng);
+    assert_eq!(in_flight(&p), [0, 0, 0, 0]);
 }
 
 fn pool_with(n: usize, max_concurrent_requests: u32) -> Arc<Pool> {

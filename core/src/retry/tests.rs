@@ -518,3 +518,59 @@ fn c_retry_9_nothing_sent_is_retried_for_any_method_and_body() {
         NoRetryResponse::Synthetic(502)
     );
 }
+
+/// C-RETRY-10: the backoff before retry k is below min(backoff_max, backoff_base × 2^(k−1)),
+/// none before the first attempt or with `backoff_base` 0, and deterministic per seed.
+#[test]
+fn c_retry_10_backoff_caps_and_draws() {
+    let p = RetryPolicy::default();
+    let ms = Duration::from_millis;
+    assert_eq!(p.backoff_cap(0), Duration::ZERO);
+    let caps: Vec<Duration> = (1..=6).map(|k| p.backoff_cap(k)).collect();
+    assert_eq!(caps, [ms(25), ms(50), ms(100), ms(200), ms(250), ms(250)]);
+    assert_eq!(p.backoff_cap(u32::MAX), ms(250), "no overflow");
+    let off = RetryPolicy::new(RetryParams {
+        backoff_base: Duration::ZERO,
+        backoff_max: Duration::ZERO,
+        ..RetryParams::default()
+    })
+    .unwrap();
+    let rng = &mut crate::rng::WyRand::new(1);
+    assert_eq!(off.backoff(3, rng), Duration::ZERO);
+    let err = RetryPolicy::new(RetryParams {
+        backoff_base: ms(100),
+        backoff_max: ms(50),
+        ..RetryParams::default()
+    })
+    .unwrap_err();
+    assert_eq!(err, RetryError::BackoffMax);
+    assert_eq!(err.field(), "backoff_max");
+    assert!(err.to_string().starts_with("backoff_max"));
+}
+
+proptest! {
+    /// C-RETRY-10: every draw is inside its bounds, and a seed gives the same draws again.
+    #[test]
+    fn c_retry_10_backoff_is_within_bounds_and_deterministic(
+        seed in any::<u64>(),
+        base_ms in 0u64..100,
+        extra_ms in 0u64..500,
+        k in 1u32..8,
+    ) {
+        let p = RetryPolicy::new(RetryParams {
+            backoff_base: Duration::from_millis(base_ms),
+            backoff_max: Duration::from_millis(base_ms + extra_ms),
+            ..RetryParams::default()
+        })
+        .unwrap();
+        let cap = p.backoff_cap(k);
+        prop_assert!(cap <= Duration::from_millis(base_ms + extra_ms));
+        let mut a = crate::rng::WyRand::new(seed);
+        let mut b = crate::rng::WyRand::new(seed);
+        for _ in 0..16 {
+            let d = p.backoff(k, &mut a);
+            prop_assert!(d < cap || (cap.is_zero() && d.is_zero()), "{d:?} vs {cap:?}");
+            prop_assert_eq!(d, p.backoff(k, &mut b));
+        }
+    }
+}

@@ -69,6 +69,9 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         statuses: vec![502, 503, 504],
         budget_capacity: between(rng, 20, 60),
         budget_refill_per_second: between(rng, 5, 20) as f64,
+        // C-RETRY-10: off for some seeds, up to 50 ms doubling to at most 300 ms for others.
+        backoff_base: ms(between(rng, 0, 50)),
+        backoff_max: ms(between(rng, 50, 300)),
     };
     let gate = GateParams::new(256, Some(64), ms(50)).unwrap_or_default();
     Setup {

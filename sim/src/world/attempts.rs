@@ -2,6 +2,7 @@
 //! gate waits and wake-ups, attempts to the simulated backends, responses; the facts about an
 //! attempt fed back with the breaker checked around each (C-HEALTH-3); the end of a request.
 
+use weir_core::Instant;
 use weir_core::breaker::Outcome;
 use weir_core::exchange::{Answer, AttemptResult, Input, Metric, Output, SendFailure};
 use weir_core::flow::{Attempt, BodyEnd};
@@ -162,7 +163,7 @@ impl World<'_> {
                     self.share_after(watch, s.backend);
                     self.take_bulkhead(req);
                 }
-                self.send(req, s.backend, s.attempt, panic);
+                self.send(req, s.backend, s.attempt, panic, s.at);
             }
             Output::Metric(Metric::PanicSelection { .. }) => {
                 self.requests[req].panic_next = true;
@@ -302,7 +303,16 @@ impl World<'_> {
 
     /// Send attempt `attempt` of the request to backend `index` of its pool: checks, then the
     /// simulated reply.
-    pub(super) fn send(&mut self, req: usize, index: usize, attempt: u32, panic: bool) {
+    /// Attempt `attempt` of `req` on backend `index`, sent at `at` (now, or after a retry's
+    /// backoff, C-RETRY-10: the simulated adapter waits until then).
+    pub(super) fn send(
+        &mut self,
+        req: usize,
+        index: usize,
+        attempt: u32,
+        panic: bool,
+        at: Instant,
+    ) {
         let snapshot = self.requests[req].snapshot;
         let Some(&tracked) = self.snapshots[snapshot].tracked.get(index) else {
             self.fail(
@@ -317,6 +327,7 @@ impl World<'_> {
             attempt,
             header_deadline: deadline.unwrap_or(weir_core::Instant::MAX),
             panic,
+            at,
         };
         let sim = self.tracked[tracked].sim;
         let permit = self.check_attempt(req, &a, tracked);
@@ -342,7 +353,7 @@ impl World<'_> {
             trial: permit == Permit::Trial,
         });
         self.schedule(
-            self.now + plan.after,
+            at.max(self.now) + plan.after,
             Ev::Reply {
                 req,
                 attempt,

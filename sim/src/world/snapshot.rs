@@ -146,7 +146,22 @@ impl World<'_> {
         let rht = self.s.timers.map_or(DEFAULT_RESPONSE_HEADER_TIMEOUT, |t| {
             t.response_header_timeout
         });
-        let expected = self.now + per_try.min(rht);
+        // C-RETRY-10: the send waits out a retry's full-jitter backoff, below
+        // min(backoff_max, backoff_base × 2^(k−1)) for retry k, and none before a first attempt.
+        let waited = send.at.saturating_since(self.now);
+        let cap = self.requests[req].x.as_ref().map_or(Duration::ZERO, |x| {
+            x.runtime().retry().backoff_cap(send.attempt - 1)
+        });
+        if waited > Duration::ZERO && waited >= cap {
+            self.fail(
+                Invariant::RequestTimers,
+                format!(
+                    "request {req} attempt {}: backoff {waited:?} outside [0, {cap:?})",
+                    send.attempt
+                ),
+            );
+        }
+        let expected = send.at.max(self.now) + per_try.min(rht);
         let r = &mut self.requests[req];
         let deadline = r.x.as_ref().and_then(|x| x.poll_timeout());
         r.made.header_deadline = Some(expected);

@@ -159,6 +159,8 @@ fn read_retry(r: &mut Reader, f: &Field<'_>) -> RetryParams {
             &o.field("budget_refill_per_second"),
             d.budget_refill_per_second,
         ),
+        backoff_base: r.duration(&o.field("backoff_base"), d.backoff_base),
+        backoff_max: r.duration(&o.field("backoff_max"), d.backoff_max),
     };
     o.finish(r);
     v

@@ -161,6 +161,18 @@ pub(crate) const SPANS: &[Span] = &[
         false,
     ),
     span(
+        "server.retry.backoff_base",
+        (ms(1), "1ms"),
+        (secs(MINUTE), "1m"),
+        true,
+    ),
+    span(
+        "server.retry.backoff_max",
+        (ms(0), "0s"),
+        (secs(MINUTE), "1m"),
+        false,
+    ),
+    span(
         "server.overload.queue_timeout",
         (ms(0), "0s"),
         (secs(MINUTE), "1m"),
@@ -352,6 +364,8 @@ fn duration(cfg: &Config, path: &str) -> Option<Duration> {
         "server.upstream.expect_continue_timeout" => u.expect_continue_timeout,
         "server.upstream.idle_conn_timeout" => u.idle_conn_timeout,
         "server.retry.per_try_timeout" => s.retry.per_try_timeout,
+        "server.retry.backoff_base" => s.retry.backoff_base,
+        "server.retry.backoff_max" => s.retry.backoff_max,
         "server.overload.queue_timeout" => s.overload.queue_timeout,
         "server.tls.handshake_timeout" => s.tls.handshake_timeout,
         "health_check.interval" => h.interval,

@@ -676,6 +676,7 @@ pub(super) fn check_retry(p: &RetryParams, c: &mut Check<'_>) -> Option<RetryPol
                     "budget_refill_per_second" => {
                         params.budget_refill_per_second = defaults.budget_refill_per_second;
                     }
+                    "backoff_max" => params.backoff_max = params.backoff_base,
                     _ => {
                         params.budget_capacity = defaults.budget_capacity;
                         params.budget_refill_per_second = defaults.budget_refill_per_second;

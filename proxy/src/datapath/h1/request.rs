@@ -436,6 +436,15 @@ impl Req<'_> {
         last_h2: &mut Option<Box<H2Up>>,
     ) -> Result<(), Gone> {
         let data_plane = self.data_plane;
+        // C-RETRY-10: a retry waits out its backoff first, unless the client leaves.
+        let at = data_plane.clock.deadline(s.at);
+        if at > data_plane.rt.now() {
+            let cap = c.cap();
+            let sleep = data_plane.rt.sleep_until(at);
+            if !or_gone(c, cap, sleep).await {
+                return Err(Gone);
+            }
+        }
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.exchange().handles(s.backend);
         let Some((target, metrics)) =

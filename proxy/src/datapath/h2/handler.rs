@@ -304,6 +304,12 @@ impl<'a> Io<'a> {
     async fn send(&mut self, s: Send, up: &mut Outgoing) -> Last {
         let ctx = self.ctx;
         let data_plane = &ctx.data_plane;
+        // C-RETRY-10: a retry waits out its backoff first (hyper drops this future if the
+        // client leaves meanwhile, C-PATH-9).
+        let at = data_plane.clock.deadline(s.at);
+        if at > data_plane.rt.now() {
+            data_plane.rt.sleep_until(at).await;
+        }
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.x().handles(s.backend);
         let Some((target, metrics)) =
