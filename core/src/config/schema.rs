@@ -370,6 +370,9 @@ pub struct RateLimitConfig {
     pub cleanup_interval: Duration,
     /// `retention` [24h]: refused unless it is the default (weir runs no cleanup).
     pub retention: Duration,
+    /// `dry_run` [false]: decide and store as when enforced, let a request over the limit
+    /// through (C-RATE-8).
+    pub dry_run: bool,
 }
 
 impl Default for RateLimitConfig {
@@ -387,6 +390,7 @@ impl Default for RateLimitConfig {
             ipv6_prefix_bits: 64,
             cleanup_interval: Duration::from_secs(6 * 3600),
             retention: Duration::from_secs(24 * 3600),
+            dry_run: false,
         }
     }
 }
