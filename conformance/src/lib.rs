@@ -199,6 +199,7 @@ macro_rules! __with_cases {
             c_retry_11_retry_after_http_date_pushes_back_until_then,
             c_retry_11_retry_after_is_capped_at_retry_after_max,
             c_retry_11_pool_of_one_is_never_emptied,
+            c_rate_8_dry_run_counts_and_passes_then_patch_enforces,
             c_load_1_overload_after_queue_timeout,
             c_load_1_no_wait_when_queue_timeout_zero,
             c_load_1_slot_is_free_once_the_response_is_read,

@@ -411,6 +411,7 @@ mod unread {
             ("enabled", boolean(r.enabled)),
             ("storage", string(&r.storage)),
             ("failure_mode", string(&r.failure_mode)),
+            ("dry_run", boolean(r.dry_run)),
             ("capacity", int(r.capacity)),
             ("refill_per_second", float(r.refill_per_second)),
             ("operation_timeout", duration(r.operation_timeout)),

@@ -257,6 +257,8 @@ pub struct Exchange {
     flow: Option<Flow>,
     /// The allowed rate outcome whose headers every later response carries (C-RATE-1).
     rate: Option<RateOutcome>,
+    /// Dry run let this request through over the limit (C-RATE-8): its record says so.
+    rate_dry_run: bool,
     /// The final answer weir made itself, if it made one.
     answer: Option<Answer>,
     recorded: bool,
@@ -332,6 +334,7 @@ impl Exchange {
             gate_held: false,
             flow: None,
             rate: None,
+            rate_dry_run: false,
             answer: None,
             recorded: false,
             attempts: 0,

@@ -50,8 +50,8 @@ pub use circuit::{Call, CircuitCounters, StoreCircuit};
 pub use key::{ClientKey, KeyError, KeyParams};
 pub use local_store::{LocalStore, LocalStoreError, LocalStoreParams};
 pub use policy::{
-    Draft, FailureDecision, FailureMode, HeaderText, PolicyError, RateDecision, RateOutcome,
-    StorageKind, on_store_failure,
+    DecisionResult, Draft, FailureDecision, FailureMode, HeaderText, PolicyError, RateDecision,
+    RateOutcome, StorageKind, on_store_failure,
 };
 
 /// Errors in `rate_limit` settings.
@@ -132,6 +132,9 @@ pub struct RateConfig {
     pub ipv4_prefix_bits: u8,
     /// IPv6 key prefix, 1..=128 (default 64).
     pub ipv6_prefix_bits: u8,
+    /// Decide and store as when enforced, but let a request over the limit through (default
+    /// false, C-RATE-8).
+    pub dry_run: bool,
 }
 
 impl Default for RateConfig {
@@ -147,6 +150,7 @@ impl Default for RateConfig {
             local_max_buckets: LocalStoreParams::DEFAULT_MAX_BUCKETS,
             ipv4_prefix_bits: KeyParams::DEFAULT_IPV4_PREFIX_BITS,
             ipv6_prefix_bits: KeyParams::DEFAULT_IPV6_PREFIX_BITS,
+            dry_run: false,
         }
     }
 }
@@ -162,6 +166,7 @@ pub struct RateParams {
     operation_timeout: Duration,
     local_store: LocalStoreParams,
     key: KeyParams,
+    dry_run: bool,
 }
 
 impl RateParams {
@@ -186,7 +191,15 @@ impl RateParams {
             operation_timeout: config.operation_timeout,
             local_store,
             key,
+            dry_run: config.dry_run,
         })
+    }
+
+    /// Dry run (C-RATE-8): decisions are made and stored as when enforced, but a request over
+    /// the limit goes on to its backend (counted as `dry_run_limited`, marked in the access log).
+    #[must_use]
+    pub const fn dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// Whether requests are rate limited at all.

@@ -248,3 +248,86 @@ pub async fn c_rate_4_local_store_evicts_when_full(bin: Binary) {
         "first client after 10 newer clients filled a 2-bucket store: evicted, starts full",
     );
 }
+
+/// C-RATE-8, the issue's acceptance figure: `rate_limit.dry_run` with a capacity of 5 and a slow
+/// refill lets all of 12 requests through (`200`), 7 of them counted as
+/// `load_balancer_rate_limit_decisions_total{result="dry_run_limited"}` and marked in the
+/// access log; every response carries `RateLimit-Policy: "default";q=5;...` and `RateLimit`.
+/// Then `PATCH` of `dry_run: false` enforces: `429` with `Retry-After` and `r=0`.
+pub async fn c_rate_8_dry_run_counts_and_passes_then_patch_enforces(bin: Binary) {
+    let b = Backend::start("dr-1").await;
+    let cfg = Config::new(&[&b])
+        .rate_limit(5, 0.01)
+        .set("rate_limit.dry_run", true)
+        .management()
+        .set("management.runtime_mutations", true);
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..12 {
+        let rid = format!("dry-{i}");
+        let r = send(p.public, &Req::get("/d").header("x-request-id", &rid)).await;
+        expect_status(&r, 200, &format!("dry-run request {i}"));
+        assert_eq!(
+            r.header("ratelimit-policy").as_deref(),
+            Some("\"default\";q=5;w=500"),
+            "request {i}"
+        );
+        let left = 4u64.saturating_sub(i);
+        assert_eq!(
+            r.header("ratelimit").as_deref(),
+            Some(format!("\"default\";r={left};t=100").as_str()),
+            "request {i}"
+        );
+        assert!(r.header("retry-after").is_none(), "request {i}");
+    }
+    assert_eq!(b.count(), 12, "dry run passed every request on");
+    let text = super::obs::metrics(&p).await;
+    let count = |result: &str| {
+        crate::util::metric(
+            &text,
+            "load_balancer_rate_limit_decisions_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    assert_eq!(count("dry_run_limited"), Some(7.0), "{text}");
+    assert_eq!(count("allowed"), Some(5.0), "{text}");
+    assert_eq!(count("limited"), Some(0.0), "{text}");
+    // The access log marks the seven (successes are sampled; these lines are always written).
+    let marked = crate::util::eventually(secs(5), "seven marked access lines", || {
+        let n = p
+            .logs()
+            .stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "weir::access" && v["fields"]["reason"] == "dry_run_limited")
+            .count();
+        async move { (n >= 7).then_some(n) }
+    })
+    .await;
+    assert_eq!(marked, 7);
+    // Enforce: the bucket is as dry run left it, empty.
+    let m = p.management.expect("management listener");
+    let auth = format!("Bearer {}", crate::config::ADMIN_TOKEN);
+    let patch = Req::new("PATCH", "/api/dashboard/config")
+        .header("authorization", &auth)
+        .header("content-type", "application/json")
+        .header("x-balancer-csrf", "1")
+        .body(r#"{"rate_limit": {"dry_run": false}}"#);
+    let r = send(m, &patch).await;
+    assert!(r.status < 300, "PATCH dry_run: {} {}", r.status, r.text());
+    let r = get(p.public, "/d").await;
+    expect_weir_error(&r, 429, "enforced after the PATCH");
+    let retry_after = r.header("retry-after");
+    assert!(
+        retry_after
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|s| s >= 1),
+        "Retry-After {retry_after:?}"
+    );
+    let state = r.header("ratelimit").unwrap_or_default();
+    assert!(
+        state.starts_with("\"default\";r=0;t="),
+        "RateLimit {state:?}"
+    );
+    assert_eq!(b.count(), 12, "the denied request reached the backend");
+}

@@ -399,6 +399,9 @@ pub struct RateLimitConfig {
     /// `retention` [24h, 0s..=720h]: how long past its expiry a PostgreSQL bucket row is kept
     /// before a cleanup deletes it (an expired row reads as a full bucket either way).
     pub retention: Duration,
+    /// `dry_run` [false]: decide and store as when enforced, let a request over the limit
+    /// through (C-RATE-8).
+    pub dry_run: bool,
 }
 
 impl Default for RateLimitConfig {
@@ -416,6 +419,7 @@ impl Default for RateLimitConfig {
             ipv6_prefix_bits: 64,
             cleanup_interval: Duration::from_secs(6 * 3600),
             retention: Duration::from_secs(24 * 3600),
+            dry_run: false,
         }
     }
 }

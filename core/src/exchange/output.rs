@@ -181,6 +181,9 @@ pub enum Metric {
         /// From sending to its end.
         duration: Duration,
     },
+    /// The rate limiter decided this request
+    /// (`load_balancer_rate_limit_decisions_total{result}`, C-RATE-8).
+    RateDecision(crate::rate::DecisionResult),
     /// A request left the global gate's queue (C-LOAD-1): admitted, expired or gone, after
     /// waiting this long (`load_balancer_overload_queue_wait_seconds`).
     QueueWait(Duration),
@@ -320,7 +323,8 @@ pub struct Record {
     /// Whether the line shows the path (`server.access_log_include_path`).
     pub include_path: bool,
     /// Why weir answered itself (`overload`, `store_unavailable`, `no_healthy_backend`,
-    /// `upstream_timeout`, ...); `None` when a backend's response was passed on.
+    /// `upstream_timeout`, ...); for a backend's response passed on, `dry_run_limited` when
+    /// rate limiting in dry run let it through over the limit (C-RATE-8), else `None`.
     pub reason: Option<&'static str>,
     /// The status of the latest backend response head, if any.
     pub upstream_status: Option<u16>,

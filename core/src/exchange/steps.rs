@@ -3,7 +3,7 @@
 use crate::admission::{Cancel, Entry};
 use crate::flow::{Action, AttemptError, BodyEnd, Flow, RequestMeta};
 use crate::grpc::StatusSource;
-use crate::rate::{FailureDecision, RateOutcome, StorageKind, on_store_failure};
+use crate::rate::{DecisionResult, FailureDecision, RateOutcome, StorageKind, on_store_failure};
 use crate::response::{ClientError, Reject};
 use crate::retry::BodyKind;
 use crate::rng::Rng;
@@ -305,11 +305,24 @@ impl Exchange {
     }
 
     fn rate_decided(&mut self, outcome: RateOutcome, now: Instant, rng: &mut dyn Rng) {
-        if outcome.is_allowed() {
-            self.rate = Some(outcome);
-            self.after_rate(now, rng);
+        let result = if outcome.is_allowed() {
+            DecisionResult::Allowed
+        } else if self.rt.config().rate.dry_run() {
+            DecisionResult::DryRunLimited
         } else {
-            self.reject(Reject::RateLimited(outcome), now, rng);
+            DecisionResult::Limited
+        };
+        self.outbox
+            .push(Output::Metric(Metric::RateDecision(result)));
+        match result {
+            DecisionResult::Limited => self.reject(Reject::RateLimited(outcome), now, rng),
+            DecisionResult::Allowed | DecisionResult::DryRunLimited => {
+                // Dry run (C-RATE-8): the token was taken as when enforced; the request goes
+                // on, and its access-log line says what enforcement would have done.
+                self.rate_dry_run = result == DecisionResult::DryRunLimited;
+                self.rate = Some(outcome.let_through());
+                self.after_rate(now, rng);
+            }
         }
     }
 
@@ -543,7 +556,10 @@ impl Exchange {
         }
         self.recorded = true;
         let server = &self.rt.config().server;
-        let log = should_log(status, false, server.access_log_sample_rate, rng);
+        // A request dry run let through over the limit is always logged, as an error is: the
+        // line is what an operator trying a limit out reads (C-RATE-8).
+        let log =
+            should_log(status, false, server.access_log_sample_rate, rng) || self.rate_dry_run;
         self.outbox.push(Output::Record(Record {
             status,
             duration: now.saturating_since(self.started),
@@ -580,7 +596,13 @@ impl Exchange {
         if status == 499 {
             return Some("client_closed");
         }
-        Some(match self.answer? {
+        let Some(answer) = self.answer else {
+            // A backend's response: marked only when dry run let an over-limit request through.
+            return self
+                .rate_dry_run
+                .then_some(DecisionResult::DryRunLimited.as_str());
+        };
+        Some(match answer {
             Answer::Live | Answer::Ready => return None,
             Answer::Reject(r) => match r {
                 Reject::Overloaded(_) => "overload",

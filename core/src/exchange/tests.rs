@@ -1578,3 +1578,39 @@ fn c_grpc_2_the_record_says_where_the_grpc_status_comes_from() {
     let (_, out) = f.start(&Req::get("/x"), T0);
     assert_eq!(record(&out).grpc_status, StatusSource::NotGrpc);
 }
+
+#[test]
+fn c_rate_8_dry_run_sends_an_over_limit_request_on_counted_and_marked() {
+    let yaml = LIMITED
+        .replace("FAILURE", "local-fallback")
+        .replace("  capacity: 1\n", "  capacity: 1\n  dry_run: true\n");
+    let mut f = Fixture::new(&yaml, StorageKind::Local);
+    let decisions = |out: &[Output]| -> Vec<crate::rate::DecisionResult> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Metric(Metric::RateDecision(r)) => Some(*r),
+                _ => None,
+            })
+            .collect()
+    };
+    let (_, out) = f.start(&Req::get("/x"), T0);
+    assert_eq!(decisions(&out), [crate::rate::DecisionResult::Allowed]);
+    // The bucket is empty: enforced, this would be a 429.
+    let (mut y, out) = f.start(&Req::get("/x"), at(1));
+    assert_eq!(
+        decisions(&out),
+        [crate::rate::DecisionResult::DryRunLimited]
+    );
+    assert!(protections(&out).is_empty(), "{out:?}");
+    send(&out);
+    let rate = y.rate_outcome().expect("let through");
+    assert!(rate.is_allowed() && rate.remaining == 0);
+    let names: Vec<_> = y.response_headers(None, 200).map(|(n, _)| n).collect();
+    assert!(!names.contains(&"retry-after"), "{names:?}");
+    assert!(names.contains(&"ratelimit"), "{names:?}");
+    let mut out = f.feed(&mut y, Input::ResponseHead { status: 200 }, at(2));
+    out.extend(f.feed(&mut y, Input::BodyEnd(BodyEnd::Complete), at(3)));
+    let r = record(&out);
+    assert_eq!(r.reason, Some("dry_run_limited"));
+    assert!(r.log, "always logged");
+}

@@ -1,5 +1,5 @@
 //! The body of `PATCH /api/dashboard/config` (C-MGMT-4): any of `rate_limit` (`capacity`,
-//! `refill_per_second`, `failure_mode`), `health_check` (every field, all dynamic, C-CONF-7) and
+//! `refill_per_second`, `failure_mode`, `dry_run`), `health_check` (every field, all dynamic, C-CONF-7) and
 //! `retry` (every field of `server.retry`). Field names and value formats are the YAML file's:
 //! durations are strings such as `"5s"` or `"250ms"`, so the console can send back what the
 //! status document shows. An absent or `null` field keeps its value. Unknown fields are refused
@@ -32,6 +32,8 @@ pub struct RatePatch {
     pub refill_per_second: Option<f64>,
     /// `rate_limit.failure_mode`: fail-open, fail-closed or local-fallback.
     pub failure_mode: Option<String>,
+    /// `rate_limit.dry_run` (C-RATE-8).
+    pub dry_run: Option<bool>,
 }
 
 /// `health_check` fields a `PATCH` may change (all of them).
@@ -125,6 +127,7 @@ impl ConfigPatch {
             set(&mut c.capacity, r.capacity.as_ref());
             set(&mut c.refill_per_second, r.refill_per_second.as_ref());
             set(&mut c.failure_mode, r.failure_mode.as_ref());
+            set(&mut c.dry_run, r.dry_run.as_ref());
         }
         if let Some(h) = &self.health_check {
             let c = &mut cfg.health_check;

@@ -214,6 +214,37 @@ pub struct RateOutcome {
     pub degraded: bool,
 }
 
+/// What the limiter did with one request (`result` label of
+/// `load_balancer_rate_limit_decisions_total`, C-RATE-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecisionResult {
+    /// Within the limit.
+    Allowed,
+    /// Over the limit: answered `429`.
+    Limited,
+    /// Over the limit in dry run: passed to its backend all the same.
+    DryRunLimited,
+}
+
+impl DecisionResult {
+    /// Every result, in label order.
+    pub const ALL: [DecisionResult; 3] = [
+        DecisionResult::Allowed,
+        DecisionResult::Limited,
+        DecisionResult::DryRunLimited,
+    ];
+
+    /// The metric label value (and the access log's `reason` for a dry-run decision).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DecisionResult::Allowed => "allowed",
+            DecisionResult::Limited => "limited",
+            DecisionResult::DryRunLimited => "dry_run_limited",
+        }
+    }
+}
+
 /// Header names of C-RATE-1, lower-case as HTTP/2 requires and `http::HeaderName::from_static`
 /// accepts (HTTP field names are case-insensitive).
 pub mod header {
@@ -336,6 +367,21 @@ impl RateOutcome {
             refill_per_second,
             storage,
             degraded: true,
+        }
+    }
+
+    /// A denial as dry run lets it through (C-RATE-8): allowed, with no whole token left (the
+    /// headers say `remaining` 0 and no `Retry-After`, as an allowed response at the limit would).
+    /// An allowed outcome is returned as it is.
+    #[must_use]
+    pub const fn let_through(self) -> RateOutcome {
+        if self.is_allowed() {
+            return self;
+        }
+        RateOutcome {
+            decision: RateDecision::Allowed,
+            remaining: 0,
+            ..self
         }
     }
 

@@ -188,13 +188,19 @@ fn c_rate_1_a_denied_request_gets_429_with_retry_after_and_the_rate_headers() {
         ("x-ratelimit-storage", "redis"),
         ("x-ratelimit-degraded", "true"),
         ("retry-after", "2"),
+        ("ratelimit-policy", "\"default\";q=100;w=200"),
+        ("ratelimit", "\"default\";r=0;t=2"),
     ] {
         assert!(
             h.contains(&(expected.0, expected.1.to_string())),
             "{expected:?} in {h:?}"
         );
     }
-    assert_eq!(h.len(), 8, "content-type, request id and six rate headers");
+    assert_eq!(
+        h.len(),
+        10,
+        "content-type, request id, six rate headers and the two IETF draft ones (C-RATE-8)"
+    );
 }
 
 #[test]

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use weir_core::exchange::StoreResult;
+use weir_core::rate::DecisionResult;
 use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
 
@@ -105,6 +106,8 @@ impl RequestMetrics {
 pub struct Metrics {
     requests: [RequestMetrics; 2],
     protection: [AtomicU64; ProtectionReason::ALL.len()],
+    /// Rate-limit decisions, by result in `DecisionResult::ALL` order (C-RATE-8).
+    rate_decisions: [AtomicU64; DecisionResult::ALL.len()],
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
@@ -185,6 +188,16 @@ impl Metrics {
             "Requests turned away or retries refused to protect weir or the backends (overload, bulkhead full, backends saturated, retry budget exhausted, rate limited), by reason.",
             reasons,
         ));
+        let decisions = DecisionResult::ALL
+            .iter()
+            .zip(&self.rate_decisions)
+            .map(|(r, c)| (labels([("result", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        out.push(counter(
+            "load_balancer_rate_limit_decisions",
+            "Rate-limit decisions, by result: allowed, limited (answered 429), dry_run_limited (over the limit, passed on in dry run).",
+            decisions,
+        ));
         out.push(gauge(
             "load_balancer_retry_budget_tokens",
             "Tokens in the process-wide retry budget now.",
@@ -216,6 +229,7 @@ impl Metrics {
         Metrics {
             requests: [RequestMetrics::new(), RequestMetrics::new()],
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
+            rate_decisions: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: ops::Ops::new(),
@@ -250,6 +264,13 @@ impl Metrics {
             c.fetch_add(1, Ordering::Relaxed);
         }
         m.duration.observe(elapsed);
+    }
+
+    /// Count a rate-limit decision (C-RATE-8).
+    pub fn rate_decision(&self, result: DecisionResult) {
+        if let Some(i) = DecisionResult::ALL.iter().position(|r| *r == result) {
+            self.rate_decisions[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Count a protection event (C-LOAD-3).

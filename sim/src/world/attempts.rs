@@ -175,6 +175,7 @@ impl World<'_> {
                 Metric::Protection(_)
                 | Metric::Circuit { .. }
                 | Metric::QueueWait(_)
+                | Metric::RateDecision(_)
                 | Metric::Store { .. },
             ) => {}
             Output::Outliers(events) => self.check_outliers(req, &events),

@@ -272,6 +272,7 @@ fn read_rate(r: &mut Reader, f: &Field<'_>) -> RateLimitConfig {
         enabled: r.bool(&o.field("enabled"), d.enabled),
         storage: r.string(&o.field("storage"), &d.storage),
         failure_mode: r.string(&o.field("failure_mode"), &d.failure_mode),
+        dry_run: r.bool(&o.field("dry_run"), d.dry_run),
         capacity: r.u64(&o.field("capacity"), d.capacity, 0),
         refill_per_second: r.f64(&o.field("refill_per_second"), d.refill_per_second),
         operation_timeout: r.duration(&o.field("operation_timeout"), d.operation_timeout),

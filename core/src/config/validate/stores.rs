@@ -55,6 +55,7 @@ pub(super) fn check_rate(rl: &RateLimitConfig, c: &mut Check<'_>) -> Option<Rate
         local_max_buckets: max_buckets,
         ipv4_prefix_bits: ipv4,
         ipv6_prefix_bits: ipv6,
+        dry_run: rl.dry_run,
     };
     let defaults = RateConfig::default();
     let mut config = written.clone();

@@ -175,3 +175,24 @@ fn header_names_are_lower_case_tokens() {
         );
     }
 }
+
+#[test]
+fn c_rate_8_dry_run_lets_a_denial_through_without_retry_after() {
+    let b = BucketParams::new(1, 0.5).unwrap();
+    let now = Instant::from_secs(1);
+    let (allowed, tat) = b.take(0, now);
+    let allowed = RateOutcome::from_take(allowed, &b, 0.5, StorageKind::Local, false);
+    assert_eq!(
+        allowed.let_through(),
+        allowed,
+        "an allowed outcome stays as it is"
+    );
+    let (denied, _) = b.take(tat, now);
+    let denied = RateOutcome::from_take(denied, &b, 0.5, StorageKind::Local, false);
+    let through = denied.let_through();
+    assert!(through.is_allowed() && through.status().is_none());
+    let h = through.header_strings();
+    assert!(!h.iter().any(|(n, _)| *n == "retry-after"));
+    assert!(h.contains(&("x-ratelimit-remaining", "0".into())));
+    assert!(h.contains(&("ratelimit", "\"default\";r=0;t=2".into())));
+}
