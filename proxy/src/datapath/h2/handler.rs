@@ -341,7 +341,13 @@ impl<'a> Io<'a> {
             .upstream_grpc_timeout(s.at)
             .and_then(|t| HeaderValue::from_bytes(t.to_bytes().as_bytes()).ok());
         let sent = {
-            let make = || request(data_plane, method, uri, &target, &s, up, give, grpc_timeout);
+            let make = || {
+                let mut req = request(data_plane, method, uri, &target, &s, up, give);
+                if let Some(v) = grpc_timeout {
+                    req.headers_mut().insert(GRPC_TIMEOUT, v);
+                }
+                req
+            };
             let mut sent = pin!(data_plane.upstream.send_lent_with(
                 &target,
                 Some(&metrics),
@@ -508,7 +514,6 @@ fn request(
     s: &Send,
     up: &mut Outgoing,
     give: bool,
-    grpc_timeout: Option<HeaderValue>,
 ) -> Request<UpBody> {
     let mut headers = if give {
         up.headers.take().unwrap_or_default()
@@ -516,9 +521,6 @@ fn request(
         up.headers.clone().unwrap_or_default()
     };
     headers.insert(BACKEND_ATTEMPT, target.id_value().clone());
-    if let Some(v) = grpc_timeout {
-        headers.insert(GRPC_TIMEOUT, v);
-    }
     if !headers.contains_key(HOST) {
         headers.insert(HOST, target.host_header().clone());
     }
