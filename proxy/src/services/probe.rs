@@ -26,9 +26,11 @@
 pub mod client_tls;
 mod driver;
 mod exec;
+mod outcome;
 mod target;
 
 pub use driver::{DriverStopped, HealthDriver, HealthReloader, OnChange, ProbeFn};
-pub use exec::{ProbeOutcome, probe, probe_until};
+pub use exec::{probe, probe_until};
+pub use outcome::ProbeOutcome;
 pub use target::{ProbeTarget, ProbeTargetError};
 pub use weir_core::config::ProbeMode;

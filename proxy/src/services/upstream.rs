@@ -52,6 +52,8 @@ use crate::observe::metrics::BackendMetrics;
 mod body;
 mod error;
 mod h2;
+mod pending;
+use pending::Pending;
 mod target;
 pub use body::{BodyTally, BoxError, ClientBody, UpBody};
 pub use error::SendError;
@@ -234,25 +236,6 @@ impl Lent {
         match self {
             Lent::H1(c) => c.into_driver(),
             Lent::H2(_) => None,
-        }
-    }
-}
-
-/// A request not made yet (its maker), or made and given back unsent by a connection that
-/// closed under it.
-pub(super) enum Pending<F, R> {
-    /// To be made once a connection takes it.
-    Make(F),
-    /// Made (and shaped for its protocol).
-    Made(R),
-}
-
-impl<F: FnOnce() -> Request<UpBody>, R> Pending<F, R> {
-    /// The request, made now if it was not, shaped by `shape` when made now.
-    pub(super) fn made(self, shape: impl FnOnce(Request<UpBody>) -> R) -> R {
-        match self {
-            Pending::Make(make) => shape(make()),
-            Pending::Made(r) => r,
         }
     }
 }

@@ -48,6 +48,7 @@ use crate::services::state::DataPlane;
 use crate::services::upstream::{DownstreamEnds, Target};
 
 mod reply;
+mod resend;
 mod to_h2;
 
 /// How [`serve`] ended.
@@ -152,7 +153,7 @@ async fn serve_parsed(
         body_fault: BodyFault::None,
         body_bytes: 0,
         kept: None,
-        resend: to_h2::Resend::default(),
+        resend: resend::Resend::default(),
         line: None,
         timer,
         shutdown,
@@ -258,7 +259,7 @@ struct Req<'a> {
     /// The latest response head's parse, kept to write it from.
     kept: upstream_conn::Kept,
     /// What the streamed body handed to an HTTP/2 stream not answered yet (C-RETRY-9).
-    resend: to_h2::Resend,
+    resend: resend::Resend,
     /// The access-log line once the engine's record says to log, written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,

@@ -1,7 +1,6 @@
 //! One probe: connect, optionally TLS, optionally `GET`, all within one deadline (C-HEALTH-1,
 //! C-HEALTH-6).
 
-use core::fmt;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +13,6 @@ use http_body_util::Empty;
 use hyper::rt::{Read, Write};
 use rustls::ClientConfig;
 use weir_core::config::ProbeMode;
-use weir_core::grpc::health::ServingStatus;
 use weir_core::health::HealthParams;
 
 use super::target::ProbeTarget;
@@ -22,64 +20,7 @@ use crate::base::rt::{self, Rt};
 
 mod h2;
 
-/// The `User-Agent` of HTTP(S) probes.
-const PROBE_USER_AGENT: &str = concat!("weir-health-check/", env!("CARGO_PKG_VERSION"));
-
-/// What one probe found. Only [`is_success`](Self::is_success) feeds the schedule; the rest is
-/// for logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeOutcome {
-    /// TCP: the connection was accepted.
-    Connected,
-    /// HTTP(S): the backend answered with an expected status.
-    Status(u16),
-    /// HTTP(S): the backend answered with a status outside `expected_statuses`.
-    UnexpectedStatus(u16),
-    /// gRPC: the health service answered `SERVING` (C-GRPC-4).
-    Serving,
-    /// gRPC: the health service answered, with another status (`NOT_SERVING`, `UNKNOWN`,
-    /// `SERVICE_UNKNOWN`).
-    NotServing(ServingStatus),
-    /// gRPC: the call failed (a `grpc-status` other than OK, an HTTP status other than `200`,
-    /// a malformed answer).
-    Grpc(Box<str>),
-    /// The TCP connect failed (refused, unreachable, name not resolved...).
-    Connect(io::ErrorKind),
-    /// The TLS handshake failed (untrusted or mismatched certificate, protocol error...).
-    Tls(Box<str>),
-    /// The HTTP exchange failed before a status line arrived (closed, reset, malformed).
-    Http(Box<str>),
-    /// Nothing conclusive before the deadline (C-HEALTH-6).
-    TimedOut,
-}
-
-impl ProbeOutcome {
-    /// Whether the probe succeeded: a TCP connect, or an expected HTTP status.
-    #[must_use]
-    pub const fn is_success(&self) -> bool {
-        matches!(
-            self,
-            ProbeOutcome::Connected | ProbeOutcome::Status(_) | ProbeOutcome::Serving
-        )
-    }
-}
-
-impl fmt::Display for ProbeOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProbeOutcome::Connected => write!(f, "connected"),
-            ProbeOutcome::Status(s) => write!(f, "status {s}"),
-            ProbeOutcome::UnexpectedStatus(s) => write!(f, "unexpected status {s}"),
-            ProbeOutcome::Serving => write!(f, "grpc health: SERVING"),
-            ProbeOutcome::NotServing(s) => write!(f, "grpc health: {s}"),
-            ProbeOutcome::Grpc(e) => write!(f, "grpc health check failed: {e}"),
-            ProbeOutcome::Connect(kind) => write!(f, "connect failed: {kind}"),
-            ProbeOutcome::Tls(e) => write!(f, "tls handshake failed: {e}"),
-            ProbeOutcome::Http(e) => write!(f, "http exchange failed: {e}"),
-            ProbeOutcome::TimedOut => write!(f, "timed out"),
-        }
-    }
-}
+use super::outcome::{PROBE_USER_AGENT, ProbeOutcome};
 
 /// Probes `target` once, giving up after `timeout` (C-HEALTH-1). `tls` is used for targets that
 /// speak TLS ([`tls::native_client_config`](super::client_tls::native_client_config) in production);

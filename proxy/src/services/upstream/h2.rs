@@ -29,9 +29,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 
-use super::Pending;
 use super::body::UpBody;
 use super::error::SendError;
+use super::pending::Pending;
 use super::target::{PoolKey, Target};
 use crate::base::rt::{Io, Rt};
 use crate::observe::metrics::BackendMetrics;

@@ -12,7 +12,7 @@
 //!
 //! Sent again (C-RETRY-9): the body is read from the client only once the stream exists (a
 //! connect error has consumed none of it), and what it handed to the stream is kept
-//! ([`Resend`], at most [`RESEND_LIMIT`] bytes) until the backend's head came, so that a
+//! ([`Resend`], at most [`RESEND_LIMIT`](crate::datapath::h1::request::resend::RESEND_LIMIT) bytes) until the backend's head came, so that a
 //! stream the backend refused (`REFUSED_STREAM`, or past its `GOAWAY`'s last stream id) can be
 //! sent whole to another backend.
 
@@ -29,48 +29,8 @@ use weir_core::request_id::X_REQUEST_ID;
 
 use super::*;
 use crate::datapath::h1::relay::{self, BODY_CHUNK, RelayError};
+use crate::datapath::h1::request::resend::Resend;
 use crate::services::upstream::{BoxError, SendError, UpBody};
-
-/// The most body bytes kept for sending a refused stream again: HTTP/2's default stream
-/// window (RFC 9113 §6.9.2), which is what a backend that refuses a stream at once lets reach
-/// it before its refusal; a stream refused after more than this went out is not sent again
-/// (the refusal is then a transport error).
-pub(super) const RESEND_LIMIT: usize = 65_535;
-
-/// What the client's streamed body handed to an HTTP/2 stream the backend has not answered yet
-/// (module doc): cheap clones of the chunks, none once more than [`RESEND_LIMIT`] went.
-#[derive(Debug, Default)]
-pub(super) struct Resend {
-    chunks: Vec<Bytes>,
-    len: usize,
-    overflow: bool,
-}
-
-impl Resend {
-    /// Keep `chunk`, unless the limit is passed (then nothing is kept any more).
-    fn keep(&mut self, chunk: &Bytes) {
-        if self.overflow {
-            return;
-        }
-        self.len += chunk.len();
-        if self.len > RESEND_LIMIT {
-            self.overflow = true;
-            self.chunks = Vec::new();
-        } else {
-            self.chunks.push(chunk.clone());
-        }
-    }
-
-    /// Whether everything handed over is kept (so the body can be sent again).
-    fn whole(&self) -> bool {
-        !self.overflow
-    }
-
-    /// The backend answered: nothing needs sending again.
-    pub(super) fn clear(&mut self) {
-        *self = Resend::default();
-    }
-}
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static(weir_core::grpc::STATUS);

@@ -12,9 +12,9 @@ use weir_core::config::ProbeMode;
 use weir_core::grpc::health::{self, ServingStatus};
 use weir_core::health::HealthParams;
 
-use super::{PROBE_USER_AGENT, ProbeOutcome};
 use crate::base::rt::{Io, Rt};
 use crate::services::probe::ProbeTarget;
+use crate::services::probe::outcome::{PROBE_USER_AGENT, ProbeOutcome};
 
 /// The ALPN name of HTTP/2 over TLS.
 pub(super) const ALPN_H2: &[u8] = b"h2";
