@@ -180,16 +180,7 @@ impl Exchange {
     /// no fault of the backend's, and never retried), and the client is answered `504`,
     /// `DEADLINE_EXCEEDED` in the gRPC form (C-GRPC-3).
     fn deadline_exceeded(&mut self, now: Instant, rng: &mut dyn Rng) {
-        match self.stage {
-            Stage::Queued { .. } => self.queue_left(now),
-            Stage::Awaiting { sent } => {
-                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
-                if let Some(flow) = self.flow.as_mut() {
-                    let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
-                }
-            }
-            _ => {}
-        }
+        self.stop_waiting(now, rng);
         self.answer(Answer::Client(ClientError::DeadlineExceeded), now, rng);
     }
 
@@ -626,6 +617,20 @@ impl Exchange {
     /// request leaves the queue at once (C-LOAD-1), and the record says `499` if no response
     /// head was ready.
     fn client_gone(&mut self, now: Instant, rng: &mut dyn Rng) {
+        if let Stage::Streaming { .. } = self.stage {
+            if let Some(flow) = self.flow.as_mut() {
+                let _ = flow.handle_body_end(BodyEnd::ClientGone, now);
+            }
+        } else {
+            self.stop_waiting(now, rng);
+        }
+        self.abandon(now, rng);
+    }
+
+    /// Stop waiting for a place or a head: a queued request leaves the queue (C-LOAD-1); an
+    /// attempt awaiting its head is cancelled, neutral for the backend's health, and never
+    /// retried. Nothing else is waited for in a way that needs undoing.
+    fn stop_waiting(&mut self, now: Instant, rng: &mut dyn Rng) {
         match self.stage {
             Stage::Queued { .. } => self.queue_left(now),
             Stage::Awaiting { sent } => {
@@ -634,14 +639,8 @@ impl Exchange {
                     let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
                 }
             }
-            Stage::Streaming { .. } => {
-                if let Some(flow) = self.flow.as_mut() {
-                    let _ = flow.handle_body_end(BodyEnd::ClientGone, now);
-                }
-            }
             _ => {}
         }
-        self.abandon(now, rng);
     }
 
     /// Nobody is there to answer: record `499` unless a response head was ready, release all.

@@ -317,6 +317,23 @@ pub async fn sleep(rt: Rt, d: Duration) {
     rt.0.timer().sleep(d).await;
 }
 
+/// Sleep for `d` unless shutdown comes first: `true` when the sleep ended and the process is
+/// not shutting down (the periodic control tasks' tick).
+pub async fn tick_unless_shutdown(
+    rt: Rt,
+    d: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let tick = sleep(rt, d);
+    let stop = shutdown.changed();
+    if let futures_util::future::Either::Right(_) =
+        futures_util::future::select(std::pin::pin!(tick), std::pin::pin!(stop)).await
+    {
+        return false;
+    }
+    !shutdown.get()
+}
+
 /// The next SIGINT or SIGTERM (SIGHUP ignored).
 pub async fn wait_for_stop_signal(rt: Rt) {
     match rt.signals() {

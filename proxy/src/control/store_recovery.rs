@@ -18,14 +18,7 @@ pub async fn run(proxy_state: Arc<ProxyState>, mut shutdown: watch::Receiver<boo
     let mut was_up = limiter.store_up();
     let every = limiter.retry_interval();
     loop {
-        let tick = rt::sleep(proxy_state.data_plane.rt, every);
-        let stop = shutdown.changed();
-        if let futures_util::future::Either::Right(_) =
-            futures_util::future::select(std::pin::pin!(tick), std::pin::pin!(stop)).await
-        {
-            return;
-        }
-        if shutdown.get() {
+        if !rt::tick_unless_shutdown(proxy_state.data_plane.rt, every, &mut shutdown).await {
             return;
         }
         let rate = proxy_state.data_plane.runtime().config().rate.clone();

@@ -25,14 +25,7 @@ pub async fn run(proxy_state: Arc<ProxyState>, mut shutdown: watch::Receiver<boo
             .config()
             .rate_housekeeping
             .0;
-        let tick = rt::sleep(proxy_state.data_plane.rt, every);
-        let stop = shutdown.changed();
-        if let futures_util::future::Either::Right(_) =
-            futures_util::future::select(std::pin::pin!(tick), std::pin::pin!(stop)).await
-        {
-            return;
-        }
-        if shutdown.get() {
+        if !rt::tick_unless_shutdown(proxy_state.data_plane.rt, every, &mut shutdown).await {
             return;
         }
         let (rate, retention) = {

@@ -146,6 +146,25 @@ struct Throttle {
     since: AtomicU64,
 }
 
+impl Throttle {
+    /// Count one event; `Some(events since the last line)` when a line is due (none in the
+    /// last `interval`, and this caller won the race to write it), `None` otherwise.
+    fn pass(&self, interval: Duration) -> Option<u64> {
+        let since = self.since.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        let interval = interval.as_millis() as u64;
+        if last != 0 && now.saturating_sub(last) < interval {
+            return None;
+        }
+        self.last
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()?;
+        self.since.fetch_sub(since, Ordering::Relaxed);
+        Some(since)
+    }
+}
+
 static THROTTLES: [Throttle; ProtectionReason::ALL.len()] = [const {
     Throttle {
         last: AtomicU64::new(0),
@@ -162,21 +181,9 @@ pub fn protection(reason: ProtectionReason) {
     let Some(i) = ProtectionReason::ALL.iter().position(|r| *r == reason) else {
         return;
     };
-    let t = &THROTTLES[i];
-    let since = t.since.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
-    let last = t.last.load(Ordering::Relaxed);
-    let interval = PROTECTION_LOG_INTERVAL.as_millis() as u64;
-    if last != 0 && now.saturating_sub(last) < interval {
+    let Some(since) = THROTTLES[i].pass(PROTECTION_LOG_INTERVAL) else {
         return;
-    }
-    if t.last
-        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    t.since.fetch_sub(since, Ordering::Relaxed);
+    };
     tracing::warn!(
         target: "weir::protection",
         reason = reason.as_str(),
@@ -200,21 +207,9 @@ static UPSTREAM_TLS: Throttle = Throttle {
 /// the reason, at most once per [`UPSTREAM_TLS_LOG_INTERVAL`], with how many failed since the
 /// previous line. The client gets `502` (`upstream_connect_error`).
 pub fn upstream_tls_failed(backend: &str, error: &(dyn std::error::Error + 'static)) {
-    let t = &UPSTREAM_TLS;
-    let since = t.since.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
-    let last = t.last.load(Ordering::Relaxed);
-    let interval = UPSTREAM_TLS_LOG_INTERVAL.as_millis() as u64;
-    if last != 0 && now.saturating_sub(last) < interval {
+    let Some(since) = UPSTREAM_TLS.pass(UPSTREAM_TLS_LOG_INTERVAL) else {
         return;
-    }
-    if t.last
-        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    t.since.fetch_sub(since, Ordering::Relaxed);
+    };
     tracing::warn!(
         target: "weir::upstream",
         event = "upstream_tls_failed",
