@@ -21,8 +21,12 @@ BACKEND_THREADS="${BACKEND_THREADS:-1}" # tokio worker threads of each of the tw
 BODY_BYTES="${BODY_BYTES:-64}"          # response body size
 PIN="${PIN:-1}"                         # 1: pin each proxy to CPUs 0..workers-1 (taskset)
 PROXY_CPUS="${PROXY_CPUS:-}"            # set: pin each proxy to these CPUs instead (taskset -c list)
-# Set by load/h2-abuse (unset: the HTTP/1 benchmark as it always was):
-#   H2C=1          nginx listens with `http2` (h2c, prior knowledge only); the start probe uses it
+# Set by load/h2-abuse, load/grpc-bench and load/idle-conns (unset: the HTTP/1 benchmark as it
+# always was):
+#   H2C=1          clients speak h2c: nginx listens with `http2`, HAProxy binds `proto h2` (prior
+#                  knowledge only; weir takes both on one port); the start probe uses it
+#   GRPC=1         the backends are weir-load's gRPC servers over h2c (start_backends --grpc):
+#                  weir's backends get `protocol: h2c`, nginx `grpc_pass`, HAProxy `proto h2`
 #   IDLE_TIMEOUT   weir's server.idle_timeout and nginx's keepalive_timeout (default 300s)
 #   WRITE_TIMEOUT  weir's server.write_timeout and nginx's send_timeout (default: theirs)
 #   BIG_BYTES      body size of the backends' paths under /big (default: BODY_BYTES)
@@ -197,13 +201,15 @@ pin_prefix() {
 # Two backends; sets BACKEND_PORTS=(p1 p2).
 start_backends() {
   mapfile -t BACKEND_PORTS < <(free_ports 2)
-  local i
+  local i grpc=()
+  [[ ${GRPC:-0} == 1 ]] && grpc=(--grpc)
   for i in 0 1; do
     spawn "backend$((i + 1))" "$WEIR_LOAD_BIN" backend --listen "127.0.0.1:${BACKEND_PORTS[$i]}" \
-      --threads "$BACKEND_THREADS" --body-bytes "$BODY_BYTES" ${BIG_BYTES:+--big-bytes "$BIG_BYTES"}
+      --threads "$BACKEND_THREADS" --body-bytes "$BODY_BYTES" ${BIG_BYTES:+--big-bytes "$BIG_BYTES"} \
+      "${grpc[@]}"
     wait_port "${BACKEND_PORTS[$i]}" || die "backend $((i + 1)) did not start (see $WORK/backend$((i + 1)).log)"
   done
-  log "backends on 127.0.0.1:${BACKEND_PORTS[0]} and :${BACKEND_PORTS[1]} ($BACKEND_THREADS thread(s) each, ${BODY_BYTES}-byte body)"
+  log "backends on 127.0.0.1:${BACKEND_PORTS[0]} and :${BACKEND_PORTS[1]} ($BACKEND_THREADS thread(s) each, ${BODY_BYTES}-byte body$([[ ${GRPC:-0} == 1 ]] && echo ', gRPC over h2c'))"
 }
 
 # One nginx backend (1 worker, pinned to CPUs $1 when given) answering BODY_BYTES bytes on every
@@ -348,6 +354,7 @@ EOF
   local i
   for i in "${!BACKEND_PORTS[@]}"; do
     printf '  - id: b%d\n    url: http://127.0.0.1:%s\n' $((i + 1)) "${BACKEND_PORTS[$i]}" >>"$1"
+    [[ ${GRPC:-0} != 1 ]] || printf '    protocol: h2c\n' >>"$1"
   done
 }
 
@@ -391,23 +398,48 @@ $(for p in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done)
   server {
     listen 127.0.0.1:$PORT backlog=4096$([[ ${H2C:-0} == 1 ]] && echo ' http2')$([[ -n ${TLS_CERT:-} ]] && echo ' ssl');
 $([[ -n ${TLS_CERT:-} ]] && printf '    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n' "$TLS_CERT" "$TLS_KEY")
+$(if [[ ${GRPC:-0} == 1 ]]; then nginx_grpc_location; else nginx_http_location; fi)
+  }
+}
+EOF
+}
+
+# nginx's location for the HTTP/1.1 backends.
+nginx_http_location() {
+  cat <<'LOC'
     location / {
       proxy_pass http://backends;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$remote_addr;
-      proxy_set_header X-Real-IP \$remote_addr;
-      proxy_set_header X-Forwarded-Host \$host;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header X-Request-ID \$request_id;
-      add_header X-Request-ID \$request_id always;
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Real-IP $remote_addr;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Request-ID $request_id;
+      add_header X-Request-ID $request_id always;
       proxy_next_upstream error timeout http_502 http_503 http_504;
       proxy_next_upstream_tries 2;
     }
-  }
+LOC
 }
-EOF
+
+# nginx's location for gRPC backends: grpc_pass over the upstream's keep-alive connections, the
+# same forwarding headers and retries as the HTTP/1.1 location.
+nginx_grpc_location() {
+  cat <<'LOC'
+    location / {
+      grpc_pass grpc://backends;
+      grpc_set_header X-Forwarded-For $remote_addr;
+      grpc_set_header X-Real-IP $remote_addr;
+      grpc_set_header X-Forwarded-Host $host;
+      grpc_set_header X-Forwarded-Proto $scheme;
+      grpc_set_header X-Request-ID $request_id;
+      add_header X-Request-ID $request_id always;
+      grpc_next_upstream error timeout http_502 http_503 http_504;
+      grpc_next_upstream_tries 2;
+    }
+LOC
 }
 
 # HAProxy: http-reuse always, active health checks, the same forwarding headers, layer-7
@@ -432,7 +464,7 @@ defaults
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:$PORT backlog 4096${TLS_PEM:+ ssl crt $TLS_PEM}
+  bind 127.0.0.1:$PORT backlog 4096${TLS_PEM:+ ssl crt $TLS_PEM}$([[ ${H2C:-0} == 1 ]] && echo ' proto h2')
   unique-id-format %[uuid()]
   unique-id-header X-Request-ID
   http-request del-header Forwarded
@@ -448,6 +480,6 @@ backend be
   retries 1
   retry-on conn-failure empty-response response-timeout 502 503 504
   option redispatch
-$(for i in "${!BACKEND_PORTS[@]}"; do echo "  server b$((i + 1)) 127.0.0.1:${BACKEND_PORTS[$i]} check inter 2s"; done)
+$(for i in "${!BACKEND_PORTS[@]}"; do echo "  server b$((i + 1)) 127.0.0.1:${BACKEND_PORTS[$i]} check inter 2s$([[ ${GRPC:-0} == 1 ]] && echo ' proto h2 check-proto h2')"; done)
 EOF
 }

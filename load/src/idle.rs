@@ -184,7 +184,69 @@ pub struct Opened {
     pub sample_errors: Vec<String>,
 }
 
-async fn one(target: SocketAddr, source: Option<IpAddr>, host: String) -> io::Result<TcpStream> {
+/// Which protocol the idle clients speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// HTTP/1.1 keep-alive.
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c): one stream, then the connection stays open.
+    H2c,
+}
+
+/// The client preface, SETTINGS and a `GET /` on stream 1; then reads frames, acknowledging the
+/// server's SETTINGS, until stream 1 ends with a `200`.
+async fn h2_exchange(conn: &mut TcpStream) -> io::Result<()> {
+    use weir_conformance::h2raw;
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&h2raw::settings(&[]));
+    hello.extend_from_slice(&h2raw::get(1, "/"));
+    conn.write_all(&hello).await?;
+    let mut status_ok = false;
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await?;
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).await?;
+        match kind {
+            h2raw::kind::SETTINGS if flags & 0x1 == 0 => {
+                conn.write_all(&h2raw::frame(h2raw::kind::SETTINGS, 0x1, 0, &[]))
+                    .await?;
+            }
+            h2raw::kind::PING if flags & 0x1 == 0 => {
+                conn.write_all(&h2raw::frame(h2raw::kind::PING, 0x1, 0, &payload))
+                    .await?;
+            }
+            h2raw::kind::GOAWAY => return Err(invalid("GOAWAY before the response")),
+            h2raw::kind::RST_STREAM if stream == 1 => return Err(invalid("stream 1 reset")),
+            h2raw::kind::HEADERS if stream == 1 && !status_ok => {
+                // `:status: 200` is HPACK static-table entry 8 (0x88): every proxy measured sends
+                // it indexed. A cheap check, not a decoder: a load client, not a test oracle.
+                status_ok = payload.contains(&0x88);
+                if !status_ok {
+                    return Err(invalid("stream 1 did not answer 200"));
+                }
+            }
+            _ => {}
+        }
+        if stream == 1 && flags & h2raw::END_STREAM != 0 && (kind == 0 || kind == 1) {
+            return if status_ok {
+                Ok(())
+            } else {
+                Err(invalid("stream 1 ended without a head"))
+            };
+        }
+    }
+}
+
+async fn one(
+    target: SocketAddr,
+    source: Option<IpAddr>,
+    host: String,
+    proto: Proto,
+) -> io::Result<TcpStream> {
     let mut conn = match source {
         None => TcpStream::connect(target).await?,
         Some(ip) => {
@@ -193,6 +255,12 @@ async fn one(target: SocketAddr, source: Option<IpAddr>, host: String) -> io::Re
             socket.connect(target).await?
         }
     };
+    if proto == Proto::H2c {
+        tokio::time::timeout(Duration::from_secs(30), h2_exchange(&mut conn))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response in 30s"))??;
+        return Ok(conn);
+    }
     let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nUser-Agent: weir-load-idle\r\n\r\n");
     conn.write_all(req.as_bytes()).await?;
     let resp = tokio::time::timeout(Duration::from_secs(30), read_response(&mut conn))
@@ -204,9 +272,28 @@ async fn one(target: SocketAddr, source: Option<IpAddr>, host: String) -> io::Re
     Ok(conn)
 }
 
-/// Opens `n` connections to `target` (at most `parallel` being set up at once), sends one
-/// request on each, reads the response and keeps the connection.
-pub async fn open(target: SocketAddr, n: usize, per_source: usize, parallel: usize) -> Opened {
+/// How many idle connections [`open`] makes, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Connections to open.
+    pub n: usize,
+    /// Connections per loopback source address (see [`sources`]).
+    pub per_source: usize,
+    /// Connections being set up at once.
+    pub parallel: usize,
+    /// The protocol they speak.
+    pub proto: Proto,
+}
+
+/// Opens `shape.n` connections to `target` (at most `shape.parallel` being set up at once), sends
+/// one request on each, reads the response and keeps the connection.
+pub async fn open(target: SocketAddr, shape: Shape) -> Opened {
+    let Shape {
+        n,
+        per_source,
+        parallel,
+        proto,
+    } = shape;
     let srcs = sources(n, per_source);
     let bind = srcs.len() > 1;
     let host = target.to_string();
@@ -220,7 +307,7 @@ pub async fn open(target: SocketAddr, n: usize, per_source: usize, parallel: usi
     while started < n || !set.is_empty() {
         while started < n && set.len() < parallel.max(1) {
             let source = bind.then(|| srcs[started / per_source.max(1) % srcs.len()]);
-            set.spawn(one(target, source, host.clone()));
+            set.spawn(one(target, source, host.clone(), proto));
             started += 1;
         }
         let Some(joined) = set.join_next().await else {

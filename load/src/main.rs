@@ -79,6 +79,10 @@ enum Command {
         /// Milliseconds each answer is held back.
         #[arg(long, default_value_t = 0)]
         delay_ms: u64,
+        /// Serve gRPC over h2c (prior knowledge): every call gets a BODY_BYTES message and
+        /// `grpc-status: 0` in trailers.
+        #[arg(long)]
+        grpc: bool,
     },
     /// Reads `wrk --latency` output on stdin and prints one results line (TSV).
     WrkRow {
@@ -131,6 +135,9 @@ enum Command {
         /// Seconds to wait before each RSS reading.
         #[arg(long, default_value_t = 3)]
         settle_secs: u64,
+        /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+        #[arg(long)]
+        h2c: bool,
     },
     /// Runs one HTTP/2 abuse case against an h2c proxy; prints the proxy's CPU time and peak RSS
     /// during it, how the connection ended and whether another client was served (one RESULT line).
@@ -321,10 +328,12 @@ fn run(command: Command) -> Result<(), BoxError> {
             big_bytes,
             name,
             delay_ms,
+            grpc,
         } => serve_backend(
             listen,
             threads,
             backend::Options {
+                grpc,
                 body_bytes,
                 big_bytes,
                 name,
@@ -386,6 +395,7 @@ fn idle_conns_command(command: Command) -> Result<(), BoxError> {
         per_source,
         parallel,
         settle_secs,
+        h2c,
     } = command
     else {
         unreachable!("called with idle-conns only");
@@ -397,9 +407,16 @@ fn idle_conns_command(command: Command) -> Result<(), BoxError> {
         addr,
         pid,
         &label,
-        connections,
-        per_source,
-        parallel,
+        idle::Shape {
+            n: connections,
+            per_source,
+            parallel,
+            proto: if h2c {
+                idle::Proto::H2c
+            } else {
+                idle::Proto::Http1
+            },
+        },
         Duration::from_secs(settle_secs),
     ))
 }
@@ -467,18 +484,17 @@ async fn idle_conns(
     addr: SocketAddr,
     pid: u32,
     label: &str,
-    n: usize,
-    per_source: usize,
-    parallel: usize,
+    shape: idle::Shape,
     settle: Duration,
 ) -> Result<(), BoxError> {
+    let n = shape.n;
     let kib = |b: u64| b as f64 / 1024.0;
     let (idle, pids) = procfs::tree_rss_bytes(pid);
     if idle == 0 {
         return Err(format!("no such process (or no RSS): {pid}").into());
     }
     println!("{label}: pids {pids:?}, RSS idle {:.0} KiB", kib(idle));
-    let opened = idle::open(addr, n, per_source, parallel).await;
+    let opened = idle::open(addr, shape).await;
     if opened.failures > 0 {
         println!(
             "{label}: {} of {n} connections failed, e.g. {:?}",

@@ -76,3 +76,44 @@ async fn answers_two_requests_on_one_connection() {
     let _ = conn.read_to_end(&mut rest).await;
     server.abort();
 }
+
+/// A call to the gRPC backend over h2c: the message, then `grpc-status: 0` in trailers; the
+/// health service says SERVING.
+#[tokio::test]
+async fn the_grpc_backend_answers_calls_with_a_message_and_status_in_trailers() {
+    use http_body_util::BodyExt as _;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve_grpc(listener, body(10), Duration::ZERO));
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for (path, message) in [
+        ("/bench.Echo/Unary", &body(10)[..]),
+        ("/grpc.health.v1.Health/Check", HEALTH_SERVING),
+        ("/bench.Echo/Unary", &body(10)[..]),
+        // Two calls so far; the health check and this question do not count.
+        (CALLS_PATH, b"2"),
+    ] {
+        let req = Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "application/grpc");
+        let collected = resp.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+        let bytes = collected.to_bytes();
+        assert_eq!(&bytes[..5], &[0, 0, 0, 0, message.len() as u8]);
+        assert_eq!(&bytes[5..], message);
+    }
+    server.abort();
+}

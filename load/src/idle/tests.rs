@@ -44,7 +44,16 @@ async fn opens_and_holds_connections() {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(crate::backend::serve(listener, crate::backend::body(5)));
     // 40 connections over two source addresses (20 per source) to exercise binding.
-    let opened = open(addr, 40, 20, 8).await;
+    let opened = open(
+        addr,
+        Shape {
+            n: 40,
+            per_source: 20,
+            parallel: 8,
+            proto: Proto::Http1,
+        },
+    )
+    .await;
     assert_eq!(opened.failures, 0, "{:?}", opened.sample_errors);
     assert_eq!(opened.streams.len(), 40);
     let peers: std::collections::BTreeSet<IpAddr> = opened
@@ -68,4 +77,30 @@ async fn still_open_sees_a_closed_peer() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     client.readable().await.unwrap();
     assert_eq!(still_open(std::slice::from_ref(&client)), 0);
+}
+
+/// HTTP/2 idle clients: each opens h2c, gets one `200` on stream 1 and stays open.
+#[tokio::test]
+async fn h2c_clients_get_their_answer_and_stay_open() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(crate::backend::serve_grpc(
+        listener,
+        Bytes::from_static(b"hi"),
+        Duration::ZERO,
+    ));
+    let opened = open(
+        addr,
+        Shape {
+            n: 6,
+            per_source: 20,
+            parallel: 3,
+            proto: Proto::H2c,
+        },
+    )
+    .await;
+    assert_eq!(opened.failures, 0, "{:?}", opened.sample_errors);
+    assert_eq!(opened.streams.len(), 6);
+    assert_eq!(still_open(&opened.streams), 6);
+    server.abort();
 }
