@@ -23,7 +23,7 @@ use crate::breaker::Transition;
 use crate::outlier::{OutlierEvent, Verdict};
 use crate::pool::Pool;
 use crate::retry::{AttemptOutcome, RetryPolicy};
-use crate::rng::Rng;
+use crate::rng::{Rng, WyRand};
 use crate::select::{PickContext, Selection, Tried};
 use crate::sync::{Arc, AtomicU32, Ordering};
 use crate::time::Instant;
@@ -133,8 +133,7 @@ pub enum Decision {
     Send(Mirror),
 }
 
-/// Whether `percent` % of requests are drawn: one draw only when the share is strictly between
-/// 0 and 100, so a route mirroring everything or nothing leaves the random stream alone.
+/// Whether `percent` % of requests are drawn (from the mirror's own generator).
 fn drawn(percent: u8, rng: &mut dyn Rng) -> bool {
     match percent {
         0 => false,
@@ -146,6 +145,13 @@ fn drawn(percent: u8, rng: &mut dyn Rng) -> bool {
 /// Decide the mirror of one request of a route with `route`'s mirror at `now` (module doc):
 /// the draw, the body, the in-flight bound, the mirror pool's selection with `ctx` (the mirror
 /// pool's own affinity context).
+///
+/// It takes exactly one value of the engine's `rng`, whatever happens next, and seeds the
+/// mirror's own generator with it: the share's draw and the mirror pool's selection use that
+/// one. So the engine's later draws (the primary's selection, backoff, sampling) never depend
+/// on the mirror pool's state, and a mirror pool that hangs or dies cannot change, through the
+/// random stream, which backend a primary attempt goes to (the simulator's `mirror_isolation`
+/// compares runs to the draw).
 pub fn decide(
     route: &Route<'_>,
     in_flight: &Arc<InFlight>,
@@ -154,6 +160,8 @@ pub fn decide(
     now: Instant,
     rng: &mut dyn Rng,
 ) -> Decision {
+    let mut own = WyRand::new(rng.next_u64());
+    let rng = &mut own;
     if !drawn(route.percent, rng) {
         return Decision::No;
     }

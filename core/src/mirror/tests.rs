@@ -23,12 +23,10 @@ fn c_mirror_1_the_in_flight_bound_gives_places_back_on_drop() {
 }
 
 #[test]
-fn c_mirror_1_draws_only_strictly_between_0_and_100() {
+fn c_mirror_1_draws_the_share() {
     let mut rng = WyRand::new(5);
-    let mut copy = WyRand::new(5);
     assert!(drawn(100, &mut rng));
     assert!(!drawn(0, &mut rng));
-    assert_eq!(rng.next_u64(), copy.next_u64(), "no draw was taken");
     let hits = (0..10_000).filter(|_| drawn(25, &mut rng)).count();
     assert!((2_300..=2_700).contains(&hits), "{hits}");
 }
