@@ -219,6 +219,36 @@ impl Config {
         self
     }
 
+    /// Adds a route `prefix → pool` whose requests are mirrored to `mirror_pool` (C-MIRROR-1),
+    /// `percent` of them when set (the proxy's default, 100, otherwise).
+    pub fn mirror_route(
+        mut self,
+        prefix: &str,
+        pool: &str,
+        mirror_pool: &str,
+        percent: Option<u32>,
+    ) -> Config {
+        let mut m = Map::new();
+        m.insert("pool".into(), json!(mirror_pool));
+        if let Some(p) = percent {
+            m.insert("percent".into(), json!(p));
+        }
+        let mut r = Map::new();
+        r.insert("prefix".into(), json!(prefix));
+        r.insert("pool".into(), json!(pool));
+        r.insert("mirror".into(), Value::Object(m));
+        let routes = self
+            .root
+            .as_object_mut()
+            .expect("root is a mapping")
+            .entry("routes")
+            .or_insert(json!([]));
+        if let Value::Array(a) = routes {
+            a.push(Value::Object(r));
+        }
+        self
+    }
+
     /// Passive ejection effectively off: `failure_threshold: 255` (also makes active checks need
     /// 255 failures, so only for cases that do not flip health).
     pub fn passive_off(self) -> Config {

@@ -45,16 +45,16 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::{
     BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig, HealthCheckConfig,
-    ManagementConfig, OutlierConfig, OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig,
-    RedisConfig, RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
+    ManagementConfig, MirrorConfig, OutlierConfig, OverloadConfig, PoolConfig, ProbeMode,
+    RateLimitConfig, RedisConfig, RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
 };
 pub use secret::{MapSecrets, Secret, SecretSource};
 pub use tree::{MAX_CONFIG_BYTES, Pos};
 pub use validate::{
     CertPair, DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, ListenerTls,
-    MAX_HEADER_BYTES_LIMIT, MIN_HEADER_BYTES, ManagementSettings, PoolSpec, ProxyProtocol,
-    RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion, UpstreamSettings, UpstreamTls,
-    ValidConfig,
+    MAX_HEADER_BYTES_LIMIT, MIN_HEADER_BYTES, ManagementSettings, MirrorSpec, PoolSpec,
+    ProxyProtocol, RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion,
+    UpstreamSettings, UpstreamTls, ValidConfig,
 };
 
 use read::{Field, Path, Reader};
@@ -290,6 +290,7 @@ mod unread {
                     ("max_idle_conns_per_host", int(u.max_idle_conns_per_host)),
                     ("max_conns_per_host", int(u.max_conns_per_host)),
                     ("max_concurrent_requests", int(u.max_concurrent_requests)),
+                    ("mirror_max_in_flight", int(u.mirror_max_in_flight)),
                     ("tls_ca_file", opt_string(u.tls_ca_file.as_ref())),
                     ("tls_server_name", opt_string(u.tls_server_name.as_ref())),
                     ("tls_cert_file", opt_string(u.tls_cert_file.as_ref())),
@@ -507,6 +508,16 @@ mod unread {
                 "max_concurrent_requests",
                 r.max_concurrent_requests.map(|n| Value::Int(n.into())),
             ),
+            (
+                "mirror",
+                r.mirror.as_ref().map(|m| {
+                    map(vec![
+                        ("pool", required(&m.pool)),
+                        ("percent", int(m.percent)),
+                    ])
+                    .value
+                }),
+            ),
         ])
     }
 }
@@ -517,7 +528,7 @@ mod unread {
 pub fn schema_paths() -> BTreeSet<String> {
     // One item of every list and one named pool, so that item fields are asked for too.
     let probe = "server: {tls: {certificates: [{}]}}\nbackends: [{}]\npools: {p: {backends: [{}]}}\n\
-                 routes: [{}]\n";
+                 routes: [{mirror: {}}]\n";
     let mut r = Reader::default();
     if let Ok(root) = tree::parse(probe) {
         let _ = schema::from_tree::read_config(

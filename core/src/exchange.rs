@@ -44,6 +44,8 @@ mod output;
 mod steps;
 
 #[cfg(all(test, not(loom)))]
+mod mirror_tests;
+#[cfg(all(test, not(loom)))]
 mod proptests;
 #[cfg(all(test, not(loom)))]
 pub(crate) mod tests;
@@ -53,8 +55,8 @@ use std::net::IpAddr;
 
 pub use input::{BodyInfo, Head, Input, SendFailure, StoreFailure};
 pub use output::{
-    Answer, AttemptResult, Delivery, Metric, Output, Record, Send, SendBody, StoreResult, sampled,
-    should_log,
+    Answer, AttemptResult, Delivery, Metric, MirrorSend, Output, Record, Send, SendBody,
+    StoreResult, sampled, should_log,
 };
 
 use crate::admission::Gate;
@@ -84,6 +86,8 @@ pub struct Services {
     local: Arc<LocalStore>,
     circuit: Arc<StoreCircuit>,
     shutting_down: AtomicBool,
+    /// The mirrors in flight (C-MIRROR-1's `mirror_max_in_flight`).
+    mirrors: Arc<crate::mirror::InFlight>,
 }
 
 impl Services {
@@ -102,7 +106,14 @@ impl Services {
             local,
             circuit,
             shutting_down: AtomicBool::new(false),
+            mirrors: Arc::new(crate::mirror::InFlight::new()),
         }
+    }
+
+    /// The mirrors in flight in the process (C-MIRROR-1).
+    #[must_use]
+    pub fn mirrors(&self) -> &Arc<crate::mirror::InFlight> {
+        &self.mirrors
     }
 
     /// The global gate.
@@ -269,6 +280,12 @@ pub struct Exchange {
     /// circuit transitions).
     last_result: Option<AttemptResult>,
     upstream_status: Option<u16>,
+    /// The mirror pool's selection context, when the route mirrors (C-MIRROR-1).
+    mirror_pick: Option<PickContext>,
+    /// The mirror decided for this request, until the adapter takes it
+    /// ([`Exchange::take_mirror`]); and whether its [`Output::Mirror`] went out.
+    mirror: Option<crate::mirror::Mirror>,
+    mirror_out: bool,
     outbox: Outbox,
 }
 
@@ -304,6 +321,11 @@ impl Exchange {
         let resolution = resolve_client(head.peer, head.headers, rt.trusted_proxies());
         let (target, m) = rt.target(head.path);
         let pick = rt.pick_context(m.pool, resolution.client, head.headers);
+        let mirror_pick = m
+            .route
+            .and_then(|r| rt.config().routes.get(r))
+            .and_then(|r| r.mirror)
+            .map(|spec| rt.pick_context(spec.pool, resolution.client, head.headers));
         let grpc = crate::grpc::is_grpc(head.headers);
         let (grpc_deadline, grpc_error) = grpc_deadline(grpc, head.headers, now);
         Exchange {
@@ -341,6 +363,9 @@ impl Exchange {
             backend: None,
             last_result: None,
             upstream_status: None,
+            mirror_pick,
+            mirror: None,
+            mirror_out: false,
             outbox: Outbox::new(),
             rt,
             services,
@@ -490,6 +515,17 @@ impl Exchange {
     #[must_use]
     pub fn route(&self) -> Option<usize> {
         self.route
+    }
+
+    /// The mirror announced by [`Output::Mirror`], once (C-MIRROR-1): the adapter sends it on its
+    /// own, never waited for, and finishes it ([`crate::mirror::Mirror::finish`]) with its
+    /// outcome. A mirror never taken is given back when the exchange ends, neutral.
+    pub fn take_mirror(&mut self) -> Option<crate::mirror::Mirror> {
+        if self.mirror_out {
+            self.mirror.take()
+        } else {
+            None
+        }
     }
 
     /// Attempts sent so far.

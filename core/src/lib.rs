@@ -43,6 +43,7 @@ pub mod health;
 pub mod idle_pool;
 pub mod method;
 pub mod mgmt;
+pub mod mirror;
 #[cfg(feature = "mutations")]
 pub mod mutations;
 mod outcome;

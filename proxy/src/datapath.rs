@@ -10,5 +10,6 @@ pub mod effects;
 pub mod front;
 pub mod h1;
 pub mod h2;
+pub mod mirror;
 pub mod response_body;
 pub mod server;

@@ -17,6 +17,7 @@
 //! compare the event log). See docs/simulation.md.
 
 pub mod backend;
+pub mod mirror;
 pub mod model;
 pub mod report;
 pub mod scenario;

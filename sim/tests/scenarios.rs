@@ -133,3 +133,37 @@ fn outlier_pair() {
 fn pushback_503() {
     sweep(Scenario::Pushback503);
 }
+
+/// C-MIRROR-1: a mirror pool that answers, hangs or dies gives every primary request the same
+/// response at the same instant (docs/simulation.md, `mirror_isolation`).
+#[test]
+fn mirror_isolation() {
+    let seeds = weir_sim::seeds_from_env();
+    let mut failures = Vec::new();
+    let (mut requests, mut mirrors) = (0, [[0u64; 3]; 3]);
+    for &seed in &seeds {
+        match weir_sim::mirror::mirror_isolation(seed) {
+            Ok(s) => {
+                requests += s.requests;
+                for (total, run) in mirrors.iter_mut().zip(s.mirrors) {
+                    for (t, n) in total.iter_mut().zip(run) {
+                        *t += n;
+                    }
+                }
+            }
+            Err(e) => failures.push(format!(
+                "{e}\n  replay: WEIR_SIM_SEED={seed} cargo test -p weir-sim mirror_isolation"
+            )),
+        }
+    }
+    eprintln!(
+        "mirror_isolation: {} seeds, {} violations; requests={requests} per fate; \
+         [sent, dropped, skipped] healthy={:?} hangs={:?} dies={:?}",
+        seeds.len(),
+        failures.len(),
+        mirrors[0],
+        mirrors[1],
+        mirrors[2]
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

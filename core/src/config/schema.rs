@@ -162,6 +162,9 @@ pub struct UpstreamConfig {
     pub max_conns_per_host: u32,
     /// `max_concurrent_requests` [512]: slots per backend (C-POOL-6).
     pub max_concurrent_requests: u32,
+    /// `mirror_max_in_flight` [64]: mirrored requests in flight at once, process-wide
+    /// (C-MIRROR-1).
+    pub mirror_max_in_flight: u32,
     /// `tls_ca_file`: PEM CA certificates that backend certificates must chain to, instead of
     /// the system's roots (C-GRPC-5).
     pub tls_ca_file: Option<String>,
@@ -186,6 +189,7 @@ impl Default for UpstreamConfig {
             max_idle_conns_per_host: 64,
             max_conns_per_host: 0,
             max_concurrent_requests: 512,
+            mirror_max_in_flight: 64,
             tls_ca_file: None,
             tls_server_name: None,
             tls_cert_file: None,
@@ -608,4 +612,15 @@ pub struct RouteConfig {
     pub pool: String,
     /// `max_concurrent_requests`: the route's bulkhead (none: unlimited).
     pub max_concurrent_requests: Option<u32>,
+    /// `mirror`: a share of the route's requests copied to another pool (C-MIRROR-1).
+    pub mirror: Option<MirrorConfig>,
+}
+
+/// `routes[].mirror` (C-MIRROR-1).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MirrorConfig {
+    /// `pool` (required): a name under `pools`, or `default`.
+    pub pool: String,
+    /// `percent` [100, 0..=100]: the share of the route's requests mirrored.
+    pub percent: u32,
 }

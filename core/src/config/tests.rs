@@ -1207,3 +1207,37 @@ fn c_grpc_5_upstream_tls_settings() {
         );
     }
 }
+
+#[test]
+fn c_mirror_1_route_mirror_keys_defaults_and_errors() {
+    let base = "backends:\n  - id: a\n    url: http://h:1\npools:\n  shadow:\n    backends:\n      \
+                - id: s\n        url: http://h:2\nroutes:\n  - prefix: /api\n    pool: default\n";
+    let v = ok(&format!("{base}    mirror:\n      pool: shadow\n"));
+    assert_eq!(v.server.upstream.mirror_max_in_flight, 64);
+    let m = v.routes[0].mirror.expect("mirror");
+    assert_eq!((m.pool, m.percent), (1, 100));
+    let v = ok(&format!(
+        "{base}    mirror: {{pool: default, percent: 0}}\n"
+    ));
+    assert_eq!(
+        v.routes[0].mirror.map(|m| (m.pool, m.percent)),
+        Some((0, 0))
+    );
+    let e = errs(&format!(
+        "{base}    mirror: {{pool: nowhere, percent: 101}}\n"
+    ));
+    let msg = &err_at(&e, "routes[0].mirror.pool").message;
+    assert!(
+        msg.contains("\"/api\"") && msg.contains("\"nowhere\""),
+        "{msg}"
+    );
+    let _ = err_at(&e, "routes[0].mirror.percent");
+    let e = errs(&format!("{base}    mirror: {{percent: 5, bogus: 1}}\n"));
+    let _ = err_at(&e, "routes[0].mirror.pool");
+    let _ = err_at(&e, "routes[0].mirror.bogus");
+    assert_eq!(
+        classify("server.upstream.mirror_max_in_flight"),
+        Apply::Dynamic
+    );
+    assert_eq!(classify("routes[0].mirror.percent"), Apply::Dynamic);
+}

@@ -44,7 +44,7 @@ pub use check::HostPort;
 use check::{Check, parse_proxy};
 pub use listener::{CertPair, ListenerTls, ProxyProtocol, TlsVersion};
 use listener::{check_proxy_protocol, check_tls};
-pub use pools::{DEFAULT_POOL, HashKey, HealthCheck, PoolSpec, RouteSpec};
+pub use pools::{DEFAULT_POOL, HashKey, HealthCheck, MirrorSpec, PoolSpec, RouteSpec};
 use pools::{check_health, check_pool_params, check_pools_and_routes, check_retry};
 pub use redis::{RedisMode, RedisSettings};
 pub use secrets::ManagementSettings;
@@ -155,6 +155,9 @@ pub struct UpstreamSettings {
     pub max_idle_conns_per_host: u32,
     /// Always `None` (unlimited): a non-zero value is refused.
     pub max_conns_per_host: Option<u32>,
+    /// Mirrored requests in flight at once, process-wide; beyond it a mirror is dropped and
+    /// counted (C-MIRROR-1). Read per request, so a reload changes it.
+    pub mirror_max_in_flight: u32,
     /// How backend certificates are verified and which client certificate weir shows
     /// (C-GRPC-5). The files are read by the proxy, not here.
     pub tls: UpstreamTls,
@@ -371,6 +374,7 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
             max_idle_conns: u.max_idle_conns,
             max_idle_conns_per_host: u.max_idle_conns_per_host,
             max_conns_per_host: (u.max_conns_per_host != 0).then_some(u.max_conns_per_host),
+            mirror_max_in_flight: u.mirror_max_in_flight,
             tls: check_upstream_tls(u, c),
         },
         proxy_protocol,

@@ -48,6 +48,12 @@ pub enum Output {
     },
     /// Send an attempt upstream.
     Send(Send),
+    /// Send the request's mirror (C-MIRROR-1) on its own, detached from the request: take it
+    /// with [`Exchange::take_mirror`](super::Exchange::take_mirror), send the same method,
+    /// target, headers (`Host` with `-shadow` appended to its name) and body, read the answer
+    /// and discard it, and finish the mirror with its outcome. Nothing about it is ever fed
+    /// back to this exchange, and nothing of this exchange waits for it.
+    Mirror(MirrorSend),
     /// Answer the client with weir's own response (C-PATH-11).
     Answer(Answer),
     /// Pass the current backend response on (C-RETRY-4, C-PATH-4); feed `Input::BodyEnd` when its
@@ -92,6 +98,17 @@ pub struct Send {
     /// the failure it retries, a retry's `at` is later by its full-jitter backoff
     /// (C-RETRY-10): wait until then, and give the wait up when the client leaves.
     pub at: Instant,
+}
+
+/// A mirror to send ([`Output::Mirror`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorSend {
+    /// The mirror pool's index in the runtime ([`Runtime::pool`](crate::runtime::Runtime::pool)).
+    pub pool: usize,
+    /// The backend's index in the mirror pool.
+    pub backend: usize,
+    /// The body: none, or the buffered body (a mirror never streams).
+    pub body: SendBody,
 }
 
 /// The request body an attempt carries.
@@ -181,6 +198,9 @@ pub enum Metric {
         /// From sending to its end.
         duration: Duration,
     },
+    /// A mirror was sent, dropped or skipped (`load_balancer_mirror_requests_total{result}`,
+    /// C-MIRROR-1).
+    Mirror(crate::mirror::MirrorResult),
     /// The rate limiter decided this request
     /// (`load_balancer_rate_limit_decisions_total{result}`, C-RATE-8).
     RateDecision(crate::rate::DecisionResult),

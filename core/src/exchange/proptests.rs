@@ -440,6 +440,7 @@ impl World {
                 | Output::BufferBody { .. }
                 | Output::AbortBody
                 | Output::Metric(_)
+                | Output::Mirror(_)
                 | Output::Outliers(_) => {}
             }
         }

@@ -3,6 +3,7 @@
 use crate::admission::{Cancel, Entry};
 use crate::flow::{Action, AttemptError, BodyEnd, Flow, RequestMeta};
 use crate::grpc::StatusSource;
+use crate::mirror::{Decision, MirrorBody, MirrorResult};
 use crate::rate::{DecisionResult, FailureDecision, RateOutcome, StorageKind, on_store_failure};
 use crate::response::{ClientError, Reject};
 use crate::retry::BodyKind;
@@ -10,8 +11,8 @@ use crate::rng::Rng;
 use crate::time::Instant;
 
 use super::{
-    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, Output, Record, Send,
-    SendBody, SendFailure, Stage, StoreFailure, StoreResult, should_log,
+    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, MirrorSend, Output,
+    Record, Send, SendBody, SendFailure, Stage, StoreFailure, StoreResult, should_log,
 };
 use crate::admission::Overloaded;
 use crate::bucket::Take;
@@ -323,12 +324,18 @@ impl Exchange {
         if let Some(error) = self.target_error {
             return self.answer(Answer::Client(error), now, rng);
         }
+        self.decide_mirror(now, rng);
         let retry = self.rt.retry();
         let read_deadline = self.since_arrival(self.rt.config().server.read_timeout);
+        // A mirrored request's body is buffered as a replayable one is, whatever its method
+        // (C-MIRROR-1): the mirror gets the same bytes. Buffering does not make it retryable:
+        // that is still the method's and the body's (C-RETRY-1, `Send::replayable`).
+        let mirrored = self.mirror.is_some();
         let (kind, send) = match self.body {
             BodyInfo::Empty | BodyInfo::Sized(0) => (BodyKind::None, SendBody::Empty),
             BodyInfo::Sized(n)
-                if n <= retry.body_limit() && retry.allows_method(self.method.as_str()) =>
+                if n <= retry.body_limit()
+                    && (retry.allows_method(self.method.as_str()) || mirrored) =>
             {
                 (BodyKind::Sized(n), SendBody::Buffered)
             }
@@ -345,6 +352,64 @@ impl Exchange {
             return;
         }
         self.start_flow(now, rng);
+    }
+
+    /// C-MIRROR-1: whether this request of a mirroring route is mirrored, and where
+    /// ([`crate::mirror::decide`]); a mirror not sent is counted now, a reserved one when it goes
+    /// out with the first attempt.
+    fn decide_mirror(&mut self, now: Instant, rng: &mut dyn Rng) {
+        let (Some(ctx), Some(spec)) = (
+            self.mirror_pick,
+            self.route
+                .and_then(|r| self.rt.config().routes.get(r))
+                .and_then(|r| r.mirror),
+        ) else {
+            return;
+        };
+        let Some(pool) = self.rt.pool(spec.pool) else {
+            return;
+        };
+        let limit = self.rt.retry().body_limit();
+        let body = match self.body {
+            _ if self.upgrade => MirrorBody::NotReplayable,
+            BodyInfo::Empty => MirrorBody::Replayable,
+            BodyInfo::Sized(n) if n <= limit => MirrorBody::Replayable,
+            BodyInfo::Sized(_) | BodyInfo::Unsized => MirrorBody::NotReplayable,
+        };
+        let route = crate::mirror::Route {
+            pool,
+            pool_index: spec.pool,
+            percent: spec.percent,
+            max_in_flight: self.rt.config().server.upstream.mirror_max_in_flight,
+        };
+        match crate::mirror::decide(&route, self.services.mirrors(), body, &ctx, now, rng) {
+            Decision::No => {}
+            Decision::NotSent(result) => self.outbox.push(Output::Metric(Metric::Mirror(result))),
+            Decision::Send(m) => self.mirror = Some(m),
+        }
+    }
+
+    /// The mirror goes out with the first attempt, sent at `at` (C-MIRROR-1), before it.
+    fn send_mirror(&mut self, at: Instant) {
+        if self.mirror_out {
+            return;
+        }
+        let Some(m) = self.mirror.as_mut() else {
+            return;
+        };
+        self.mirror_out = true;
+        m.send_at(at);
+        let send = MirrorSend {
+            pool: m.pool_index(),
+            backend: m.backend(),
+            body: match self.send_body {
+                SendBody::Buffered => SendBody::Buffered,
+                _ => SendBody::Empty,
+            },
+        };
+        self.outbox
+            .push(Output::Metric(Metric::Mirror(MirrorResult::Sent)));
+        self.outbox.push(Output::Mirror(send));
     }
 
     /// C-ROUTE-1, C-LOAD-2, C-POOL-5: the flow takes the route's bulkhead permit and selects.
@@ -450,6 +515,9 @@ impl Exchange {
                 if a.panic {
                     let m = Metric::PanicSelection { backend: a.backend };
                     self.outbox.push(Output::Metric(m));
+                }
+                if matches!(action, Action::Attempt(_)) {
+                    self.send_mirror(a.at);
                 }
                 let retry = self.rt.retry();
                 let replayable = retry.allows_method(self.method.as_str())
@@ -653,6 +721,9 @@ impl Exchange {
     /// place, a queued ticket, the gate slot (waking the waiter it is handed to).
     pub(super) fn release(&mut self, now: Instant) {
         self.flow = None;
+        // A mirror the adapter did not take (the request ended before its first attempt, or the
+        // adapter does not mirror) gives its slot and place back, neutral.
+        self.mirror = None;
         match self.stage {
             Stage::Store { call, .. } => self.services.circuit.abandon(call),
             Stage::Queued { ticket, .. }

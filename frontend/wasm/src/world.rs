@@ -446,9 +446,11 @@ impl World {
             }
             // Outlier events become the live proxy's WARN lines and counters; the demo keeps
             // neither an event log nor counters.
+            // The demo has no mirror pool: a mirror (never configured there) is not sent.
             Output::StoreTake { .. }
             | Output::AbortBody
             | Output::Metric(_)
+            | Output::Mirror(_)
             | Output::Outliers(_)
             | Output::Record(_) => {}
         }

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use weir_core::exchange::StoreResult;
+use weir_core::mirror::MirrorResult;
 use weir_core::rate::DecisionResult;
 use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
@@ -108,6 +109,8 @@ pub struct Metrics {
     protection: [AtomicU64; ProtectionReason::ALL.len()],
     /// Rate-limit decisions, by result in `DecisionResult::ALL` order (C-RATE-8).
     rate_decisions: [AtomicU64; DecisionResult::ALL.len()],
+    /// Mirrors, by result in `MirrorResult::ALL` order (C-MIRROR-1).
+    mirrors: [AtomicU64; MirrorResult::ALL.len()],
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
@@ -198,6 +201,16 @@ impl Metrics {
             "Rate-limit decisions, by result: allowed, limited (answered 429), dry_run_limited (over the limit, passed on in dry run).",
             decisions,
         ));
+        let mirrors = MirrorResult::ALL
+            .iter()
+            .zip(&self.mirrors)
+            .map(|(r, c)| (labels([("result", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        out.push(counter(
+            "load_balancer_mirror_requests",
+            "Mirrored requests (routes[].mirror), by result: sent, dropped (mirror_max_in_flight reached or no mirror backend available), skipped (body over retry.body_limit or of unannounced length).",
+            mirrors,
+        ));
         out.push(gauge(
             "load_balancer_retry_budget_tokens",
             "Tokens in the process-wide retry budget now.",
@@ -230,6 +243,7 @@ impl Metrics {
             requests: [RequestMetrics::new(), RequestMetrics::new()],
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             rate_decisions: std::array::from_fn(|_| AtomicU64::new(0)),
+            mirrors: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: ops::Ops::new(),
@@ -270,6 +284,13 @@ impl Metrics {
     pub fn rate_decision(&self, result: DecisionResult) {
         if let Some(i) = DecisionResult::ALL.iter().position(|r| *r == result) {
             self.rate_decisions[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Count a mirror decision (C-MIRROR-1).
+    pub fn mirror(&self, result: MirrorResult) {
+        if let Some(i) = MirrorResult::ALL.iter().position(|r| *r == result) {
+            self.mirrors[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 

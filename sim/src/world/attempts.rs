@@ -176,8 +176,11 @@ impl World<'_> {
                 | Metric::Circuit { .. }
                 | Metric::QueueWait(_)
                 | Metric::RateDecision(_)
+                | Metric::Mirror(_)
                 | Metric::Store { .. },
             ) => {}
+            // No route of the world mirrors (sim/src/mirror.rs is the mirroring scenario).
+            Output::Mirror(_) => {}
             Output::Outliers(events) => self.check_outliers(req, &events),
             Output::AbortBody => self.check_abort(req),
             Output::Answer(answer) => self.answered(req, answer),

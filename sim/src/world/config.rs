@@ -80,6 +80,9 @@ fn config(s: &Setup, generation: usize) -> Config {
             prefix: r.prefix.to_owned(),
             pool: pool_name(r.pool),
             max_concurrent_requests: r.limit,
+            // The world's scenarios mirror nothing; `mirror_isolation` (sim/src/mirror.rs) is
+            // the mirroring scenario.
+            mirror: None,
         })
         .collect();
     if let Some((capacity, refill)) = s.rate {

@@ -135,6 +135,7 @@ fn read_upstream(r: &mut Reader, f: &Field<'_>) -> UpstreamConfig {
             d.max_concurrent_requests,
             0,
         ),
+        mirror_max_in_flight: r.u32(&o.field("mirror_max_in_flight"), d.mirror_max_in_flight, 0),
         tls_ca_file: r.opt_string(&o.field("tls_ca_file")),
         tls_server_name: r.opt_string(&o.field("tls_server_name")),
         tls_cert_file: r.opt_string(&o.field("tls_cert_file")),
@@ -390,6 +391,20 @@ fn read_pools(r: &mut Reader, f: &Field<'_>) -> Vec<PoolConfig> {
     out
 }
 
+/// `routes[].mirror`, when set (C-MIRROR-1).
+fn read_mirror(r: &mut Reader, f: &Field<'_>) -> Option<MirrorConfig> {
+    if !f.is_set() {
+        return None;
+    }
+    let mut o = r.obj(f);
+    let v = MirrorConfig {
+        pool: r.required_string(&o.field("pool")),
+        percent: r.u32(&o.field("percent"), 100, 0),
+    };
+    o.finish(r);
+    Some(v)
+}
+
 fn read_routes(r: &mut Reader, f: &Field<'_>) -> Vec<RouteConfig> {
     let items = r.list(f);
     let mut out = Vec::with_capacity(items.len());
@@ -399,6 +414,7 @@ fn read_routes(r: &mut Reader, f: &Field<'_>) -> Vec<RouteConfig> {
             prefix: r.required_string(&o.field("prefix")),
             pool: r.required_string(&o.field("pool")),
             max_concurrent_requests: r.opt_u32(&o.field("max_concurrent_requests")),
+            mirror: read_mirror(r, &o.field("mirror")),
         };
         o.finish(r);
         out.push(route);

@@ -79,6 +79,17 @@ pub struct RouteSpec {
     pub pool: usize,
     /// The route's bulkhead limit (`None`: unlimited).
     pub max_concurrent_requests: Option<u32>,
+    /// The route's mirror (C-MIRROR-1), its pool resolved.
+    pub mirror: Option<MirrorSpec>,
+}
+
+/// `routes[].mirror` resolved (C-MIRROR-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorSpec {
+    /// Index into [`ValidConfig::pools`](super::ValidConfig::pools) of the mirror pool.
+    pub pool: usize,
+    /// The share of the route's requests mirrored, 0..=100.
+    pub percent: u8,
 }
 
 /// RFC 7230 `tchar` (also the set of cookie-name characters of RFC 6265).
@@ -606,6 +617,10 @@ fn check_routes<'a>(
                 ),
             );
         }
+        let mirror = route
+            .mirror
+            .as_ref()
+            .and_then(|m| check_mirror(cfg, &path, &route.prefix, m, c));
         if let Some(n) = route.max_concurrent_requests
             && let Err(e) = Bulkhead::new(Some(n))
         {
@@ -630,10 +645,53 @@ fn check_routes<'a>(
                 prefix: route.prefix.clone(),
                 pool,
                 max_concurrent_requests: route.max_concurrent_requests,
+                mirror,
             });
         }
     }
     (routes, candidates, catch_all)
+}
+
+/// A route's mirror (C-MIRROR-1): its pool must exist (the error names the route and the
+/// pool) and its percent be at most 100.
+fn check_mirror(
+    cfg: &Config,
+    path: &str,
+    prefix: &str,
+    m: &crate::config::MirrorConfig,
+    c: &mut Check<'_>,
+) -> Option<MirrorSpec> {
+    let pool = if m.pool == DEFAULT_POOL {
+        Some(0)
+    } else {
+        cfg.pools
+            .iter()
+            .position(|p| p.name == m.pool)
+            .map(|i| i + 1)
+    };
+    if pool.is_none() && !m.pool.is_empty() {
+        let mut names: Vec<&str> = vec![DEFAULT_POOL];
+        names.extend(cfg.pools.iter().map(|p| p.name.as_str()));
+        c.err(
+            &format!("{path}.mirror.pool"),
+            format!(
+                "route {prefix:?} mirrors to unknown pool {:?}, expected one of {}",
+                m.pool,
+                names.join(", ")
+            ),
+        );
+    }
+    let percent = u8::try_from(m.percent).ok().filter(|p| *p <= 100);
+    if percent.is_none() {
+        c.err(
+            &format!("{path}.mirror.percent"),
+            format!("must be between 0 and 100, got {}", m.percent),
+        );
+    }
+    Some(MirrorSpec {
+        pool: pool?,
+        percent: percent?,
+    })
 }
 
 /// The route table of the candidates, each duplicate prefix reported and left out.

@@ -365,6 +365,7 @@ impl Req<'_> {
                     }
                 }
                 Output::BufferBody { .. } => self.buffer(c).await,
+                Output::Mirror(m) => self.mirror(m),
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes),
                     // in place (`take` copied the 180-byte `Up` out to drop it).
@@ -424,6 +425,36 @@ impl Req<'_> {
             Some(Err(_)) => self.feed(Input::BodyUnreadable),
             None => {}
         }
+    }
+
+    /// C-MIRROR-1: the mirror goes on its own task with the headers an HTTP/2 attempt would
+    /// carry and the decoded buffered body (`datapath::mirror`); nothing here waits for it.
+    fn mirror(&mut self, m: weir_core::exchange::MirrorSend) {
+        let data_plane = self.data_plane;
+        let target = self
+            .exchange()
+            .snapshot()
+            .backend(m.pool, m.backend)
+            .and_then(|h| h.target.clone());
+        let headers = match &target {
+            Some(t) => self.h2_headers(t, data_plane.clock.now()),
+            None => http::HeaderMap::new(),
+        };
+        let body = match m.body {
+            SendBody::Buffered => self.decoded_buffer(),
+            _ => bytes::Bytes::new(),
+        };
+        let Ok(uri) = self.pq.parse::<http::Uri>() else {
+            return;
+        };
+        let copy = crate::datapath::mirror::Copy {
+            method: self.log.method,
+            uri: &uri,
+            headers,
+            body,
+            client: self.client,
+        };
+        crate::datapath::mirror::spawn(data_plane, self.exchange(), m, copy);
     }
 
     /// One attempt: the head (and a buffered body) in one write on a pooled or new connection,

@@ -247,6 +247,7 @@ impl<'a> Io<'a> {
                     drop(last.take());
                     last = self.send(s, up).await;
                 }
+                Output::Mirror(m) => self.mirror(m, up),
                 Output::Answer(a) => return self.answer(a, guard),
                 Output::Deliver(d) => return self.deliver(&d, last.take(), guard, client_upgrade),
                 _ => {}
@@ -394,6 +395,29 @@ impl<'a> Io<'a> {
                 None
             }
         }
+    }
+
+    /// C-MIRROR-1: the mirror goes on its own task with a copy of the upstream headers and the
+    /// buffered body (`datapath::mirror`); nothing here waits for it.
+    fn mirror(&mut self, m: weir_core::exchange::MirrorSend, up: &mut Outgoing) {
+        if !up.prepared {
+            self.prepare(up);
+        }
+        let ctx = self.ctx;
+        let copy = crate::datapath::mirror::Copy {
+            method: &self.method,
+            uri: &self.uri,
+            headers: up.headers.clone().unwrap_or_default(),
+            body: match m.body {
+                SendBody::Buffered => up.buffered.clone().unwrap_or_default(),
+                _ => Bytes::new(),
+            },
+            client: ctx.downstream_ends(),
+        };
+        let Some(x) = self.x.as_mut() else {
+            return;
+        };
+        crate::datapath::mirror::spawn(&ctx.data_plane, x, m, copy);
     }
 
     /// C-PATH-6, C-FWD-1..3, C-PATH-3: the upstream headers, once for every attempt, from the

@@ -179,7 +179,7 @@ impl Req<'_> {
 
     /// The HTTP/2 request's fields: the client's lines minus hop-by-hop ones (C-PATH-6), weir's
     /// forwarding lines (C-FWD-1..3), the request id (C-PATH-3) and attempt (C-PATH-4).
-    fn h2_headers(&mut self, target: &Target, at: weir_core::Instant) -> HeaderMap {
+    pub(super) fn h2_headers(&mut self, target: &Target, at: weir_core::Instant) -> HeaderMap {
         let head = self.head;
         let mut h = HeaderMap::with_capacity(head.headers.len() + 6);
         for line in head.headers {
@@ -224,7 +224,7 @@ impl Req<'_> {
     }
 
     /// The buffered body's data, its chunked framing (if any) taken off.
-    fn decoded_buffer(&self) -> Bytes {
+    pub(super) fn decoded_buffer(&self) -> Bytes {
         let Some(raw) = &self.buffered else {
             return Bytes::new();
         };
