@@ -975,18 +975,11 @@ fn c_tls_3_proxy_protocol_settings() {
 /// (an accepted-but-ignored key would mislead); their "off" value still loads.
 #[test]
 fn keys_weir_does_not_act_on_are_refused_by_name() {
-    for (text, path, says) in [
-        (
-            "server:\n  upstream:\n    max_conns_per_host: 7\n",
-            "server.upstream.max_conns_per_host",
-            "max_concurrent_requests",
-        ),
-        (
-            "management:\n  enable_pprof: true\n",
-            "management.enable_pprof",
-            "pprof",
-        ),
-    ] {
+    for (text, path, says) in [(
+        "management:\n  enable_pprof: true\n",
+        "management.enable_pprof",
+        "pprof",
+    )] {
         let e = errs(&format!("{text}{MIN}"));
         let at = err_at(&e, path);
         assert!(
@@ -1206,4 +1199,22 @@ fn c_grpc_5_upstream_tls_settings() {
             "{key}"
         );
     }
+}
+
+/// `server.upstream.max_conns_per_host` is acted on: any value in range loads (0, the default,
+/// is unlimited), and the proxy bounds each backend's connections by it (docs/proxy.md).
+#[test]
+fn max_conns_per_host_loads() {
+    let v = ok(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: 7\n{MIN}"
+    ));
+    assert_eq!(v.server.upstream.max_conns_per_host, Some(7));
+    let v = ok(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: 0\n{MIN}"
+    ));
+    assert_eq!(v.server.upstream.max_conns_per_host, None);
+    let e = errs(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: -1\n{MIN}"
+    ));
+    err_at(&e, "server.upstream.max_conns_per_host");
 }
