@@ -25,6 +25,7 @@ fn config() -> UpstreamConfig {
         max_idle_total: 16,
         expect_continue_timeout: Duration::from_secs(1),
         tls_server_name: None,
+        max_conns_per_host: None,
     }
 }
 
@@ -105,6 +106,55 @@ async fn c_retry_6_pool_reuses_only_finished_connections() {
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
     up.clear();
     assert_eq!(up.idle_count(), 0);
+}
+
+/// `max_conns_per_host: 1` on an HTTP/1 backend: while the one connection is lent, a second
+/// request waits; released, the connection is closed for the waiter (not kept idle), which
+/// opens its own, never a second at once. With nobody releasing, the wait ends after
+/// `dial_timeout` as saturated (nothing sent, C-RETRY-9).
+#[tokio::test]
+async fn max_conns_per_host_bounds_http1_connections() {
+    let (addr, accepted) = keepalive_backend(10).await;
+    let cfg = UpstreamConfig {
+        max_conns_per_host: Some(1),
+        dial_timeout: Duration::from_millis(300),
+        ..config()
+    };
+    let up = Arc::new(Upstream::new(weir_tokio::rt(), cfg, None));
+    let target = Arc::new(Target::new("b", &format!("http://{addr}")).unwrap());
+    let (resp, mut first) = up
+        .send(&target, None, get("b"), std::time::Instant::now(), client())
+        .await
+        .unwrap();
+    let _ = read_body(resp, &mut first).await;
+    // Nobody releases within dial_timeout: saturated.
+    let started = std::time::Instant::now();
+    let saturated = up
+        .send(&target, None, get("b"), std::time::Instant::now(), client())
+        .await;
+    assert!(
+        matches!(saturated, Err(SendError::Saturated)),
+        "{saturated:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    // A waiter gets the place once the first connection is released (and closed for it).
+    let (up2, t2) = (Arc::clone(&up), Arc::clone(&target));
+    let waiter = tokio::spawn(async move {
+        let (resp, mut conn) = up2
+            .send(&t2, None, get("b"), std::time::Instant::now(), client())
+            .await
+            .unwrap();
+        let body = read_body(resp, &mut conn).await;
+        up2.release(conn, std::time::Instant::now());
+        body.len()
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the waiter waits");
+    up.release(first, std::time::Instant::now());
+    assert_eq!(waiter.await.unwrap(), 10);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(up.idle_count(), 1, "kept idle once nobody waits");
 }
 
 /// A refused connection is a connect error.

@@ -230,6 +230,7 @@ macro_rules! __with_cases {
             c_grpc_1_h2_client_calls_are_balanced_over_h2c_backends_with_trailers,
             c_grpc_1_http1_client_is_served_by_an_h2c_backend,
             c_grpc_1_backend_max_concurrent_streams_is_respected,
+            c_grpc_1_max_conns_per_host_bounds_h2_connections,
             c_grpc_3_no_backend_is_a_trailers_only_unavailable,
             c_grpc_3_rate_limited_call_is_resource_exhausted,
             c_grpc_3_backend_unavailable_is_retried_on_another_backend,

@@ -213,7 +213,7 @@ impl Flow {
 
     /// The current attempt failed before a response head. Records passive health (a failure, or
     /// neutral for a client that went away: C-RETRY-8, C-PATH-9), then retries when C-RETRY-1
-    /// allows it, or fails with `502`/`504` (C-RETRY-4), or abandons the request when the client
+    /// allows it, or fails with `502`/`504` (`503` for a saturated backend) (C-RETRY-4), or abandons the request when the client
     /// is gone. Ignored unless awaiting a head.
     pub fn handle_error(&mut self, error: AttemptError, now: Instant, rng: &mut dyn Rng) -> Action {
         let now = self.clamp(now);
@@ -235,10 +235,9 @@ impl Flow {
         let backend = self.backend.unwrap_or(0); // always Some while awaiting a head
         self.finish();
         Action::Fail(Failure {
-            status: if error == AttemptError::PerTryTimeout {
-                504
-            } else {
-                502
+            status: match crate::retry::no_retry_response(outcome) {
+                crate::retry::NoRetryResponse::Synthetic(status) => status,
+                _ => 502,
             },
             cause: error,
             no_retry: stopped.reason,
@@ -369,7 +368,7 @@ impl Flow {
         let class: AttemptClass = self.policy.classify(outcome);
         let verdict = match outcome {
             AttemptOutcome::Status(status) => Verdict::of_status(status),
-            AttemptOutcome::ClientGone => Verdict::Ignored,
+            AttemptOutcome::ClientGone | AttemptOutcome::Saturated => Verdict::Ignored,
             AttemptOutcome::Connect
             | AttemptOutcome::Refused
             | AttemptOutcome::Transport

@@ -60,6 +60,7 @@ pub mod route;
 pub mod runtime;
 pub mod select;
 pub mod slow_start;
+pub mod stream_pick;
 mod sync;
 pub mod time;
 pub mod upstream;

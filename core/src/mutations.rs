@@ -58,9 +58,15 @@ pub static HEAD_TIMEOUT_IGNORED: AtomicBool = AtomicBool::new(false);
 pub static OUTLIER_CAP_IGNORED: AtomicBool = AtomicBool::new(false);
 /// Selection ignores a backend's pushback (`503` with `Retry-After`, C-RETRY-11).
 pub static PUSHBACK_IGNORED: AtomicBool = AtomicBool::new(false);
+/// HTTP/2 stream placement ignores the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`: a full
+/// connection takes another stream (`stream_pick`).
+pub static STREAM_LIMIT_IGNORED: AtomicBool = AtomicBool::new(false);
+/// A transport error counts as "nothing sent" (C-RETRY-9): an attempt whose bytes reached the
+/// backend is retried whatever its method and body.
+pub static TRANSPORT_COUNTS_AS_NOTHING_SENT: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 20] = [
+pub static ALL: [(&str, &AtomicBool); 22] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -81,6 +87,11 @@ pub static ALL: [(&str, &AtomicBool); 20] = [
     ("HEAD_TIMEOUT_IGNORED", &HEAD_TIMEOUT_IGNORED),
     ("OUTLIER_CAP_IGNORED", &OUTLIER_CAP_IGNORED),
     ("PUSHBACK_IGNORED", &PUSHBACK_IGNORED),
+    ("STREAM_LIMIT_IGNORED", &STREAM_LIMIT_IGNORED),
+    (
+        "TRANSPORT_COUNTS_AS_NOTHING_SENT",
+        &TRANSPORT_COUNTS_AS_NOTHING_SENT,
+    ),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

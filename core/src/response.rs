@@ -449,6 +449,9 @@ impl<'a> SyntheticResponse<'a> {
             crate::flow::AttemptError::Refused => {
                 "upstream refused the request before processing it"
             }
+            crate::flow::AttemptError::Saturated => {
+                "every connection to the upstream is busy (max_conns_per_host)"
+            }
             crate::flow::AttemptError::Transport | crate::flow::AttemptError::ClientGone => {
                 "upstream connection broke before a response"
             }

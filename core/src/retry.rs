@@ -152,6 +152,10 @@ pub enum AttemptOutcome {
     /// it to send again: an HTTP/2 stream reset with `REFUSED_STREAM`, or above the
     /// `last_stream_id` of the backend's `GOAWAY` (RFC 9113 §8.7, C-RETRY-9).
     Refused,
+    /// No connection to the backend could be had: every one was full at `max_conns_per_host`
+    /// for the whole connect timeout. Nothing was sent, and the backend is not at fault
+    /// (neutral), yet the call may go elsewhere whatever its method and body (C-RETRY-9).
+    Saturated,
     /// The connection failed after it was established, before response headers (reset, EOF).
     Transport,
     /// No response headers within `per_try_timeout` (C-RETRY-5).
@@ -164,8 +168,12 @@ impl AttemptOutcome {
     /// Whether nothing of the attempt reached the backend, so that it may be sent again
     /// whatever its method and body (C-RETRY-9): a connect error or a refused stream.
     #[must_use]
-    pub const fn nothing_sent(self) -> bool {
-        matches!(self, AttemptOutcome::Connect | AttemptOutcome::Refused)
+    pub fn nothing_sent(self) -> bool {
+        matches!(
+            self,
+            AttemptOutcome::Connect | AttemptOutcome::Refused | AttemptOutcome::Saturated
+        ) || (matches!(self, AttemptOutcome::Transport)
+            && mutated!(TRANSPORT_COUNTS_AS_NOTHING_SENT))
     }
 }
 
@@ -267,6 +275,8 @@ pub const fn no_retry_response(outcome: AttemptOutcome) -> NoRetryResponse {
             NoRetryResponse::Synthetic(502)
         }
         AttemptOutcome::PerTryTimeout => NoRetryResponse::Synthetic(504),
+        // The backend was busy, not broken: the answer of a saturated pool (C-POOL-6).
+        AttemptOutcome::Saturated => NoRetryResponse::Synthetic(503),
         AttemptOutcome::ClientGone => NoRetryResponse::Abandon,
     }
 }
@@ -522,7 +532,7 @@ impl RetryPolicy {
             | AttemptOutcome::Refused
             | AttemptOutcome::Transport
             | AttemptOutcome::PerTryTimeout => AttemptClass::Failure,
-            AttemptOutcome::ClientGone => AttemptClass::Neutral,
+            AttemptOutcome::ClientGone | AttemptOutcome::Saturated => AttemptClass::Neutral,
         }
     }
 
@@ -536,7 +546,9 @@ impl RetryPolicy {
     pub fn decide(&self, facts: &RetryFacts<'_>) -> RetryVerdict {
         let reason = if !facts.client_present || facts.outcome == AttemptOutcome::ClientGone {
             NoRetryReason::ClientGone
-        } else if self.classify(facts.outcome) != AttemptClass::Failure {
+        } else if self.classify(facts.outcome) != AttemptClass::Failure
+            && facts.outcome != AttemptOutcome::Saturated
+        {
             NoRetryReason::OutcomeNotRetryable
         } else if !facts.outcome.nothing_sent() && !self.allows_method(facts.method) {
             NoRetryReason::MethodNotAllowed

@@ -5,7 +5,7 @@
 //! scheduled changes of mode ([`Fault`]); a crash also breaks the connections it holds.
 
 use core::time::Duration;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use weir_core::rng::Rng;
 
@@ -38,6 +38,9 @@ pub enum Mode {
         /// Written as an HTTP-date rather than delta-seconds.
         date: bool,
     },
+    /// An HTTP/2 backend resets this share of new streams (permille) with `REFUSED_STREAM`
+    /// before processing them (RFC 9113 §8.7); probes still pass.
+    RefuseStreams(u32),
 }
 
 impl Mode {
@@ -53,6 +56,7 @@ impl Mode {
             Mode::HeadThenHang => "head_then_hang",
             Mode::SlowHeaders => "slow_headers",
             Mode::PushBack { .. } => "push_back",
+            Mode::RefuseStreams(_) => "refuse_streams",
         }
     }
 }
@@ -70,6 +74,13 @@ pub enum Fault {
     Mode(Mode),
     /// The health endpoint fails (`true`) or answers again (`false`) while traffic is unchanged.
     ProbesFail(bool),
+    /// An HTTP/2 backend sends `GOAWAY` on every connection, each with a `last_stream_id` at
+    /// or above every stream it answered: streams above it were not processed (refused), those
+    /// at or below finish; the connection takes no new stream and closes when empty.
+    GoAway,
+    /// An HTTP/2 backend's busiest connection is lost with every stream on it (a reset, a
+    /// network failure): those streams fail as transport errors.
+    LoseConn,
 }
 
 impl Fault {
@@ -83,6 +94,8 @@ impl Fault {
             Fault::Mode(m) => m.as_str(),
             Fault::ProbesFail(true) => "probes_fail",
             Fault::ProbesFail(false) => "probes_pass",
+            Fault::GoAway => "goaway",
+            Fault::LoseConn => "lose_conn",
         }
     }
 }
@@ -143,6 +156,9 @@ pub enum Reply {
         /// How long the body streams after the head; `None` for a body that hangs.
         body: Option<Duration>,
     },
+    /// The HTTP/2 stream is reset with `REFUSED_STREAM` (or is above a `GOAWAY`'s
+    /// `last_stream_id`): the backend processed none of it.
+    RefusedStream,
     /// A `503` head with `Retry-After` asking for `secs` seconds (an HTTP-date when `date`);
     /// its body takes a millisecond.
     PushBack {
@@ -179,6 +195,56 @@ pub struct SimBackend {
     pub probes_fail: bool,
     /// Open connections: (request, attempt number), for a crash to break.
     pub conns: BTreeSet<(usize, u32)>,
+    /// It speaks HTTP/2 (`protocol: h2c`): its connections and streams.
+    pub h2: Option<H2Model>,
+}
+
+/// One HTTP/2 connection to a simulated backend.
+#[derive(Debug, Clone)]
+pub struct H2Conn {
+    /// Unique per backend.
+    pub id: u32,
+    /// Open streams by stream id: (request, attempt).
+    pub streams: BTreeMap<u32, (usize, u32)>,
+    /// The next client stream id (odd, increasing).
+    pub next_stream: u32,
+    /// The `SETTINGS_MAX_CONCURRENT_STREAMS` weir knows: one until the backend's SETTINGS
+    /// arrive (as weir-proxy assumes), then the backend's.
+    pub known_max: u32,
+    /// The `last_stream_id` of the backend's `GOAWAY`, once sent.
+    pub goaway: Option<u32>,
+}
+
+/// The HTTP/2 side of a simulated backend.
+#[derive(Debug, Clone)]
+pub struct H2Model {
+    /// The `SETTINGS_MAX_CONCURRENT_STREAMS` it advertises.
+    pub max_streams: u32,
+    /// Its connections, in the order they were opened.
+    pub conns: Vec<H2Conn>,
+    /// The next connection id.
+    pub next_conn: u32,
+    /// Attempts waiting for a stream (every connection full at `max_conns_per_host`), oldest
+    /// first.
+    pub waiters: VecDeque<(usize, u32)>,
+}
+
+impl H2Model {
+    /// A backend advertising `max_streams`, with no connection yet.
+    #[must_use]
+    pub fn new(max_streams: u32) -> H2Model {
+        H2Model {
+            max_streams,
+            conns: Vec::new(),
+            next_conn: 0,
+            waiters: VecDeque::new(),
+        }
+    }
+
+    /// The connection with id `id`.
+    pub fn conn_mut(&mut self, id: u32) -> Option<&mut H2Conn> {
+        self.conns.iter_mut().find(|c| c.id == id)
+    }
 }
 
 impl SimBackend {
@@ -193,6 +259,7 @@ impl SimBackend {
             mode: Mode::Up,
             probes_fail: false,
             conns: BTreeSet::new(),
+            h2: None,
         }
     }
 
@@ -220,6 +287,7 @@ impl SimBackend {
                 self.probes_fail = on;
                 false
             }
+            Fault::GoAway | Fault::LoseConn => false,
         }
     }
 
@@ -272,7 +340,12 @@ impl SimBackend {
                     body: Some(Duration::from_millis(5)),
                 },
             },
+            Mode::RefuseStreams(p) if self.h2.is_some() && rng.chance_permille(p) => Planned {
+                after: Duration::from_micros(100) + uniform(rng, Duration::from_millis(1)),
+                reply: Reply::RefusedStream,
+            },
             Mode::Up
+            | Mode::RefuseStreams(_)
             | Mode::Burst503(_)
             | Mode::TrafficFails(_)
             | Mode::Status500(_)

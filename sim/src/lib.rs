@@ -24,7 +24,7 @@ pub mod scenario;
 pub mod trace;
 mod world;
 
-pub use report::{Invariant, Millis, Summary, Violation};
+pub use report::{H2Counts, Invariant, Millis, Summary, Violation};
 pub use scenario::Scenario;
 
 /// The number of seeds each scenario runs in CI (`cargo test`), unless `WEIR_SIM_SEEDS` says

@@ -81,11 +81,19 @@ pub enum Invariant {
     /// selection) while the world's own record says it is pushed back, and no pushback lasts
     /// beyond `retry_after_max` (C-RETRY-11).
     PushedBackReached,
+    /// Never more streams on an HTTP/2 connection than the backend's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`, nor more connections to a backend than
+    /// `max_conns_per_host` (C-GRPC-1).
+    StreamLimit,
+    /// A call is sent again after bytes of an attempt left weir only when it is replayable
+    /// (method allowed, body replayable), or when the backend processed none of that attempt
+    /// and weir still holds all of it (C-RETRY-1, C-RETRY-9).
+    ReplaySafe,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 23] = [
+    pub const ALL: [Invariant; 25] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -109,6 +117,8 @@ impl Invariant {
         Invariant::ConnectionTimers,
         Invariant::OutlierCap,
         Invariant::PushedBackReached,
+        Invariant::StreamLimit,
+        Invariant::ReplaySafe,
     ];
 
     /// A stable snake_case name.
@@ -138,6 +148,8 @@ impl Invariant {
             Invariant::ConnectionTimers => "conn_watchdog",
             Invariant::OutlierCap => "outlier_cap",
             Invariant::PushedBackReached => "pushed_back_reached",
+            Invariant::StreamLimit => "stream_limit",
+            Invariant::ReplaySafe => "replay_safe",
         }
     }
 
@@ -166,6 +178,8 @@ impl Invariant {
             Invariant::ConnectionTimers => "C-PATH-12",
             Invariant::OutlierCap => "C-OUT-2",
             Invariant::PushedBackReached => "C-RETRY-11",
+            Invariant::StreamLimit => "C-GRPC-1",
+            Invariant::ReplaySafe => "C-RETRY-1, C-RETRY-9",
         }
     }
 
@@ -237,6 +251,51 @@ impl fmt::Display for Millis {
     }
 }
 
+/// What the HTTP/2 backends of a run saw (all zero without them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct H2Counts {
+    /// Streams opened.
+    pub streams: u64,
+    /// Connections opened.
+    pub conns: u64,
+    /// Streams refused (`REFUSED_STREAM`, or above a `GOAWAY`'s last stream id).
+    pub refused: u64,
+    /// Of those, above a `GOAWAY`'s last stream id.
+    pub above_goaway: u64,
+    /// `GOAWAY` faults.
+    pub goaways: u64,
+    /// Connections lost, and the streams that were on them.
+    pub lost: u64,
+    /// Streams on lost connections.
+    pub lost_streams: u64,
+    /// Attempts that waited for a stream (every connection full at `max_conns_per_host`).
+    pub waits: u64,
+    /// Of those, waits that reached the connect timeout.
+    pub wait_timeouts: u64,
+}
+
+impl fmt::Display for H2Counts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.streams == 0 && self.conns == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            " h2=streams:{},conns:{},refused:{}(goaway:{}),goaways:{},lost:{}({} streams),\
+             waits:{}(timeouts:{})",
+            self.streams,
+            self.conns,
+            self.refused,
+            self.above_goaway,
+            self.goaways,
+            self.lost,
+            self.lost_streams,
+            self.waits,
+            self.wait_timeouts
+        )
+    }
+}
+
 /// What one run did. Two runs of the same scenario and seed produce equal summaries (the event
 /// log hash included): that is the determinism check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,6 +350,8 @@ pub struct Summary {
     pub conn_closes: u64,
     /// Idle connections parked.
     pub conn_parks: u64,
+    /// What the HTTP/2 backends saw.
+    pub h2: H2Counts,
     /// 99th percentile of the virtual time from arrival to the response head, in microseconds.
     pub p99_us: u64,
     /// Events processed.
@@ -317,7 +378,7 @@ impl fmt::Display for Summary {
             "{} seed={} policy={} requests={} success={}.{}% retries={} budget_refusals={} \
              ejections={} panic={} health_flips={} p99={}.{:03}ms \
              [ok={} 5xx={} failed={} overloaded={} rate_limited={} rejected={} abandoned={} \
-             reloads={}/{}] store={}/{} config_reloads={}/{} timers={} conns={}/{} events={} hash={:016x}",
+             reloads={}/{}] store={}/{} config_reloads={}/{} timers={} conns={}/{}{} events={} hash={:016x}",
             self.scenario,
             self.seed,
             self.policy,
@@ -347,6 +408,7 @@ impl fmt::Display for Summary {
             self.timer_expiries,
             self.conn_closes,
             self.conn_parks,
+            self.h2,
             self.events,
             self.trace_hash
         )

@@ -12,8 +12,9 @@ mod setups;
 pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
     all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
-    hot_client, outlier_500, outlier_pair, overload_spike, pushback_503, reload_mid_request,
-    reload_warmup, retry_storm, slow_start_recovery, small_pool, store_outage,
+    h2_conn_lost, h2_refused_goaway, h2_stream_limit, hot_client, outlier_500, outlier_pair,
+    overload_spike, pushback_503, reload_mid_request, reload_warmup, retry_storm,
+    slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -65,11 +66,20 @@ pub enum Scenario {
     /// for as long as it asked, capped by `retry_after_max`, within the outlier cap, and gets no
     /// request meanwhile (C-RETRY-11).
     Pushback503,
+    /// HTTP/2 backends with few streams per connection and `max_conns_per_host` under a load
+    /// spike: streams multiplexed within the backends' limits, attempts waiting for a stream
+    /// (C-GRPC-1).
+    H2StreamLimit,
+    /// HTTP/2 backends refuse streams and send `GOAWAY`: what was not processed is sent again
+    /// for any method, what was is retried only when replayable (C-RETRY-9).
+    H2RefusedGoaway,
+    /// HTTP/2 connections lost with their streams, and a crash (C-RETRY-1, C-RETRY-9).
+    H2ConnLost,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 19] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -86,6 +96,9 @@ impl Scenario {
         Scenario::Outlier500,
         Scenario::OutlierPair,
         Scenario::Pushback503,
+        Scenario::H2StreamLimit,
+        Scenario::H2RefusedGoaway,
+        Scenario::H2ConnLost,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -108,6 +121,9 @@ impl Scenario {
             Scenario::Outlier500 => "outlier_500",
             Scenario::OutlierPair => "outlier_pair",
             Scenario::Pushback503 => "pushback_503",
+            Scenario::H2StreamLimit => "h2_stream_limit",
+            Scenario::H2RefusedGoaway => "h2_refused_goaway",
+            Scenario::H2ConnLost => "h2_conn_lost",
         }
     }
 
@@ -137,6 +153,9 @@ impl Scenario {
             Scenario::Outlier500 => outlier_500(rng, policy),
             Scenario::OutlierPair => outlier_pair(rng, policy),
             Scenario::Pushback503 => pushback_503(rng, policy),
+            Scenario::H2StreamLimit => h2_stream_limit(rng, policy),
+            Scenario::H2RefusedGoaway => h2_refused_goaway(rng, policy),
+            Scenario::H2ConnLost => h2_conn_lost(rng, policy),
         }
     }
 }

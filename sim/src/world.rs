@@ -22,6 +22,7 @@ mod check;
 mod clients;
 mod config;
 mod conns;
+mod h2;
 mod health;
 mod snapshot;
 mod store;
@@ -112,6 +113,12 @@ enum Ev {
     ConnTimer { conn: usize, generation: u64 },
     /// A parked connection's wait for its next request ended.
     ConnParkedExpiry { conn: usize, generation: u64 },
+    /// An attempt to an HTTP/2 backend is sent (after its backoff): its stream is placed.
+    StreamOpen { req: usize, attempt: u32 },
+    /// A new HTTP/2 connection learns the backend's SETTINGS.
+    H2Settings { backend: usize, conn: u32 },
+    /// An attempt waiting for a stream reached the connect timeout.
+    StreamWaitEnd { req: usize, attempt: u32 },
 }
 
 impl Ev {
@@ -137,6 +144,9 @@ impl Ev {
             Ev::ConnStep { .. } => 19,
             Ev::ConnTimer { .. } => 20,
             Ev::ConnParkedExpiry { .. } => 21,
+            Ev::StreamOpen { .. } => 22,
+            Ev::H2Settings { .. } => 23,
+            Ev::StreamWaitEnd { .. } => 24,
         }
     }
 }
@@ -161,6 +171,15 @@ struct Current {
     permit: Permit,
     /// The planned body duration once a head arrived (`None`: it hangs).
     body: Option<Duration>,
+    /// Bytes of the attempt left weir: a connection to an HTTP/1 backend was made, or a stream
+    /// to an HTTP/2 backend was opened.
+    sent: bool,
+    /// The backend processed none of it (a refused stream, or above a `GOAWAY`'s last id).
+    unprocessed: bool,
+    /// Its HTTP/2 stream: (connection id, stream id).
+    stream: Option<(u32, u32)>,
+    /// It waits for a stream (every connection full at the bound).
+    waiting: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +202,8 @@ struct Request {
     arrival: Instant,
     method: http::Method,
     path: &'static str,
+    /// The request body (what the adapter holds of it decides a refused stream's resend).
+    body: weir_core::retry::BodyKind,
     stage: Stage,
     x: Option<Exchange>,
     snapshot: usize,
@@ -226,6 +247,7 @@ impl Request {
             arrival,
             method,
             path,
+            body: weir_core::retry::BodyKind::None,
             stage: Stage::Admitted,
             x: None,
             snapshot: 0,
@@ -594,6 +616,9 @@ impl<'w> World<'w> {
             Ev::ConnParkedExpiry { conn, generation } => {
                 self.conn_parked_expiry(conn, generation);
             }
+            Ev::StreamOpen { req, attempt } => self.stream_open(req, attempt),
+            Ev::H2Settings { backend, conn } => self.h2_settings(backend, conn),
+            Ev::StreamWaitEnd { req, attempt } => self.stream_wait_end(req, attempt),
         }
     }
 }

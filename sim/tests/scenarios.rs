@@ -27,7 +27,7 @@ fn sweep(scenario: Scenario) {
         let p99_max = summaries.iter().map(|s| s.p99_us).max().unwrap_or(0);
         eprintln!(
             "{scenario}: {} seeds, {} violations; requests={requests} success={:.1}% \
-             retries={} ejections={} panic={} worst p99={}.{:03}ms events={}",
+             retries={} ejections={} panic={} worst p99={}.{:03}ms events={}{}",
             seeds.len(),
             violations.len(),
             if requests == 0 {
@@ -41,6 +41,17 @@ fn sweep(scenario: Scenario) {
             p99_max / 1000,
             p99_max % 1000,
             total(|s| s.events),
+            weir_sim::H2Counts {
+                streams: total(|s| s.h2.streams),
+                conns: total(|s| s.h2.conns),
+                refused: total(|s| s.h2.refused),
+                above_goaway: total(|s| s.h2.above_goaway),
+                goaways: total(|s| s.h2.goaways),
+                lost: total(|s| s.h2.lost),
+                lost_streams: total(|s| s.h2.lost_streams),
+                waits: total(|s| s.h2.waits),
+                wait_timeouts: total(|s| s.h2.wait_timeouts),
+            },
         );
     }
     if !violations.is_empty() {
@@ -166,4 +177,19 @@ fn mirror_isolation() {
         mirrors[2]
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn h2_stream_limit() {
+    sweep(Scenario::H2StreamLimit);
+}
+
+#[test]
+fn h2_refused_goaway() {
+    sweep(Scenario::H2RefusedGoaway);
+}
+
+#[test]
+fn h2_conn_lost() {
+    sweep(Scenario::H2ConnLost);
 }

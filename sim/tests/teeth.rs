@@ -146,6 +146,18 @@ fn teeth() -> Vec<Tooth> {
             S::Pushback503,
             I::PushedBackReached,
         ),
+        t(
+            "STREAM_LIMIT_IGNORED",
+            &mutations::STREAM_LIMIT_IGNORED,
+            S::H2StreamLimit,
+            I::StreamLimit,
+        ),
+        t(
+            "TRANSPORT_COUNTS_AS_NOTHING_SENT",
+            &mutations::TRANSPORT_COUNTS_AS_NOTHING_SENT,
+            S::H2ConnLost,
+            I::ReplaySafe,
+        ),
     ]
 }
 

@@ -283,6 +283,39 @@ pub async fn c_grpc_1_backend_max_concurrent_streams_is_respected(bin: Binary) {
     .await;
 }
 
+/// `server.upstream.max_conns_per_host: 2` against a backend that allows 2 concurrent streams
+/// per connection: 16 concurrent calls never take more than 2 connections nor more than 2
+/// streams on one; the calls beyond the places wait for a stream to free up (within
+/// `dial_timeout`) and are all answered (docs/proxy.md, "Connections per backend").
+pub async fn c_grpc_1_max_conns_per_host_bounds_h2_connections(bin: Binary) {
+    let b = H2Backend::start("mc-1", Some(2), 0).await;
+    // One check cycle in the case's life: its TCP probe is the one connection not weir's pool's.
+    let cfg = h2c_config(&[&b])
+        .set("server.upstream.max_conns_per_host", 2)
+        .set("health_check.interval", "60s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_client(p.public).await;
+    let calls: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(call(tx.clone(), p.public, "/pkg.Slow/Call")))
+        .collect();
+    for c in calls {
+        let a = c.await.expect("call task");
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.body, "backend mc-1\n");
+    }
+    assert_eq!(b.count(), 16, "every call reached the backend once");
+    assert!(
+        b.connections() <= 2 + 1,
+        "{} connections (one of them the first cycle's TCP probe)",
+        b.connections()
+    );
+    assert!(
+        b.max_streams_per_connection() <= 2,
+        "{} streams on one connection",
+        b.max_streams_per_connection()
+    );
+}
+
 /// A unary gRPC-style call with `x-request-id: rid` on a new HTTP/2 connection.
 async fn call_with_id(addr: SocketAddr, path: &str, rid: &str) -> Answer {
     let req = grpc_request(addr, path)

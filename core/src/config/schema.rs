@@ -158,7 +158,8 @@ pub struct UpstreamConfig {
     pub max_idle_conns: u32,
     /// `max_idle_conns_per_host` [64, 0 = keep none].
     pub max_idle_conns_per_host: u32,
-    /// `max_conns_per_host` [0 = unlimited]: only 0 loads (weir does not cap connections per backend).
+    /// `max_conns_per_host` [0 = unlimited]: connections per backend, busy and idle, of every
+    /// worker (HTTP/1), or HTTP/2 connections per backend (`stream_pick`).
     pub max_conns_per_host: u32,
     /// `max_concurrent_requests` [512]: slots per backend (C-POOL-6).
     pub max_concurrent_requests: u32,

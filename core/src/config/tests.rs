@@ -975,26 +975,14 @@ fn c_tls_3_proxy_protocol_settings() {
 /// (an accepted-but-ignored key would mislead); their "off" value still loads.
 #[test]
 fn keys_weir_does_not_act_on_are_refused_by_name() {
-    for (text, path, says) in [
-        (
-            "server:\n  upstream:\n    max_conns_per_host: 7\n",
-            "server.upstream.max_conns_per_host",
-            "max_concurrent_requests",
-        ),
-        (
-            "management:\n  enable_pprof: true\n",
-            "management.enable_pprof",
-            "pprof",
-        ),
-    ] {
-        let e = errs(&format!("{text}{MIN}"));
-        let at = err_at(&e, path);
-        assert!(
-            at.message.starts_with("not supported") && at.message.contains(says),
-            "{path}: {}",
-            at.message
-        );
-    }
+    let (path, says) = ("management.enable_pprof", "pprof");
+    let e = errs(&format!("management:\n  enable_pprof: true\n{MIN}"));
+    let at = err_at(&e, path);
+    assert!(
+        at.message.starts_with("not supported") && at.message.contains(says),
+        "{path}: {}",
+        at.message
+    );
     ok(&format!(
         "server:\n  upstream:\n    max_conns_per_host: 0\nmanagement:\n  enable_pprof: false\n{MIN}"
     ));
@@ -1240,4 +1228,22 @@ fn c_mirror_1_route_mirror_keys_defaults_and_errors() {
         Apply::Dynamic
     );
     assert_eq!(classify("routes[0].mirror.percent"), Apply::Dynamic);
+}
+
+/// `server.upstream.max_conns_per_host` is acted on: any value in range loads (0, the default,
+/// is unlimited), and the proxy bounds each backend's connections by it (docs/proxy.md).
+#[test]
+fn max_conns_per_host_loads() {
+    let v = ok(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: 7\n{MIN}"
+    ));
+    assert_eq!(v.server.upstream.max_conns_per_host, Some(7));
+    let v = ok(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: 0\n{MIN}"
+    ));
+    assert_eq!(v.server.upstream.max_conns_per_host, None);
+    let e = errs(&format!(
+        "server:\n  upstream:\n    max_conns_per_host: -1\n{MIN}"
+    ));
+    err_at(&e, "server.upstream.max_conns_per_host");
 }

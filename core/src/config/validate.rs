@@ -337,18 +337,6 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         );
     }
     let u = &s.upstream;
-    if u.max_conns_per_host != 0 {
-        c.err(
-            "server.upstream.max_conns_per_host",
-            format!(
-                "not supported: weir does not cap connections per backend (got {}); \
-                 server.upstream.max_concurrent_requests bounds the requests in flight to each \
-                 backend, and so its HTTP/1 connections (one request each): leave this key out \
-                 or set 0",
-                u.max_conns_per_host
-            ),
-        );
-    }
     let proxy_protocol = check_proxy_protocol(s, c);
     let tls = check_tls(s, c);
     Some(ServerSettings {

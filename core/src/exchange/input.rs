@@ -82,6 +82,11 @@ pub enum SendFailure {
         /// The adapter can send the whole request again.
         held: bool,
     },
+    /// Every connection to the backend is full at `server.upstream.max_conns_per_host` and no
+    /// stream or connection freed up within the connect timeout: nothing was sent, and the
+    /// backend did nothing wrong (neutral for its breaker and outlier detection). Sent again
+    /// elsewhere whatever the method and body (C-RETRY-9); `503` when it cannot be.
+    Saturated,
     /// The connection broke after it was established. `client_body_failed`: reading the
     /// client's streamed body failed first, so the client is the one who went away (C-PATH-9).
     Transport {

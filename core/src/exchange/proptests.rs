@@ -163,6 +163,7 @@ fn input() -> impl Strategy<Value = Input> {
         prop::sample::select(vec![200u16, 101, 404, 500, 502, 503, 504])
             .prop_map(|status| Input::ResponseHead { status }),
         Just(Input::SendFailed(SendFailure::Connect)),
+        Just(Input::SendFailed(SendFailure::Saturated)),
         any::<bool>().prop_map(|held| Input::SendFailed(SendFailure::Refused { held })),
         any::<bool>().prop_map(
             |client_body_failed| Input::SendFailed(SendFailure::Transport { client_body_failed })
@@ -352,7 +353,9 @@ impl World {
         let done_before = x.is_done();
         self.seen[k].nothing_sent = matches!(
             input,
-            Input::SendFailed(SendFailure::Connect | SendFailure::Refused { held: true })
+            Input::SendFailed(
+                SendFailure::Connect | SendFailure::Refused { held: true } | SendFailure::Saturated
+            )
         );
         let Some(x) = self.seen[k].x.as_mut() else {
             return Ok(());

@@ -674,6 +674,7 @@ impl Exchange {
                 AttemptError::PerTryTimeout => "upstream_timeout",
                 AttemptError::Connect => "upstream_connect_error",
                 AttemptError::Refused => "upstream_refused",
+                AttemptError::Saturated => "upstream_saturated",
                 AttemptError::InvalidResponse => "upstream_invalid_response",
                 AttemptError::Transport | AttemptError::ClientGone => "upstream_transport_error",
             },
@@ -746,6 +747,8 @@ impl Exchange {
 fn classify(failure: SendFailure) -> (AttemptError, AttemptResult) {
     match failure {
         SendFailure::Connect => (AttemptError::Connect, AttemptResult::ConnectError),
+        // No connection could be had: the attempt metric counts it with connect errors.
+        SendFailure::Saturated => (AttemptError::Saturated, AttemptResult::ConnectError),
         // The attempt metric has no label of its own for a refused stream: the backend's
         // transport turned it away (docs/retries.md, "Nothing sent").
         SendFailure::Refused { held: true } => {

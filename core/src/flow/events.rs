@@ -48,17 +48,22 @@ pub enum AttemptError {
     /// `REFUSED_STREAM`, or a stream above a `GOAWAY`'s last stream id) and weir holds all of
     /// it still: sent again elsewhere whatever the method and body (C-RETRY-9).
     Refused,
+    /// Every connection to the backend was full at `max_conns_per_host` for the whole connect
+    /// timeout: nothing was sent, and it is no failure of the backend (neutral for its breaker
+    /// and outlier detection); sent again elsewhere whatever the method and body (C-RETRY-9).
+    Saturated,
 }
 
 impl AttemptError {
     /// Every kind, for generators and tables.
-    pub const ALL: [AttemptError; 6] = [
+    pub const ALL: [AttemptError; 7] = [
         AttemptError::Connect,
         AttemptError::Transport,
         AttemptError::PerTryTimeout,
         AttemptError::ClientGone,
         AttemptError::InvalidResponse,
         AttemptError::Refused,
+        AttemptError::Saturated,
     ];
 
     /// The same fact in the retry policy's terms.
@@ -67,6 +72,7 @@ impl AttemptError {
         match self {
             AttemptError::Connect => AttemptOutcome::Connect,
             AttemptError::Refused => AttemptOutcome::Refused,
+            AttemptError::Saturated => AttemptOutcome::Saturated,
             // An unusable response is a protocol failure of the backend: retried and counted
             // against it exactly as a connection that broke before a response (C-RETRY-1,
             // C-HEALTH-3).
@@ -86,6 +92,7 @@ impl AttemptError {
             AttemptError::ClientGone => "client_gone",
             AttemptError::InvalidResponse => "invalid_response",
             AttemptError::Refused => "refused",
+            AttemptError::Saturated => "saturated",
         }
     }
 }

@@ -1034,7 +1034,7 @@ impl Run<'_> {
                     let unsent = matches!(
                         event,
                         Some(FlowEvent::Error(
-                            AttemptError::Connect | AttemptError::Refused
+                            AttemptError::Connect | AttemptError::Refused | AttemptError::Saturated
                         ))
                     );
                     prop_assert!(
@@ -1065,7 +1065,9 @@ impl Run<'_> {
             }
             Action::Fail(f) => {
                 prop_assert_eq!(f.status == 504, f.cause == AttemptError::PerTryTimeout);
-                prop_assert!(f.status == 502 || f.status == 504);
+                // A saturated backend is answered as a saturated pool is (C-POOL-6).
+                prop_assert_eq!(f.status == 503, f.cause == AttemptError::Saturated);
+                prop_assert!(f.status == 502 || f.status == 503 || f.status == 504);
                 prop_assert_eq!(f.attempts as usize, tally.attempts.len());
                 prop_assert_eq!(
                     f.budget_exhausted,
@@ -1085,7 +1087,10 @@ impl Run<'_> {
                 Some(FlowEvent::ResponseHead(s)) => {
                     !valid_upstream_status(s) || pol.is_retryable_status(s)
                 }
-                Some(FlowEvent::Error(e)) => e != AttemptError::ClientGone,
+                // A saturated backend did nothing wrong: neutral, like a client that left.
+                Some(FlowEvent::Error(e)) => {
+                    !matches!(e, AttemptError::ClientGone | AttemptError::Saturated)
+                }
                 Some(FlowEvent::Timeout) => true,
                 _ => false,
             };

@@ -447,7 +447,11 @@ fn c_retry_11_a_backends_429_is_never_retryable() {
 #[test]
 fn c_retry_9_nothing_sent_is_retried_for_any_method_and_body() {
     let p = policy();
-    for outcome in [AttemptOutcome::Connect, AttemptOutcome::Refused] {
+    for outcome in [
+        AttemptOutcome::Connect,
+        AttemptOutcome::Refused,
+        AttemptOutcome::Saturated,
+    ] {
         assert!(outcome.nothing_sent());
         for (method, body) in [
             ("POST", BodyKind::Streaming),
@@ -573,4 +577,24 @@ proptest! {
             prop_assert_eq!(d, p.backoff(k, &mut b));
         }
     }
+}
+
+/// A backend whose connections were all full at `max_conns_per_host` for the connect timeout:
+/// nothing sent, so retried elsewhere for any method (C-RETRY-9), yet neutral for the
+/// backend's breaker (it is busy, not broken), and `503` when no retry follows.
+#[test]
+fn c_retry_9_saturated_is_neutral_retried_and_503() {
+    let p = policy();
+    assert_eq!(p.classify(AttemptOutcome::Saturated), AttemptClass::Neutral);
+    let f = RetryFacts {
+        method: "POST",
+        outcome: AttemptOutcome::Saturated,
+        body: BodyKind::Streaming,
+        ..retryable()
+    };
+    assert_eq!(p.decide(&f), RetryVerdict::Retry);
+    assert_eq!(
+        no_retry_response(AttemptOutcome::Saturated),
+        NoRetryResponse::Synthetic(503)
+    );
 }

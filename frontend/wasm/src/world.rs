@@ -352,6 +352,8 @@ impl World {
         }
         let input = match reply {
             Reply::Refused => Input::SendFailed(SendFailure::Connect),
+            // The demo's backends speak HTTP/1: no stream to refuse.
+            Reply::RefusedStream => Input::SendFailed(SendFailure::Refused { held: true }),
             Reply::Broken => Input::SendFailed(SendFailure::Transport {
                 client_body_failed: false,
             }),

@@ -50,6 +50,7 @@ use crate::base::rt::{self, Io, Rt};
 use crate::observe::metrics::BackendMetrics;
 
 mod body;
+mod bound;
 mod error;
 mod h2;
 mod pending;
@@ -82,6 +83,8 @@ pub struct UpstreamConfig {
     /// `tls_server_name`: the name every `https` backend's certificate must carry (and the
     /// SNI), instead of its URL's host (C-GRPC-5).
     pub tls_server_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// Connections per backend at most (`max_conns_per_host`; `None`: unlimited).
+    pub max_conns_per_host: Option<u32>,
 }
 
 impl UpstreamConfig {
@@ -96,6 +99,7 @@ impl UpstreamConfig {
             max_idle_per_host: s.max_idle_conns_per_host as usize,
             max_idle_total: (s.max_idle_conns as usize).div_ceil(workers),
             expect_continue_timeout: s.expect_continue_timeout,
+            max_conns_per_host: s.max_conns_per_host,
             // Validated by the configuration (a DNS name or an IP address).
             tls_server_name: s
                 .tls
@@ -118,6 +122,8 @@ pub struct Upstream {
     h1: http1::Builder,
     /// The HTTP/2 backends' shared connections (C-GRPC-1).
     h2: h2::H2Pools,
+    /// `max_conns_per_host` over the HTTP/1 connections of every worker (`None`: unlimited).
+    bound: Option<Arc<bound::Bound>>,
     /// The runtime and the idle policy's clock: the process clock (`DataPlane::clock`) where the
     /// proxy runs.
     clock: crate::base::clock::Clock,
@@ -155,6 +161,8 @@ pub struct Conn {
     /// The `Upstream` (its id) this connection is lent from, while lent: dropping a lent
     /// connection tells its pool the demand fell.
     lent: Option<u64>,
+    /// Its place under `max_conns_per_host`, given back when it closes.
+    _ticket: Option<bound::Ticket>,
 }
 
 impl Drop for Conn {
@@ -290,13 +298,18 @@ impl Upstream {
             c.alpn_protocols = vec![b"h2".to_vec()];
             Arc::new(c)
         });
+        let h2 = h2::H2Pools::new(clock.rt(), config.max_conns_per_host, config.dial_timeout);
+        let bound = config
+            .max_conns_per_host
+            .map(|max| bound::Bound::new(max, config.dial_timeout));
         Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,
             tls,
             tls_h2,
             h1,
-            h2: h2::H2Pools::new(clock.rt()),
+            h2,
+            bound,
             clock,
         }
     }
@@ -353,6 +366,13 @@ impl Upstream {
     pub fn release(&self, mut conn: Conn, now: std::time::Instant) {
         if conn.driver.is_none() || conn.tx.is_closed() || !conn.target.poolable() {
             return; // dropped: the pool hears of it
+        }
+        if self
+            .bound
+            .as_ref()
+            .is_some_and(|b| b.has_waiters(conn.target.pool_key()))
+        {
+            return; // closed: a request waits for its place (max_conns_per_host)
         }
         conn.lent = None;
         let now = self.core_now(now);
@@ -471,29 +491,44 @@ impl Upstream {
         client: DownstreamEnds,
     ) -> Result<(Response<Incoming>, Conn), SendError> {
         let mut pending = Pending::Make(make);
-        while let Some(mut conn) = self.checkout(target, now) {
-            // Drive the idle connection once: a close by the backend shows now.
-            if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
-                continue;
-            }
-            let fut = conn.tx.try_send_request(pending.made(|r| r));
-            match drive_until(&mut conn, fut).await {
-                Ok(resp) => {
-                    if let Some(m) = metrics {
-                        m.upstream_connection(true);
-                    }
-                    return Ok((resp, conn));
+        let mut deadline = None;
+        let ticket = loop {
+            while let Some(mut conn) = self.checkout(target, now) {
+                // Drive the idle connection once: a close by the backend shows now.
+                if !std::future::poll_fn(|cx| Poll::Ready(conn.poll_reusable(cx))).await {
+                    continue;
                 }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the idle connection was closed under us. Try another.
-                    Some(back) => pending = Pending::Made(back),
-                    None => return Err(SendError::Transport(e.into_error())),
-                },
+                let fut = conn.tx.try_send_request(pending.made(|r| r));
+                match drive_until(&mut conn, fut).await {
+                    Ok(resp) => {
+                        if let Some(m) = metrics {
+                            m.upstream_connection(true);
+                        }
+                        return Ok((resp, conn));
+                    }
+                    Err(mut e) => match e.take_message() {
+                        // Never written: the idle connection was closed under us. Try another.
+                        Some(back) => pending = Pending::Made(back),
+                        None => return Err(SendError::Transport(e.into_error())),
+                    },
+                }
             }
-        }
+            let Some(bound) = self.bound.as_ref() else {
+                break None;
+            };
+            match bound
+                .reserve(self.rt(), target.pool_key(), &mut deadline)
+                .await
+            {
+                Some(bound::Reserve::Ticket(t)) => break Some(t),
+                // A connection closed: an idle one of this worker may be there now.
+                Some(bound::Reserve::Freed) => {}
+                None => return Err(SendError::Saturated),
+            }
+        };
         // Boxed: connecting (DNS, TLS) is a future of kilobytes that a request on a pooled
         // connection never runs; unboxed, every request's future would carry and copy it.
-        let mut conn = Box::pin(self.connect(target, client)).await?;
+        let mut conn = Box::pin(self.connect(target, client, ticket)).await?;
         if let Some(m) = metrics {
             m.upstream_connection(false);
         }
@@ -510,6 +545,7 @@ impl Upstream {
         &self,
         target: &Arc<Target>,
         client: DownstreamEnds,
+        ticket: Option<bound::Ticket>,
     ) -> Result<Conn, SendError> {
         let io = self
             .connect_io(target, client)
@@ -526,6 +562,7 @@ impl Upstream {
             driver: Some(Box::pin(conn.with_upgrades())),
             target: Arc::clone(target),
             lent: Some(self.id),
+            _ticket: ticket,
         })
     }
 

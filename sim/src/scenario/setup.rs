@@ -128,6 +128,21 @@ pub(crate) struct Setup {
     pub timers: Option<Timers>,
     /// Client connections under the connection watchdog (C-PATH-12), when simulated.
     pub conn_timers: Option<ConnTimers>,
+    /// How weir's HTTP/2 upstream pool is configured, when some backends speak HTTP/2.
+    pub h2: Option<H2Setup>,
+}
+
+/// weir's HTTP/2 upstream settings in the HTTP/2 scenarios (the backends' own
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` are in their [`crate::backend::H2Model`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct H2Setup {
+    /// `server.upstream.max_conns_per_host` (`None`: 0, unlimited).
+    pub max_conns_per_host: Option<u32>,
+    /// `server.upstream.connect_timeout`: how long an attempt waits for a stream when every
+    /// connection is full at the bound, as a dial would take.
+    pub connect_timeout: Duration,
+    /// How long a new connection takes to learn the backend's SETTINGS.
+    pub settings_after: Duration,
 }
 
 /// What a configuration generation changes (the budget stays, so its tokens carry over).

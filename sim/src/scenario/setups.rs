@@ -13,10 +13,10 @@ use weir_core::rng::{Rng, WyRand};
 use weir_core::select::PolicyKind;
 
 use super::setup::{
-    Checks, ConnTimers, Generation, PoolSetup, ReloadSetup, RouteSetup, Setup, StoreSetup,
+    Checks, ConnTimers, Generation, H2Setup, PoolSetup, ReloadSetup, RouteSetup, Setup, StoreSetup,
     StoreState, Stream, Timers,
 };
-use crate::backend::{Fault, Latency, Mode, SimBackend, uniform};
+use crate::backend::{Fault, H2Model, Latency, Mode, SimBackend, uniform};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -119,6 +119,7 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         generations: Vec::new(),
         timers: None,
         conn_timers: None,
+        h2: None,
     }
 }
 
@@ -638,6 +639,102 @@ pub(super) fn pushback_503(rng: &mut WyRand, policy: PolicyKind) -> Setup {
         };
         s.faults.push((from, b, Fault::Mode(mode)));
         s.faults.push((from + len, b, Fault::Recover));
+    }
+    finish(s)
+}
+
+/// Every backend of `s` speaks HTTP/2 and advertises `SETTINGS_MAX_CONCURRENT_STREAMS` drawn
+/// from `streams`; weir's `max_conns_per_host` is `max_conns`.
+fn h2_on(rng: &mut WyRand, s: &mut Setup, streams: (u64, u64), max_conns: Option<u32>) {
+    for b in &mut s.backends {
+        b.h2 = Some(H2Model::new(between(rng, streams.0, streams.1) as u32));
+    }
+    s.h2 = Some(H2Setup {
+        max_conns_per_host: max_conns,
+        connect_timeout: ms(between(rng, 150, 500)),
+        settings_after: ms(between(rng, 1, 5)),
+    });
+}
+
+/// `max_conns_per_host`: unlimited in a fifth of the seeds, else `lo..=hi`.
+fn h2_max_conns(rng: &mut WyRand, lo: u64, hi: u64) -> Option<u32> {
+    if rng.chance_permille(200) {
+        None
+    } else {
+        Some(between(rng, lo, hi) as u32)
+    }
+}
+
+pub(super) fn h2_stream_limit(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let n = between(rng, 2, 4) as usize;
+    let mut s = base(rng, n, policy);
+    for b in &mut s.backends {
+        b.latency = Latency::new(ms(between(rng, 10, 50)), ms(between(rng, 20, 80)));
+    }
+    let max_conns = h2_max_conns(rng, 1, 4);
+    h2_on(rng, &mut s, (2, 8), max_conns);
+    let baseline = between(rng, 20, 40) as u32;
+    let spike = at_ms(between(rng, 4000, 7000));
+    let spike_len = ms(between(rng, 1500, 3000));
+    s.streams[0].rate = vec![
+        (Instant::ZERO, baseline),
+        (spike, between(rng, 80, 200) as u32),
+        (spike + spike_len, baseline),
+    ];
+    let mut s = finish(s);
+    s.fault_end = spike + spike_len;
+    s
+}
+
+pub(super) fn h2_refused_goaway(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let n = between(rng, 3, 5) as usize;
+    let mut s = base(rng, n, policy);
+    let max_conns = h2_max_conns(rng, 2, 4);
+    h2_on(rng, &mut s, (4, 50), max_conns);
+    s.streams[0].rate = vec![(Instant::ZERO, between(rng, 30, 80) as u32)];
+    let refuser = rng.below(n as u64) as usize;
+    let from = at_ms(between(rng, 3000, 6000));
+    s.faults.push((
+        from,
+        refuser,
+        Fault::Mode(Mode::RefuseStreams(between(rng, 100, 600) as u32)),
+    ));
+    s.faults.push((
+        from + ms(between(rng, 4000, 10000)),
+        refuser,
+        Fault::Recover,
+    ));
+    for _ in 0..between(rng, 3, 8) {
+        let b = rng.below(n as u64) as usize;
+        s.faults
+            .push((at_ms(between(rng, 3000, 14000)), b, Fault::GoAway));
+    }
+    // A rolling restart: a graceful GOAWAY, refused connections, back.
+    let restarted = rng.below(n as u64) as usize;
+    let at = at_ms(between(rng, 4000, 12000));
+    s.faults.push((at, restarted, Fault::Refuse));
+    s.faults
+        .push((at + ms(between(rng, 500, 2500)), restarted, Fault::Recover));
+    finish(s)
+}
+
+pub(super) fn h2_conn_lost(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let n = between(rng, 3, 5) as usize;
+    let mut s = base(rng, n, policy);
+    let max_conns = h2_max_conns(rng, 2, 4);
+    h2_on(rng, &mut s, (4, 50), max_conns);
+    s.streams[0].rate = vec![(Instant::ZERO, between(rng, 30, 80) as u32)];
+    for _ in 0..between(rng, 3, 10) {
+        let b = rng.below(n as u64) as usize;
+        s.faults
+            .push((at_ms(between(rng, 3000, 14000)), b, Fault::LoseConn));
+    }
+    if rng.chance_permille(500) {
+        let victim = rng.below(n as u64) as usize;
+        let crash = at_ms(between(rng, 4000, 9000));
+        s.faults.push((crash, victim, Fault::Crash));
+        s.faults
+            .push((crash + ms(between(rng, 2000, 5000)), victim, Fault::Recover));
     }
     finish(s)
 }

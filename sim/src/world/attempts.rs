@@ -23,7 +23,13 @@ impl World<'_> {
         }
         self.check_head_in_time(req);
         let input = match reply {
-            Reply::Refused => Input::SendFailed(SendFailure::Connect),
+            Reply::Refused => {
+                if let Some(c) = self.requests[req].current.as_mut() {
+                    c.sent = false;
+                }
+                Input::SendFailed(SendFailure::Connect)
+            }
+            Reply::RefusedStream => self.refused_stream(req),
             Reply::Broken => Input::SendFailed(SendFailure::Transport {
                 client_body_failed: false,
             }),
@@ -102,7 +108,9 @@ impl World<'_> {
                     backend,
                     error,
                 });
-                if r == AttemptResult::Cancelled {
+                if r == AttemptResult::Cancelled
+                    || input == Input::SendFailed(SendFailure::Saturated)
+                {
                     Outcome::Neutral
                 } else {
                     Outcome::Failure
@@ -143,6 +151,7 @@ impl World<'_> {
             Output::Send(s) => {
                 self.check_send(req, &s);
                 if s.retry {
+                    self.check_replay(req, s.attempt);
                     self.release_current(req);
                     self.stats.retries += 1;
                     self.budget_grants += 1;
@@ -337,8 +346,7 @@ impl World<'_> {
         let permit = self.check_attempt(req, &a, tracked);
         self.tracked[tracked].slots += 1;
         self.backends[sim].conns.insert((req, attempt));
-        let (_, per_try) = self.generation_retry(self.requests[req].made.generation);
-        let plan = self.backends[sim].plan_attempt(per_try, &mut self.rng_backends);
+        let h2 = self.backends[sim].h2.is_some();
         let r = &mut self.requests[req];
         r.tried.push(index);
         r.stage = Stage::Waiting;
@@ -348,6 +356,10 @@ impl World<'_> {
             sim,
             permit,
             body: None,
+            sent: !h2,
+            unprocessed: false,
+            stream: None,
+            waiting: false,
         });
         self.record(Rec::Attempt {
             req: req as u64,
@@ -356,6 +368,13 @@ impl World<'_> {
             panic,
             trial: permit == Permit::Trial,
         });
+        if h2 {
+            // The stream is placed when the adapter sends, after the backoff.
+            self.schedule(at.max(self.now), Ev::StreamOpen { req, attempt });
+            return;
+        }
+        let (_, per_try) = self.generation_retry(self.requests[req].made.generation);
+        let plan = self.backends[sim].plan_attempt(per_try, &mut self.rng_backends);
         self.schedule(
             at.max(self.now) + plan.after,
             Ev::Reply {
@@ -372,6 +391,7 @@ impl World<'_> {
             let t = &mut self.tracked[cur.tracked];
             t.slots = t.slots.saturating_sub(1);
             self.backends[cur.sim].conns.remove(&(req, cur.n));
+            self.release_stream(req, cur);
         }
     }
 

@@ -208,6 +208,7 @@ impl World<'_> {
             .find(|(s, _)| *s == snapshot)
             .and_then(|(_, w)| w);
         let r = &mut self.requests[req];
+        r.body = body;
         r.snapshot = snapshot;
         r.route = x.route();
         r.x = Some(x);

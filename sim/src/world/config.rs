@@ -30,7 +30,7 @@ fn backends(s: &Setup, pool: usize) -> Vec<BackendConfig> {
             weight: s.backends[i].weight,
             disabled: false,
             send_proxy_protocol: None,
-            protocol: None,
+            protocol: s.backends[i].h2.as_ref().map(|_| "h2c".to_owned()),
         })
         .collect()
 }

@@ -401,7 +401,7 @@ impl World<'_> {
             backend: backend as u32,
             fault: fault.as_str(),
         });
-        if !crash {
+        if self.h2_fault(backend, fault) || !crash {
             return;
         }
         let conns: Vec<(usize, u32)> = self.backends[backend].conns.iter().copied().collect();

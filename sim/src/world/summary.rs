@@ -42,6 +42,7 @@ impl World<'_> {
             config_reloads: st.config_reloads,
             reloaded_mid: st.reloaded_mid,
             timer_expiries: st.timer_expiries,
+            h2: st.h2,
             conn_closes: self.conns.as_ref().map_or(0, |c| c.closes),
             conn_parks: self.conns.as_ref().map_or(0, |c| c.parks),
             p99_us: p99,

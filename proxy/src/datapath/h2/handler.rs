@@ -382,6 +382,7 @@ impl<'a> Io<'a> {
                 tracing::debug!(backend = target.id(), error = %e, "upstream attempt failed");
                 let failure = match e {
                     SendError::Connect(_) => SendFailure::Connect,
+                    SendError::Saturated => SendFailure::Saturated,
                     // A streamed body handed to the refused stream is gone: the refusal can
                     // be sent again only with the headers and a body still here.
                     SendError::Refused(_) => SendFailure::Refused {

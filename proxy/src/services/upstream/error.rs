@@ -14,6 +14,9 @@ pub enum SendError {
     Refused(hyper::Error),
     /// The connection broke after it was established.
     Transport(hyper::Error),
+    /// Every HTTP/2 connection to the backend was full at `max_conns_per_host` for the whole
+    /// `dial_timeout`: nothing was sent (C-RETRY-9), and the backend is not at fault.
+    Saturated,
 }
 
 impl SendError {
@@ -55,6 +58,9 @@ impl std::fmt::Display for SendError {
             SendError::Connect(e) => write!(f, "connect: {e}"),
             SendError::Refused(e) => write!(f, "refused: {e}"),
             SendError::Transport(e) => write!(f, "transport: {e}"),
+            SendError::Saturated => f.write_str(
+                "saturated: every connection to the backend is busy (max_conns_per_host)",
+            ),
         }
     }
 }

@@ -1,14 +1,21 @@
 //! HTTP/2 upstreams (`protocol: h2c` or `h2`, C-GRPC-1): per backend a few connections shared
 //! by every worker, each carrying many requests at once as streams.
 //!
-//! hyper's `client::conn::http2` speaks the protocol; this module chooses the connection. Each
-//! connection counts the streams weir has open on it and reads the backend's
-//! `SETTINGS_MAX_CONCURRENT_STREAMS` as its connection task sees it (the value may change during
-//! the connection's life). A request goes to the first connection with a stream to spare and
-//! opens another connection when every one is full: h2 would otherwise queue the stream
-//! behind the others on the same connection, and one slow request would hold up unrelated ones.
-//! Until the backend's first SETTINGS frame arrives a connection is assumed to take one stream,
-//! so a burst before it opens more connections rather than queueing.
+//! hyper's `client::conn::http2` speaks the protocol; this module carries out weir-core's choice
+//! of connection (`stream_pick`, which the simulator drives too). Each connection counts the
+//! streams weir has open on it and reads the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` as its
+//! connection task sees it (the value may change during the connection's life). A request goes
+//! to the first connection with a stream to spare and opens another connection when every one
+//! is full: h2 would otherwise queue the stream behind the others on the same connection, and
+//! one slow request would hold up unrelated ones. Until the backend's first SETTINGS frame
+//! arrives a connection is assumed to take one stream, so a burst before it opens more
+//! connections rather than queueing.
+//!
+//! `server.upstream.max_conns_per_host` bounds the connections to a backend (those being
+//! dialled included). At the bound with every connection full the request waits for a stream
+//! to end or a connection to close, within `dial_timeout` (the time a new connection would
+//! have had); past it the attempt is [`SendError::Saturated`]: nothing sent, retried elsewhere
+//! whatever its method, and no failure of the backend's.
 //!
 //! Unlike the HTTP/1 pool, a connection has a task of its own (spawned on the runtime that
 //! connected it): its streams belong to requests of many client connections and workers, so no
@@ -28,6 +35,9 @@ use http::uri::{Authority, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
+
+use event_listener::Event;
+use weir_core::stream_pick::{ConnLoad, Pick, pick};
 
 use super::body::UpBody;
 use super::error::SendError;
@@ -56,6 +66,9 @@ struct Shared {
     closed: AtomicBool,
     /// Streams ever opened (the sweep tells an idle connection from a busy one by it).
     uses: AtomicU64,
+    /// The pools' signal that a stream or a connection ended (a request waiting at
+    /// `max_conns_per_host` looks again).
+    freed: Arc<Event>,
 }
 
 /// One HTTP/2 connection of the set.
@@ -85,6 +98,7 @@ pub struct BackendStream {
 impl Drop for BackendStream {
     fn drop(&mut self) {
         self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.shared.freed.notify(usize::MAX);
     }
 }
 
@@ -98,11 +112,50 @@ impl BackendStream {
     }
 }
 
+/// The connections to one backend.
+#[derive(Debug, Default)]
+struct Conns {
+    list: Vec<H2Conn>,
+    /// Connections being dialled: they count against `max_conns_per_host`.
+    connecting: usize,
+}
+
+/// A connection being dialled, counted until it joins the list or fails.
+struct Dialling<'p> {
+    pools: &'p H2Pools,
+    key: PoolKey,
+}
+
+impl Drop for Dialling<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.pools.lock().get_mut(&self.key) {
+            c.connecting = c.connecting.saturating_sub(1);
+        }
+        self.pools.freed.notify(usize::MAX);
+    }
+}
+
+/// What [`H2Pools::checkout`] found.
+enum Checkout<'p> {
+    /// A stream on a live connection.
+    Stream(http2::SendRequest<UpBody>, BackendStream),
+    /// No room: dial another connection (counted while it is dialled).
+    Open(Dialling<'p>),
+    /// No room, and `max_conns_per_host` connections already.
+    Full,
+}
+
 /// The HTTP/2 connections of every backend (module doc).
 pub(super) struct H2Pools {
-    conns: Mutex<HashMap<PoolKey, Vec<H2Conn>>>,
+    conns: Mutex<HashMap<PoolKey, Conns>>,
     builder: http2::Builder<Rt>,
     rt: Rt,
+    /// `max_conns_per_host` (`None`: unlimited).
+    max_conns: Option<u32>,
+    /// How long a request waits for room at the bound (`dial_timeout`).
+    wait: Duration,
+    /// A stream or a connection ended.
+    freed: Arc<Event>,
 }
 
 impl std::fmt::Debug for H2Pools {
@@ -112,7 +165,7 @@ impl std::fmt::Debug for H2Pools {
 }
 
 impl H2Pools {
-    pub(super) fn new(rt: Rt) -> H2Pools {
+    pub(super) fn new(rt: Rt, max_conns: Option<u32>, wait: Duration) -> H2Pools {
         let mut builder = http2::Builder::new(rt);
         builder
             .timer(rt)
@@ -125,38 +178,73 @@ impl H2Pools {
             conns: Mutex::new(HashMap::new()),
             builder,
             rt,
+            max_conns,
+            wait,
+            freed: Arc::new(Event::new()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<H2Conn>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Conns>> {
         // A panic while the map was held leaves it consistent (every change is one call).
         self.conns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A stream on a live connection to `target` with one to spare, dropping dead ones.
-    fn checkout(&self, target: &Target) -> Option<(http2::SendRequest<UpBody>, BackendStream)> {
+    /// Where the next stream to `target` goes, as weir-core's `stream_pick` says, dropping
+    /// dead connections first.
+    fn checkout(&self, target: &Target) -> Checkout<'_> {
         let mut map = self.lock();
-        let list = map.get_mut(target.pool_key())?;
-        list.retain(H2Conn::alive);
-        let conn = list.iter().find(|c| {
-            c.shared.in_flight.load(Ordering::Acquire) < c.shared.max.load(Ordering::Acquire)
-        })?;
-        Some((conn.tx.clone(), BackendStream::lend(&conn.shared)))
+        let key = target.pool_key();
+        let conns = match map.get_mut(key) {
+            Some(c) => c,
+            None => map.entry(key.clone()).or_default(),
+        };
+        conns.list.retain(H2Conn::alive);
+        let loads: Vec<ConnLoad> = conns
+            .list
+            .iter()
+            .map(|c| ConnLoad {
+                streams: u32::try_from(c.shared.in_flight.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                max_streams: u32::try_from(c.shared.max.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                accepting: true,
+            })
+            // A connection being dialled takes no stream yet but counts against the bound.
+            .chain((0..conns.connecting).map(|_| ConnLoad {
+                streams: 0,
+                max_streams: 0,
+                accepting: false,
+            }))
+            .collect();
+        match pick(&loads, self.max_conns) {
+            Pick::Use(i) => match conns.list.get(i) {
+                Some(conn) => Checkout::Stream(conn.tx.clone(), BackendStream::lend(&conn.shared)),
+                None => Checkout::Full,
+            },
+            Pick::Open => {
+                conns.connecting += 1;
+                Checkout::Open(Dialling {
+                    pools: self,
+                    key: key.clone(),
+                })
+            }
+            Pick::Full => Checkout::Full,
+        }
     }
 
     /// Connections to all backends (tests, status).
     pub(super) fn count(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
+        self.lock().values().map(|c| c.list.len()).sum()
     }
 
     /// Drop dead connections, and live ones that had no stream in use for `idle` (none:
     /// kept), at `now`. Dropping a connection's last sender ends it gracefully.
     pub(super) fn sweep(&self, now: std::time::Instant, idle: Option<Duration>) {
         let mut map = self.lock();
-        for list in map.values_mut() {
-            list.retain_mut(|c| {
+        for conns in map.values_mut() {
+            conns.list.retain_mut(|c| {
                 if !c.alive() {
                     return false;
                 }
@@ -170,7 +258,10 @@ impl H2Pools {
                 idle.is_none_or(|idle| now.saturating_duration_since(since) < idle)
             });
         }
-        map.retain(|_, list| !list.is_empty());
+        map.retain(|_, c| !c.list.is_empty() || c.connecting > 0);
+        drop(map);
+        // A connection closed by the sweep frees room at the bound.
+        self.freed.notify(usize::MAX);
     }
 
     /// Drop every connection (shutdown).
@@ -184,6 +275,7 @@ impl H2Pools {
         &self,
         target: &Arc<Target>,
         io: impl Future<Output = io::Result<Box<dyn Io>>>,
+        dialling: Dialling<'_>,
     ) -> Result<(http2::SendRequest<UpBody>, BackendStream), SendError> {
         let io = io.await.map_err(SendError::Connect)?;
         let (tx, conn) = self
@@ -196,6 +288,7 @@ impl H2Pools {
             max: AtomicUsize::new(INITIAL_STREAMS),
             closed: AtomicBool::new(false),
             uses: AtomicU64::new(0),
+            freed: Arc::clone(&self.freed),
         });
         let task = Arc::clone(&shared);
         let mut conn = Box::pin(conn);
@@ -203,24 +296,30 @@ impl H2Pools {
             let _ = std::future::poll_fn(|cx| {
                 let polled = conn.as_mut().poll(cx);
                 // SETTINGS are read while the connection is polled: their limit is current
-                // after every poll.
-                task.max
-                    .store(conn.current_max_send_streams(), Ordering::Release);
+                // after every poll. A higher one is room for a request waiting at the bound.
+                let max = conn.current_max_send_streams();
+                if task.max.swap(max, Ordering::AcqRel) < max {
+                    task.freed.notify(usize::MAX);
+                }
                 polled
             })
             .await;
             task.closed.store(true, Ordering::Release);
+            task.freed.notify(usize::MAX);
         });
         let stream = BackendStream::lend(&shared);
-        self.lock()
-            .entry(target.pool_key().clone())
-            .or_default()
-            .push(H2Conn {
-                tx: tx.clone(),
-                shared,
-                seen_uses: 0,
-                idle_since: None,
-            });
+        let mut map = self.lock();
+        let conns = map.entry(target.pool_key().clone()).or_default();
+        conns.list.push(H2Conn {
+            tx: tx.clone(),
+            shared,
+            seen_uses: 0,
+            idle_since: None,
+        });
+        drop(map);
+        // In the list now: it no longer counts as being dialled, and waiters may take its
+        // other streams.
+        drop(dialling);
         Ok((tx, stream))
     }
 
@@ -239,7 +338,16 @@ impl H2Pools {
         F: Future<Output = io::Result<Box<dyn Io>>>,
     {
         let mut pending = Pending::Make(make);
-        while let Some((mut tx, stream)) = self.checkout(target) {
+        let mut deadline: Option<std::time::Instant> = None;
+        let dialling = loop {
+            let (mut tx, stream) = match self.checkout(target) {
+                Checkout::Stream(tx, stream) => (tx, stream),
+                Checkout::Open(dialling) => break dialling,
+                Checkout::Full => {
+                    self.wait_for_room(target, &mut deadline).await?;
+                    continue;
+                }
+            };
             match tx
                 .try_send_request(pending.made(|r| for_h2(r, target)))
                 .await
@@ -259,9 +367,9 @@ impl H2Pools {
                     None => return Err(SendError::of_h2(e.into_error())),
                 },
             }
-        }
+        };
         // Boxed: connecting is a large future that a request on a shared connection never runs.
-        let (mut tx, stream) = Box::pin(self.connect(target, connect())).await?;
+        let (mut tx, stream) = Box::pin(self.connect(target, connect(), dialling)).await?;
         if let Some(m) = metrics {
             m.upstream_connection(false);
         }
@@ -269,6 +377,53 @@ impl H2Pools {
             Ok(resp) => Ok((resp, stream)),
             Err(e) => Err(SendError::of_h2(e)),
         }
+    }
+}
+
+impl H2Pools {
+    /// Every connection to `target` is full at `max_conns_per_host`: wait until a stream or a
+    /// connection ends, until `deadline` (set on the first wait, `dial_timeout` from then).
+    async fn wait_for_room(
+        &self,
+        target: &Target,
+        deadline: &mut Option<std::time::Instant>,
+    ) -> Result<(), SendError> {
+        let until = *deadline.get_or_insert_with(|| self.rt.now() + self.wait);
+        let listener = self.freed.listen();
+        // Room may have come between the look and the listening: look again first.
+        if !self.is_full(target) {
+            return Ok(());
+        }
+        match crate::base::rt::timeout_at(self.rt, until, listener).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(SendError::Saturated),
+        }
+    }
+
+    /// Whether `target` has no room and may open no connection.
+    fn is_full(&self, target: &Target) -> bool {
+        let map = self.lock();
+        let Some(conns) = map.get(target.pool_key()) else {
+            return false;
+        };
+        let loads: Vec<ConnLoad> = conns
+            .list
+            .iter()
+            .filter(|c| c.alive())
+            .map(|c| ConnLoad {
+                streams: u32::try_from(c.shared.in_flight.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                max_streams: u32::try_from(c.shared.max.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                accepting: true,
+            })
+            .chain((0..conns.connecting).map(|_| ConnLoad {
+                streams: 0,
+                max_streams: 0,
+                accepting: false,
+            }))
+            .collect();
+        pick(&loads, self.max_conns) == Pick::Full
     }
 }
 

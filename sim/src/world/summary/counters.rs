@@ -50,6 +50,7 @@ pub(in crate::world) struct Stats {
     pub(in crate::world) config_reloads: u64,
     pub(in crate::world) reloaded_mid: u64,
     pub(in crate::world) timer_expiries: u64,
+    pub(in crate::world) h2: crate::report::H2Counts,
 }
 
 pub(in crate::world) fn method_str(m: &http::Method) -> &'static str {

@@ -172,6 +172,10 @@ impl Req<'_> {
                 return Ok(());
             }
             Err(SendError::Refused(e)) => Err(UpError::Transport(io::Error::other(e))),
+            Err(SendError::Saturated) => {
+                self.feed(Input::SendFailed(SendFailure::Saturated));
+                return Ok(());
+            }
             Err(SendError::Transport(e)) => Err(UpError::Transport(io::Error::other(e))),
         };
         self.attempt_ended(Some(result), None, &target)
