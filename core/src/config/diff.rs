@@ -89,6 +89,7 @@ const DYNAMIC: &[&str] = &[
     "server.access_log_include_path",
     "server.allow_trace",
     "server.upstream.max_concurrent_requests",
+    "server.upstream.adaptive_concurrency",
     "rate_limit.enabled",
     "rate_limit.failure_mode",
     "rate_limit.capacity",

@@ -97,6 +97,7 @@ fn keep_restart_only(running: &Config, next: Config) -> Config {
     c.server.allow_trace = next.server.allow_trace;
     c.server.retry = next.server.retry;
     c.server.upstream.max_concurrent_requests = next.server.upstream.max_concurrent_requests;
+    c.server.upstream.adaptive_concurrency = next.server.upstream.adaptive_concurrency;
     // rate_limit: the policy, not the store.
     let (r, n) = (&mut c.rate_limit, next.rate_limit);
     r.enabled = n.enabled;
