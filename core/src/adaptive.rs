@@ -13,7 +13,10 @@
 //! - a round is also a latency sample: when `limit` attempts that started after the round began
 //!   have answered and their median is beyond tolerance, the limit backs off and keeps backing
 //!   off round after round (*drains*) until a round's median is back at the long-run latency, so
-//!   the queue the limit built is emptied rather than trimmed by ten percent a second.
+//!   the queue the limit built is emptied rather than trimmed by ten percent a second. A drain
+//!   ends when the round's median is back at the long-run latency *and* no longer falls with
+//!   the limit: the queue is gone, and that median, measured at the knee, becomes the long-run
+//!   latency.
 //!
 //! The long-run latency is what makes or breaks such a controller. A minimum of samples (Envoy's
 //! minRTT) is pinned by one lucky sample and, measured by dropping to the minimum limit, sheds
@@ -24,6 +27,9 @@
 //!   quiet window does not rewrite it;
 //! - rises by a sixteenth of the gap per window only while the limit is at or below the limit
 //!   the last drain settled on, so queueing above the known-good limit is never learned;
+//! - is set to the last round's median when a drain ends, since a drain ends at the knee, where
+//!   the latency is the backend's own (so what it learned above the knee is forgotten each
+//!   cycle);
 //! - is reset to the round's median when a drain reaches `min_limit` with the latency still
 //!   above it: at the minimum the latency is the backend's own, not queueing weir caused, so a
 //!   backend that became slower for good is re-learned at once and the limit grows back
@@ -321,6 +327,9 @@ impl Histogram {
     }
 }
 
+/// The fewest answers a round judges by: a median of fewer moves with every sample's noise.
+const ROUND_MIN: u32 = 16;
+
 /// What the last call changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -350,6 +359,8 @@ pub struct AdaptiveLimit {
     settled: u32,
     /// The long-run latency in nanoseconds, once a window had a sample.
     baseline: Option<u64>,
+    /// The previous round of a drain: its median and the limit it ran under.
+    previous: Option<(u64, u32)>,
     now: Instant,
 }
 
@@ -368,6 +379,7 @@ impl AdaptiveLimit {
             draining: false,
             settled: params.min_limit,
             baseline: None,
+            previous: None,
             now,
         }
     }
@@ -466,9 +478,10 @@ impl AdaptiveLimit {
         self.round_start = now;
     }
 
-    /// A round holds as many answers as the limit allows in flight: about one latency's worth.
+    /// A round holds as many answers as the limit allows in flight (about one latency's worth),
+    /// and at least [`ROUND_MIN`].
     fn close_round_if_full(&mut self, params: &AdaptiveParams, now: Instant) -> Option<Change> {
-        if self.round.count < self.limit.max(1) {
+        if self.round.count < self.limit.max(ROUND_MIN) {
             return None;
         }
         let (Some(median), Some(baseline)) = (self.round.median(), self.baseline) else {
@@ -476,7 +489,9 @@ impl AdaptiveLimit {
             return None;
         };
         let congested = if self.draining {
-            median > baseline
+            // Drain until the latency is back at the long-run one and no longer follows the
+            // limit down: then the queue is gone and this is the backend's own latency.
+            median > baseline || self.follows(median)
         } else {
             params.beyond(median, baseline)
         };
@@ -484,6 +499,10 @@ impl AdaptiveLimit {
             if self.draining {
                 self.draining = false;
                 self.settled = self.limit;
+                self.previous = None;
+                // Measured at the knee, without a queue: the long-run latency starts here, so
+                // queueing learned while the limit was above it is forgotten.
+                self.baseline = Some(median);
             }
             self.start_round(now);
             return None;
@@ -493,12 +512,28 @@ impl AdaptiveLimit {
             self.baseline = Some(median);
             self.draining = false;
             self.settled = self.limit;
+            self.previous = None;
             self.start_round(now);
             return None;
         }
         self.draining = true;
+        self.previous = Some((median, self.limit));
         self.back_off(params, now);
         Some(Change::BackedOff)
+    }
+
+    /// Whether the latency fell with the limit since the previous round of the drain: by at
+    /// least three quarters as much, relatively, as the limit did (a queue shrinks with the limit; a
+    /// backend's own latency does not).
+    fn follows(&self, median: u64) -> bool {
+        let Some((before, limit_before)) = self.previous else {
+            return false;
+        };
+        if limit_before <= self.limit || median >= before {
+            return false;
+        }
+        let fell = u128::from(before - median) * u128::from(limit_before) * 4;
+        fell >= u128::from(before) * u128::from(limit_before - self.limit) * 3
     }
 
     fn close_window(&mut self, params: &AdaptiveParams) -> Option<Change> {
