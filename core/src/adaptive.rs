@@ -10,13 +10,12 @@
 //!   once per *round*: failures of attempts that started before the last back-off were admitted
 //!   under the old limit and say nothing about the new one (TCP reacts once per round trip for
 //!   the same reason);
-//! - a round is also a latency sample: when `limit` attempts that started after the round began
-//!   have answered and their median is beyond tolerance, the limit backs off and keeps backing
-//!   off round after round (*drains*) until a round's median is back at the long-run latency, so
-//!   the queue the limit built is emptied rather than trimmed by ten percent a second. A drain
-//!   ends when the round's median is back at the long-run latency *and* no longer falls with
-//!   the limit: the queue is gone, and that median, measured at the knee, becomes the long-run
-//!   latency.
+//! - a round is also a latency sample: when `max(limit, 16)` attempts that started after the
+//!   round began have answered and their median is beyond tolerance, the limit backs off and
+//!   keeps backing off round after round (*drains*), so the queue the limit built is emptied
+//!   rather than trimmed by ten percent a second. A drain ends when the round's median is back
+//!   at the long-run latency *and* no longer falls with the limit: the queue is gone, and that
+//!   median, measured at the knee, becomes the long-run latency.
 //!
 //! The long-run latency is what makes or breaks such a controller. A minimum of samples (Envoy's
 //! minRTT) is pinned by one lucky sample and, measured by dropping to the minimum limit, sheds
