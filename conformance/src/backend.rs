@@ -72,6 +72,9 @@ pub enum Mode {
     Reset,
     /// Reads the request, then closes the connection (FIN) without answering.
     CloseWithoutAnswer,
+    /// A server of finite capacity: `200` after this long, serving at most
+    /// [`Backend::set_workers`] requests at a time; the others wait their turn (FIFO).
+    Workers(Duration),
 }
 
 /// How a recorded request ended, seen from the backend.
@@ -236,6 +239,8 @@ struct Inner {
     max_in_flight: AtomicUsize,
     probes_in_flight: AtomicUsize,
     max_probes_in_flight: AtomicUsize,
+    /// The workers of [`Mode::Workers`] (none until [`Backend::set_workers`]).
+    workers: tokio::sync::Semaphore,
 }
 
 /// A test backend (cheap to clone; every clone is the same server).
@@ -275,6 +280,7 @@ impl Backend {
             max_in_flight: AtomicUsize::new(0),
             probes_in_flight: AtomicUsize::new(0),
             max_probes_in_flight: AtomicUsize::new(0),
+            workers: tokio::sync::Semaphore::new(0),
         });
         let task = tokio::spawn(accept_loop(inner.clone(), listener));
         *lock(&inner.accept) = Some(task.abort_handle());
@@ -303,6 +309,11 @@ impl Backend {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.addr)
+    }
+
+    /// Gives [`Mode::Workers`] `n` more workers.
+    pub fn set_workers(&self, n: usize) {
+        self.inner.workers.add_permits(n);
     }
 
     /// Switches what ordinary requests get from now on (requests already running keep theirs).

@@ -213,6 +213,7 @@ macro_rules! __with_cases {
             c_load_1_departed_holder_hands_its_slot_on,
             c_load_2_bulkhead_isolates_routes,
             c_load_3_protection_events_counted,
+            c_load_4_adaptive_limit_sheds_and_keeps_latency,
             c_obs_1_admission_store_and_connection_metrics,
             c_obs_3_access_line_at_body_end_with_bytes,
             c_obs_3_refused_heads_are_logged_and_counted,

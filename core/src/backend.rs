@@ -18,10 +18,11 @@
 
 use core::time::Duration;
 
+use crate::adaptive::{AdaptiveLimit, AdaptiveParams, Sample, Signal};
 use crate::breaker::{Breaker, BreakerParams, CircuitState, Outcome, Permit, Transition};
 use crate::outlier::{EjectReason, OutlierCell, OutlierParams, Verdict};
 use crate::slow_start::SlowStart;
-use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, lock};
 use crate::time::Instant;
 
 /// What a backend is, as configured (C-POOL-1).
@@ -116,7 +117,7 @@ pub enum Availability {
     CircuitOpen,
     /// Ejected by outlier detection (C-OUT-1, C-OUT-2).
     Ejected,
-    /// `max_concurrent_requests` reached (C-POOL-6).
+    /// `max_concurrent_requests` reached (C-POOL-6), or the adaptive limit (C-LOAD-4).
     Saturated,
 }
 
@@ -150,6 +151,11 @@ pub struct Backend {
     warm_since: AtomicU64,
     breaker: Breaker,
     outlier: OutlierCell,
+    /// The adaptive concurrency limit (C-LOAD-4) for lock-free reads on the selection path; 0
+    /// until the machine below first ran.
+    adaptive_limit: AtomicU32,
+    /// The adaptive concurrency machine, made on the first finished attempt while it is on.
+    adaptive: Mutex<Option<Box<AdaptiveLimit>>>,
 }
 
 /// `warm_since` of a backend whose present availability needs no ramp.
@@ -172,6 +178,8 @@ impl Backend {
             warm_since: AtomicU64::new(now.as_nanos()),
             breaker: Breaker::new(),
             outlier: OutlierCell::default(),
+            adaptive_limit: AtomicU32::new(0),
+            adaptive: Mutex::new(None),
         }
     }
 
@@ -239,6 +247,47 @@ impl Backend {
     #[must_use]
     pub fn is_healthy(&self) -> bool {
         self.flags.load(Ordering::Acquire) & HEALTHY != 0
+    }
+
+    /// The slots this backend has now: `max_concurrent_requests`, or with adaptive concurrency
+    /// on, its adaptive limit (C-LOAD-4, never above `max_concurrent_requests`).
+    #[must_use]
+    pub fn slot_limit(&self, params: &PoolParams) -> u32 {
+        match self.concurrency_limit(params) {
+            Some(limit) => limit.min(params.max_concurrent_requests),
+            None => params.max_concurrent_requests,
+        }
+    }
+
+    /// The adaptive concurrency limit (C-LOAD-4), `None` while adaptive concurrency is off. A
+    /// backend no attempt has finished on yet is at `min_limit`.
+    #[must_use]
+    pub fn concurrency_limit(&self, params: &PoolParams) -> Option<u32> {
+        let p = &params.adaptive;
+        if !p.enabled {
+            return None;
+        }
+        match self.adaptive_limit.load(Ordering::Relaxed) {
+            0 => Some(p.min_limit),
+            n => Some(p.clamp(n)),
+        }
+    }
+
+    /// Whether the backend is at its adaptive limit but below `max_concurrent_requests`: the
+    /// adaptive limit, not the static one, keeps it out (C-LOAD-4).
+    #[must_use]
+    pub fn at_adaptive_limit(&self, params: &PoolParams) -> bool {
+        let in_flight = self.in_flight();
+        in_flight < params.max_concurrent_requests && in_flight >= self.slot_limit(params)
+    }
+
+    /// Feed one finished attempt to the adaptive machine (C-LOAD-4) and publish its limit.
+    fn sample(&self, params: &AdaptiveParams, sample: Sample, now: Instant) {
+        let mut guard = lock(&self.adaptive);
+        let machine = guard.get_or_insert_with(|| Box::new(AdaptiveLimit::new(params, now)));
+        machine.handle_attempt(params, sample, now);
+        self.adaptive_limit
+            .store(machine.limit(params), Ordering::Relaxed);
     }
 
     /// The breaker's state at `now`.
@@ -316,9 +365,7 @@ impl Backend {
             Availability::CircuitOpen
         } else if self.is_ejected(params, now) {
             Availability::Ejected
-        } else if self.in_flight() >= params.max_concurrent_requests
-            && !mutated!(SLOT_LIMIT_IGNORED)
-        {
+        } else if self.in_flight() >= self.slot_limit(params) && !mutated!(SLOT_LIMIT_IGNORED) {
             Availability::Saturated
         } else {
             Availability::Available
@@ -377,7 +424,7 @@ impl Backend {
         now: Instant,
         panic: bool,
     ) -> Result<Slot, Availability> {
-        let max = u64::from(params.max_concurrent_requests)
+        let max = u64::from(this.slot_limit(params))
             .max(IN_FLIGHT_MASK * u64::from(mutated!(SLOT_LIMIT_IGNORED)));
         let reserved = this
             .load
@@ -401,7 +448,9 @@ impl Backend {
             backend: Arc::clone(this),
             permit,
             recorded: false,
+            sampled: false,
             sent: true,
+            reserved_at: now,
         })
     }
 }
@@ -413,7 +462,11 @@ pub struct Slot {
     backend: Arc<Backend>,
     permit: Permit,
     recorded: bool,
+    /// Whether the attempt was fed to adaptive concurrency (C-LOAD-4).
+    sampled: bool,
     sent: bool,
+    /// When the slot was reserved: the start of the attempt's latency.
+    reserved_at: Instant,
 }
 
 impl Slot {
@@ -450,6 +503,22 @@ impl Slot {
             Outcome::Neutral => Verdict::Ignored,
         };
         self.record_attempt(outcome, verdict, params, now)
+    }
+
+    /// Feed the attempt's end to the backend's adaptive concurrency limit (C-LOAD-4): its
+    /// latency since the slot was reserved and how it ended. Only the first call counts; a
+    /// no-op while adaptive concurrency is off. Health probes hold no slot, so they never feed it.
+    pub fn record_load(&mut self, signal: Signal, params: &PoolParams, now: Instant) {
+        if self.sampled || !params.adaptive.enabled {
+            return;
+        }
+        self.sampled = true;
+        let sample = Sample {
+            started: self.reserved_at,
+            signal,
+            in_flight: self.backend.in_flight(),
+        };
+        self.backend.sample(&params.adaptive, sample, now);
     }
 
     /// [`Slot::record`] with the attempt's verdict for outlier detection given apart, since the
@@ -517,6 +586,8 @@ pub struct PoolParams {
     /// The longest a backend's `503` with `Retry-After` keeps it out of selection
     /// (`health_check.retry_after_max` [30s]); zero turns pushback off (C-RETRY-11).
     pub retry_after_max: Duration,
+    /// Adaptive concurrency (C-LOAD-4).
+    pub adaptive: AdaptiveParams,
 }
 
 impl Default for PoolParams {
@@ -527,6 +598,7 @@ impl Default for PoolParams {
             slow_start: SlowStart::default(),
             outlier: OutlierParams::default(),
             retry_after_max: DEFAULT_RETRY_AFTER_MAX,
+            adaptive: AdaptiveParams::default(),
         }
     }
 }

@@ -44,8 +44,9 @@ pub use diff::{Apply, Change, ConfigDiff, classify, diff};
 pub use duration::{format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::{
-    BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig, HealthCheckConfig,
-    ManagementConfig, MirrorConfig, OutlierConfig, OverloadConfig, PoolConfig, ProbeMode,
+    AdaptiveConfig, BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig,
+    HealthCheckConfig, ManagementConfig, MirrorConfig, OutlierConfig, OverloadConfig, PoolConfig,
+    ProbeMode,
     RateLimitConfig, RedisConfig, RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
 };
 pub use secret::{MapSecrets, Secret, SecretSource};
@@ -151,7 +152,7 @@ mod unread {
     use core::time::Duration;
 
     use super::schema::{
-        BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
+        AdaptiveConfig, BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
         ManagementConfig, OutlierConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
         TlsConfig,
     };
@@ -291,6 +292,10 @@ mod unread {
                     ("max_conns_per_host", int(u.max_conns_per_host)),
                     ("max_concurrent_requests", int(u.max_concurrent_requests)),
                     ("mirror_max_in_flight", int(u.mirror_max_in_flight)),
+                    (
+                        "adaptive_concurrency",
+                        sub(adaptive(&u.adaptive_concurrency)),
+                    ),
                     ("tls_ca_file", opt_string(u.tls_ca_file.as_ref())),
                     ("tls_server_name", opt_string(u.tls_server_name.as_ref())),
                     ("tls_cert_file", opt_string(u.tls_cert_file.as_ref())),
@@ -309,6 +314,17 @@ mod unread {
             ("proxy_protocol", string(&s.proxy_protocol)),
             ("proxy_protocol_trusted", strings(&s.proxy_protocol_trusted)),
             ("tls", sub(tls(&s.tls))),
+        ])
+    }
+
+    fn adaptive(a: &AdaptiveConfig) -> Node {
+        map(vec![
+            ("enabled", boolean(a.enabled)),
+            ("min_limit", int(a.min_limit)),
+            ("max_limit", a.max_limit.map(|n| Value::Int(n.into()))),
+            ("window", duration(a.window)),
+            ("rtt_tolerance", float(a.rtt_tolerance)),
+            ("backoff_ratio", float(a.backoff_ratio)),
         ])
     }
 

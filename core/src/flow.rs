@@ -374,6 +374,12 @@ impl Flow {
             | AttemptOutcome::Transport
             | AttemptOutcome::PerTryTimeout => Verdict::Failed,
         };
+        if let Some(current) = &mut self.current {
+            let params = self.pool.params();
+            current
+                .slot
+                .record_load(crate::adaptive::Signal::of(outcome), params, now);
+        }
         if let Some(current) = &mut self.current
             && let Some(t) = current
                 .slot
@@ -464,9 +470,10 @@ impl Stopped {
     fn new(reason: NoRetryReason, unavailable: Option<NoBackend>) -> Stopped {
         let protection = match (reason, unavailable) {
             (NoRetryReason::BudgetExhausted, _) => Some(ProtectionReason::RetryBudgetExhausted),
-            (NoRetryReason::NoOtherBackend, Some(NoBackend::AllSaturated)) => {
-                Some(ProtectionReason::BackendSaturated)
-            }
+            (
+                NoRetryReason::NoOtherBackend,
+                Some(NoBackend::AllSaturated | NoBackend::AdaptiveLimit),
+            ) => Some(ProtectionReason::BackendSaturated),
             _ => None,
         };
         Stopped { reason, protection }

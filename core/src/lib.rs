@@ -22,6 +22,7 @@ macro_rules! mutated {
     }};
 }
 
+pub mod adaptive;
 pub mod admission;
 pub mod backend;
 pub mod breaker;

@@ -18,8 +18,8 @@ pub enum ProtectionReason {
     Overload,
     /// A route bulkhead was full (C-LOAD-2).
     BulkheadFull,
-    /// Every usable backend was at `max_concurrent_requests`, so a request was turned away or a
-    /// retry could not happen (C-POOL-6).
+    /// Every usable backend was at `max_concurrent_requests` or its adaptive limit, so a request
+    /// was turned away or a retry could not happen (C-POOL-6, C-LOAD-4).
     BackendSaturated,
     /// The retry budget stopped a retry (C-RETRY-7).
     RetryBudgetExhausted,
@@ -80,7 +80,9 @@ impl Reject {
             Reject::Overloaded(_) => Some(ProtectionReason::Overload),
             Reject::RateLimited(_) => Some(ProtectionReason::RateLimited),
             Reject::BulkheadFull(_) => Some(ProtectionReason::BulkheadFull),
-            Reject::NoBackend(NoBackend::AllSaturated) => Some(ProtectionReason::BackendSaturated),
+            Reject::NoBackend(NoBackend::AllSaturated | NoBackend::AdaptiveLimit) => {
+                Some(ProtectionReason::BackendSaturated)
+            }
             Reject::NoBackend(_) | Reject::StoreUnavailable => None,
         }
     }

@@ -139,6 +139,9 @@ impl Reject {
                 NoBackend::NoHealthy => "no backend available: no_healthy_backend",
                 NoBackend::AllOpen => "no backend available: all_circuits_open",
                 NoBackend::AllSaturated => "no backend available: all_backends_saturated",
+                NoBackend::AdaptiveLimit => {
+                    "adaptive concurrency limit: every backend is at its limit, retry later"
+                }
                 NoBackend::NoneEnabled => "no backend available: no_enabled_backend",
             },
         }
@@ -433,6 +436,10 @@ impl<'a> SyntheticResponse<'a> {
                 .fold(r, |r, (name, value)| r.with(name, value.into())),
             // A full bulkhead frees up as the route's requests end: worth retrying soon.
             Reject::BulkheadFull(_) => r.with(header::RETRY_AFTER, Text::Int(1)),
+            // Slots free up as the backends' requests end, and the limit regrows (C-LOAD-4).
+            Reject::NoBackend(NoBackend::AdaptiveLimit) => {
+                r.with(header::RETRY_AFTER, Text::Int(1))
+            }
             Reject::StoreUnavailable | Reject::NoBackend(_) => r,
         }
     }

@@ -163,6 +163,10 @@ async function live(ctx) {
 
   // Every backend speaks HTTP/1.1 here, and the table says so.
   check((await row(page, "b1").locator("[data-protocol]").textContent()) === "http1", "the backends table shows each backend's protocol");
+  // Adaptive concurrency is off here: no limit column (C-LOAD-4); rate limiting is enforced, not
+  // in dry run, and the limits panel says so (C-RATE-8).
+  check((await page.locator("#backends-table [data-concurrency-limit]").count()) === 0, "adaptive concurrency off: no concurrency-limit column");
+  check((await page.locator("#rate-limit-mode").getAttribute("data-dry-run")) === "false", "the limits panel shows the rate limit enforced, not in dry run");
 
   // b3 answers 500 to everything: outlier detection ejects it, and the table shows it (C-OUT-1).
   bs[2].status = 500;

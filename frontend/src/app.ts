@@ -147,6 +147,8 @@ export class App {
       fill(select, ...Array.from({ length: defaults }, (_, i) => h("option", { value: i + 1, selected: i + 1 === enabled }, i + 1)));
     }
     const lat = latencyByBackend(this.log.slice(0, 100));
+    // The adaptive limit (C-LOAD-4) has a column only while adaptive concurrency is on.
+    const adaptive = st.backends.some((b) => b.concurrency_limit !== null && b.concurrency_limit !== undefined);
     const rows = st.backends.map((b, i) => {
       const l = lat.get(b.id);
       const knobs = this.source.knobs?.get(b.id);
@@ -175,13 +177,14 @@ export class App {
         h("td", {}, h("span", { class: `pill circuit-${b.circuit_state}`, "data-circuit": b.circuit_state }, b.circuit_state.replace("_", "-"))),
         h("td", { "data-state": state }, state),
         h("td", { class: "num" }, b.inflight),
+        adaptive ? h("td", { class: "num", "data-concurrency-limit": b.concurrency_limit ?? "" }, b.concurrency_limit ?? "–") : null,
         h("td", { class: "num" }, `${b.slow_start_percent}%`),
         h("td", { class: "num" }, this.history.latest(b.id, "rps").toFixed(1)),
         h("td", { class: "num" }, this.history.latest(b.id, "eps").toFixed(1)),
         h("td", { class: "num" }, l ? `${l.p50.toFixed(0)} / ${l.p99.toFixed(0)}` : "–"),
       );
     });
-    const head = ["Backend", "Actions", ...(this.source.knobs ? ["Virtual backend"] : []), "Protocol", "Health", "Circuit", "State", "In flight", "Slow start", "req/s", "err/s", "p50 / p99 ms"];
+    const head = ["Backend", "Actions", ...(this.source.knobs ? ["Virtual backend"] : []), "Protocol", "Health", "Circuit", "State", "In flight", ...(adaptive ? ["Concurrency limit"] : []), "Slow start", "req/s", "err/s", "p50 / p99 ms"];
     fill(
       this.el["backends"] as HTMLElement,
       h("div", { class: "scroll" }, h("table", { id: "backends-table" }, h("thead", {}, h("tr", {}, ...head.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, ...rows))),
@@ -209,8 +212,12 @@ export class App {
         h("meter", { id: `meter-${id}`, min: 0, max: Math.max(1, max), value, low: max * 0.2, high: max * 0.8, optimum: id === "gate" ? 0 : max }),
         h("span", { class: "gauge-value" }, `${value} / ${max}`), h("small", {}, note));
     const o = st.protection.overload;
+    const rl = st.rate_limit;
+    // Dry run (C-RATE-8): decisions are made and counted but a request over the limit passes.
+    const mode = !rl.enabled ? "off" : rl.dry_run ? "dry run: counted, not enforced" : "enforced";
     fill(
       this.el["gauges"] as HTMLElement,
+      h("p", { id: "rate-limit-mode", "data-dry-run": String(Boolean(rl.dry_run)) }, "Rate limiting: ", h("span", { class: `pill ${rl.enabled && !rl.dry_run ? "ok" : "warn"}` }, mode)),
       gauge("bucket", "Rate-limit bucket (your address)", st.bucket.tokens, st.bucket.capacity, `${st.bucket.refill_per_second}/s refill · ${st.bucket.storage}${st.bucket.degraded ? " · degraded" : ""}`),
       gauge("budget", "Retry budget", st.retry.budget.tokens, st.retry.budget.capacity, `${st.retry.budget.refill_per_second}/s refill`),
       gauge("gate", "Overload gate in flight", o.in_flight, o.max_concurrent_requests, `queued ${o.queued} / ${o.max_queue} · wait ≤ ${o.queue_timeout}`),

@@ -3,7 +3,7 @@ import { History, latencyByBackend, patchFrom, quantile } from "./history";
 import type { BackendStatus, Status } from "./types";
 
 function backend(id: string, requests: number, failures: number, circuit = "closed"): BackendStatus {
-  return { id, url: "", pool: "default", protocol: "http1", healthy: true, enabled: true, draining: false, available: true, circuit_state: circuit, ejected: false, inflight: 0, requests, passive_failures: failures, slow_start_percent: 100 };
+  return { id, url: "", pool: "default", protocol: "http1", healthy: true, enabled: true, draining: false, available: true, circuit_state: circuit, ejected: false, inflight: 0, requests, passive_failures: failures, slow_start_percent: 100, concurrency_limit: null };
 }
 
 function status(backends: BackendStatus[]): Status {

@@ -16,6 +16,8 @@ export interface BackendStatus {
   requests: number;
   passive_failures: number;
   slow_start_percent: number;
+  /** The adaptive concurrency limit now (C-LOAD-4); null while adaptive concurrency is off. */
+  concurrency_limit: number | null;
 }
 
 export interface Status {
@@ -33,7 +35,7 @@ export interface Status {
     storage: string;
     degraded: boolean;
   };
-  rate_limit: Record<string, unknown> & { capacity: number; refill_per_second: number; failure_mode: string; enabled: boolean };
+  rate_limit: Record<string, unknown> & { capacity: number; refill_per_second: number; failure_mode: string; enabled: boolean; dry_run: boolean };
   health_check: Record<string, unknown>;
   retry: Record<string, unknown> & {
     max_attempts: number;

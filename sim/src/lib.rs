@@ -16,6 +16,7 @@
 //! a fault-free phase that must converge) and madsim's `check_determinism` (run a seed twice,
 //! compare the event log). See docs/simulation.md.
 
+pub mod adaptive;
 pub mod backend;
 pub mod mirror;
 pub mod model;

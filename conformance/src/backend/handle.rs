@@ -270,6 +270,13 @@ async fn answer(
             guard.complete();
             named_ok(&cx)
         }
+        Mode::Workers(d) => {
+            let worker = cx.inner.workers.acquire().await;
+            tokio::time::sleep(d).await;
+            drop(worker);
+            guard.complete();
+            named_ok(&cx)
+        }
         Mode::SlowBody { chunks, interval } => streamed(200, &cx, guard, move |tx| async move {
             for i in 0..chunks {
                 tokio::time::sleep(interval).await;

@@ -327,3 +327,128 @@ pub async fn c_load_3_protection_events_counted(bin: Binary) {
         );
     }
 }
+
+/// One answer a C-LOAD-4 client saw: when it was sent (from the run's start), its status,
+/// how long it took, and whether a `503` was weir's adaptive-limit answer.
+struct Seen {
+    sent: std::time::Duration,
+    status: u16,
+    took: std::time::Duration,
+    adaptive_503: bool,
+}
+
+/// C-LOAD-4: 64 clients against a backend that serves 4 requests at a time (20 ms each) with
+/// adaptive concurrency on, for 6 s: some requests are shed at once with `503`, reason
+/// `adaptive concurrency limit` and `Retry-After: 1`; the admitted requests' median latency
+/// over the last 3 s stays under 150 ms (static slots would queue each ~320 ms); the exported
+/// `load_balancer_backend_concurrency_limit` is between 1 and 63. A shed client waits 50 ms
+/// before its next request.
+pub async fn c_load_4_adaptive_limit_sheds_and_keeps_latency(bin: Binary) {
+    let b = Backend::start("a-1").await;
+    b.set_workers(4);
+    b.set_mode(Mode::Workers(ms(20)));
+    let cfg = Config::new(&[&b])
+        .management()
+        .set("server.upstream.adaptive_concurrency.enabled", true);
+    let p = Proxy::start(&bin, &cfg).await;
+    let start = Instant::now();
+    let run = secs(6);
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let addr = p.public;
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut conn = crate::client::Conn::open(addr, None).await.ok();
+                while start.elapsed() < run {
+                    let Some(c) = conn.as_mut() else {
+                        conn = crate::client::Conn::open(addr, None).await.ok();
+                        continue;
+                    };
+                    let sent = start.elapsed();
+                    let t0 = Instant::now();
+                    let r = match c.send(&Req::get(&format!("/c{i}"))).await {
+                        Ok(r) => r,
+                        Err(e) => panic!("client {i}: {e}"),
+                    };
+                    let took = t0.elapsed();
+                    let adaptive_503 = r.status == 503
+                        && r.header("retry-after").as_deref() == Some("1")
+                        && r.json()["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("adaptive concurrency limit"));
+                    if r.header("connection").as_deref() == Some("close") {
+                        conn = None;
+                    }
+                    seen.push(Seen {
+                        sent,
+                        status: r.status,
+                        took,
+                        adaptive_503,
+                    });
+                    if r.status == 503 {
+                        tokio::time::sleep(ms(50)).await;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut limits = Vec::new();
+    while start.elapsed() < run {
+        tokio::time::sleep(ms(500)).await;
+        let l = sample(
+            &p,
+            "load_balancer_backend_concurrency_limit",
+            "backend=\"a-1\"",
+        )
+        .await;
+        limits.push(l.unwrap_or(0.0));
+    }
+    eprintln!("c_load_4: exported limit every 500 ms: {limits:?}");
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    let limit = sample(
+        &p,
+        "load_balancer_backend_concurrency_limit",
+        "backend=\"a-1\"",
+    )
+    .await;
+    let ok = all.iter().filter(|s| s.status == 200).count();
+    let shed = all.iter().filter(|s| s.adaptive_503).count();
+    let other: Vec<u16> = all
+        .iter()
+        .filter(|s| s.status != 200 && !s.adaptive_503)
+        .map(|s| s.status)
+        .collect();
+    let mut late: Vec<std::time::Duration> = all
+        .iter()
+        .filter(|s| s.status == 200 && s.sent >= secs(3))
+        .map(|s| s.took)
+        .collect();
+    late.sort_unstable();
+    let median = late.get(late.len() / 2).copied();
+    eprintln!(
+        "c_load_4: {} requests, {ok} answered, {shed} shed (adaptive limit), other {other:?}; \
+         median of the last 3 s {median:?} over {} answers; exported limit {limit:?}; \
+         backend max in flight {}",
+        all.len(),
+        late.len(),
+        b.max_in_flight()
+    );
+    assert!(
+        other.is_empty(),
+        "statuses other than 200 and the adaptive 503: {other:?}"
+    );
+    assert!(shed > 0, "nothing was shed");
+    let median = median.expect("answers in the last 3 s");
+    assert!(
+        median < ms(150),
+        "median latency of the last 3 s {median:?}"
+    );
+    assert!(
+        limit.is_some_and(|l| (1.0..=63.0).contains(&l)),
+        "load_balancer_backend_concurrency_limit {limit:?}"
+    );
+}

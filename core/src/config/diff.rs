@@ -90,6 +90,7 @@ const DYNAMIC: &[&str] = &[
     "server.allow_trace",
     "server.upstream.max_concurrent_requests",
     "server.upstream.mirror_max_in_flight",
+    "server.upstream.adaptive_concurrency",
     "rate_limit.enabled",
     "rate_limit.failure_mode",
     "rate_limit.capacity",

@@ -142,7 +142,7 @@ impl Default for ServerConfig {
 }
 
 /// `server.upstream`: connections to backends.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// `dial_timeout` [2s, > 0].
     pub dial_timeout: Duration,
@@ -166,6 +166,8 @@ pub struct UpstreamConfig {
     /// `mirror_max_in_flight` [64]: mirrored requests in flight at once, process-wide
     /// (C-MIRROR-1).
     pub mirror_max_in_flight: u32,
+    /// `adaptive_concurrency`: per-backend limits that follow latency and failures (C-LOAD-4).
+    pub adaptive_concurrency: AdaptiveConfig,
     /// `tls_ca_file`: PEM CA certificates that backend certificates must chain to, instead of
     /// the system's roots (C-GRPC-5).
     pub tls_ca_file: Option<String>,
@@ -191,10 +193,42 @@ impl Default for UpstreamConfig {
             max_conns_per_host: 0,
             max_concurrent_requests: 512,
             mirror_max_in_flight: 64,
+            adaptive_concurrency: AdaptiveConfig::default(),
             tls_ca_file: None,
             tls_server_name: None,
             tls_cert_file: None,
             tls_key_file: None,
+        }
+    }
+}
+
+/// `server.upstream.adaptive_concurrency` (C-LOAD-4), as written; checked into
+/// [`crate::adaptive::AdaptiveParams`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveConfig {
+    /// `enabled` [false].
+    pub enabled: bool,
+    /// `min_limit` [3].
+    pub min_limit: u32,
+    /// `max_limit` [= `server.upstream.max_concurrent_requests`].
+    pub max_limit: Option<u32>,
+    /// `window` [1s].
+    pub window: Duration,
+    /// `rtt_tolerance` [1.5].
+    pub rtt_tolerance: f64,
+    /// `backoff_ratio` [0.9].
+    pub backoff_ratio: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> AdaptiveConfig {
+        AdaptiveConfig {
+            enabled: false,
+            min_limit: 3,
+            max_limit: None,
+            window: Duration::from_secs(1),
+            rtt_tolerance: 1.5,
+            backoff_ratio: 0.9,
         }
     }
 }

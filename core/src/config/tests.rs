@@ -1247,3 +1247,49 @@ fn max_conns_per_host_loads() {
     ));
     err_at(&e, "server.upstream.max_conns_per_host");
 }
+
+/// C-LOAD-4: `server.upstream.adaptive_concurrency`: defaults, values, strictness and errors
+/// naming their key; a reload changes it (dynamic, as `max_concurrent_requests`).
+#[test]
+fn c_load_4_adaptive_concurrency_config() {
+    let base = "backends:\n  - id: a\n    url: http://10.0.0.1:80\n";
+    let d = ok(base).pool_params.adaptive;
+    assert!(!d.enabled);
+    assert_eq!((d.min_limit, d.max_limit), (3, 512));
+    assert_eq!((d.rtt_tolerance_milli, d.backoff_milli), (1500, 900));
+    assert_eq!(d.window, core::time::Duration::from_secs(1));
+    let on = format!(
+        "{base}server:\n  upstream:\n    max_concurrent_requests: 100\n    adaptive_concurrency:\n      \
+         enabled: true\n      min_limit: 2\n      max_limit: 50\n      window: 250ms\n      \
+         rtt_tolerance: 2\n      backoff_ratio: 0.5\n"
+    );
+    let p = ok(&on).pool_params.adaptive;
+    assert!(p.enabled);
+    assert_eq!((p.min_limit, p.max_limit), (2, 50));
+    assert_eq!((p.rtt_tolerance_milli, p.backoff_milli), (2000, 500));
+    assert_eq!(p.window, core::time::Duration::from_millis(250));
+    let bad = |field: &str, value: &str| {
+        format!(
+            "{base}server:\n  upstream:\n    max_concurrent_requests: 100\n    \
+             adaptive_concurrency:\n      enabled: true\n      {field}: {value}\n"
+        )
+    };
+    for (field, value) in [
+        ("min_limit", "0"),
+        ("max_limit", "101"),
+        ("window", "0s"),
+        ("rtt_tolerance", "1"),
+        ("backoff_ratio", "1.5"),
+    ] {
+        let e = errs(&bad(field, value));
+        err_at(&e, &format!("server.upstream.adaptive_concurrency.{field}"));
+    }
+    let e = errs(&bad("min_limit: 60\n      max_limit", "50"));
+    err_at(&e, "server.upstream.adaptive_concurrency.max_limit");
+    let e = errs(&bad("gradient", "true"));
+    err_at(&e, "server.upstream.adaptive_concurrency.gradient");
+    assert_eq!(
+        crate::config::diff::classify("server.upstream.adaptive_concurrency.min_limit"),
+        crate::config::diff::Apply::Dynamic
+    );
+}

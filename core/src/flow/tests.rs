@@ -1212,3 +1212,42 @@ proptest! {
         drop(b);
     }
 }
+
+/// C-LOAD-4: the flow feeds every attempt's end to its backend's adaptive limit (the latency
+/// from reservation to response head): three answered requests in a row, one per 1 ms window,
+/// grow a limit of 1 to 2 (the first window only learns the long-run latency).
+#[test]
+fn c_load_4_attempt_ends_feed_the_adaptive_limit() {
+    let specs = [BackendSpec::new("b0", "http://10.0.0.1:80")];
+    let params = PoolParams {
+        max_concurrent_requests: 10,
+        slow_start: SlowStart::off(),
+        adaptive: crate::adaptive::AdaptiveParams::new(
+            true,
+            1,
+            None,
+            10,
+            Duration::from_millis(1),
+            1.5,
+            0.9,
+        )
+        .expect("valid"),
+        ..PoolParams::default()
+    };
+    let rng = &mut WyRand::new(7);
+    let p = Arc::new(
+        Pool::new(&specs, PolicyKind::RoundRobin, params, None, T0, rng).expect("valid pool"),
+    );
+    p.backends()[0].set_healthy(true, T0);
+    let (pol, bud) = (policy(1), budget(100, 0));
+    assert_eq!(p.backends()[0].concurrency_limit(&params), Some(1));
+    for i in 0..3u64 {
+        let at = T0 + Duration::from_millis(2 * i);
+        let (mut flow, a) = Flow::start(target(&p), &pol, &bud, get(), at, rng);
+        assert!(matches!(a, Action::Attempt(_)), "{a:?}");
+        let head = flow.handle_response_head(200, at + Duration::from_millis(1), rng);
+        assert!(matches!(head, Action::Deliver(_)), "{head:?}");
+    }
+    assert_eq!(p.backends()[0].concurrency_limit(&params), Some(2));
+    assert_eq!(p.backends()[0].slot_limit(&params), 2);
+}

@@ -115,6 +115,8 @@ pub struct BackendStatus {
     pub passive_failures: u64,
     /// Share of traffic it receives now under slow start, 0..=100 (C-HEALTH-4).
     pub slow_start_percent: u32,
+    /// Its adaptive concurrency limit now (C-LOAD-4); `null` while adaptive concurrency is off.
+    pub concurrency_limit: Option<u32>,
 }
 
 /// The caller's bucket (C-MGMT-4).
@@ -137,6 +139,8 @@ pub struct BucketStatus {
 pub struct RateLimitStatus {
     /// Rate limiting on.
     pub enabled: bool,
+    /// Decisions made and counted but not enforced (C-RATE-8).
+    pub dry_run: bool,
     /// The configured store.
     pub storage: &'static str,
     /// What a store failure means.
@@ -278,6 +282,7 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
             requests: b.requests(),
             passive_failures: b.passive_failures(),
             slow_start_percent: b.slow_start_permille(&params.slow_start, now) / 10,
+            concurrency_limit: b.concurrency_limit(params),
         })
         .collect();
     let pools = cfg
@@ -345,6 +350,7 @@ fn rate_limit_status(cfg: &ValidConfig) -> RateLimitStatus {
         .map_or("", StorageKind::label);
     RateLimitStatus {
         enabled: rate.enabled(),
+        dry_run: rate.dry_run(),
         storage: configured_storage,
         failure_mode: rate.failure_mode().as_str(),
         capacity: rate.capacity(),

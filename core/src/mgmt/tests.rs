@@ -746,6 +746,7 @@ fn c_mgmt_4_status_document_has_the_contract_fields_and_no_secret() {
         "requests",
         "passive_failures",
         "slow_start_percent",
+        "concurrency_limit",
     ] {
         assert!(
             json["backends"][0].get(key).is_some(),
@@ -777,6 +778,12 @@ fn c_mgmt_4_status_document_has_the_contract_fields_and_no_secret() {
         5
     );
     assert_eq!(json["protection"]["routes"][0]["in_flight"], 0);
+    // Adaptive concurrency off: no limit to show (C-LOAD-4); dry run off (C-RATE-8).
+    assert_eq!(
+        json["backends"][0]["concurrency_limit"],
+        serde_json::Value::Null
+    );
+    assert_eq!(json["rate_limit"]["dry_run"], false);
     let text = json.to_string();
     assert!(!text.contains(TOKEN), "the token leaked");
     assert!(!text.contains("ADMIN"), "not even the secret's name");
@@ -914,4 +921,23 @@ proptest! {
             }
         }
     }
+}
+
+/// C-LOAD-4, C-RATE-8: with adaptive concurrency on, each backend's current limit is in the
+/// status document; the rate limit's dry-run state is in its `rate_limit` part.
+#[test]
+fn c_load_4_status_document_shows_each_backends_concurrency_limit() {
+    let yaml = text(true).replace(
+        "rate_limit:\n  enabled: true\n",
+        "rate_limit:\n  enabled: true\n  dry_run: true\n",
+    ) + "server:\n  upstream:\n    adaptive_concurrency:\n      enabled: true\n      min_limit: 4\n";
+    let secrets = MapSecrets::new().with_env("ADMIN", TOKEN);
+    let v = load(&yaml, &secrets).expect("valid");
+    let rt = Runtime::build(v, None, T0, &mut WyRand::new(1)).expect("runtime");
+    let doc = status_document(&rt, &facts("replica-1"), Instant::from_secs(1));
+    let json = serde_json::to_value(&doc).expect("json");
+    for b in json["backends"].as_array().expect("backends") {
+        assert_eq!(b["concurrency_limit"], 4, "{b}");
+    }
+    assert_eq!(json["rate_limit"]["dry_run"], true);
 }

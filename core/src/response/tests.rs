@@ -216,6 +216,10 @@ fn c_load_3_rejections_count_their_protection_reason() {
             Reject::NoBackend(NoBackend::AllSaturated),
             Some("backend_saturated"),
         ),
+        (
+            Reject::NoBackend(NoBackend::AdaptiveLimit),
+            Some("backend_saturated"),
+        ),
         (Reject::NoBackend(NoBackend::NoHealthy), None),
         (Reject::NoBackend(NoBackend::AllOpen), None),
         (Reject::StoreUnavailable, None),
@@ -254,6 +258,25 @@ fn c_pool_5_no_backend_names_its_reason_in_the_message() {
         assert!(r.message().ends_with(nb.as_str()), "{}", r.message());
         assert_eq!(strings(&r).len(), 2);
     }
+}
+
+/// C-LOAD-4: every backend at its adaptive limit: `503` at once, the reason in the message,
+/// `Retry-After: 1`.
+#[test]
+fn c_load_4_adaptive_limit_is_a_503_with_its_reason_and_retry_after() {
+    let r = SyntheticResponse::reject(&Reject::NoBackend(NoBackend::AdaptiveLimit), "r");
+    assert_eq!(r.status(), 503);
+    assert!(
+        r.message().starts_with("adaptive concurrency limit"),
+        "{}",
+        r.message()
+    );
+    assert!(
+        strings(&r).contains(&("retry-after", "1".to_owned())),
+        "{:?}",
+        strings(&r)
+    );
+    assert_eq!(json(&r)["code"], 503);
 }
 
 #[test]

@@ -98,6 +98,7 @@ fn keep_restart_only(running: &Config, next: Config) -> Config {
     c.server.retry = next.server.retry;
     c.server.upstream.max_concurrent_requests = next.server.upstream.max_concurrent_requests;
     c.server.upstream.mirror_max_in_flight = next.server.upstream.mirror_max_in_flight;
+    c.server.upstream.adaptive_concurrency = next.server.upstream.adaptive_concurrency;
     // rate_limit: the policy, not the store.
     let (r, n) = (&mut c.rate_limit, next.rate_limit);
     r.enabled = n.enabled;

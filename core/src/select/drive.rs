@@ -22,6 +22,9 @@ pub enum NoBackend {
     AllOpen,
     /// Every usable backend is at `max_concurrent_requests`.
     AllSaturated,
+    /// Every usable backend is at its adaptive concurrency limit, some below
+    /// `max_concurrent_requests` (C-LOAD-4).
+    AdaptiveLimit,
     /// Every untried backend is disabled or draining (none unhealthy, none circuit-open).
     NoneEnabled,
 }
@@ -36,6 +39,7 @@ impl NoBackend {
             NoBackend::NoHealthy => "no_healthy_backend",
             NoBackend::AllOpen => "all_circuits_open",
             NoBackend::AllSaturated => "all_backends_saturated",
+            NoBackend::AdaptiveLimit => "adaptive_concurrency_limit",
             NoBackend::NoneEnabled => "no_enabled_backend",
         }
     }
@@ -60,6 +64,8 @@ pub enum Selection {
 struct Scan {
     untried: bool,
     saturated: bool,
+    /// Some saturated backend was held back by its adaptive limit (C-LOAD-4).
+    adaptive: bool,
     /// Some untried backend fails its health checks / has an open circuit (the `503`
     /// names the cause that holds, not `no_healthy_backend` for drained or ejected backends).
     unhealthy: bool,
@@ -121,10 +127,13 @@ pub(crate) fn drive<T>(
             _ => {}
         }
         match why {
-            Availability::Saturated => scan.saturated = true,
+            Availability::Saturated => {
+                scan.saturated = true;
+                scan.adaptive |= b.at_adaptive_limit(params);
+            }
             // Panic routing needs a backend whose only problem is its circuit or an ejection.
             Availability::CircuitOpen | Availability::Ejected
-                if b.in_flight() < params.max_concurrent_requests =>
+                if b.in_flight() < b.slot_limit(params) =>
             {
                 scan.open.get_or_insert(i);
             }
@@ -150,6 +159,8 @@ pub(crate) fn drive<T>(
     }
     Err(if !scan.untried {
         NoBackend::AllTried
+    } else if scan.saturated && scan.adaptive {
+        NoBackend::AdaptiveLimit
     } else if scan.saturated {
         NoBackend::AllSaturated
     } else if scan.unhealthy {

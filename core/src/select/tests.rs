@@ -1175,3 +1175,65 @@ proptest! {
         prop_assert!(is_rotation_of(window, &smooth), "{:?} is not {:?}", window, smooth);
     }
 }
+
+/// C-LOAD-4: with adaptive concurrency on, a backend at its adaptive limit is skipped like a
+/// saturated one, and with every backend there the pick fails as `AdaptiveLimit`, not as
+/// saturation; probes hold no slot, and an attempt's end feeds the backend's machine.
+#[test]
+fn c_load_4_backends_at_their_adaptive_limit_are_skipped_then_refused() {
+    let t = Instant::from_secs(1);
+    let mut rng = WyRand::new(7);
+    let ctx = PickContext::default();
+    let params = PoolParams {
+        max_concurrent_requests: 10,
+        slow_start: SlowStart::off(),
+        adaptive: crate::adaptive::AdaptiveParams {
+            enabled: true,
+            min_limit: 2,
+            max_limit: 10,
+            ..crate::adaptive::AdaptiveParams::default()
+        },
+        ..PoolParams::default()
+    };
+    let pool = Pool::new(&specs(2), PolicyKind::RoundRobin, params, None, t, &mut rng).unwrap();
+    for b in pool.backends() {
+        b.set_healthy(true, t);
+        assert_eq!(b.concurrency_limit(&params), Some(2));
+        assert_eq!(b.slot_limit(&params), 2);
+    }
+    let mut held: Vec<Slot> = (0..4)
+        .map(|_| match pool.select(&ctx, &Tried::new(), t, &mut rng) {
+            Selection::Selected { slot, .. } => slot,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        pool.backends()
+            .iter()
+            .all(|b| b.in_flight() == 2 && b.at_adaptive_limit(&params))
+    );
+    assert_eq!(
+        pool.backends()[0].availability(&params, t),
+        Availability::Saturated
+    );
+    assert!(matches!(
+        pool.select(&ctx, &Tried::new(), t, &mut rng),
+        Selection::Unavailable(NoBackend::AdaptiveLimit)
+    ));
+    // An attempt's end feeds the machine; the limit stays within its bounds.
+    let done = t + Duration::from_millis(20);
+    held[0].record_load(crate::adaptive::Signal::Answer, &params, done);
+    assert_eq!(pool.backends()[0].concurrency_limit(&params), Some(2));
+    drop(held.remove(0));
+    assert!(matches!(
+        pool.select(&ctx, &Tried::new(), done, &mut rng),
+        Selection::Selected { .. }
+    ));
+    // Off, the static slots are all there is.
+    let off = PoolParams {
+        adaptive: crate::adaptive::AdaptiveParams::default(),
+        ..params
+    };
+    assert_eq!(pool.backends()[0].concurrency_limit(&off), None);
+    assert_eq!(pool.backends()[0].slot_limit(&off), 10);
+}

@@ -232,6 +232,7 @@ impl Setup {
             slow_start: self.slow_start(),
             outlier: self.outlier,
             retry_after_max: self.retry_after_max,
+            adaptive: weir_core::adaptive::AdaptiveParams::default(),
         }
     }
 

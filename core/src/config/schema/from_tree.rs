@@ -136,10 +136,26 @@ fn read_upstream(r: &mut Reader, f: &Field<'_>) -> UpstreamConfig {
             0,
         ),
         mirror_max_in_flight: r.u32(&o.field("mirror_max_in_flight"), d.mirror_max_in_flight, 0),
+        adaptive_concurrency: read_adaptive(r, &o.field("adaptive_concurrency")),
         tls_ca_file: r.opt_string(&o.field("tls_ca_file")),
         tls_server_name: r.opt_string(&o.field("tls_server_name")),
         tls_cert_file: r.opt_string(&o.field("tls_cert_file")),
         tls_key_file: r.opt_string(&o.field("tls_key_file")),
+    };
+    o.finish(r);
+    v
+}
+
+fn read_adaptive(r: &mut Reader, f: &Field<'_>) -> AdaptiveConfig {
+    let d = AdaptiveConfig::default();
+    let mut o = r.obj(f);
+    let v = AdaptiveConfig {
+        enabled: r.bool(&o.field("enabled"), d.enabled),
+        min_limit: r.u32(&o.field("min_limit"), d.min_limit, 0),
+        max_limit: r.opt_u32(&o.field("max_limit")),
+        window: r.duration(&o.field("window"), d.window),
+        rtt_tolerance: r.f64(&o.field("rtt_tolerance"), d.rtt_tolerance),
+        backoff_ratio: r.f64(&o.field("backoff_ratio"), d.backoff_ratio),
     };
     o.finish(r);
     v

@@ -3,6 +3,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use crate::adaptive::AdaptiveParams;
 use crate::backend::Protocol;
 use crate::config::OutlierConfig;
 use crate::outlier::{OutlierError, OutlierParams};
@@ -240,6 +241,21 @@ pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolP
         return None;
     }
     let outlier = check_outlier(&h.outlier, c);
+    let a = &cfg.server.upstream.adaptive_concurrency;
+    let adaptive = AdaptiveParams::new(
+        a.enabled,
+        a.min_limit,
+        a.max_limit,
+        cfg.server.upstream.max_concurrent_requests,
+        a.window,
+        a.rtt_tolerance,
+        a.backoff_ratio,
+    )
+    .map_err(|e| {
+        let key = format!("server.upstream.adaptive_concurrency.{}", e.key());
+        c.core_err(&key, e.to_string());
+    })
+    .ok();
     Some(PoolParams {
         max_concurrent_requests: cfg.server.upstream.max_concurrent_requests,
         breaker: breaker?,
@@ -247,6 +263,7 @@ pub(super) fn check_pool_params(cfg: &Config, c: &mut Check<'_>) -> Option<PoolP
         outlier: outlier?,
         // Its range is checked with the other bounds.
         retry_after_max: h.retry_after_max,
+        adaptive: adaptive?,
     })
 }
 

@@ -210,6 +210,7 @@ pub(super) fn families(
     let mut available = Vec::new();
     let mut inflight = Vec::new();
     let mut ejected = Vec::new();
+    let mut limits = Vec::new();
     let cfg = rt.config();
     for (pool_index, b) in rt.backends() {
         let pool_name = cfg.pools.get(pool_index).map_or("", |p| p.name.as_str());
@@ -225,6 +226,12 @@ pub(super) fn families(
             .is_some_and(|p| b.is_ejected(p.params(), now));
         ejected.push((labels([("backend", b.id())]), flag(out)));
         inflight.push((labels([("backend", b.id())]), f64::from(b.in_flight())));
+        if let Some(limit) = rt
+            .pool(pool_index)
+            .and_then(|p| b.concurrency_limit(p.params()))
+        {
+            limits.push((labels([("backend", b.id())]), f64::from(limit)));
+        }
     }
     out.push(gauge(
         "load_balancer_backend_available",
@@ -240,5 +247,10 @@ pub(super) fn families(
         "load_balancer_backend_inflight_requests",
         "Requests holding a slot of the backend now.",
         inflight,
+    ));
+    out.push(gauge(
+        "load_balancer_backend_concurrency_limit",
+        "The backend's adaptive concurrency limit now (only while adaptive concurrency is on).",
+        limits,
     ));
 }

@@ -71,6 +71,7 @@ pub(in crate::world) fn no_backend_label(why: NoBackend) -> &'static str {
         NoBackend::NoHealthy => "no_backend:no_healthy",
         NoBackend::AllOpen => "no_backend:all_open",
         NoBackend::AllSaturated => "no_backend:all_saturated",
+        NoBackend::AdaptiveLimit => "no_backend:adaptive_limit",
         NoBackend::NoneEnabled => "no_backend:none_enabled",
     }
 }
