@@ -176,6 +176,7 @@ macro_rules! __with_cases {
             c_health_6_hanging_probe_delays_no_one,
             c_disc_1_every_address_is_a_backend_and_changes_follow_within_two_intervals,
             c_disc_1_servfail_then_nxdomain_keep_the_last_good_set,
+            c_disc_2_backend_host_name_moving_moves_the_traffic,
             c_out_1_backend_answering_500_is_ejected_then_returns,
             c_out_2_pool_of_two_both_failing_keeps_serving,
             c_retry_1_retryable_statuses_and_methods,

@@ -205,3 +205,52 @@ pub async fn c_disc_1_servfail_then_nxdomain_keep_the_last_good_set(bin: Binary)
     .await;
     assert!(dns.queries() >= 8, "asked {} times", dns.queries());
 }
+
+/// C-DISC-2: a backend whose URL has a host name follows the name: with `health_check.interval`
+/// at its default 5 s, the traffic moves to the name's new address within 8 s of the change,
+/// every request answered `200`, and the old address gets nothing after (its pooled
+/// connections closed).
+pub async fn c_disc_2_backend_host_name_moving_moves_the_traffic(bin: Binary) {
+    let dns = DnsServer::start().await;
+    let (port, b) = backends_on_one_port("host", 8, 2).await;
+    let host = "app.weir.test";
+    dns.set(host, Zone::Records(vec![lo(8)]));
+    let cfg = Config::with_entries(vec![
+        crate::config::entry(&b[0]).url(&format!("http://{host}:{port}")),
+    ])
+    .set("server.resolver", json!([dns.addr().to_string()]))
+    .set("health_check.interval", "5s");
+    let p = Proxy::start(&bin, &cfg).await;
+    all_200_for(&p, ms(300), "before the move").await;
+    assert!(
+        b[0].count() > 5 && b[1].count() == 0,
+        "{} / {}",
+        b[0].summary(),
+        b[1].summary()
+    );
+
+    dns.set(host, Zone::Records(vec![lo(9)]));
+    let moved = Instant::now();
+    let mut first_new = None;
+    let mut last_old = moved;
+    let mut old = b[0].count();
+    while moved.elapsed() < secs(9) {
+        let r = get(p.public, "/").await;
+        expect_status(&r, 200, "while the name moves");
+        if first_new.is_none() && b[1].count() > 0 {
+            first_new = Some(moved.elapsed());
+        }
+        if b[0].count() != old {
+            old = b[0].count();
+            last_old = Instant::now();
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    let first_new = first_new.expect("the new address got no request within 9 s");
+    let last_old = last_old.saturating_duration_since(moved);
+    eprintln!(
+        "C-DISC-2 figures: new address served after {first_new:?}, old one's last request after {last_old:?}"
+    );
+    assert!(first_new <= secs(8), "moved after {first_new:?}");
+    assert!(last_old <= secs(8), "old address served until {last_old:?}");
+}

@@ -1232,7 +1232,10 @@ fn c_disc_1_dns_pool_config_defaults_and_checks() {
     assert!(err_at(&e, "pools.api").message.contains("\"api\""), "{e}");
     assert!(err_at(&e, "pools.api").message.contains("not both"), "{e}");
     let e = errs(&format!("{DNS_BASE}pools: {{api: {{}}}}\n"));
-    assert!(err_at(&e, "pools.api.backends").message.contains("dns"), "{e}");
+    assert!(
+        err_at(&e, "pools.api.backends").message.contains("dns"),
+        "{e}"
+    );
 
     // Every field checked and named.
     let e = errs(&format!(
@@ -1247,13 +1250,27 @@ fn c_disc_1_dns_pool_config_defaults_and_checks() {
     ] {
         let _ = err_at(&e, path);
     }
-    let e = errs(&format!("{DNS_BASE}pools: {{api: {{dns: {{interval: 5s}}}}}}\n"));
-    assert!(err_at(&e, "pools.api.dns.name").message.contains("required"));
-    assert!(err_at(&e, "pools.api.dns.port").message.contains("required"));
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{interval: 5s}}}}}}\n"
+    ));
+    assert!(
+        err_at(&e, "pools.api.dns.name")
+            .message
+            .contains("required")
+    );
+    assert!(
+        err_at(&e, "pools.api.dns.port")
+            .message
+            .contains("required")
+    );
     let e = errs(&format!(
         "{DNS_BASE}pools: {{api: {{dns: {{name: x, port: 1, protocol: h2}}}}}}\n"
     ));
-    assert!(err_at(&e, "pools.api.dns.protocol").message.contains("https"));
+    assert!(
+        err_at(&e, "pools.api.dns.protocol")
+            .message
+            .contains("https")
+    );
     let e = errs(&format!(
         "{DNS_BASE}pools: {{api: {{dns: {{name: x, port: 1, extra: 1}}}}}}\n"
     ));
@@ -1274,7 +1291,9 @@ fn c_disc_1_server_resolver_addresses_and_restart() {
     assert_eq!(
         v.server.resolver,
         [
-            "10.0.0.10:53".parse::<std::net::SocketAddr>().expect("addr"),
+            "10.0.0.10:53"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr"),
             "[fd00::a]:5353".parse().expect("addr")
         ]
     );

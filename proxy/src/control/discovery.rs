@@ -6,6 +6,11 @@
 //! At start, each DNS pool is resolved once before the first health-check cycle, so its
 //! addresses are checked before the listeners open, like listed backends (C-HEALTH-1). The task
 //! follows reloads: a pool added, removed or changed under `dns` is picked up within a second.
+//!
+//! A second task keeps the addresses of backend URLs' host names (C-DISC-2): resolved through
+//! the same servers every `health_check.interval`, a failed or empty answer keeping the last
+//! good set; new connections go to the current addresses (`services::dns::dial`) and pooled
+//! connections made before a change are closed at their next checkout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,4 +178,67 @@ async fn apply(
     let now = proxy_state.data_plane.clock.now();
     let reload = worker::with_rng(|rng| current.reload(valid, now, rng))?;
     reload::install(proxy_state, &current, reload.runtime).await
+}
+
+/// The host names of the backend URLs of `cfg` (address literals left out).
+fn host_names(cfg: &ValidConfig) -> std::collections::BTreeSet<String> {
+    cfg.pools
+        .iter()
+        .flat_map(|p| &p.backends)
+        .filter_map(|b| b.url.parse::<http::Uri>().ok())
+        .filter_map(|u| u.host().map(str::to_owned))
+        .filter(|h| !h.starts_with('[') && h.parse::<std::net::IpAddr>().is_err())
+        .collect()
+}
+
+/// Resolve `name` and keep its addresses for new connections (C-DISC-2); a failed or empty
+/// answer keeps the last good set.
+async fn refresh_host(rt: Rt, resolver: &Resolver, name: &str) {
+    let weir_core::discovery::Answer::Addresses(addresses) = resolver.lookup(rt, name).await else {
+        return;
+    };
+    let n = addresses.len();
+    if crate::services::dns::set_host_addresses(name, addresses) {
+        tracing::info!(
+            target: "weir::dns",
+            name,
+            addresses = n,
+            event = "backend_host_moved",
+            "a backend host name's addresses changed: new connections go to the new ones, pooled ones to the old are closed"
+        );
+    }
+}
+
+/// At start, when `server.resolver` names the servers: the backend URLs' host names resolved
+/// through them before the first health-check cycle (C-DISC-2). Without it the refresh task
+/// resolves them in the background and the runtime's resolution stands in meanwhile.
+pub async fn first_hosts(rt: Rt, resolver: &Resolver, cfg: &ValidConfig) {
+    if cfg.server.resolver.is_empty() {
+        return;
+    }
+    for name in host_names(cfg) {
+        refresh_host(rt, resolver, &name).await;
+    }
+}
+
+/// C-DISC-2: every `health_check.interval`, each backend URL's host name is resolved again.
+/// Ends at shutdown.
+pub async fn refresh_hosts(
+    proxy_state: Arc<ProxyState>,
+    resolver: Resolver,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let rt = proxy_state.data_plane.rt;
+    loop {
+        let runtime = proxy_state.data_plane.runtime();
+        let names = host_names(runtime.config());
+        let every = runtime.config().config.health_check.interval;
+        drop(runtime);
+        for name in names {
+            refresh_host(rt, &resolver, &name).await;
+        }
+        if !rt::tick_unless_shutdown(rt, every, &mut shutdown).await {
+            return;
+        }
+    }
 }

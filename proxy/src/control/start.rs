@@ -268,6 +268,7 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     let resolver = crate::services::dns::Resolver::new(&cfg.server.resolver);
     let mut cfg = cfg;
     let dns_pools = discovery::first_resolution(rt, &resolver, &mut cfg).await;
+    discovery::first_hosts(rt, &resolver, &cfg).await;
     let (proxy_state, tls) = build_state(rt, cfg, &opts, workers, management_bind).await?;
     discovery::count_first(&proxy_state.data_plane.metrics, &dns_pools);
 
@@ -306,10 +307,14 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         rt,
         discovery::run(
             Arc::clone(&proxy_state),
-            resolver,
+            resolver.clone(),
             dns_pools,
             shutdown_rx.clone(),
         ),
+    ));
+    tasks.push(rt::spawn_handle(
+        rt,
+        discovery::refresh_hosts(Arc::clone(&proxy_state), resolver, shutdown_rx.clone()),
     ));
     tracing::info!(
         public = %public_addr,

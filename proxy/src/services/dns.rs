@@ -11,6 +11,7 @@
 //!
 //! What to do with the answer is core's (`weir_core::discovery`).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -250,6 +251,87 @@ fn system_servers() -> Vec<SocketAddr> {
     } else {
         servers
     }
+}
+
+/// The addresses of backend URLs' host names (C-DISC-2), kept by the control plane's refresh
+/// (`control::discovery::refresh_hosts`, every `health_check.interval`), each with a generation
+/// that changes with the set. Process-wide: a name has the same addresses for every pool and
+/// worker. A name not in the table is resolved by the runtime at each new connection, as before.
+static HOSTS: std::sync::LazyLock<std::sync::RwLock<HashMap<String, (u64, Vec<IpAddr>)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The generation of `host`'s addresses (0 for a name never resolved here).
+#[must_use]
+pub fn host_generation(host: &str) -> u64 {
+    HOSTS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(host)
+        .map_or(0, |(g, _)| *g)
+}
+
+/// The current addresses of `host`, if it was resolved here.
+#[must_use]
+pub fn host_addresses(host: &str) -> Option<Vec<IpAddr>> {
+    HOSTS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(host)
+        .map(|(_, a)| a.clone())
+}
+
+/// `host` now has `addresses` (not empty: a failed or empty answer keeps the last good set).
+/// Returns whether the set changed (its generation then moved on, so pooled connections made
+/// before are closed at their next checkout).
+pub fn set_host_addresses(host: &str, mut addresses: Vec<IpAddr>) -> bool {
+    if addresses.is_empty() {
+        return false;
+    }
+    addresses.sort_unstable();
+    addresses.dedup();
+    let mut hosts = HOSTS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    match hosts.get_mut(host) {
+        Some((_, a)) if *a == addresses => false,
+        Some(entry) => {
+            *entry = (
+                GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+                addresses,
+            );
+            true
+        }
+        None => {
+            let g = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            hosts.insert(host.to_owned(), (g, addresses));
+            // The first answer is not a change: connections made before it went to the
+            // runtime's resolution, which the answer may well agree with.
+            false
+        }
+    }
+}
+
+/// TCP connect to `host:port` (C-DISC-2): to the addresses this module keeps for `host` when it
+/// has them, else as `rt::dial` does (an address literal, or the runtime's resolution).
+///
+/// # Errors
+/// No address accepted the connection.
+pub async fn dial(rt: Rt, host: &str, port: u16) -> io::Result<Box<dyn rt::TcpConn>> {
+    let Some(addresses) = host_addresses(host) else {
+        return rt::dial(rt, host, port).await;
+    };
+    let mut last = None;
+    for ip in addresses {
+        match rt.connect(SocketAddr::new(ip, port)).await {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for host")))
 }
 
 #[cfg(test)]

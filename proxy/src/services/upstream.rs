@@ -155,6 +155,9 @@ pub struct Conn {
     /// The `Upstream` (its id) this connection is lent from, while lent: dropping a lent
     /// connection tells its pool the demand fell.
     lent: Option<u64>,
+    /// The generation of the backend host name's addresses when the connection was made
+    /// (C-DISC-2: `dns::host_generation`); a pooled connection from an older one is closed.
+    host_generation: u64,
 }
 
 impl Drop for Conn {
@@ -343,9 +346,18 @@ impl Upstream {
             return None;
         }
         let now = self.core_now(now);
-        let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
-        conn.lent = Some(self.id);
-        Some(conn)
+        let current = crate::services::dns::host_generation(&target.host);
+        loop {
+            let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
+            conn.lent = Some(self.id);
+            if conn.host_generation == current {
+                return Some(conn);
+            }
+            // C-DISC-2: the host name's addresses changed since this connection was made;
+            // dropping it closes it (and tells the pool), the request takes the next one or a
+            // new connection to a current address.
+            drop(conn);
+        }
     }
 
     /// Give a connection back after its response body ended at `now`. Closed connections, and
@@ -511,6 +523,7 @@ impl Upstream {
         target: &Arc<Target>,
         client: DownstreamEnds,
     ) -> Result<Conn, SendError> {
+        let host_generation = crate::services::dns::host_generation(&target.host);
         let io = self
             .connect_io(target, client)
             .await
@@ -526,6 +539,7 @@ impl Upstream {
             driver: Some(Box::pin(conn.with_upgrades())),
             target: Arc::clone(target),
             lent: Some(self.id),
+            host_generation,
         })
     }
 
@@ -556,7 +570,7 @@ impl Upstream {
         let mut tcp = rt::timeout(
             rt,
             self.config.dial_timeout,
-            rt::dial(rt, &target.host, target.port),
+            crate::services::dns::dial(rt, &target.host, target.port),
         )
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;

@@ -67,6 +67,8 @@ struct H2Conn {
     /// idle connection.
     seen_uses: u64,
     idle_since: Option<std::time::Instant>,
+    /// The generation of the backend host name's addresses when it was made (C-DISC-2).
+    host_generation: u64,
 }
 
 impl H2Conn {
@@ -137,9 +139,12 @@ impl H2Pools {
 
     /// A stream on a live connection to `target` with one to spare, dropping dead ones.
     fn checkout(&self, target: &Target) -> Option<(http2::SendRequest<UpBody>, BackendStream)> {
+        let current = crate::services::dns::host_generation(target.host());
         let mut map = self.lock();
         let list = map.get_mut(target.pool_key())?;
-        list.retain(H2Conn::alive);
+        // C-DISC-2: a connection made before the host name's addresses changed takes no new
+        // stream; dropping its sender here ends it once its streams are done.
+        list.retain(|c| c.alive() && c.host_generation == current);
         let conn = list.iter().find(|c| {
             c.shared.in_flight.load(Ordering::Acquire) < c.shared.max.load(Ordering::Acquire)
         })?;
@@ -185,6 +190,7 @@ impl H2Pools {
         target: &Arc<Target>,
         io: impl Future<Output = io::Result<Box<dyn Io>>>,
     ) -> Result<(http2::SendRequest<UpBody>, BackendStream), SendError> {
+        let host_generation = crate::services::dns::host_generation(target.host());
         let io = io.await.map_err(SendError::Connect)?;
         let (tx, conn) = self
             .builder
@@ -220,6 +226,7 @@ impl H2Pools {
                 shared,
                 seen_uses: 0,
                 idle_since: None,
+                host_generation,
             });
         Ok((tx, stream))
     }
