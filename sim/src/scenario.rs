@@ -11,9 +11,10 @@ mod setups;
 
 pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
-    all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
-    hot_client, outlier_500, outlier_pair, overload_spike, pushback_503, reload_mid_request,
-    reload_warmup, retry_storm, slow_start_recovery, small_pool, store_outage,
+    all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, dns_changes,
+    dns_flapping, flapping_backend, hot_client, outlier_500, outlier_pair, overload_spike,
+    pushback_503, reload_mid_request, reload_warmup, retry_storm, slow_start_recovery, small_pool,
+    store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -65,11 +66,17 @@ pub enum Scenario {
     /// for as long as it asked, capped by `retry_after_max`, within the outlier cap, and gets no
     /// request meanwhile (C-RETRY-11).
     Pushback503,
+    /// A pool fed by DNS whose answer changes, fails and goes empty: changes apply like
+    /// reloads, failures keep the last good set (C-DISC-1).
+    DnsChanges,
+    /// A pool fed by a flapping name: two sets swap every 0.5-1 s, with failures and empty
+    /// answers between (C-DISC-1).
+    DnsFlapping,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -86,6 +93,8 @@ impl Scenario {
         Scenario::Outlier500,
         Scenario::OutlierPair,
         Scenario::Pushback503,
+        Scenario::DnsChanges,
+        Scenario::DnsFlapping,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -108,6 +117,8 @@ impl Scenario {
             Scenario::Outlier500 => "outlier_500",
             Scenario::OutlierPair => "outlier_pair",
             Scenario::Pushback503 => "pushback_503",
+            Scenario::DnsChanges => "dns_changes",
+            Scenario::DnsFlapping => "dns_flapping",
         }
     }
 
@@ -137,6 +148,8 @@ impl Scenario {
             Scenario::Outlier500 => outlier_500(rng, policy),
             Scenario::OutlierPair => outlier_pair(rng, policy),
             Scenario::Pushback503 => pushback_503(rng, policy),
+            Scenario::DnsChanges => dns_changes(rng, policy),
+            Scenario::DnsFlapping => dns_flapping(rng, policy),
         }
     }
 }

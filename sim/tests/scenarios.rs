@@ -133,3 +133,13 @@ fn outlier_pair() {
 fn pushback_503() {
     sweep(Scenario::Pushback503);
 }
+
+#[test]
+fn dns_changes() {
+    sweep(Scenario::DnsChanges);
+}
+
+#[test]
+fn dns_flapping() {
+    sweep(Scenario::DnsFlapping);
+}
