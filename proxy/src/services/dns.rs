@@ -257,8 +257,11 @@ fn system_servers() -> Vec<SocketAddr> {
 /// (`control::discovery::refresh_hosts`, every `health_check.interval`), each with a generation
 /// that changes with the set. Process-wide: a name has the same addresses for every pool and
 /// worker. A name not in the table is resolved by the runtime at each new connection, as before.
-static HOSTS: std::sync::LazyLock<std::sync::RwLock<HashMap<String, (u64, Vec<IpAddr>)>>> =
+static HOSTS: std::sync::LazyLock<std::sync::RwLock<HostTable>> =
     std::sync::LazyLock::new(Default::default);
+
+/// Host name → (generation, addresses).
+type HostTable = HashMap<String, (u64, Vec<IpAddr>)>;
 
 /// The generation of `host`'s addresses (0 for a name never resolved here).
 #[must_use]
