@@ -252,9 +252,15 @@ pub struct Backend {
 impl Backend {
     /// Starts a backend with id `id` in [`Mode::Ok`], healthy, on `127.0.0.1:0`.
     pub async fn start(id: &str) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Backend::start_at(id, "127.0.0.1:0".parse().expect("address"))
             .await
-            .expect("bind test backend");
+            .expect("bind test backend")
+    }
+
+    /// Like [`Backend::start`], listening on `addr` (a loopback alias such as `127.0.0.2:port`:
+    /// Linux routes all of 127/8 to the loopback interface).
+    pub async fn start_at(id: &str, addr: SocketAddr) -> std::io::Result<Backend> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr().expect("backend address");
         let (release, _) = watch::channel(0u64);
         let inner = Arc::new(Inner {
@@ -284,7 +290,7 @@ impl Backend {
         });
         let task = tokio::spawn(accept_loop(inner.clone(), listener));
         *lock(&inner.accept) = Some(task.abort_handle());
-        Backend { inner }
+        Ok(Backend { inner })
     }
 
     /// Starts `n` backends with ids `<prefix>-1` .. `<prefix>-n`.

@@ -10,6 +10,7 @@
 //!   time (healthy, status, 503-then-hang, slow headers, slow body, SSE, hold, upgrade echo,
 //!   reset, close without answer, down/up).
 //! - [`client`]: a hyper HTTP/1.1 client bound to a chosen local address, and a raw TCP client.
+//! - [`dns`]: a DNS server answering from a table the case changes (C-DISC).
 //! - [`harness`]: [`harness::Proxy`] starts and stops the binary; [`config`] builds its YAML.
 //! - [`cases`]: one `pub async fn` per case, named by the contract id it checks (docs/contract.md).
 //!
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod cases;
 pub mod client;
 pub mod config;
+pub mod dns;
 pub mod h2backend;
 pub mod h2raw;
 pub mod h2slow;
@@ -172,6 +174,9 @@ macro_rules! __with_cases {
             c_health_4_no_ramp_at_start,
             c_health_5_disabled_backends_are_probed,
             c_health_6_hanging_probe_delays_no_one,
+            c_disc_1_every_address_is_a_backend_and_changes_follow_within_two_intervals,
+            c_disc_1_servfail_then_nxdomain_keep_the_last_good_set,
+            c_disc_2_backend_host_name_moving_moves_the_traffic,
             c_out_1_backend_answering_500_is_ejected_then_returns,
             c_out_2_pool_of_two_both_failing_keeps_serving,
             c_retry_1_retryable_statuses_and_methods,

@@ -213,7 +213,8 @@ pub enum Signal {
     Answer,
     /// A transport error, a timeout or a `503`: back off.
     Failure,
-    /// Says nothing about the backend (the client went away).
+    /// Says nothing about the backend (the client went away, or weir's own connection bound
+    /// held the attempt back).
     Ignored,
 }
 
@@ -226,7 +227,9 @@ impl Signal {
             O::Status(503) => Signal::Failure,
             O::Status(_) => Signal::Answer,
             O::Connect | O::Refused | O::Transport | O::PerTryTimeout => Signal::Failure,
-            O::ClientGone => Signal::Ignored,
+            // Waiting at weir's own connection bound (`max_conns_per_host`) sent nothing: it
+            // says nothing about the backend's latency.
+            O::ClientGone | O::Saturated => Signal::Ignored,
         }
     }
 }

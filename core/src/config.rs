@@ -44,15 +44,15 @@ pub use diff::{Apply, Change, ConfigDiff, classify, diff};
 pub use duration::{format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::{
-    AdaptiveConfig, BackendConfig, BalancingConfig, CertPairConfig, Config, DatabaseConfig,
-    HealthCheckConfig, ManagementConfig, MirrorConfig, OutlierConfig, OverloadConfig, PoolConfig,
-    ProbeMode,
-    RateLimitConfig, RedisConfig, RouteConfig, ServerConfig, TlsConfig, UpstreamConfig,
+    AdaptiveConfig, BackendConfig, BalancingConfig, CertPairConfig, Config, DEFAULT_DNS_INTERVAL,
+    DatabaseConfig, DnsConfig, HealthCheckConfig, ManagementConfig, MirrorConfig, OutlierConfig,
+    OverloadConfig, PoolConfig, ProbeMode, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
+    TlsConfig, UpstreamConfig,
 };
 pub use secret::{MapSecrets, Secret, SecretSource};
 pub use tree::{MAX_CONFIG_BYTES, Pos};
 pub use validate::{
-    CertPair, DEFAULT_POOL, DatabaseSettings, HashKey, HealthCheck, HostPort, ListenerTls,
+    CertPair, DEFAULT_POOL, DatabaseSettings, DnsSpec, HashKey, HealthCheck, HostPort, ListenerTls,
     MAX_HEADER_BYTES_LIMIT, MIN_HEADER_BYTES, ManagementSettings, MirrorSpec, PoolSpec,
     ProxyProtocol, RedisMode, RedisSettings, RouteSpec, ServerSettings, TlsVersion,
     UpstreamSettings, UpstreamTls, ValidConfig,
@@ -152,9 +152,9 @@ mod unread {
     use core::time::Duration;
 
     use super::schema::{
-        AdaptiveConfig, BackendConfig, BalancingConfig, Config, DatabaseConfig, HealthCheckConfig,
-        ManagementConfig, OutlierConfig, RateLimitConfig, RedisConfig, RouteConfig, ServerConfig,
-        TlsConfig,
+        AdaptiveConfig, BackendConfig, BalancingConfig, Config, DatabaseConfig, DnsConfig,
+        HealthCheckConfig, ManagementConfig, OutlierConfig, RateLimitConfig, RedisConfig,
+        RouteConfig, ServerConfig, TlsConfig,
     };
     use super::tree::{Node, Value};
     use crate::retry::RetryParams;
@@ -237,6 +237,7 @@ mod unread {
                             let pool = map(vec![
                                 ("balancing", sub(balancing(&p.balancing))),
                                 ("backends", Some(backends(&p.backends))),
+                                ("dns", p.dns.as_ref().map(|d| dns(d).value)),
                             ]);
                             (node(Value::Str(p.name.clone())), pool)
                         })
@@ -314,6 +315,17 @@ mod unread {
             ("proxy_protocol", string(&s.proxy_protocol)),
             ("proxy_protocol_trusted", strings(&s.proxy_protocol_trusted)),
             ("tls", sub(tls(&s.tls))),
+            ("resolver", strings(&s.resolver)),
+        ])
+    }
+
+    fn dns(d: &DnsConfig) -> Node {
+        map(vec![
+            ("name", required(&d.name)),
+            ("port", (d.port != 0).then(|| Value::Int(d.port.into()))),
+            ("interval", duration(d.interval)),
+            ("scheme", string(&d.scheme)),
+            ("protocol", string(&d.protocol)),
         ])
     }
 

@@ -33,6 +33,7 @@ pub mod config;
 pub mod conn_limit;
 pub mod conn_watch;
 pub mod console_guard;
+pub mod discovery;
 pub mod exchange;
 pub mod flow;
 pub mod forward;

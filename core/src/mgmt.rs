@@ -57,9 +57,9 @@ pub use endpoint::{ALLOW_READ, Endpoint, MgmtRequest, route};
 pub use patch::{ConfigPatch, HealthPatch, RatePatch, RetryPatch};
 pub use reply::{FieldError, Reply};
 pub use status::{
-    BackendStatus, BucketFacts, BucketStatus, BudgetStatus, HealthCheckStatus, OverloadStatus,
-    PoolStatus, ProtectionStatus, RateLimitStatus, RetryStatus, RouteStatus, StatusDocument,
-    StatusFacts, status_document,
+    BackendStatus, BucketFacts, BucketStatus, BudgetStatus, DnsFacts, DnsStatus, HealthCheckStatus,
+    OverloadStatus, PoolStatus, ProtectionStatus, RateLimitStatus, RetryStatus, RouteStatus,
+    StatusDocument, StatusFacts, status_document,
 };
 
 /// Headers the synthetic `GET /` of `/api/dashboard/request` carries into the data plane

@@ -2,6 +2,7 @@ import { fill, h } from "./dom";
 import { History, latencyByBackend } from "./history";
 import { PALETTE, lineChart } from "./chart";
 import { configPanel } from "./config";
+import { dnsPoolLines } from "./dns";
 import type { Knobs, RequestResult, Source, Status } from "./types";
 
 export const MUTATIONS_OFF =
@@ -97,6 +98,8 @@ export class App {
         h("span", {}, st.ready ? "ready" : "not ready"),
         h("span", {}, `strategy ${st.strategy}`),
         h("span", {}, `client ${st.client_ip}`),
+        // C-DISC-1: pools fed by DNS, with their last resolution.
+        ...dnsPoolLines(st.pools).map((l) => h("span", { "data-dns-pool": l.pool, class: l.ok ? "" : "warn" }, `DNS ${l.text}`)),
       );
     }
     const banner = document.getElementById("banner");

@@ -20,13 +20,29 @@ export interface BackendStatus {
   concurrency_limit: number | null;
 }
 
+/** A pool fed by DNS (C-DISC-1): the name resolved and its last resolution. */
+export interface DnsPoolStatus {
+  name: string;
+  port: number;
+  interval: string;
+  last_resolution_unix_ms: number | null;
+  last_result: string | null;
+}
+
+export interface PoolStatus {
+  name: string;
+  strategy: string;
+  backends: string[];
+  dns?: DnsPoolStatus;
+}
+
 export interface Status {
   instance_id: string;
   ready: boolean;
   runtime_mutations_enabled: boolean;
   client_ip: string;
   strategy: string;
-  pools: { name: string; strategy: string; backends: string[] }[];
+  pools: PoolStatus[];
   backends: BackendStatus[];
   bucket: {
     capacity: number;

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config_file;
 pub mod console;
 pub mod demo;
+pub mod discovery;
 pub mod health;
 pub mod management;
 pub mod reload;

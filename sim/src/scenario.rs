@@ -11,10 +11,10 @@ mod setups;
 
 pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
-    all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, flapping_backend,
-    h2_conn_lost, h2_refused_goaway, h2_stream_limit, hot_client, outlier_500, outlier_pair,
-    overload_spike, pushback_503, reload_mid_request, reload_warmup, retry_storm,
-    slow_start_recovery, small_pool, store_outage,
+    all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, dns_changes,
+    dns_flapping, flapping_backend, h2_conn_lost, h2_refused_goaway, h2_stream_limit, hot_client,
+    outlier_500, outlier_pair, overload_spike, pushback_503, reload_mid_request, reload_warmup,
+    retry_storm, slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -75,11 +75,17 @@ pub enum Scenario {
     H2RefusedGoaway,
     /// HTTP/2 connections lost with their streams, and a crash (C-RETRY-1, C-RETRY-9).
     H2ConnLost,
+    /// A pool fed by DNS whose answer changes, fails and goes empty: changes apply like
+    /// reloads, failures keep the last good set (C-DISC-1).
+    DnsChanges,
+    /// A pool fed by a flapping name: two sets swap every 0.5-1 s, with failures and empty
+    /// answers between (C-DISC-1).
+    DnsFlapping,
 }
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 19] = [
+    pub const ALL: [Scenario; 21] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -99,6 +105,8 @@ impl Scenario {
         Scenario::H2StreamLimit,
         Scenario::H2RefusedGoaway,
         Scenario::H2ConnLost,
+        Scenario::DnsChanges,
+        Scenario::DnsFlapping,
     ];
 
     /// The name used on the command line, in test names and in the replay command.
@@ -124,6 +132,8 @@ impl Scenario {
             Scenario::H2StreamLimit => "h2_stream_limit",
             Scenario::H2RefusedGoaway => "h2_refused_goaway",
             Scenario::H2ConnLost => "h2_conn_lost",
+            Scenario::DnsChanges => "dns_changes",
+            Scenario::DnsFlapping => "dns_flapping",
         }
     }
 
@@ -156,6 +166,8 @@ impl Scenario {
             Scenario::H2StreamLimit => h2_stream_limit(rng, policy),
             Scenario::H2RefusedGoaway => h2_refused_goaway(rng, policy),
             Scenario::H2ConnLost => h2_conn_lost(rng, policy),
+            Scenario::DnsChanges => dns_changes(rng, policy),
+            Scenario::DnsFlapping => dns_flapping(rng, policy),
         }
     }
 }

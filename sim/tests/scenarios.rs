@@ -193,3 +193,13 @@ fn h2_refused_goaway() {
 fn h2_conn_lost() {
     sweep(Scenario::H2ConnLost);
 }
+
+#[test]
+fn dns_changes() {
+    sweep(Scenario::DnsChanges);
+}
+
+#[test]
+fn dns_flapping() {
+    sweep(Scenario::DnsFlapping);
+}

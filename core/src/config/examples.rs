@@ -322,3 +322,25 @@ fn c_grpc_4_grpc_example() {
     }
     assert_eq!(v.route_table.lookup("/reports.v1.Reports/Get").pool, 1);
 }
+
+/// C-DISC-1, C-GRPC-1: the Kubernetes component balancing a headless Service's pods over h2c
+/// (deploy/kubernetes/components/grpc-dns) loads: one pool fed by the Service's name.
+#[test]
+fn c_disc_1_kubernetes_headless_service_example() {
+    let path = repo().join("deploy/kubernetes/components/grpc-dns/weir.yaml");
+    let text = std::fs::read_to_string(&path).expect("the component's config");
+    let v = load(&text, &secrets())
+        .unwrap_or_else(|e| panic!("{} does not validate:\n{e}", path.display()));
+    assert_eq!(v.health.mode, ProbeMode::Grpc);
+    let pool = v
+        .pools
+        .iter()
+        .find(|p| p.name == "greeter")
+        .expect("the greeter pool");
+    let dns = pool.dns.as_ref().expect("fed by DNS");
+    assert_eq!(dns.name, "greeter-pods.default.svc.cluster.local");
+    assert_eq!(dns.port, 50051);
+    assert_eq!(dns.protocol, crate::backend::Protocol::H2c);
+    assert!(pool.backends.is_empty(), "filled by the resolver at start");
+    assert_eq!(v.route_table.lookup("/helloworld.Greeter/SayHello").pool, 1);
+}

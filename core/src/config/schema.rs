@@ -79,6 +79,9 @@ pub struct ServerConfig {
     pub proxy_protocol_trusted: Vec<String>,
     /// `tls`: TLS on the public listener (C-TLS-1); off while `certificates` is empty.
     pub tls: TlsConfig,
+    /// `resolver` [[] = the system's resolv.conf]: DNS servers (`address:port`) for DNS pools
+    /// and backend host names (C-DISC-1, C-DISC-2).
+    pub resolver: Vec<String>,
 }
 
 /// `server.tls` (C-TLS-1, C-TLS-2).
@@ -137,6 +140,7 @@ impl Default for ServerConfig {
             proxy_protocol: "off".to_owned(),
             proxy_protocol_trusted: Vec::new(),
             tls: TlsConfig::default(),
+            resolver: Vec::new(),
         }
     }
 }
@@ -634,9 +638,41 @@ pub struct PoolConfig {
     pub name: String,
     /// `balancing`.
     pub balancing: BalancingConfig,
-    /// `backends`.
+    /// `backends` (empty when the pool is fed by `dns`).
     pub backends: Vec<BackendConfig>,
+    /// `dns`: the backends are the addresses of a name instead of a list (C-DISC-1).
+    pub dns: Option<DnsConfig>,
 }
+
+/// `pools.<name>.dns` (C-DISC-1): every A/AAAA address of `name` is a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsConfig {
+    /// `name` (required): the name resolved.
+    pub name: String,
+    /// `port` (required): the backends' port.
+    pub port: u16,
+    /// `interval` [5s, 1s..=1h]: how often the name is resolved again.
+    pub interval: Duration,
+    /// `scheme` [http]: `http` or `https`.
+    pub scheme: String,
+    /// `protocol` [http1]: `http1`, `h2c` or `h2`, as `backends[].protocol`.
+    pub protocol: String,
+}
+
+impl Default for DnsConfig {
+    fn default() -> DnsConfig {
+        DnsConfig {
+            name: String::new(),
+            port: 0,
+            interval: DEFAULT_DNS_INTERVAL,
+            scheme: "http".to_owned(),
+            protocol: "http1".to_owned(),
+        }
+    }
+}
+
+/// `pools.<name>.dns.interval`'s default (C-DISC-1).
+pub const DEFAULT_DNS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A route (weir; C-ROUTE-1, C-LOAD-2).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -1293,3 +1293,113 @@ fn c_load_4_adaptive_concurrency_config() {
         crate::config::diff::Apply::Dynamic
     );
 }
+
+const DNS_BASE: &str = "backends: [{id: a, url: 'http://127.0.0.1:1'}]\n";
+
+#[test]
+fn c_disc_1_dns_pool_config_defaults_and_checks() {
+    let v = ok(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{name: API.Internal., port: \"8080\"}}}}}}\n"
+    ));
+    let spec = v.pools[1].dns.clone().expect("dns");
+    assert_eq!(spec.name, "api.internal");
+    assert_eq!(spec.port, 8080);
+    assert_eq!(spec.interval, Duration::from_secs(5));
+    assert!(!spec.https);
+    assert_eq!(spec.protocol, crate::backend::Protocol::Http1);
+    assert!(v.pools[1].backends.is_empty(), "filled by the resolver");
+    assert!(v.server.resolver.is_empty());
+    assert!(v.pools[0].dns.is_none());
+
+    // Both, or neither: the error names the pool.
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{backends: [{{id: b, url: 'http://127.0.0.1:2'}}], dns: {{name: x, port: 1}}}}}}\n"
+    ));
+    assert!(err_at(&e, "pools.api").message.contains("\"api\""), "{e}");
+    assert!(err_at(&e, "pools.api").message.contains("not both"), "{e}");
+    let e = errs(&format!("{DNS_BASE}pools: {{api: {{}}}}\n"));
+    assert!(
+        err_at(&e, "pools.api.backends").message.contains("dns"),
+        "{e}"
+    );
+
+    // Every field checked and named.
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{name: 'bad name', port: 0, interval: 100ms, scheme: ftp, protocol: h3}}}}}}\n"
+    ));
+    for path in [
+        "pools.api.dns.name",
+        "pools.api.dns.port",
+        "pools.api.dns.interval",
+        "pools.api.dns.scheme",
+        "pools.api.dns.protocol",
+    ] {
+        let _ = err_at(&e, path);
+    }
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{interval: 5s}}}}}}\n"
+    ));
+    assert!(
+        err_at(&e, "pools.api.dns.name")
+            .message
+            .contains("required")
+    );
+    assert!(
+        err_at(&e, "pools.api.dns.port")
+            .message
+            .contains("required")
+    );
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{name: x, port: 1, protocol: h2}}}}}}\n"
+    ));
+    assert!(
+        err_at(&e, "pools.api.dns.protocol")
+            .message
+            .contains("https")
+    );
+    let e = errs(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{name: x, port: 1, extra: 1}}}}}}\n"
+    ));
+    let _ = err_at(&e, "pools.api.dns.extra");
+    let v = ok(&format!(
+        "{DNS_BASE}pools: {{g: {{dns: {{name: g.svc, port: 443, interval: 1h, scheme: https, protocol: h2}}}}}}\n"
+    ));
+    let g = v.pools[1].dns.clone().expect("dns");
+    assert!(g.https);
+    assert_eq!(g.protocol, crate::backend::Protocol::H2);
+}
+
+#[test]
+fn c_disc_1_server_resolver_addresses_and_restart() {
+    let v = ok(&format!(
+        "{DNS_BASE}server: {{resolver: ['10.0.0.10:53', '[fd00::a]:5353']}}\n"
+    ));
+    assert_eq!(
+        v.server.resolver,
+        [
+            "10.0.0.10:53"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr"),
+            "[fd00::a]:5353".parse().expect("addr")
+        ]
+    );
+    let e = errs(&format!(
+        "{DNS_BASE}server: {{resolver: ['dns.internal:53', '10.0.0.1', '10.0.0.1:0']}}\n"
+    ));
+    for i in 0..3 {
+        let _ = err_at(&e, &format!("server.resolver[{i}]"));
+    }
+    assert_eq!(classify("server.resolver"), Apply::Restart);
+    assert_eq!(classify("pools.api.dns.interval"), Apply::Dynamic);
+    assert!(schema_paths().contains("pools.<name>.dns.name"));
+    assert!(schema_paths().contains("server.resolver"));
+}
+
+#[test]
+fn c_disc_1_a_dns_pool_survives_validate_config_round_trip() {
+    let v = ok(&format!(
+        "{DNS_BASE}pools: {{api: {{dns: {{name: api.internal, port: 8080, interval: 2s}}}}}}\n"
+    ));
+    let again = validate_config(v.config.clone(), &MapSecrets::new()).expect("valid");
+    assert_eq!(again.pools[1].dns, v.pools[1].dns);
+}

@@ -15,7 +15,8 @@ use ipnet::IpNet;
 
 use super::read::Reader;
 use super::schema::{
-    BackendConfig, BalancingConfig, Config, HealthCheckConfig, ProbeMode, RateLimitConfig,
+    BackendConfig, BalancingConfig, Config, DnsConfig, HealthCheckConfig, ProbeMode,
+    RateLimitConfig,
 };
 use super::secret::{self, Resolved, Secret, SecretSource};
 use crate::admission::GateParams;
@@ -44,7 +45,7 @@ pub use check::HostPort;
 use check::{Check, parse_proxy};
 pub use listener::{CertPair, ListenerTls, ProxyProtocol, TlsVersion};
 use listener::{check_proxy_protocol, check_tls};
-pub use pools::{DEFAULT_POOL, HashKey, HealthCheck, MirrorSpec, PoolSpec, RouteSpec};
+pub use pools::{DEFAULT_POOL, DnsSpec, HashKey, HealthCheck, MirrorSpec, PoolSpec, RouteSpec};
 use pools::{check_health, check_pool_params, check_pools_and_routes, check_retry};
 pub use redis::{RedisMode, RedisSettings};
 pub use secrets::ManagementSettings;
@@ -134,6 +135,8 @@ pub struct ServerSettings {
     pub proxy_protocol: Option<ProxyProtocol>,
     /// TLS on the public listener; `None`: plain HTTP (C-TLS-1).
     pub tls: Option<ListenerTls>,
+    /// `server.resolver`: the DNS servers to ask (empty: the system's, C-DISC-1).
+    pub resolver: Vec<std::net::SocketAddr>,
 }
 
 /// `server.upstream` connection settings (`max_concurrent_requests` is in [`PoolParams`]).
@@ -367,5 +370,24 @@ fn check_server(cfg: &Config, c: &mut Check<'_>) -> Option<ServerSettings> {
         },
         proxy_protocol,
         tls,
+        resolver: check_resolver(&s.resolver, c),
     })
+}
+
+/// `server.resolver[]`: each an address with its port (`10.0.0.10:53`, `[fd00::a]:53`); a
+/// name would need a resolver to find the resolver.
+fn check_resolver(servers: &[String], c: &mut Check<'_>) -> Vec<std::net::SocketAddr> {
+    let mut out = Vec::with_capacity(servers.len());
+    for (i, text) in servers.iter().enumerate() {
+        match text.parse::<std::net::SocketAddr>() {
+            Ok(a) if a.port() != 0 => out.push(a),
+            _ => c.err(
+                &format!("server.resolver[{i}]"),
+                format!(
+                    "a DNS server is an IP address with its port, such as 10.0.0.10:53 or                      [fd00::a]:53; got {text:?}"
+                ),
+            ),
+        }
+    }
+    out
 }

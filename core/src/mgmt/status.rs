@@ -42,6 +42,19 @@ pub struct StatusFacts<'a> {
     pub gate_in_flight: u32,
     /// Requests queued at the gate now.
     pub gate_queued: u32,
+    /// The last resolution of each DNS pool (C-DISC-1), by pool name.
+    pub dns: &'a [DnsFacts],
+}
+
+/// The last resolution of a DNS pool, as the adapter's resolver task saw it (C-DISC-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsFacts {
+    /// The pool's name.
+    pub pool: String,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// How it ended.
+    pub result: crate::discovery::Outcome,
 }
 
 /// `GET /api/dashboard/status` (C-MGMT-4).
@@ -82,6 +95,25 @@ pub struct PoolStatus {
     pub strategy: &'static str,
     /// Its backends' ids in config order.
     pub backends: Vec<String>,
+    /// For a pool fed by DNS (C-DISC-1): the name, and its last resolution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsStatus>,
+}
+
+/// A DNS pool's name and last resolution (C-DISC-1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DnsStatus {
+    /// The name resolved.
+    pub name: String,
+    /// The backends' port.
+    pub port: u16,
+    /// `interval`, as written (`5s`).
+    pub interval: String,
+    /// When the last resolution ended, in milliseconds since the Unix epoch (none yet: null).
+    pub last_resolution_unix_ms: Option<u64>,
+    /// How it ended: `ok`, `nxdomain`, `no_records`, `servfail`, `timeout` or `error` (a
+    /// failure keeps the last good set).
+    pub last_result: Option<&'static str>,
 }
 
 /// One backend (C-MGMT-4).
@@ -292,6 +324,16 @@ pub fn status_document(runtime: &Runtime, facts: &StatusFacts<'_>, now: Instant)
             name: p.name.clone(),
             strategy: p.policy.as_str(),
             backends: p.backends.iter().map(|b| b.id.clone()).collect(),
+            dns: p.dns.as_ref().map(|d| {
+                let last = facts.dns.iter().find(|f| f.pool == p.name);
+                DnsStatus {
+                    name: d.name.clone(),
+                    port: d.port,
+                    interval: format_duration(d.interval),
+                    last_resolution_unix_ms: last.map(|f| f.at_unix_ms),
+                    last_result: last.map(|f| f.result.as_str()),
+                }
+            }),
         })
         .collect();
     let rate = &cfg.rate;

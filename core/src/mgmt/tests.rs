@@ -706,6 +706,7 @@ fn facts(instance_id: &str) -> StatusFacts<'_> {
         },
         gate_in_flight: 3,
         gate_queued: 1,
+        dns: &[],
     }
 }
 
@@ -940,4 +941,33 @@ fn c_load_4_status_document_shows_each_backends_concurrency_limit() {
         assert_eq!(b["concurrency_limit"], 4, "{b}");
     }
     assert_eq!(json["rate_limit"]["dry_run"], true);
+}
+
+/// C-DISC-1: a DNS pool's status names what it resolves and its last resolution; other pools
+/// carry no `dns` key.
+#[test]
+fn c_disc_1_status_shows_a_dns_pools_last_resolution() {
+    let text = "backends: [{id: a, url: 'http://127.0.0.1:1'}]\n\
+                pools: {api: {dns: {name: api.internal, port: 8080, interval: 2s}}}\n";
+    let v = crate::config::load(text, &crate::config::MapSecrets::new()).expect("valid");
+    let rt = Runtime::build(v, None, T0, &mut WyRand::new(1)).expect("runtime");
+    let dns = [crate::mgmt::DnsFacts {
+        pool: "api".to_owned(),
+        at_unix_ms: 1_700_000_000_000,
+        result: crate::discovery::Outcome::ServFail,
+    }];
+    let mut f = facts("i");
+    f.dns = &dns;
+    let doc = status_document(&rt, &f, T0);
+    let json = serde_json::to_value(&doc).expect("json");
+    assert!(json["pools"][0].get("dns").is_none(), "{json}");
+    let d = &json["pools"][1]["dns"];
+    assert_eq!(d["name"], "api.internal");
+    assert_eq!(d["port"], 8080);
+    assert_eq!(d["interval"], "2s");
+    assert_eq!(d["last_resolution_unix_ms"], 1_700_000_000_000_u64);
+    assert_eq!(d["last_result"], "servfail");
+    let none = status_document(&rt, &facts("i"), T0);
+    let json = serde_json::to_value(&none).expect("json");
+    assert!(json["pools"][1]["dns"]["last_result"].is_null());
 }

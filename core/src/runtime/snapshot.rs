@@ -111,6 +111,11 @@ impl Runtime {
         now: Instant,
         rng: &mut dyn Rng,
     ) -> Result<Runtime, BuildError> {
+        let mut cfg = cfg;
+        if let Some(p) = previous {
+            // A DNS pool keeps its discovered backends over a reload or a PATCH (C-DISC-1).
+            crate::discovery::carry_over(&p.config, &mut cfg);
+        }
         if cfg.pools.is_empty() {
             return Err(BuildError::NoPools);
         }

@@ -558,6 +558,7 @@ impl World {
             bucket,
             gate_in_flight: gate.in_flight(),
             gate_queued: gate.queued(),
+            dns: &[],
         };
         serde_json::to_string(&mgmt::status_document(rt, &facts, self.now))
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -383,6 +383,23 @@ async fn read(
         Endpoint::Status => {
             let now = proxy_state.data_plane.clock.now();
             let gate = proxy_state.data_plane.admission.gate();
+            let dns: Vec<mgmt::DnsFacts> = proxy_state
+                .data_plane
+                .metrics
+                .dns_pools()
+                .into_iter()
+                .filter_map(|(pool, d)| {
+                    let (at, result) = d.last?;
+                    let at_unix_ms = at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+                    Some(mgmt::DnsFacts {
+                        pool,
+                        at_unix_ms,
+                        result,
+                    })
+                })
+                .collect();
             let facts = StatusFacts {
                 instance_id: proxy_state.control.instance_id(),
                 ready: proxy_state.data_plane.ready(),
@@ -390,6 +407,7 @@ async fn read(
                 bucket: bucket_facts(proxy_state, &rt.config().rate, req.client).await,
                 gate_in_flight: gate.in_flight(),
                 gate_queued: gate.queued(),
+                dns: &dns,
             };
             let doc = mgmt::status_document(rt, &facts, now);
             match serde_json::to_vec(&doc) {

@@ -16,7 +16,9 @@ use weir_core::runtime::Runtime;
 use crate::base::clock::Clock;
 use crate::base::rt::{self, JoinHandle, Rt, watch};
 use crate::base::worker;
-use crate::control::{cert_watch, health, management, reload, store_recovery, store_sweep};
+use crate::control::{
+    cert_watch, discovery, health, management, reload, store_recovery, store_sweep,
+};
 use crate::datapath::server;
 use crate::observe::{events, listener_tls, metrics};
 use crate::services::admission::Admission;
@@ -262,7 +264,13 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
     } else {
         None
     };
+    // C-DISC-1: DNS pools get their first addresses before the first health-check cycle.
+    let resolver = crate::services::dns::Resolver::new(&cfg.server.resolver);
+    let mut cfg = cfg;
+    let dns_pools = discovery::first_resolution(rt, &resolver, &mut cfg).await;
+    discovery::first_hosts(rt, &resolver, &cfg).await;
     let (proxy_state, tls) = build_state(rt, cfg, &opts, workers, management_bind).await?;
+    discovery::count_first(&proxy_state.data_plane.metrics, &dns_pools);
 
     // C-HEALTH-1: backends start unhealthy; one full cycle before the listeners open.
     let health = health::spawn(&proxy_state, tls);
@@ -288,13 +296,26 @@ pub async fn start(rt: Rt, cfg: ValidConfig, opts: Options) -> Result<ProxyHandl
         .and_then(|(_, a)| a.as_ref().ok().copied());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (threads, tasks) = spawn_all(
+    let (threads, mut tasks) = spawn_all(
         &proxy_state,
         workers,
         public,
         management.map(|(l, _)| l),
         &shutdown_rx,
     )?;
+    tasks.push(rt::spawn_handle(
+        rt,
+        discovery::run(
+            Arc::clone(&proxy_state),
+            resolver.clone(),
+            dns_pools,
+            shutdown_rx.clone(),
+        ),
+    ));
+    tasks.push(rt::spawn_handle(
+        rt,
+        discovery::refresh_hosts(Arc::clone(&proxy_state), resolver, shutdown_rx.clone()),
+    ));
     tracing::info!(
         public = %public_addr,
         management = management_addr.map(|a| a.to_string()),

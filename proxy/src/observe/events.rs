@@ -10,6 +10,9 @@
 //!
 //! - `weir::upstream`: a failed TLS handshake with a backend (`WARN`, throttled like protection
 //!   events).
+//! - `weir::dns`: a DNS pool's resolution failed or came back empty (`WARN`, once per change of
+//!   result: the machine in `weir_core::discovery` says when), resolves again (`INFO`), or its
+//!   addresses changed (`INFO`, with the backends added and removed).
 //!
 //! Level and wording are documented in docs/operations.md, "Log events".
 
@@ -111,6 +114,44 @@ pub fn health_changed(backend: &str, url: &str, healthy: bool, error: Option<&st
             "backend down: active health checks fail"
         );
     }
+}
+
+/// A DNS pool's resolution failed or was empty (C-DISC-1): once per change of result.
+pub fn dns_failed(pool: &str, name: &str, result: &str, kept: usize) {
+    tracing::warn!(
+        target: "weir::dns",
+        pool,
+        name,
+        result,
+        kept,
+        event = "dns_failed",
+        "DNS resolution of a pool's name failed or was empty; the pool keeps its last good set"
+    );
+}
+
+/// A DNS pool's name resolves again after a failure.
+pub fn dns_recovered(pool: &str, name: &str, addresses: usize) {
+    tracing::info!(
+        target: "weir::dns",
+        pool,
+        name,
+        addresses,
+        event = "dns_recovered",
+        "DNS resolution of a pool's name succeeds again"
+    );
+}
+
+/// A DNS pool's addresses changed: the new set is applied like a reload (C-CONF-5).
+pub fn dns_changed(pool: &str, name: &str, added: &[String], removed: &[String]) {
+    tracing::info!(
+        target: "weir::dns",
+        pool,
+        name,
+        added = %crate::base::log_json::list(added),
+        removed = %crate::base::log_json::list(removed),
+        event = "dns_changed",
+        "a DNS pool's addresses changed; new ones warm up through health checks, removed ones drain"
+    );
 }
 
 /// At start, after the first check cycle: a `WARN` when no backend is healthy.

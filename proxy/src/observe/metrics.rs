@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use weir_core::discovery::Outcome;
 use weir_core::exchange::StoreResult;
 use weir_core::mirror::MirrorResult;
 use weir_core::rate::DecisionResult;
@@ -120,6 +121,22 @@ pub struct Metrics {
     pub(crate) queue_wait: AtomicHistogram,
     /// Request-path rate-limit store calls (`metrics/store_calls.rs`).
     pub(crate) store: store_calls::StoreMetrics,
+    /// DNS pools' resolutions (C-DISC-1): counted by the resolver task only, off the request
+    /// path, so a lock is fine here.
+    dns: std::sync::Mutex<std::collections::BTreeMap<String, DnsPool>>,
+}
+
+/// One DNS pool's resolutions: counts by outcome (`Outcome::ALL` order) and the last one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsPool {
+    /// Resolutions by outcome.
+    pub counts: [u64; Outcome::ALL.len()],
+    /// The last resolution: when (wall clock) and how.
+    pub last: Option<(std::time::SystemTime, Outcome)>,
+    /// The name resolved.
+    pub name: String,
+    /// Addresses in the last good answer.
+    pub addresses: usize,
 }
 
 impl Default for Metrics {
@@ -234,6 +251,21 @@ impl Metrics {
             "New runtimes asked for (SIGHUP reloads, management changes), by source and result.",
             reloads,
         ));
+
+        let mut dns = Vec::new();
+        for (pool, d) in self.dns_pools() {
+            for (outcome, n) in Outcome::ALL.iter().zip(d.counts) {
+                dns.push((
+                    labels([("pool", pool.as_str()), ("result", outcome.as_str())]),
+                    n,
+                ));
+            }
+        }
+        out.push(counter(
+            "load_balancer_dns_resolutions",
+            "Resolutions of DNS pools' names, by pool and result (ok, nxdomain, no_records, servfail, timeout, error); a failed or empty one keeps the last good set.",
+            dns,
+        ));
     }
 
     /// Empty metrics (no backends yet: see [`Metrics::set_backends`]).
@@ -249,7 +281,48 @@ impl Metrics {
             ops: ops::Ops::new(),
             queue_wait: AtomicHistogram::default(),
             store: store_calls::StoreMetrics::default(),
+            dns: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
+    }
+
+    /// The DNS pools are exactly `pools` (name of the pool, name resolved): their series exist
+    /// from now on, with zeros (C-OBS-1); others are no longer exposed.
+    pub fn set_dns_pools<'a>(&self, pools: impl Iterator<Item = (&'a str, &'a str)>) {
+        let mut dns = self
+            .dns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = std::collections::BTreeMap::new();
+        for (pool, name) in pools {
+            let mut entry = dns.remove(pool).unwrap_or_default();
+            name.clone_into(&mut entry.name);
+            next.insert(pool.to_owned(), entry);
+        }
+        *dns = next;
+    }
+
+    /// Count one resolution of DNS pool `pool` (C-DISC-1), whose last good answer now has
+    /// `addresses` addresses.
+    pub fn dns_resolution(&self, pool: &str, outcome: Outcome, addresses: usize) {
+        let mut dns = self
+            .dns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = dns.entry(pool.to_owned()).or_default();
+        if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome) {
+            entry.counts[i] += 1;
+        }
+        entry.last = Some((std::time::SystemTime::now(), outcome));
+        entry.addresses = addresses;
+    }
+
+    /// The DNS pools' resolutions now, by pool name.
+    #[must_use]
+    pub fn dns_pools(&self) -> std::collections::BTreeMap<String, DnsPool> {
+        self.dns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Count one wait in the global gate's queue (`Metric::QueueWait`).

@@ -163,6 +163,9 @@ pub struct Conn {
     lent: Option<u64>,
     /// Its place under `max_conns_per_host`, given back when it closes.
     _ticket: Option<bound::Ticket>,
+    /// The generation of the backend host name's addresses when the connection was made
+    /// (C-DISC-2: `dns::host_generation`); a pooled connection from an older one is closed.
+    host_generation: u64,
 }
 
 impl Drop for Conn {
@@ -356,9 +359,18 @@ impl Upstream {
             return None;
         }
         let now = self.core_now(now);
-        let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
-        conn.lent = Some(self.id);
-        Some(conn)
+        let current = crate::services::dns::host_generation(&target.host);
+        loop {
+            let mut conn = self.with_pool(|pool| pool.idle.checkout(target.url(), now))?;
+            conn.lent = Some(self.id);
+            if conn.host_generation == current {
+                return Some(conn);
+            }
+            // C-DISC-2: the host name's addresses changed since this connection was made;
+            // dropping it closes it (and tells the pool), the request takes the next one or a
+            // new connection to a current address.
+            drop(conn);
+        }
     }
 
     /// Give a connection back after its response body ended at `now`. Closed connections, and
@@ -547,6 +559,7 @@ impl Upstream {
         client: DownstreamEnds,
         ticket: Option<bound::Ticket>,
     ) -> Result<Conn, SendError> {
+        let host_generation = crate::services::dns::host_generation(&target.host);
         let io = self
             .connect_io(target, client)
             .await
@@ -563,6 +576,7 @@ impl Upstream {
             target: Arc::clone(target),
             lent: Some(self.id),
             _ticket: ticket,
+            host_generation,
         })
     }
 
@@ -593,7 +607,7 @@ impl Upstream {
         let mut tcp = rt::timeout(
             rt,
             self.config.dial_timeout,
-            rt::dial(rt, &target.host, target.port),
+            crate::services::dns::dial(rt, &target.host, target.port),
         )
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;

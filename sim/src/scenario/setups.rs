@@ -738,3 +738,145 @@ pub(super) fn h2_conn_lost(rng: &mut WyRand, policy: PolicyKind) -> Setup {
     }
     finish(s)
 }
+
+/// The sim backend behind `ip` (`10.0.0.<index + 1>`).
+fn dns_backend(ip: std::net::IpAddr) -> Option<usize> {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.octets()[3].checked_sub(1).map(usize::from),
+        std::net::IpAddr::V6(_) => None,
+    }
+}
+
+fn dns_ip(index: usize) -> std::net::IpAddr {
+    std::net::IpAddr::from([10, 0, 0, u8::try_from(index + 1).unwrap_or(u8::MAX)])
+}
+
+/// C-DISC-1: the default pool fed by DNS. `answers` (time, answer) go through weir-core's
+/// `discovery::Discovery`, exactly as the proxy's resolver task feeds it; each set it decides to
+/// apply becomes a reload of the pool (the proxy's path: warm-up when no healthy backend stays,
+/// C-CONF-5). An empty set would be a reload to no backend: the world fails it as a gap.
+fn dns_reloads(
+    s: &mut Setup,
+    initial: &[usize],
+    answers: Vec<(Instant, weir_core::discovery::Answer)>,
+) {
+    use weir_core::config::DnsSpec;
+    use weir_core::discovery::{Discovery, address_of, backends_for};
+    let spec = DnsSpec {
+        name: "pool.sim".to_owned(),
+        port: 8080,
+        interval: Duration::from_secs(1),
+        https: false,
+        protocol: weir_core::backend::Protocol::Http1,
+    };
+    let ips: Vec<std::net::IpAddr> = initial.iter().map(|&i| dns_ip(i)).collect();
+    let current = backends_for("default", &spec, &ips);
+    let mut machine = Discovery::new("default", &spec, &current, Instant::ZERO);
+    for (at, answer) in answers {
+        let Some(set) = machine.on_answer(answer, at).apply else {
+            continue;
+        };
+        let backends = set
+            .iter()
+            .filter_map(|b| address_of("default", &b.id))
+            .filter_map(|a| dns_backend(a.ip()))
+            .collect();
+        s.reloads.push(ReloadSetup {
+            at,
+            pool: 0,
+            backends,
+            // Removed addresses are pods that still run for a while: their requests finish.
+            decommission_after: None,
+        });
+    }
+    s.checks.reload_no_gap = true;
+}
+
+fn dns_failure(rng: &mut WyRand) -> weir_core::discovery::Answer {
+    use weir_core::discovery::Answer;
+    match rng.below(5) {
+        0 => Answer::ServFail,
+        1 => Answer::Timeout,
+        2 => Answer::NxDomain,
+        3 => Answer::Addresses(Vec::new()),
+        _ => Answer::Error,
+    }
+}
+
+/// C-DISC-1: a DNS pool whose answer changes (addresses added and removed), fails (timeout,
+/// SERVFAIL) and goes empty (NXDOMAIN, no records) for a while, at a 1–3 s interval.
+pub(super) fn dns_changes(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    use weir_core::discovery::Answer;
+    let mut s = base(rng, 3, policy);
+    let lat = |rng: &mut WyRand| Latency::new(ms(between(rng, 3, 25)), ms(between(rng, 5, 40)));
+    for i in 3..7 {
+        s.backends.push(SimBackend::new(&format!("b{i}"), lat(rng)));
+    }
+    let interval = ms(between(rng, 1000, 3000));
+    let mut set: Vec<usize> = vec![0, 1, 2];
+    let mut answers = Vec::new();
+    let mut t = at_ms(between(rng, 2000, 4000));
+    for _ in 0..between(rng, 6, 12) {
+        let answer = match rng.below(10) {
+            0..=4 => {
+                // Remove one (never the last), add one not in the set.
+                if set.len() > 1 && rng.chance_permille(600) {
+                    let gone = rng.below(set.len() as u64) as usize;
+                    set.remove(gone);
+                }
+                let spare: Vec<usize> = (0..7).filter(|i| !set.contains(i)).collect();
+                if !spare.is_empty() && (set.len() < 2 || rng.chance_permille(700)) {
+                    set.push(spare[rng.below(spare.len() as u64) as usize]);
+                }
+                let mut v: Vec<_> = set.iter().map(|&i| dns_ip(i)).collect();
+                // Any order, sometimes with repeats: the machine takes them as a set.
+                if rng.chance_permille(300) {
+                    v.reverse();
+                    v.push(v[0]);
+                }
+                Answer::Addresses(v)
+            }
+            5..=7 => dns_failure(rng),
+            _ => Answer::Addresses(set.iter().map(|&i| dns_ip(i)).collect()),
+        };
+        answers.push((t, answer));
+        t = t + interval;
+    }
+    dns_reloads(&mut s, &[0, 1, 2], answers);
+    let mut s = finish(s);
+    s.fault_end = s.fault_end.max(t) + Duration::from_secs(2);
+    s
+}
+
+/// C-DISC-1: a flapping name: every 0.5–1 s the answer swaps between two sets (disjoint in
+/// half the seeds, so each swap is warmed up) or fails or goes empty.
+pub(super) fn dns_flapping(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let mut s = base(rng, 2, policy);
+    let lat = |rng: &mut WyRand| Latency::new(ms(between(rng, 3, 25)), ms(between(rng, 5, 40)));
+    for i in 2..4 {
+        s.backends.push(SimBackend::new(&format!("b{i}"), lat(rng)));
+    }
+    let sets: [Vec<usize>; 2] = if rng.chance_permille(500) {
+        [vec![0, 1], vec![2, 3]]
+    } else {
+        [vec![0, 1], vec![1, 2, 3]]
+    };
+    let interval = ms(between(rng, 500, 1000));
+    let mut answers = Vec::new();
+    let mut t = at_ms(between(rng, 2000, 4000));
+    for k in 0..between(rng, 12, 24) {
+        let answer = if rng.chance_permille(300) {
+            dns_failure(rng)
+        } else {
+            weir_core::discovery::Answer::Addresses(
+                sets[(k % 2) as usize].iter().map(|&i| dns_ip(i)).collect(),
+            )
+        };
+        answers.push((t, answer));
+        t = t + interval;
+    }
+    dns_reloads(&mut s, &[0, 1], answers);
+    let mut s = finish(s);
+    s.fault_end = s.fault_end.max(t) + Duration::from_secs(2);
+    s
+}

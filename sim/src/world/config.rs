@@ -71,6 +71,7 @@ fn config(s: &Setup, generation: usize) -> Config {
             name: pool_name(p),
             balancing: balancing(s.pools[p].policy),
             backends: backends(s, p),
+            dns: None,
         })
         .collect();
     cfg.routes = s

@@ -60,6 +60,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
     let proxy_protocol = r.string(&o.field("proxy_protocol"), &d.proxy_protocol);
     let proxy_protocol_trusted = r.strings(&o.field("proxy_protocol_trusted"), &[]);
     let tls = read_tls(r, &o.field("tls"));
+    let resolver = r.strings(&o.field("resolver"), &[]);
     o.finish(r);
     ServerConfig {
         port,
@@ -81,6 +82,7 @@ fn read_server(r: &mut Reader, f: &Field<'_>) -> ServerConfig {
         proxy_protocol,
         proxy_protocol_trusted,
         tls,
+        resolver,
     }
 }
 
@@ -397,11 +399,13 @@ fn read_pools(r: &mut Reader, f: &Field<'_>) -> Vec<PoolConfig> {
         let mut o = r.obj(field);
         let balancing = read_balancing(r, &o.field("balancing"), &BalancingConfig::default());
         let backends = read_backends(r, &o.field("backends"));
+        let dns = read_dns(r, &o.field("dns"));
         o.finish(r);
         out.push(PoolConfig {
             name: name.clone(),
             balancing,
             backends,
+            dns,
         });
     }
     out
@@ -419,6 +423,34 @@ fn read_mirror(r: &mut Reader, f: &Field<'_>) -> Option<MirrorConfig> {
     };
     o.finish(r);
     Some(v)
+}
+
+/// `pools.<name>.dns`: every field asked for even when the section is absent (the schema's
+/// list of paths), the section itself only when written.
+fn read_dns(r: &mut Reader, f: &Field<'_>) -> Option<DnsConfig> {
+    let d = DnsConfig::default();
+    let set = f.is_set();
+    let mut o = r.obj(f);
+    let name_field = o.field("name");
+    let name = if set {
+        r.required_string(&name_field)
+    } else {
+        r.opt_string(&name_field).unwrap_or_default()
+    };
+    let port_field = o.field("port");
+    let port = r.port(&port_field, None);
+    if set && port.is_none() && !port_field.is_set() {
+        r.error(&port_field.path.concrete, None, "required field is missing");
+    }
+    let v = DnsConfig {
+        name,
+        port: port.unwrap_or(0),
+        interval: r.duration(&o.field("interval"), d.interval),
+        scheme: r.string(&o.field("scheme"), &d.scheme),
+        protocol: r.string(&o.field("protocol"), &d.protocol),
+    };
+    o.finish(r);
+    set.then_some(v)
 }
 
 fn read_routes(r: &mut Reader, f: &Field<'_>) -> Vec<RouteConfig> {

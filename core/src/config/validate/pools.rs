@@ -67,8 +67,132 @@ pub struct PoolSpec {
     pub policy: PolicyKind,
     /// `balancing.hash_key` (set exactly when the policy is consistent_hash).
     pub hash_key: Option<HashKey>,
-    /// Backends in config order.
+    /// Backends in config order; for a DNS pool, the addresses of the last good answer
+    /// (none until the first, C-DISC-1).
     pub backends: Vec<BackendSpec>,
+    /// `dns`: the pool's backends are the addresses of a name (C-DISC-1).
+    pub dns: Option<DnsSpec>,
+}
+
+/// `pools.<name>.dns`, validated (C-DISC-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSpec {
+    /// The name resolved (lower case, no trailing dot).
+    pub name: String,
+    /// The backends' port.
+    pub port: u16,
+    /// How often the name is resolved again.
+    pub interval: Duration,
+    /// `https` instead of `http`.
+    pub https: bool,
+    /// The backends' protocol.
+    pub protocol: Protocol,
+}
+
+/// Smallest `pools.<name>.dns.interval`: more often is a query flood, not freshness.
+pub const MIN_DNS_INTERVAL: Duration = Duration::from_secs(1);
+/// Largest `pools.<name>.dns.interval`.
+pub const MAX_DNS_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// A DNS name as a resolver takes it: 1..=253 characters, labels of 1..=63 letters, digits,
+/// `-` and `_`, a trailing dot allowed; an IP address literal also passes (it resolves to itself).
+pub(super) fn valid_dns_name(name: &str) -> bool {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    (1..=253).contains(&name.len())
+        && name.split('.').all(|l| {
+            (1..=63).contains(&l.len())
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// `pools.<name>.dns`: every field checked, each error naming its key.
+fn check_dns(d: &DnsConfig, base: &str, grpc_probe: bool, c: &mut Check<'_>) -> Option<DnsSpec> {
+    let mut ok = true;
+    if !d.name.is_empty() && !valid_dns_name(&d.name) {
+        c.err(
+            &format!("{base}.name"),
+            format!(
+                "{:?} is not a DNS name (labels of letters, digits, - and _, at most 253                  characters)",
+                d.name
+            ),
+        );
+        ok = false;
+    }
+    ok &= !d.name.is_empty() && d.port != 0;
+    if !(MIN_DNS_INTERVAL..=MAX_DNS_INTERVAL).contains(&d.interval) {
+        c.err(
+            &format!("{base}.interval"),
+            format!(
+                "must be within 1s..=1h, got {}",
+                crate::config::format_duration(d.interval)
+            ),
+        );
+        ok = false;
+    }
+    let https = match d.scheme.as_str() {
+        "http" => false,
+        "https" => true,
+        other => {
+            c.err(
+                &format!("{base}.scheme"),
+                format!("must be http or https, got {other:?}"),
+            );
+            ok = false;
+            false
+        }
+    };
+    let protocol = Protocol::parse(&d.protocol);
+    match protocol {
+        None => {
+            c.err(
+                &format!("{base}.protocol"),
+                format!(
+                    "must be one of {}; got {:?}",
+                    Protocol::NAMES.join(", "),
+                    d.protocol
+                ),
+            );
+            ok = false;
+        }
+        Some(Protocol::H2) if !https => {
+            c.err(
+                &format!("{base}.protocol"),
+                "h2 is HTTP/2 over TLS: the scheme must be https",
+            );
+            ok = false;
+        }
+        Some(Protocol::H2c) if https => {
+            c.err(
+                &format!("{base}.protocol"),
+                "h2c is HTTP/2 over plain TCP: use h2 with scheme https",
+            );
+            ok = false;
+        }
+        Some(Protocol::Http1) if grpc_probe => {
+            c.err(
+                &format!("{base}.protocol"),
+                "health_check.mode grpc needs HTTP/2: set protocol h2c (plain) or h2 (TLS), or                  choose another health_check.mode",
+            );
+            ok = false;
+        }
+        _ => {}
+    }
+    let name = d
+        .name
+        .strip_suffix('.')
+        .unwrap_or(&d.name)
+        .to_ascii_lowercase();
+    (ok && protocol.is_some()).then(|| DnsSpec {
+        name,
+        port: d.port,
+        interval: d.interval,
+        https,
+        protocol: protocol.unwrap_or(Protocol::Http1),
+    })
 }
 
 /// One route.
@@ -553,6 +677,7 @@ fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
             policy,
             hash_key,
             backends: default_backends,
+            dns: None,
         });
     }
     for p in &cfg.pools {
@@ -579,11 +704,26 @@ fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
             c,
             grpc_probe,
         );
-        if p.backends.is_empty() {
-            c.err(
+        let dns = p
+            .dns
+            .as_ref()
+            .and_then(|d| check_dns(d, &format!("{base}.dns"), grpc_probe, c));
+        match (&p.dns, p.backends.is_empty()) {
+            (Some(_), false) => c.err(
+                &base,
+                format!(
+                    "pool {:?} takes its backends from either `backends` or `dns`, not both",
+                    p.name
+                ),
+            ),
+            (None, true) => c.err(
                 &format!("{base}.backends"),
-                "a pool needs at least one backend",
-            );
+                format!(
+                    "pool {:?} needs at least one backend, or `dns` to take them from a name",
+                    p.name
+                ),
+            ),
+            _ => {}
         }
         if let Some((policy, hash_key)) =
             check_balancing(&p.balancing, &format!("{base}.balancing"), c)
@@ -593,6 +733,7 @@ fn check_pools(cfg: &Config, c: &mut Check<'_>) -> Vec<PoolSpec> {
                 policy,
                 hash_key,
                 backends,
+                dns,
             });
         }
     }

@@ -20,6 +20,7 @@ use weir_core::idle_pool::IdlePool;
 
 use super::io::Buf;
 use crate::base::rt::Io;
+use crate::services::dns;
 use crate::services::upstream::{DownstreamEnds, PoolKey, Target, Upstream};
 
 /// Header lines an upstream response may carry.
@@ -43,6 +44,8 @@ pub struct UpConn {
     target: Arc<Target>,
     /// The pool (its `Upstream`'s id) this connection is lent from, while lent.
     lent: Option<u64>,
+    /// The generation of the backend host name's addresses when it was made (C-DISC-2).
+    host_generation: u64,
 }
 
 impl std::fmt::Debug for UpConn {
@@ -126,10 +129,12 @@ pub fn checkout(up: &Upstream, target: &Target, now: weir_core::Instant) -> Opti
     if !target.poolable() {
         return None;
     }
+    let current = dns::host_generation(target.host());
     loop {
         let mut conn = with_pool(up, |pool| pool.checkout(target.pool_key(), now))?;
         conn.lent = Some(up.id());
-        if still_idle(&mut conn) {
+        // C-DISC-2: a connection made before the host name's addresses changed is closed.
+        if conn.host_generation == current && still_idle(&mut conn) {
             return Some(conn);
         }
     }
@@ -144,6 +149,7 @@ pub async fn connect(
     target: &Arc<Target>,
     client: DownstreamEnds,
 ) -> Result<UpConn, UpError> {
+    let host_generation = dns::host_generation(target.host());
     let io = up
         .connect_io(target, client)
         .await
@@ -156,6 +162,7 @@ pub async fn connect(
         buf: Buf::new(),
         target: Arc::clone(target),
         lent: Some(up.id()),
+        host_generation,
     })
 }
 

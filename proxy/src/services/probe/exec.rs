@@ -62,7 +62,7 @@ async fn attempt(
 ) -> ProbeOutcome {
     // `dial` sets TCP_NODELAY: probes send one small request.
     let (host, port) = target.addr();
-    let mut stream = match rt::dial(rt, host, port).await {
+    let mut stream = match crate::services::dns::dial(rt, host, port).await {
         Ok(s) => s,
         Err(e) => return ProbeOutcome::Connect(e.kind()),
     };

@@ -80,6 +80,8 @@ struct H2Conn {
     /// idle connection.
     seen_uses: u64,
     idle_since: Option<std::time::Instant>,
+    /// The generation of the backend host name's addresses when it was made (C-DISC-2).
+    host_generation: u64,
 }
 
 impl H2Conn {
@@ -194,13 +196,18 @@ impl H2Pools {
     /// Where the next stream to `target` goes, as weir-core's `stream_pick` says, dropping
     /// dead connections first.
     fn checkout(&self, target: &Target) -> Checkout<'_> {
+        let current = crate::services::dns::host_generation(target.host());
         let mut map = self.lock();
         let key = target.pool_key();
         let conns = match map.get_mut(key) {
             Some(c) => c,
             None => map.entry(key.clone()).or_default(),
         };
-        conns.list.retain(H2Conn::alive);
+        // C-DISC-2: a connection made before the host name's addresses changed takes no new
+        // stream; dropping its sender here ends it once its streams are done.
+        conns
+            .list
+            .retain(|c| c.alive() && c.host_generation == current);
         let loads: Vec<ConnLoad> = conns
             .list
             .iter()
@@ -277,6 +284,7 @@ impl H2Pools {
         io: impl Future<Output = io::Result<Box<dyn Io>>>,
         dialling: Dialling<'_>,
     ) -> Result<(http2::SendRequest<UpBody>, BackendStream), SendError> {
+        let host_generation = crate::services::dns::host_generation(target.host());
         let io = io.await.map_err(SendError::Connect)?;
         let (tx, conn) = self
             .builder
@@ -315,6 +323,7 @@ impl H2Pools {
             shared,
             seen_uses: 0,
             idle_since: None,
+            host_generation,
         });
         drop(map);
         // In the list now: it no longer counts as being dialled, and waiters may take its

@@ -191,6 +191,12 @@ impl Target {
         &self.base
     }
 
+    /// The URL's host (a name or an address literal): what is dialled.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// `host[:port]` of the URL, the `Host` of a request that came without one.
     #[must_use]
     pub fn host_header(&self) -> &HeaderValue {
