@@ -306,6 +306,7 @@ pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
         }
         Metric::QueueWait(waited) => data_plane.metrics.queue_wait(waited),
         Metric::RateDecision(result) => data_plane.metrics.rate_decision(result),
+        Metric::Hedge(result) => data_plane.metrics.hedge(result),
         Metric::Store {
             storage,
             result,

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use weir_core::exchange::StoreResult;
+use weir_core::exchange::{HedgeResult, StoreResult};
 use weir_core::rate::DecisionResult;
 use weir_core::rate::StorageKind;
 use weir_core::response::ProtectionReason;
@@ -108,6 +108,8 @@ pub struct Metrics {
     protection: [AtomicU64; ProtectionReason::ALL.len()],
     /// Rate-limit decisions, by result in `DecisionResult::ALL` order (C-RATE-8).
     rate_decisions: [AtomicU64; DecisionResult::ALL.len()],
+    /// Hedges, by result in `HedgeResult::ALL` order (C-HEDGE-1).
+    hedges: [AtomicU64; HedgeResult::ALL.len()],
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
@@ -198,6 +200,16 @@ impl Metrics {
             "Rate-limit decisions, by result: allowed, limited (answered 429), dry_run_limited (over the limit, passed on in dry run).",
             decisions,
         ));
+        let hedges = HedgeResult::ALL
+            .iter()
+            .zip(&self.hedges)
+            .map(|(r, c)| (labels([("result", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        out.push(counter(
+            "load_balancer_hedges",
+            "Hedged attempts (C-HEDGE-1), by result: sent (beside an attempt with no response head after hedge_delay), won (its response was the one delivered).",
+            hedges,
+        ));
         out.push(gauge(
             "load_balancer_retry_budget_tokens",
             "Tokens in the process-wide retry budget now.",
@@ -230,6 +242,7 @@ impl Metrics {
             requests: [RequestMetrics::new(), RequestMetrics::new()],
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             rate_decisions: std::array::from_fn(|_| AtomicU64::new(0)),
+            hedges: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: ops::Ops::new(),
@@ -271,6 +284,15 @@ impl Metrics {
         if let Some(i) = DecisionResult::ALL.iter().position(|r| *r == result) {
             self.rate_decisions[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Count a hedge sent or won (C-HEDGE-1).
+    pub fn hedge(&self, result: HedgeResult) {
+        let i = match result {
+            HedgeResult::Sent => 0,
+            HedgeResult::Won => 1,
+        };
+        self.hedges[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count a protection event (C-LOAD-3).
