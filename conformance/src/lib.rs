@@ -174,6 +174,7 @@ macro_rules! __with_cases {
             c_health_6_hanging_probe_delays_no_one,
             c_out_1_backend_answering_500_is_ejected_then_returns,
             c_out_2_pool_of_two_both_failing_keeps_serving,
+            c_out_1_one_of_six_failing_half_is_ejected_by_success_rate,
             c_retry_1_retryable_statuses_and_methods,
             c_retry_1_other_statuses_not_retried,
             c_retry_1_methods,
