@@ -37,11 +37,12 @@ struct Leg<'a> {
     run: Pin<Box<dyn Future<Output = Outcome> + std::marker::Send + 'a>>,
 }
 
-/// What the wait came to.
+/// What the wait came to (an attempt's outcome boxed: it holds the connection and its head's
+/// parse, and only hedged requests take this path).
 enum Step {
     Gone,
     Timer,
-    Leg(usize, Outcome),
+    Leg(usize, Box<Outcome>),
 }
 
 impl<'a> Req<'a> {
@@ -134,7 +135,7 @@ impl<'a> Req<'a> {
                     }
                     for (i, leg) in legs.iter_mut().enumerate() {
                         if let Poll::Ready(r) = leg.run.as_mut().poll(cx) {
-                            return Poll::Ready(Step::Leg(i, r));
+                            return Poll::Ready(Step::Leg(i, Box::new(r)));
                         }
                     }
                     let fired = timer
@@ -154,7 +155,7 @@ impl<'a> Req<'a> {
                 Step::Timer => self.feed(Input::Timeout),
                 Step::Leg(i, outcome) => {
                     let leg = legs.swap_remove(i);
-                    let input = match outcome {
+                    let input = match *outcome {
                         Ok((conn, info, kept)) => {
                             let up = Up {
                                 conn,
