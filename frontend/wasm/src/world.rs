@@ -445,8 +445,10 @@ impl World {
                 }
             }
             // Outlier events become the live proxy's WARN lines and counters; the demo keeps
-            // neither an event log nor counters.
+            // neither an event log nor counters. The demo's pool does not hedge (`hedge_delay`
+            // 0s): no attempt is ever cancelled.
             Output::StoreTake { .. }
+            | Output::Cancel { .. }
             | Output::AbortBody
             | Output::Metric(_)
             | Output::Outliers(_)
