@@ -43,6 +43,9 @@ pub enum Mode {
     Status(u16),
     /// This status's headers at once, then a body that never finishes (until the proxy drops it).
     StatusThenHang(u16),
+    /// Every other request (the 1st, 3rd, …) answered with this status at once, the others as
+    /// [`Mode::Ok`]: a backend failing half its requests.
+    EveryOther(u16),
     /// Sleeps this long before sending `200` headers.
     SlowHeaders(Duration),
     /// `200` headers at once, then `chunks` body chunks `chunk <i>\n`, one every `interval`.

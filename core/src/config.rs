@@ -373,6 +373,7 @@ mod unread {
             ),
             ("backoff_base", duration(r.backoff_base)),
             ("backoff_max", duration(r.backoff_max)),
+            ("hedge_delay", duration(r.hedge_delay)),
         ])
     }
 

@@ -44,6 +44,8 @@ mod output;
 mod steps;
 
 #[cfg(all(test, not(loom)))]
+mod hedging;
+#[cfg(all(test, not(loom)))]
 mod mirror_tests;
 #[cfg(all(test, not(loom)))]
 mod proptests;
@@ -53,10 +55,10 @@ pub(crate) mod tests;
 use core::time::Duration;
 use std::net::IpAddr;
 
-pub use input::{BodyInfo, Head, Input, SendFailure, StoreFailure};
+pub use input::{AttemptFact, BodyInfo, Head, Input, SendFailure, StoreFailure};
 pub use output::{
-    Answer, AttemptResult, Delivery, Metric, MirrorSend, Output, Record, Send, SendBody,
-    StoreResult, sampled, should_log,
+    Answer, AttemptResult, Delivery, HedgeResult, Metric, MirrorSend, Output, Record, Send,
+    SendBody, StoreResult, sampled, should_log,
 };
 
 use crate::admission::Gate;
@@ -210,9 +212,10 @@ pub enum Stage {
         /// When reading must be done.
         deadline: Option<Instant>,
     },
-    /// An attempt is out, sent at `sent` (its deadline: [`Exchange::poll_timeout`]).
+    /// An attempt is out, sent at `sent` (its deadline: [`Exchange::poll_timeout`]); with a
+    /// hedge (C-HEDGE-1), two are, and `sent` is the earlier's.
     Awaiting {
-        /// When the attempt was sent.
+        /// When the (earlier) attempt was sent.
         sent: Instant,
     },
     /// A response was delivered; its body streams until `deadline` (`write_timeout`).
@@ -275,6 +278,10 @@ pub struct Exchange {
     recorded: bool,
     /// Attempts sent and the backend of the latest.
     attempts: u32,
+    /// The hedge's attempt number, once one was sent (C-HEDGE-1).
+    hedge: Option<u32>,
+    /// The adapter can run a hedge beside an attempt (C-HEDGE-1; [`Exchange::forgo_hedging`]).
+    hedging: bool,
     backend: Option<usize>,
     /// How the latest attempt ended, and the status of the latest response head (access log,
     /// circuit transitions).
@@ -360,6 +367,8 @@ impl Exchange {
             answer: None,
             recorded: false,
             attempts: 0,
+            hedge: None,
+            hedging: true,
             backend: None,
             last_result: None,
             upstream_status: None,
@@ -425,7 +434,7 @@ impl Exchange {
             Stage::Queued { deadline, .. } => (!mutated!(GATE_NEVER_EXPIRES)).then_some(deadline),
             Stage::Store { deadline, .. } => Some(deadline),
             Stage::Buffering { deadline } | Stage::Streaming { deadline } => deadline,
-            Stage::Awaiting { sent } => self.header_deadline(sent),
+            Stage::Awaiting { .. } => self.awaiting_deadline(),
             Stage::Done => return None,
         };
         // A gRPC call's own deadline bounds every stage (C-GRPC-2); a delivered response's
@@ -528,6 +537,22 @@ impl Exchange {
         }
     }
 
+    /// No hedge for this request (C-HEDGE-1): what a data path that cannot run two attempts of
+    /// one request at once calls, before the hedge's time.
+    pub fn forgo_hedging(&mut self) {
+        self.hedging = false;
+        if let Some(flow) = self.flow.as_mut() {
+            flow.forgo_hedge();
+        }
+    }
+
+    /// When a hedge is due (C-HEDGE-1), while one may still be sent: a data path that can run
+    /// two attempts of one request at once runs this one so that it can.
+    #[must_use]
+    pub fn hedge_at(&self) -> Option<Instant> {
+        self.flow.as_ref().and_then(Flow::hedge_at)
+    }
+
     /// Attempts sent so far.
     #[must_use]
     pub fn attempts(&self) -> u32 {
@@ -612,21 +637,27 @@ impl Exchange {
         self.now
     }
 
-    /// The merged header deadline of the attempt sent at `sent`: the flow's `per_try_timeout`
-    /// deadline and `response_header_timeout` after sending, whichever is earlier.
-    fn header_deadline(&self, sent: Instant) -> Option<Instant> {
-        let per_try = self.flow.as_ref().and_then(Flow::poll_timeout);
+    /// The merged header deadline of attempt `p`: the flow's `per_try_timeout` deadline and
+    /// `response_header_timeout` after its sending, whichever is earlier.
+    fn attempt_deadline(&self, p: &crate::flow::Pending) -> Instant {
         let transport = self
             .rt
             .config()
             .server
             .upstream
             .response_header_timeout
-            .map(|t| sent.saturating_add(t));
-        match (per_try, transport) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            .map(|t| p.sent.saturating_add(t));
+        transport.map_or(p.header_deadline, |t| t.min(p.header_deadline))
+    }
+
+    /// The earliest header deadline of the attempts awaiting their heads, or the hedge's time
+    /// (C-HEDGE-1), whichever comes first.
+    fn awaiting_deadline(&self) -> Option<Instant> {
+        let flow = self.flow.as_ref()?;
+        flow.pending()
+            .map(|p| self.attempt_deadline(&p))
+            .chain(flow.hedge_at())
+            .min()
     }
 
     /// `server.read_timeout` / `write_timeout` counted from the request's arrival.

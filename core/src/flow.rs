@@ -66,11 +66,56 @@ use crate::select::{NoBackend, PickContext, Selection};
 use crate::sync::Arc;
 use crate::time::Instant;
 
-/// The attempt in progress.
+/// An attempt in progress (or whose response is being delivered).
 #[derive(Debug)]
 struct Current {
     slot: Slot,
     header_deadline: Instant,
+    /// Its number, 1-based.
+    attempt: u32,
+    /// Its backend's index in the pool snapshot.
+    backend: usize,
+    /// When it was sent (its deadlines count from it).
+    sent: Instant,
+}
+
+/// One attempt awaiting its response head, as the exchange sees it (C-HEDGE-1: up to two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// Its number, 1-based.
+    pub attempt: u32,
+    /// Its backend's index in the pool snapshot.
+    pub backend: usize,
+    /// When it was sent.
+    pub sent: Instant,
+    /// Its `per_try_timeout` deadline (C-RETRY-5).
+    pub header_deadline: Instant,
+}
+
+impl Current {
+    fn pending(&self) -> Pending {
+        Pending {
+            attempt: self.attempt,
+            backend: self.backend,
+            sent: self.sent,
+            header_deadline: self.header_deadline,
+        }
+    }
+}
+
+/// An attempt the flow gave up while another went on (C-HEDGE-1): the adapter ends its IO
+/// (HTTP/1: closes its connection; HTTP/2: resets its stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled {
+    /// The attempt.
+    pub attempt: u32,
+    /// Its backend's index in the pool snapshot.
+    pub backend: usize,
+    /// When it was sent.
+    pub sent: Instant,
+    /// It lost the race to the other attempt's head (its outcome is neutral: not a failure);
+    /// `false` when its own failure ended it (already reported).
+    pub lost: bool,
 }
 
 /// The per-request flow machine. See the module doc.
@@ -95,8 +140,17 @@ pub struct Flow {
     ctx: PickContext,
     /// Held from start until the flow finishes (C-LOAD-2).
     permit: Option<BulkheadPermit>,
-    /// The slot of the attempt in progress or of the response being delivered.
+    /// The slot of the attempt in progress (the earlier of two) or of the response being
+    /// delivered.
     current: Option<Current>,
+    /// The hedge sent beside `current` while both await their heads (C-HEDGE-1).
+    second: Option<Current>,
+    /// When a hedge is due, while one may still be sent.
+    hedge_at: Option<Instant>,
+    /// A hedge was sent (one per request).
+    hedged: bool,
+    /// An attempt given up while the other went on, until taken.
+    cancelled: Option<Cancelled>,
     /// Index of the backend of the latest attempt.
     backend: Option<usize>,
     tried: Tried,
@@ -152,6 +206,10 @@ impl Flow {
             ctx,
             permit: None,
             current: None,
+            second: None,
+            hedge_at: None,
+            hedged: false,
+            cancelled: None,
             backend: None,
             tried: Tried::new(),
             attempts: 0,
@@ -184,15 +242,42 @@ impl Flow {
     /// [`AttemptError::InvalidResponse`] ([`valid_upstream_status`]; the adapter drops the
     /// response and its connection unread). Ignored ([`Action::Nothing`]) unless awaiting a head.
     pub fn handle_response_head(&mut self, status: u16, now: Instant, rng: &mut dyn Rng) -> Action {
+        let attempt = self.primary();
+        self.handle_response_head_of(attempt, status, now, rng)
+    }
+
+    /// [`Flow::handle_response_head`] for attempt `attempt`, which may be one of two in flight
+    /// (C-HEDGE-1). While the other is out, a head whose status is in `retry.statuses` ends
+    /// only this attempt (recorded as the failure it is, its connection given up: [`Cancelled`]
+    /// with `lost: false`) and the request waits for the other; any other head wins: the other
+    /// attempt is cancelled, neutral for its backend's health ([`Flow::take_cancelled`]), and
+    /// this head is delivered.
+    pub fn handle_response_head_of(
+        &mut self,
+        attempt: u32,
+        status: u16,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Action {
         if !valid_upstream_status(status) {
-            return self.handle_error(AttemptError::InvalidResponse, now, rng);
+            return self.handle_error_of(attempt, AttemptError::InvalidResponse, now, rng);
         }
         let now = self.clamp(now);
-        if self.phase != Phase::AwaitingHead {
+        if self.phase != Phase::AwaitingHead || self.leg(attempt).is_none() {
             return Action::Nothing;
         }
         let outcome = AttemptOutcome::Status(status);
-        self.record(outcome, now);
+        self.record(attempt, outcome, now);
+        if self.second.is_some() {
+            if self.policy.classify(outcome) == AttemptClass::Failure {
+                self.give_up(attempt, false);
+                return Action::Nothing;
+            }
+            let other = self.other(attempt);
+            self.record(other, AttemptOutcome::ClientGone, now);
+            self.give_up(other, true);
+        }
+        self.hedge_at = None;
         let stopped = match self.try_retry(outcome, now, rng) {
             Ok(attempt) => return Action::Retry(attempt),
             Err(stopped) => stopped,
@@ -204,7 +289,7 @@ impl Flow {
         }
         Action::Deliver(Deliver {
             backend: self.backend.unwrap_or(0), // always Some while awaiting a head
-            attempt: self.attempts,
+            attempt,
             status,
             budget_exhausted: stopped.budget_exhausted(),
             protection: stopped.protection,
@@ -216,18 +301,43 @@ impl Flow {
     /// allows it, or fails with `502`/`504` (`503` for a saturated backend) (C-RETRY-4), or abandons the request when the client
     /// is gone. Ignored unless awaiting a head.
     pub fn handle_error(&mut self, error: AttemptError, now: Instant, rng: &mut dyn Rng) -> Action {
+        let attempt = self.primary();
+        self.handle_error_of(attempt, error, now, rng)
+    }
+
+    /// [`Flow::handle_error`] for attempt `attempt`, which may be one of two in flight
+    /// (C-HEDGE-1): while the other is out, the failure ends only this attempt (recorded,
+    /// given up: [`Cancelled`] with `lost: false`) and the request waits for the other. A client
+    /// that went away ends both, neutral for both backends.
+    pub fn handle_error_of(
+        &mut self,
+        attempt: u32,
+        error: AttemptError,
+        now: Instant,
+        rng: &mut dyn Rng,
+    ) -> Action {
         let now = self.clamp(now);
-        if self.phase != Phase::AwaitingHead {
+        if self.phase != Phase::AwaitingHead || self.leg(attempt).is_none() {
             return Action::Nothing;
         }
         let outcome = error.outcome();
-        self.record(outcome, now);
-        if error == AttemptError::ClientGone
-            || (error == AttemptError::PerTryTimeout && mutated!(FLOW_TIMEOUT_ABANDONS))
-        {
+        if error == AttemptError::ClientGone {
+            for leg in [self.primary(), self.other(attempt)] {
+                self.record(leg, outcome, now);
+            }
             self.finish();
             return Action::Abandon;
         }
+        self.record(attempt, outcome, now);
+        if error == AttemptError::PerTryTimeout && mutated!(FLOW_TIMEOUT_ABANDONS) {
+            self.finish();
+            return Action::Abandon;
+        }
+        if self.second.is_some() {
+            self.give_up(attempt, false);
+            return Action::Nothing;
+        }
+        self.hedge_at = None;
         let stopped = match self.try_retry(outcome, now, rng) {
             Ok(attempt) => return Action::Retry(attempt),
             Err(stopped) => stopped,
@@ -248,26 +358,108 @@ impl Flow {
         })
     }
 
-    /// The header deadline of the current attempt, if one is armed (C-RETRY-5: it bounds the wait
-    /// for response headers only, so there is none while a body streams).
+    /// The earliest header deadline of the attempts awaiting their heads, and the hedge's time
+    /// when one is due (C-RETRY-5: it bounds the wait for response headers only, so there is
+    /// none while a body streams; C-HEDGE-1).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (&self.current, self.phase) {
-            (Some(current), Phase::AwaitingHead) => Some(current.header_deadline),
-            _ => None,
+        if self.phase != Phase::AwaitingHead {
+            return None;
         }
+        self.pending()
+            .map(|p| p.header_deadline)
+            .chain(self.hedge_at)
+            .min()
     }
 
-    /// Time passed: at or after the header deadline this is
-    /// `handle_error(AttemptError::PerTryTimeout)`; earlier (or with no deadline) it is a no-op.
+    /// Time passed: an attempt whose header deadline came is
+    /// `handle_error_of(attempt, AttemptError::PerTryTimeout)`; else, when the hedge is due,
+    /// [`Flow::hedge`]; earlier (or with no deadline) it is a no-op.
     pub fn handle_timeout(&mut self, now: Instant, rng: &mut dyn Rng) -> Action {
         let now = self.clamp(now);
-        match self.poll_timeout() {
-            Some(deadline) if now >= deadline => {
-                self.handle_error(AttemptError::PerTryTimeout, now, rng)
-            }
-            _ => Action::Nothing,
+        if self.phase != Phase::AwaitingHead {
+            return Action::Nothing;
         }
+        let due = self.pending().find(|p| now >= p.header_deadline);
+        if let Some(p) = due {
+            return self.handle_error_of(p.attempt, AttemptError::PerTryTimeout, now, rng);
+        }
+        self.hedge(now, rng)
+    }
+
+    /// The attempts awaiting their response heads: none, one, or two while a hedge is out
+    /// (C-HEDGE-1), the earlier first.
+    pub fn pending(&self) -> impl Iterator<Item = Pending> + '_ {
+        let awaiting = self.phase == Phase::AwaitingHead;
+        self.current
+            .iter()
+            .chain(self.second.iter())
+            .filter(move |_| awaiting)
+            .map(Current::pending)
+    }
+
+    /// When the hedge is due, if one may still be sent (C-HEDGE-1).
+    #[must_use]
+    pub fn hedge_at(&self) -> Option<Instant> {
+        self.hedge_at.filter(|_| self.phase == Phase::AwaitingHead)
+    }
+
+    /// The hedge (C-HEDGE-1), at or after [`Flow::hedge_at`]: one attempt is awaiting its head
+    /// and it had none after `hedge_delay`, so one more attempt goes out beside it on another
+    /// backend ([`Action::Hedge`]) when `max_attempts` allows one more, another backend is
+    /// available (chosen by the pool's policy among the untried) and the retry budget gives a
+    /// token, in that order ([`reserve_then_spend`]). Otherwise the first attempt goes on alone
+    /// and no hedge is tried again. Earlier, or when no hedge is armed, a no-op.
+    pub fn hedge(&mut self, now: Instant, rng: &mut dyn Rng) -> Action {
+        let now = self.clamp(now);
+        match self.hedge_at() {
+            Some(at) if now >= at => {}
+            _ => return Action::Nothing,
+        }
+        self.hedge_at = None;
+        if self.second.is_some() || self.current.is_none() {
+            return Action::Nothing;
+        }
+        if self.attempts >= self.policy.max_attempts() {
+            return Action::Nothing;
+        }
+        let (pool, ctx, tried) = (&self.pool, &self.ctx, &self.tried);
+        let reserved = reserve_then_spend(
+            &self.budget,
+            now,
+            || match pool.select(ctx, tried, now, rng) {
+                Selection::Selected { index, slot } => Some((index, slot)),
+                Selection::Unavailable(_) => None,
+            },
+            |(_, slot): (usize, Slot)| slot.cancel(),
+        );
+        let Ok((index, slot)) = reserved else {
+            return Action::Nothing;
+        };
+        self.hedged = true;
+        let attempt = self.make(index, slot, now);
+        let hedge = Attempt {
+            backend: attempt.backend,
+            attempt: attempt.attempt,
+            header_deadline: attempt.header_deadline,
+            panic: attempt.slot.is_panic(),
+            at: now,
+        };
+        self.second = Some(attempt);
+        Action::Hedge(hedge)
+    }
+
+    /// No hedge for this request (C-HEDGE-1): for an adapter that cannot run two attempts of
+    /// one request at once.
+    pub fn forgo_hedge(&mut self) {
+        self.hedged = true;
+        self.hedge_at = None;
+    }
+
+    /// The attempt the flow gave up while another went on (C-HEDGE-1), once: the adapter ends
+    /// its IO, and counts it cancelled when it lost the race.
+    pub fn take_cancelled(&mut self) -> Option<Cancelled> {
+        self.cancelled.take()
     }
 
     /// The delivered response's body ended (or the upgraded connection closed, C-PATH-8): release
@@ -342,29 +534,89 @@ impl Flow {
 
     /// Take `slot` on backend `index` as the next attempt, to be sent at `at`.
     fn begin(&mut self, index: usize, slot: Slot, at: Instant) -> Attempt {
+        let current = self.make(index, slot, at);
+        let attempt = Attempt {
+            backend: index,
+            attempt: current.attempt,
+            header_deadline: current.header_deadline,
+            panic: current.slot.is_panic(),
+            at,
+        };
+        // Replacing the previous attempt drops its slot: released as the flow moves on.
+        self.current = Some(current);
+        self.phase = Phase::AwaitingHead;
+        // C-HEDGE-1: one hedge per request, armed while it has not been sent.
+        self.hedge_at = match self.policy.hedge_delay() {
+            Some(delay)
+                if !self.hedged && self.policy.may_hedge(self.method.as_str(), self.body) =>
+            {
+                Some(at.saturating_add(delay))
+            }
+            _ => None,
+        };
+        attempt
+    }
+
+    /// The next attempt on backend `index` with `slot`, sent at `at`.
+    fn make(&mut self, index: usize, slot: Slot, at: Instant) -> Current {
         // At most `max_attempts` (<= 5) distinct indices: the set (8) never fills.
         let _ = self.tried.insert(index);
         self.attempts += 1;
         self.backend = Some(index);
-        let header_deadline = self.policy.header_deadline(at);
-        let panic = slot.is_panic();
-        // Replacing the previous attempt drops its slot: released as the flow moves on.
-        self.current = Some(Current {
+        Current {
             slot,
-            header_deadline,
-        });
-        self.phase = Phase::AwaitingHead;
-        Attempt {
-            backend: index,
+            header_deadline: self.policy.header_deadline(at),
             attempt: self.attempts,
-            header_deadline,
-            panic,
-            at,
+            backend: index,
+            sent: at,
         }
     }
 
-    /// Record the current attempt's outcome for passive health (once per slot).
-    fn record(&mut self, outcome: AttemptOutcome, now: Instant) {
+    /// The attempt awaiting its head (the earlier of two), 0 when there is none.
+    fn primary(&self) -> u32 {
+        self.current.as_ref().map_or(0, |c| c.attempt)
+    }
+
+    /// The in-flight attempt other than `attempt` (itself when it is alone).
+    fn other(&self, attempt: u32) -> u32 {
+        match (&self.current, &self.second) {
+            (Some(c), Some(s)) if c.attempt == attempt => s.attempt,
+            (Some(c), Some(_)) => c.attempt,
+            _ => attempt,
+        }
+    }
+
+    fn leg(&self, attempt: u32) -> Option<&Current> {
+        self.current
+            .iter()
+            .chain(self.second.iter())
+            .find(|c| c.attempt == attempt)
+    }
+
+    /// Drop attempt `attempt` (one of two in flight): its slot is released, the other attempt
+    /// is the current one; `lost`: it lost the race ([`Cancelled`]).
+    fn give_up(&mut self, attempt: u32, lost: bool) {
+        let gone = if self.second.as_ref().is_some_and(|s| s.attempt == attempt) {
+            self.second.take()
+        } else if self.current.as_ref().is_some_and(|c| c.attempt == attempt) {
+            core::mem::replace(&mut self.current, self.second.take())
+        } else {
+            None
+        };
+        let Some(gone) = gone else {
+            return;
+        };
+        self.backend = self.current.as_ref().map(|c| c.backend);
+        self.cancelled = Some(Cancelled {
+            attempt: gone.attempt,
+            backend: gone.backend,
+            sent: gone.sent,
+            lost,
+        });
+    }
+
+    /// Record attempt `attempt`'s outcome for passive health (once per slot).
+    fn record(&mut self, attempt: u32, outcome: AttemptOutcome, now: Instant) {
         let class: AttemptClass = self.policy.classify(outcome);
         let verdict = match outcome {
             AttemptOutcome::Status(status) => Verdict::of_status(status),
@@ -374,19 +626,20 @@ impl Flow {
             | AttemptOutcome::Transport
             | AttemptOutcome::PerTryTimeout => Verdict::Failed,
         };
-        if let Some(current) = &mut self.current {
-            let params = self.pool.params();
+        let params = self.pool.params();
+        if let Some(current) = self
+            .current
+            .iter_mut()
+            .chain(self.second.iter_mut())
+            .find(|c| c.attempt == attempt)
+        {
             current
                 .slot
                 .record_load(crate::adaptive::Signal::of(outcome), params, now);
-        }
-        if let Some(current) = &mut self.current
-            && let Some(t) = current
-                .slot
-                .record_attempt(class, verdict, self.pool.params(), now)
-            && let Some(b) = self.backend
-        {
-            self.transition = Some((b, t));
+            if let Some(t) = current.slot.record_attempt(class, verdict, params, now) {
+                let b = current.backend;
+                self.transition = Some((b, t));
+            }
         }
     }
 
@@ -454,6 +707,8 @@ impl Flow {
     /// Release everything and end.
     fn finish(&mut self) {
         self.current = None;
+        self.second = None;
+        self.hedge_at = None;
         self.permit = None;
         self.phase = Phase::Finished;
     }

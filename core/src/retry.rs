@@ -52,6 +52,9 @@ pub struct RetryParams {
     pub backoff_base: Duration,
     /// ... and below `backoff_max` [250ms, >= `backoff_base`] (C-RETRY-10).
     pub backoff_max: Duration,
+    /// A replayable request in `methods` with no response head this long after its attempt
+    /// was sent gets one more attempt on another backend [0s: no hedging] (C-HEDGE-1).
+    pub hedge_delay: Duration,
 }
 
 impl Default for RetryParams {
@@ -66,6 +69,7 @@ impl Default for RetryParams {
             budget_refill_per_second: 10.0,
             backoff_base: Duration::from_millis(25),
             backoff_max: Duration::from_millis(250),
+            hedge_delay: Duration::ZERO,
         }
     }
 }
@@ -319,6 +323,7 @@ pub struct RetryPolicy {
     budget_refill_per_second: f64,
     backoff_base: Duration,
     backoff_max: Duration,
+    hedge_delay: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -349,6 +354,7 @@ impl RetryPolicy {
             budget_refill_per_second,
             backoff_base,
             backoff_max,
+            hedge_delay,
         } = params;
         if !MAX_ATTEMPTS_RANGE.contains(&max_attempts) {
             return Err(RetryError::MaxAttempts(max_attempts));
@@ -397,6 +403,7 @@ impl RetryPolicy {
             budget_refill_per_second,
             backoff_base,
             backoff_max,
+            hedge_delay,
         })
     }
 
@@ -413,7 +420,23 @@ impl RetryPolicy {
             budget_refill_per_second: self.budget_refill_per_second,
             backoff_base: self.backoff_base,
             backoff_max: self.backoff_max,
+            hedge_delay: self.hedge_delay,
         }
+    }
+
+    /// How long an attempt may wait for its response head before a hedge is sent beside it;
+    /// `None` when hedging is off (C-HEDGE-1).
+    #[must_use]
+    pub fn hedge_delay(&self) -> Option<Duration> {
+        (!self.hedge_delay.is_zero()).then_some(self.hedge_delay)
+    }
+
+    /// Whether a request with `method` and `body` may be hedged: hedging is on, the method may
+    /// be retried and the body is replayable (C-HEDGE-1). `max_attempts`, another backend and a
+    /// budget token are checked when the hedge is due.
+    #[must_use]
+    pub fn may_hedge(&self, method: &str, body: BodyKind) -> bool {
+        self.hedge_delay().is_some() && self.allows_method(method) && self.body_replayable(body)
     }
 
     /// The exclusive upper bound of the backoff before retry `k` (1 for the first retry):

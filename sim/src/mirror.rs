@@ -304,6 +304,12 @@ impl State<'_> {
                 let i = MirrorResult::ALL.iter().position(|x| *x == r).unwrap_or(0);
                 self.run.mirrors[i] += 1;
             }
+            // Hedging is off here (`hedge_delay` 0s): a cancelled attempt is a leak of it.
+            Output::Cancel { attempt } => {
+                return Err(format!(
+                    "request {req}: attempt {attempt} cancelled, but this world never hedges"
+                ));
+            }
             Output::StoreTake { .. }
             | Output::AbortBody
             | Output::Metric(_)

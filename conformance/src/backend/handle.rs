@@ -249,7 +249,11 @@ async fn answer(
                 named_ok(&cx)
             }
         },
-        Mode::Status(s) => {
+        Mode::EveryOther(_) if guard.rec.seq % 2 == 1 => {
+            guard.complete();
+            named_ok(&cx)
+        }
+        Mode::Status(s) | Mode::EveryOther(s) => {
             guard.complete();
             let body = Bytes::from(format!("backend {id} status {s}\n"));
             response(s, TestBody::Full(Some(body)), &id, &cx.extra)

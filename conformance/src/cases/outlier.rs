@@ -161,3 +161,67 @@ pub async fn c_out_2_pool_of_two_both_failing_keeps_serving(bin: Binary) {
         "both backends of the pool were ejected"
     );
 }
+
+/// C-OUT-1: one of six backends fails half its requests (every other one answered `500`): below
+/// `failure_percentage_threshold` (85 %), so only success rate can find it; with enough volume
+/// per interval its success rate (50 %) is below the pool's mean minus 1.9 standard deviations
+/// and it is ejected with reason `success_rate`, while the five healthy ones stay in.
+pub async fn c_out_1_one_of_six_failing_half_is_ejected_by_success_rate(bin: Binary) {
+    let bad = Backend::start("os-1").await;
+    let good = Backend::start_many("os-g", 5).await;
+    bad.set_mode(Mode::EveryOther(500));
+    let mut all = vec![&bad];
+    all.extend(good.iter());
+    let cfg = outlier_config(Config::new(&all).management(), "30s")
+        .set("health_check.outlier.success_rate_request_volume", 10);
+    let p = Proxy::start(&bin, &cfg).await;
+    // Volume: batches of twelve concurrent requests, so every backend sees well over
+    // `success_rate_request_volume` requests per interval.
+    eventually(secs(30), "an outlier_ejected line for os-1", || {
+        let found = ejections(&p, "os-1") > 0;
+        let addr = p.public;
+        async move {
+            if found {
+                return Some(());
+            }
+            let batch: Vec<_> = (0..12)
+                .map(|_| tokio::spawn(async move { get(addr, "/o").await }))
+                .collect();
+            for t in batch {
+                let _ = t.await;
+            }
+            None
+        }
+    })
+    .await;
+    let text = metrics(&p).await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("load_balancer_outlier_ejections_total")
+                && l.contains("backend=\"os-1\"")
+                && l.contains("reason=\"success_rate\"")
+                && !l.ends_with(" 0")),
+        "ejected by success rate:\n{text}"
+    );
+    for g in &good {
+        assert_eq!(
+            ejections(&p, g.id()),
+            0,
+            "{} (always 200) was ejected",
+            g.id()
+        );
+    }
+    // While it is ejected, it gets (almost) nothing of the traffic.
+    let mut to_bad = 0;
+    for _ in 0..30 {
+        let r = get(p.public, "/o").await;
+        expect_status(&r, 200, "while os-1 is ejected");
+        if r.backend().as_deref() == Some("os-1") {
+            to_bad += 1;
+        }
+    }
+    assert!(
+        to_bad <= 1,
+        "{to_bad} of 30 requests went to the ejected backend"
+    );
+}

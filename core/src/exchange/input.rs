@@ -140,12 +140,69 @@ pub enum Input {
     },
     /// The current attempt failed before a response head.
     SendFailed(SendFailure),
+    /// A fact about attempt `attempt` in particular: what an adapter running two attempts at
+    /// once (a hedge, C-HEDGE-1) feeds. The facts without a number are about the earlier
+    /// attempt awaiting its head.
+    Attempt {
+        /// The attempt ([`Send::attempt`](super::Send::attempt)).
+        attempt: u32,
+        /// What happened to it.
+        fact: AttemptFact,
+    },
     /// The backend's path prefix and the target make an upstream target too long to send.
     TargetTooLong,
     /// The delivered response's body ended (or the upgraded connection closed, C-PATH-8).
     BodyEnd(BodyEnd),
     /// The client went away (C-PATH-9, C-LOAD-1: a queued client leaves the queue at once).
     ClientGone,
+}
+
+/// What happened to one attempt ([`Input::Attempt`]): the attempt facts of [`Input`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptFact {
+    /// [`Input::ResponseHead`].
+    Head {
+        /// Its status.
+        status: u16,
+    },
+    /// [`Input::UnavailableHead`].
+    UnavailableHead {
+        /// Its HTTP status.
+        status: u16,
+    },
+    /// [`Input::PushbackHead`].
+    PushbackHead {
+        /// Its status (`503`).
+        status: u16,
+        /// How long it asked for, not capped yet.
+        after: core::time::Duration,
+    },
+    /// [`Input::SendFailed`].
+    Failed(SendFailure),
+}
+
+impl AttemptFact {
+    /// The fact of `input`, if it is one about an attempt's head or failure.
+    #[must_use]
+    pub const fn of(input: Input) -> Option<AttemptFact> {
+        Some(match input {
+            Input::ResponseHead { status } => AttemptFact::Head { status },
+            Input::UnavailableHead { status } => AttemptFact::UnavailableHead { status },
+            Input::PushbackHead { status, after } => AttemptFact::PushbackHead { status, after },
+            Input::SendFailed(f) => AttemptFact::Failed(f),
+            Input::Attempt { fact, .. } => fact,
+            _ => return None,
+        })
+    }
+
+    /// This fact as the input about attempt `attempt`.
+    #[must_use]
+    pub const fn about(self, attempt: u32) -> Input {
+        Input::Attempt {
+            attempt,
+            fact: self,
+        }
+    }
 }
 
 impl Input {

@@ -54,6 +54,14 @@ pub enum Output {
     /// and discard it, and finish the mirror with its outcome. Nothing about it is ever fed
     /// back to this exchange, and nothing of this exchange waits for it.
     Mirror(MirrorSend),
+    /// End attempt `attempt`'s IO unread, now (C-HEDGE-1): the other attempt in flight won, or
+    /// this one's retryable head or failure ended it while the other goes on. HTTP/1: close its
+    /// connection (never back to the idle pool); HTTP/2: reset its stream with `CANCEL`. Its
+    /// outcome was settled already (a loser is neutral for its backend's health).
+    Cancel {
+        /// The attempt.
+        attempt: u32,
+    },
     /// Answer the client with weir's own response (C-PATH-11).
     Answer(Answer),
     /// Pass the current backend response on (C-RETRY-4, C-PATH-4); feed `Input::BodyEnd` when its
@@ -82,6 +90,9 @@ pub struct Send {
     pub attempt: u32,
     /// A retry: close the previous attempt's connection first, unread (C-RETRY-6).
     pub retry: bool,
+    /// A hedge (C-HEDGE-1): the previous attempt goes on; run this one beside it and feed
+    /// facts about each as [`Input::Attempt`](super::Input::Attempt).
+    pub hedge: bool,
     /// No later attempt can follow (this is attempt `max_attempts`): headers and body may be
     /// moved, not copied.
     pub last: bool,
@@ -217,6 +228,8 @@ pub enum Metric {
         /// From the call to its answer or timeout (shared stores only).
         duration: Option<Duration>,
     },
+    /// `load_balancer_hedges_total{result}` (C-HEDGE-1): a hedge was sent, or its head won.
+    Hedge(HedgeResult),
     /// A circuit opened or closed (C-HEALTH-3): the adapter logs it (`WARN` open, `INFO`
     /// closed) and counts it.
     Circuit {
@@ -227,6 +240,29 @@ pub enum Metric {
         /// The attempt's result that caused it.
         cause: AttemptResult,
     },
+}
+
+/// What happened to a hedge (`result` label of `load_balancer_hedges_total`, C-HEDGE-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HedgeResult {
+    /// A hedge was sent beside an attempt that had no head after `hedge_delay`.
+    Sent,
+    /// The hedge's response head won: it is the one delivered.
+    Won,
+}
+
+impl HedgeResult {
+    /// Every result, in label order.
+    pub const ALL: [HedgeResult; 2] = [HedgeResult::Sent, HedgeResult::Won];
+
+    /// The metric label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HedgeResult::Sent => "sent",
+            HedgeResult::Won => "won",
+        }
+    }
 }
 
 /// How one call of the request path to a rate-limit store ended (`result` label of

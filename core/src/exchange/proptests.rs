@@ -379,6 +379,14 @@ impl World {
                 );
             }
             match o {
+                // These configurations leave hedging off (`hedge_delay` 0s): the hedging
+                // property is `hedging.rs`'s.
+                Output::Cancel { attempt } => {
+                    prop_assert!(
+                        false,
+                        "exchange {k}: attempt {attempt} cancelled, no hedging"
+                    );
+                }
                 Output::GateWait { ticket } => s.ticket = Some(ticket),
                 Output::Send(send) => {
                     s.sends += 1;

@@ -1,7 +1,7 @@
 //! The steps of an exchange, in C-PATH-2 order, and how each fact moves it on.
 
 use crate::admission::{Cancel, Entry};
-use crate::flow::{Action, AttemptError, BodyEnd, Flow, RequestMeta};
+use crate::flow::{Action, AttemptError, BodyEnd, Flow, Pending, RequestMeta};
 use crate::grpc::StatusSource;
 use crate::mirror::{Decision, MirrorBody, MirrorResult};
 use crate::rate::{DecisionResult, FailureDecision, RateOutcome, StorageKind, on_store_failure};
@@ -11,8 +11,9 @@ use crate::rng::Rng;
 use crate::time::Instant;
 
 use super::{
-    Answer, AttemptResult, BodyInfo, Delivery, Exchange, Head, Input, Metric, MirrorSend, Output,
-    Record, Send, SendBody, SendFailure, Stage, StoreFailure, StoreResult, should_log,
+    Answer, AttemptFact, AttemptResult, BodyInfo, Delivery, Exchange, Head, HedgeResult, Input,
+    Metric, MirrorSend, Output, Record, Send, SendBody, SendFailure, Stage, StoreFailure,
+    StoreResult, should_log,
 };
 use crate::admission::Overloaded;
 use crate::bucket::Take;
@@ -125,37 +126,25 @@ impl Exchange {
             (Stage::Buffering { deadline }, Input::Timeout) if due(deadline) => {
                 self.answer(Answer::Client(ClientError::BodyTimeout), now, rng);
             }
-            (Stage::Awaiting { sent }, Input::ResponseHead { status }) => {
-                self.on_head(sent, status, status, now, rng);
+            (Stage::Awaiting { .. }, Input::Attempt { attempt, fact }) => {
+                self.on_fact(attempt, fact, now, rng);
             }
-            (Stage::Awaiting { sent }, Input::PushbackHead { status, after }) => {
-                // Out of selection first, so that a retry of this request (and every request
-                // from now on) goes elsewhere (C-RETRY-11).
-                self.push_back(after, now);
-                self.on_head(sent, status, status, now, rng);
+            (Stage::Awaiting { .. }, input) if AttemptFact::of(input).is_some() => {
+                // The facts without a number are about the earlier attempt awaiting its head.
+                if let (Some(p), Some(fact)) = (self.primary(), AttemptFact::of(input)) {
+                    self.on_fact(p.attempt, fact, now, rng);
+                }
             }
-            (Stage::Awaiting { sent }, Input::UnavailableHead { status }) => {
-                // A gRPC UNAVAILABLE is judged as the `503` it stands for (C-GRPC-3).
-                self.on_head(sent, status, 503, now, rng);
-            }
-            (Stage::Awaiting { sent }, Input::SendFailed(failure)) => {
-                let (error, result) = classify(failure);
-                self.attempt_ended(sent, result, None, now);
-                self.flow_error(error, now, rng);
-            }
-            (Stage::Awaiting { sent }, Input::BodyUnreadable) => {
+            (Stage::Awaiting { .. }, Input::BodyUnreadable) => {
                 // The streamed request body broke its framing (a malformed chunk): the
                 // client's error, answered `400`.
-                self.client_body_fault(sent, ClientError::BodyUnreadable, now, rng);
+                self.client_body_fault(ClientError::BodyUnreadable, now, rng);
             }
-            (Stage::Awaiting { sent }, Input::BodyTimeout) => {
+            (Stage::Awaiting { .. }, Input::BodyTimeout) => {
                 // The client stopped sending the body it announced: its fault, `408`.
-                self.client_body_fault(sent, ClientError::BodyTimeout, now, rng);
+                self.client_body_fault(ClientError::BodyTimeout, now, rng);
             }
-            (Stage::Awaiting { sent }, Input::Timeout) if due(self.header_deadline(sent)) => {
-                self.attempt_ended(sent, AttemptResult::Timeout, None, now);
-                self.flow_error(AttemptError::PerTryTimeout, now, rng);
-            }
+            (Stage::Awaiting { .. }, Input::Timeout) => self.awaiting_timeout(now, rng),
             (Stage::Awaiting { .. }, Input::TargetTooLong) => {
                 // Nothing reached the backend: the flow's slot is released unrecorded.
                 self.flow = None;
@@ -188,14 +177,11 @@ impl Exchange {
     /// The client's streamed request body failed while the attempt `sent` then was out: the
     /// attempt is cancelled, neutral for the backend's health and breaker (C-PATH-9's
     /// classification), not retried, and the client is answered `error`.
-    fn client_body_fault(
-        &mut self,
-        sent: Instant,
-        error: ClientError,
-        now: Instant,
-        rng: &mut dyn Rng,
-    ) {
-        self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
+    fn client_body_fault(&mut self, error: ClientError, now: Instant, rng: &mut dyn Rng) {
+        // A streamed body is never hedged: one attempt is out.
+        if let Some(p) = self.primary() {
+            self.attempt_ended(p, AttemptResult::Cancelled, None, now);
+        }
         if let Some(flow) = self.flow.as_mut() {
             let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
         }
@@ -432,19 +418,70 @@ impl Exchange {
             now,
             rng,
         );
+        if !self.hedging
+            && let Some(flow) = self.flow.as_mut()
+        {
+            flow.forgo_hedge();
+        }
         self.apply(action, now, rng);
+    }
+
+    /// The earlier attempt awaiting its head, if one is.
+    fn primary(&self) -> Option<Pending> {
+        self.flow.as_ref().and_then(|f| f.pending().next())
+    }
+
+    /// A fact about attempt `attempt`, one of those awaiting their heads (else ignored: an
+    /// attempt already cancelled, C-HEDGE-1).
+    fn on_fact(&mut self, attempt: u32, fact: AttemptFact, now: Instant, rng: &mut dyn Rng) {
+        let Some(p) = self
+            .flow
+            .as_ref()
+            .and_then(|f| f.pending().find(|p| p.attempt == attempt))
+        else {
+            return;
+        };
+        match fact {
+            AttemptFact::Head { status } => self.on_head(p, status, status, now, rng),
+            AttemptFact::PushbackHead { status, after } => {
+                // Out of selection first, so that a retry of this request (and every request
+                // from now on) goes elsewhere (C-RETRY-11).
+                self.push_back(p.backend, after, now);
+                self.on_head(p, status, status, now, rng);
+            }
+            // A gRPC UNAVAILABLE is judged as the `503` it stands for (C-GRPC-3).
+            AttemptFact::UnavailableHead { status } => self.on_head(p, status, 503, now, rng),
+            AttemptFact::Failed(failure) => {
+                let (error, result) = classify(failure);
+                self.attempt_ended(p, result, None, now);
+                self.flow_error(p.attempt, error, now, rng);
+            }
+        }
+    }
+
+    /// Time passed while attempts await their heads: the first whose header deadline came ends
+    /// (`504` or a retry, C-RETRY-5); else a hedge that is due goes out (C-HEDGE-1).
+    fn awaiting_timeout(&mut self, now: Instant, rng: &mut dyn Rng) {
+        let Some(flow) = self.flow.as_ref() else {
+            return;
+        };
+        let timed_out = flow.pending().find(|p| now >= self.attempt_deadline(p));
+        if let Some(p) = timed_out {
+            self.attempt_ended(p, AttemptResult::Timeout, None, now);
+            return self.flow_error(p.attempt, AttemptError::PerTryTimeout, now, rng);
+        }
+        if flow.hedge_at().is_some_and(|at| now >= at) {
+            let action = self
+                .flow
+                .as_mut()
+                .map_or(Action::Nothing, |f| f.hedge(now, rng));
+            self.apply(action, now, rng);
+        }
     }
 
     /// A response head of `status`, judged for retries and health as `judged` (the status
     /// itself, or `503` for a gRPC UNAVAILABLE); a delivered response keeps its own status.
-    fn on_head(
-        &mut self,
-        sent: Instant,
-        status: u16,
-        judged: u16,
-        now: Instant,
-        rng: &mut dyn Rng,
-    ) {
+    fn on_head(&mut self, p: Pending, status: u16, judged: u16, now: Instant, rng: &mut dyn Rng) {
         // A status outside 100..=599 is an invalid response: the flow fails the attempt like a
         // broken connection, and the metric says so (docs/proxy.md, "Upstream status validity").
         let result = if !crate::flow::valid_upstream_status(status) {
@@ -455,7 +492,7 @@ impl Exchange {
             AttemptResult::Success
         };
         self.upstream_status = Some(status);
-        self.attempt_ended(sent, result, Some(status), now);
+        self.attempt_ended(p, result, Some(status), now);
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
@@ -464,16 +501,16 @@ impl Exchange {
         } else {
             status
         };
-        let mut action = flow.handle_response_head(judged, now, rng);
+        let mut action = flow.handle_response_head_of(p.attempt, judged, now, rng);
         if let Action::Deliver(d) = &mut action {
             d.status = status;
         }
         self.apply(action, now, rng);
     }
 
-    /// The current attempt's backend asked for `after` without traffic (C-RETRY-11).
-    fn push_back(&mut self, after: core::time::Duration, now: Instant) {
-        let (Some(flow), Some(backend)) = (self.flow.as_ref(), self.backend) else {
+    /// The attempt's `backend` asked for `after` without traffic (C-RETRY-11).
+    fn push_back(&mut self, backend: usize, after: core::time::Duration, now: Instant) {
+        let Some(flow) = self.flow.as_ref() else {
             return;
         };
         if let Some(event) = flow.pool().push_back(backend, after, now) {
@@ -481,19 +518,44 @@ impl Exchange {
         }
     }
 
-    fn flow_error(&mut self, error: AttemptError, now: Instant, rng: &mut dyn Rng) {
+    fn flow_error(&mut self, attempt: u32, error: AttemptError, now: Instant, rng: &mut dyn Rng) {
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
-        match flow.handle_error(error, now, rng) {
+        match flow.handle_error_of(attempt, error, now, rng) {
+            // The other attempt of a hedged request goes on (C-HEDGE-1).
+            Action::Nothing if flow.pending().next().is_some() => {
+                self.apply(Action::Nothing, now, rng);
+            }
             // Cannot happen while an attempt is out; answer rather than hang.
             Action::Nothing => self.answer(Answer::Client(ClientError::Incomplete), now, rng),
             action => self.apply(action, now, rng),
         }
     }
 
+    /// An attempt the flow gave up while the other went on (C-HEDGE-1): counted cancelled when
+    /// it lost the race (its own failure was counted already), and its IO ended.
+    fn cancelled(&mut self, now: Instant) {
+        let Some(c) = self.flow.as_mut().and_then(Flow::take_cancelled) else {
+            return;
+        };
+        if c.lost {
+            self.outbox.push(Output::Metric(Metric::Attempt {
+                backend: c.backend,
+                result: AttemptResult::Cancelled,
+                status: None,
+                duration: now.saturating_since(c.sent),
+            }));
+        }
+        self.outbox.push(Output::Cancel { attempt: c.attempt });
+        if let Some(p) = self.primary() {
+            self.stage = Stage::Awaiting { sent: p.sent };
+        }
+    }
+
     /// Carry the flow's action into outputs.
     fn apply(&mut self, action: Action, now: Instant, rng: &mut dyn Rng) {
+        self.cancelled(now);
         if let Some(reason) = action.protection_reason() {
             self.outbox.push(Output::Metric(Metric::Protection(reason)));
         }
@@ -526,10 +588,33 @@ impl Exchange {
                     backend: a.backend,
                     attempt: a.attempt,
                     retry: matches!(action, Action::Retry(_)),
+                    hedge: false,
                     // Even a request that is not replayable is sent again when nothing of it
                     // was sent (C-RETRY-9): only the last attempt may give its request away.
                     last: a.attempt >= retry.max_attempts(),
                     replayable,
+                    body: self.send_body,
+                    at: a.at,
+                }));
+            }
+            Action::Hedge(a) => {
+                // C-HEDGE-1: the first attempt goes on; this one runs beside it.
+                self.attempts = a.attempt;
+                self.hedge = Some(a.attempt);
+                self.outbox
+                    .push(Output::Metric(Metric::Hedge(HedgeResult::Sent)));
+                if a.panic {
+                    let m = Metric::PanicSelection { backend: a.backend };
+                    self.outbox.push(Output::Metric(m));
+                }
+                let retry = self.rt.retry();
+                self.outbox.push(Output::Send(Send {
+                    backend: a.backend,
+                    attempt: a.attempt,
+                    retry: false,
+                    hedge: true,
+                    last: a.attempt >= retry.max_attempts(),
+                    replayable: true,
                     body: self.send_body,
                     at: a.at,
                 }));
@@ -540,6 +625,11 @@ impl Exchange {
                 self.answer(Answer::Client(ClientError::UnrequestedUpgrade), now, rng);
             }
             Action::Deliver(d) => {
+                self.backend = Some(d.backend);
+                if self.hedge == Some(d.attempt) {
+                    self.outbox
+                        .push(Output::Metric(Metric::Hedge(HedgeResult::Won)));
+                }
                 // `write_timeout` bounds a response body; a tunnel (C-PATH-8) lives as long as
                 // its two connections, as it always did in weir-proxy.
                 let deadline = if d.status == 101 || mutated!(WRITE_TIMEOUT_IGNORED) {
@@ -560,7 +650,10 @@ impl Exchange {
                 }));
                 self.record(d.status, now, rng);
             }
-            Action::Fail(f) => self.answer(Answer::Failure(f), now, rng),
+            Action::Fail(f) => {
+                self.backend = Some(f.backend);
+                self.answer(Answer::Failure(f), now, rng);
+            }
             Action::Reject(r) => self.answer(Answer::Reject(r), now, rng),
             Action::Abandon => self.abandon(now, rng),
             Action::Nothing => {}
@@ -569,20 +662,18 @@ impl Exchange {
 
     fn attempt_ended(
         &mut self,
-        sent: Instant,
+        p: Pending,
         result: AttemptResult,
         status: Option<u16>,
         now: Instant,
     ) {
         self.last_result = Some(result);
-        if let Some(backend) = self.backend {
-            self.outbox.push(Output::Metric(Metric::Attempt {
-                backend,
-                result,
-                status,
-                duration: now.saturating_since(sent),
-            }));
-        }
+        self.outbox.push(Output::Metric(Metric::Attempt {
+            backend: p.backend,
+            result,
+            status,
+            duration: now.saturating_since(p.sent),
+        }));
     }
 
     fn body_ended(&mut self, end: BodyEnd, now: Instant) {
@@ -702,8 +793,17 @@ impl Exchange {
     fn stop_waiting(&mut self, now: Instant, rng: &mut dyn Rng) {
         match self.stage {
             Stage::Queued { .. } => self.queue_left(now),
-            Stage::Awaiting { sent } => {
-                self.attempt_ended(sent, AttemptResult::Cancelled, None, now);
+            Stage::Awaiting { .. } => {
+                // Both attempts of a hedged request are cancelled (C-HEDGE-1).
+                let mut pending = [None, None];
+                if let Some(flow) = self.flow.as_ref() {
+                    for (slot, p) in pending.iter_mut().zip(flow.pending()) {
+                        *slot = Some(p);
+                    }
+                }
+                for p in pending.into_iter().flatten() {
+                    self.attempt_ended(p, AttemptResult::Cancelled, None, now);
+                }
                 if let Some(flow) = self.flow.as_mut() {
                     let _ = flow.handle_error(AttemptError::ClientGone, now, rng);
                 }

@@ -182,6 +182,9 @@ pub enum Action {
     /// Close the current attempt's connection without reading its body (C-RETRY-6) and send this
     /// attempt instead. The previous slot is already released.
     Retry(Attempt),
+    /// Send this attempt beside the one awaiting its head, which goes on (C-HEDGE-1): the
+    /// first head that is not retryable wins.
+    Hedge(Attempt),
     /// Pass the response on; call [`Flow::handle_body_end`] when its body ends.
     Deliver(Deliver),
     /// Answer with a synthetic error (`response::SyntheticResponse::failure`). Everything is
@@ -214,7 +217,11 @@ impl Action {
             Action::Deliver(d) => d.protection,
             Action::Fail(f) => f.protection,
             Action::Reject(r) => r.protection_reason(),
-            Action::Attempt(_) | Action::Retry(_) | Action::Abandon | Action::Nothing => None,
+            Action::Attempt(_)
+            | Action::Retry(_)
+            | Action::Hedge(_)
+            | Action::Abandon
+            | Action::Nothing => None,
         }
     }
 }

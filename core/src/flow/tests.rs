@@ -1020,6 +1020,8 @@ impl Run<'_> {
             prop_assert_eq!(action, Action::Nothing, "an action after the final one");
         }
         match action {
+            // Hedging is off in these policies (`hedge_delay` 0s).
+            Action::Hedge(a) => prop_assert!(false, "a hedge with hedging off: {a:?}"),
             Action::Attempt(a) | Action::Retry(a) => {
                 prop_assert!(
                     !tally.attempts.contains(&a.backend),

@@ -447,9 +447,11 @@ impl World {
                 }
             }
             // Outlier events become the live proxy's WARN lines and counters; the demo keeps
-            // neither an event log nor counters.
-            // The demo has no mirror pool: a mirror (never configured there) is not sent.
+            // neither an event log nor counters. The demo has no mirror pool: a mirror (never
+            // configured there) is not sent. Its pool does not hedge (`hedge_delay` 0s): no
+            // attempt is ever cancelled.
             Output::StoreTake { .. }
+            | Output::Cancel { .. }
             | Output::AbortBody
             | Output::Metric(_)
             | Output::Mirror(_)

@@ -307,6 +307,7 @@ pub fn metric(data_plane: &DataPlane, x: &Bound, m: Metric) {
         Metric::QueueWait(waited) => data_plane.metrics.queue_wait(waited),
         Metric::RateDecision(result) => data_plane.metrics.rate_decision(result),
         Metric::Mirror(result) => data_plane.metrics.mirror(result),
+        Metric::Hedge(result) => data_plane.metrics.hedge(result),
         Metric::Store {
             storage,
             result,

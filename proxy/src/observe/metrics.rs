@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use weir_core::discovery::Outcome;
-use weir_core::exchange::StoreResult;
+use weir_core::exchange::{HedgeResult, StoreResult};
 use weir_core::mirror::MirrorResult;
 use weir_core::rate::DecisionResult;
 use weir_core::rate::StorageKind;
@@ -112,6 +112,8 @@ pub struct Metrics {
     rate_decisions: [AtomicU64; DecisionResult::ALL.len()],
     /// Mirrors, by result in `MirrorResult::ALL` order (C-MIRROR-1).
     mirrors: [AtomicU64; MirrorResult::ALL.len()],
+    /// Hedges, by result in `HedgeResult::ALL` order (C-HEDGE-1).
+    hedges: [AtomicU64; HedgeResult::ALL.len()],
     pub(crate) backends: ArcSwap<BackendTable>,
     /// `[signal applied, signal rejected, management applied, management rejected]`.
     reloads: [AtomicU64; 4],
@@ -228,6 +230,16 @@ impl Metrics {
             "Mirrored requests (routes[].mirror), by result: sent, dropped (mirror_max_in_flight reached or no mirror backend available), skipped (body over retry.body_limit or of unannounced length).",
             mirrors,
         ));
+        let hedges = HedgeResult::ALL
+            .iter()
+            .zip(&self.hedges)
+            .map(|(r, c)| (labels([("result", r.as_str())]), c.load(Ordering::Relaxed)))
+            .collect();
+        out.push(counter(
+            "load_balancer_hedges",
+            "Hedged attempts (C-HEDGE-1), by result: sent (beside an attempt with no response head after hedge_delay), won (its response was the one delivered).",
+            hedges,
+        ));
         out.push(gauge(
             "load_balancer_retry_budget_tokens",
             "Tokens in the process-wide retry budget now.",
@@ -276,6 +288,7 @@ impl Metrics {
             protection: std::array::from_fn(|_| AtomicU64::new(0)),
             rate_decisions: std::array::from_fn(|_| AtomicU64::new(0)),
             mirrors: std::array::from_fn(|_| AtomicU64::new(0)),
+            hedges: std::array::from_fn(|_| AtomicU64::new(0)),
             backends: ArcSwap::from_pointee(BackendTable::default()),
             reloads: std::array::from_fn(|_| AtomicU64::new(0)),
             ops: ops::Ops::new(),
@@ -365,6 +378,15 @@ impl Metrics {
         if let Some(i) = MirrorResult::ALL.iter().position(|r| *r == result) {
             self.mirrors[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Count a hedge sent or won (C-HEDGE-1).
+    pub fn hedge(&self, result: HedgeResult) {
+        let i = match result {
+            HedgeResult::Sent => 0,
+            HedgeResult::Won => 1,
+        };
+        self.hedges[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count a protection event (C-LOAD-3).

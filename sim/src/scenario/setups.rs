@@ -72,6 +72,9 @@ fn base(rng: &mut WyRand, n: usize, policy: PolicyKind) -> Setup {
         // C-RETRY-10: off for some seeds, up to 50 ms doubling to at most 300 ms for others.
         backoff_base: ms(between(rng, 0, 50)),
         backoff_max: ms(between(rng, 50, 300)),
+        // The simulated adapter runs one attempt at a time: no hedging (C-HEDGE-1 is checked
+        // by weir-core's tests and the conformance suite).
+        hedge_delay: Duration::ZERO,
     };
     let gate = GateParams::new(256, Some(64), ms(50)).unwrap_or_default();
     Setup {

@@ -180,8 +180,11 @@ impl World<'_> {
             Output::Metric(Metric::Attempt { result, .. }) => {
                 self.requests[req].last_result = Some(result);
             }
+            // The simulated pools run no hedging (`hedge_delay` 0s): nothing is ever cancelled.
+            Output::Cancel { .. } => {}
             Output::Metric(
                 Metric::Protection(_)
+                | Metric::Hedge(_)
                 | Metric::Circuit { .. }
                 | Metric::QueueWait(_)
                 | Metric::RateDecision(_)

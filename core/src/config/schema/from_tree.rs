@@ -180,6 +180,7 @@ fn read_retry(r: &mut Reader, f: &Field<'_>) -> RetryParams {
         ),
         backoff_base: r.duration(&o.field("backoff_base"), d.backoff_base),
         backoff_max: r.duration(&o.field("backoff_max"), d.backoff_max),
+        hedge_delay: r.duration(&o.field("hedge_delay"), d.hedge_delay),
     };
     o.finish(r);
     v

@@ -173,6 +173,12 @@ pub(crate) const SPANS: &[Span] = &[
         false,
     ),
     span(
+        "server.retry.hedge_delay",
+        (ms(1), "1ms"),
+        (secs(MINUTE), "1m"),
+        true,
+    ),
+    span(
         "server.overload.queue_timeout",
         (ms(0), "0s"),
         (secs(MINUTE), "1m"),
@@ -366,6 +372,7 @@ fn duration(cfg: &Config, path: &str) -> Option<Duration> {
         "server.retry.per_try_timeout" => s.retry.per_try_timeout,
         "server.retry.backoff_base" => s.retry.backoff_base,
         "server.retry.backoff_max" => s.retry.backoff_max,
+        "server.retry.hedge_delay" => s.retry.hedge_delay,
         "server.overload.queue_timeout" => s.overload.queue_timeout,
         "server.tls.handshake_timeout" => s.tls.handshake_timeout,
         "health_check.interval" => h.interval,

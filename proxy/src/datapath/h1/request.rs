@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use http::Method;
 use weir_core::exchange::{
-    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure,
+    Answer, BodyInfo, Delivery, Head, Input, Output, Send, SendBody, SendFailure, Stage,
 };
 use weir_core::flow::BodyEnd;
 use weir_core::h1::{
@@ -47,6 +47,7 @@ use crate::services::snapshot::Bound;
 use crate::services::state::DataPlane;
 use crate::services::upstream::{DownstreamEnds, Target};
 
+mod hedge;
 mod reply;
 mod resend;
 mod to_h2;
@@ -155,6 +156,7 @@ async fn serve_parsed(
         kept: None,
         resend: resend::Resend::default(),
         line: None,
+        held: None,
         timer,
         shutdown,
         ended: None,
@@ -263,6 +265,9 @@ struct Req<'a> {
     /// The access-log line once the engine's record says to log, written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,
+    /// An output a hedged attempt's race took from the engine and left for [`Req::run`]
+    /// (C-HEDGE-1).
+    held: Option<Output>,
     /// The connection's request timer.
     timer: &'a mut rt::TimerSlot,
     shutdown: &'a watch::Receiver<bool>,
@@ -306,6 +311,9 @@ impl Req<'_> {
     /// The next output that is not a side effect (those are performed on the way; a logged
     /// record becomes the pending access-log line).
     fn next(&mut self) -> Option<Output> {
+        if let Some(out) = self.held.take() {
+            return Some(out);
+        }
         let x = self.exchange.as_mut()?;
         while let Some(out) = x.poll_output() {
             // The side effects are matched here, each performed from its own value, rather than
@@ -366,12 +374,20 @@ impl Req<'_> {
                 }
                 Output::BufferBody { .. } => self.buffer(c).await,
                 Output::Mirror(m) => self.mirror(m),
+                // A hedge is run by the race of the attempt it goes beside (C-HEDGE-1).
+                Output::Send(s) if s.hedge => {}
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes),
                     // in place (`take` copied the 180-byte `Up` out to drop it).
                     last = None;
                     last_h2 = None;
-                    if let Err(Gone) = self.send(c, &s, &mut last, &mut last_h2).await {
+                    let sent = if self.races(&s) {
+                        // Boxed: the race's future does not grow the unhedged request's.
+                        Box::pin(self.race(c, &s, &mut last)).await
+                    } else {
+                        self.send(c, &s, &mut last, &mut last_h2).await
+                    };
+                    if let Err(Gone) = sent {
                         return false;
                     }
                 }

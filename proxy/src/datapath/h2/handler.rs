@@ -163,10 +163,13 @@ impl<'a> Io<'a> {
                 value: a.as_str(),
             }),
         };
-        let x = worker::with_rng(|rng| {
+        let mut x = worker::with_rng(|rng| {
             let services = Arc::clone(&data_plane.services);
             Bound::new(data_plane.snapshot.load_full(), services, &head, now, rng)
         });
+        // This path runs one attempt at a time: a request from an HTTP/2 client is not hedged
+        // (docs/retries.md, "Hedging").
+        x.forgo_hedging();
         let rid_value = x
             .request_id_kept()
             .then(|| req.headers().get(&X_REQUEST_ID).cloned())
