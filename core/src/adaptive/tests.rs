@@ -304,3 +304,25 @@ proptest! {
         }
     }
 }
+
+/// C-LOAD-4: every worker feeds the same machine with its own reading of the clock, so an
+/// attempt's end may arrive with a `now` a little older than the last one: it is clamped, never
+/// a panic, and the limit stays within its bounds.
+#[test]
+fn c_load_4_an_older_now_from_another_worker_is_clamped() {
+    let p = params();
+    let t0 = Instant::from_secs(10);
+    let mut m = AdaptiveLimit::new(&p, t0);
+    let later = t0 + Duration::from_millis(5);
+    let answer = |started| Sample {
+        started,
+        signal: Signal::Answer,
+        in_flight: 1,
+    };
+    m.handle_attempt(&p, answer(t0), later);
+    // Another worker read its clock 2 ms earlier.
+    m.handle_attempt(&p, answer(t0), later - Duration::from_millis(2));
+    let _ = m.handle_timeout(&p, t0);
+    let limit = m.limit(&p);
+    assert!((p.min_limit..=p.max_limit).contains(&limit), "{limit}");
+}
