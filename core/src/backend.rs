@@ -273,12 +273,13 @@ impl Backend {
         }
     }
 
-    /// Whether the backend is at its adaptive limit but below `max_concurrent_requests`: the
-    /// adaptive limit, not the static one, keeps it out (C-LOAD-4).
+    /// Whether the backend's adaptive limit is below `max_concurrent_requests`, so that a
+    /// reservation it refused as saturated was refused by the adaptive limit, not the static
+    /// one (C-LOAD-4). Asked after the refusal: it does not read the attempts in flight again,
+    /// which attempts ending on other workers change in between.
     #[must_use]
     pub fn at_adaptive_limit(&self, params: &PoolParams) -> bool {
-        let in_flight = self.in_flight();
-        in_flight < params.max_concurrent_requests && in_flight >= self.slot_limit(params)
+        self.slot_limit(params) < params.max_concurrent_requests
     }
 
     /// Feed one finished attempt to the adaptive machine (C-LOAD-4) and publish its limit.

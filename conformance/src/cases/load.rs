@@ -335,6 +335,8 @@ struct Seen {
     status: u16,
     took: std::time::Duration,
     adaptive_503: bool,
+    /// Any other answer's status, `Retry-After` and body, to say what it was.
+    other: Option<String>,
 }
 
 /// C-LOAD-4: 64 clients against a backend that serves 4 requests at a time (20 ms each) with
@@ -379,11 +381,20 @@ pub async fn c_load_4_adaptive_limit_sheds_and_keeps_latency(bin: Binary) {
                     if r.header("connection").as_deref() == Some("close") {
                         conn = None;
                     }
+                    let other = (r.status != 200 && !adaptive_503).then(|| {
+                        format!(
+                            "{} retry-after {:?}: {}",
+                            r.status,
+                            r.header("retry-after"),
+                            String::from_utf8_lossy(&r.body)
+                        )
+                    });
                     seen.push(Seen {
                         sent,
                         status: r.status,
                         took,
                         adaptive_503,
+                        other,
                     });
                     if r.status == 503 {
                         tokio::time::sleep(ms(50)).await;
@@ -417,11 +428,7 @@ pub async fn c_load_4_adaptive_limit_sheds_and_keeps_latency(bin: Binary) {
     .await;
     let ok = all.iter().filter(|s| s.status == 200).count();
     let shed = all.iter().filter(|s| s.adaptive_503).count();
-    let other: Vec<u16> = all
-        .iter()
-        .filter(|s| s.status != 200 && !s.adaptive_503)
-        .map(|s| s.status)
-        .collect();
+    let other: Vec<&str> = all.iter().filter_map(|s| s.other.as_deref()).collect();
     let mut late: Vec<std::time::Duration> = all
         .iter()
         .filter(|s| s.status == 200 && s.sent >= secs(3))
