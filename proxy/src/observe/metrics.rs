@@ -237,7 +237,7 @@ impl Metrics {
             .collect();
         out.push(counter(
             "load_balancer_hedges",
-            "Hedged attempts (C-HEDGE-1), by result: sent (beside an attempt with no response head after hedge_delay), won (its response was the one delivered).",
+            "Hedged attempts (server.retry.hedge_delay), by result: sent (beside an attempt with no response head after hedge_delay), won (its response was the one delivered).",
             hedges,
         ));
         out.push(gauge(
