@@ -484,15 +484,7 @@ impl Req<'_> {
         last_h2: &mut Option<Box<H2Up>>,
     ) -> Result<(), Gone> {
         let data_plane = self.data_plane;
-        // C-RETRY-10: a retry waits out its backoff first, unless the client leaves.
-        let at = data_plane.clock.deadline(s.at);
-        if at > data_plane.rt.now() {
-            let cap = c.cap();
-            let sleep = data_plane.rt.sleep_until(at);
-            if !or_gone(c, cap, sleep).await {
-                return Err(Gone);
-            }
-        }
+        wait_backoff(data_plane, c, s).await?;
         // The request's snapshot, indexed by the engine's backend index (C-POOL-2).
         let handles = self.exchange().handles(s.backend);
         let Some((target, metrics)) =
@@ -671,4 +663,21 @@ impl Req<'_> {
             c.up_out.extend_from_slice(b);
         }
     }
+}
+
+/// C-RETRY-10: a retry (or a hedge) waits out its backoff until `s.at`, unless the client leaves.
+async fn wait_backoff(
+    data_plane: &DataPlane,
+    c: &mut DownstreamConn,
+    s: &Send,
+) -> Result<(), Gone> {
+    let at = data_plane.clock.deadline(s.at);
+    if at > data_plane.rt.now() {
+        let cap = c.cap();
+        let sleep = data_plane.rt.sleep_until(at);
+        if !or_gone(c, cap, sleep).await {
+            return Err(Gone);
+        }
+    }
+    Ok(())
 }

@@ -122,6 +122,29 @@ struct Conns {
     connecting: usize,
 }
 
+impl Conns {
+    /// What weir-core's `stream_pick` weighs: each live connection's streams in use and its
+    /// limit, and each connection being dialled (no stream yet, but it counts against the bound).
+    fn loads(&self) -> Vec<ConnLoad> {
+        self.list
+            .iter()
+            .filter(|c| c.alive())
+            .map(|c| ConnLoad {
+                streams: u32::try_from(c.shared.in_flight.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                max_streams: u32::try_from(c.shared.max.load(Ordering::Acquire))
+                    .unwrap_or(u32::MAX),
+                accepting: true,
+            })
+            .chain((0..self.connecting).map(|_| ConnLoad {
+                streams: 0,
+                max_streams: 0,
+                accepting: false,
+            }))
+            .collect()
+    }
+}
+
 /// A connection being dialled, counted until it joins the list or fails.
 struct Dialling<'p> {
     pools: &'p H2Pools,
@@ -208,24 +231,7 @@ impl H2Pools {
         conns
             .list
             .retain(|c| c.alive() && c.host_generation == current);
-        let loads: Vec<ConnLoad> = conns
-            .list
-            .iter()
-            .map(|c| ConnLoad {
-                streams: u32::try_from(c.shared.in_flight.load(Ordering::Acquire))
-                    .unwrap_or(u32::MAX),
-                max_streams: u32::try_from(c.shared.max.load(Ordering::Acquire))
-                    .unwrap_or(u32::MAX),
-                accepting: true,
-            })
-            // A connection being dialled takes no stream yet but counts against the bound.
-            .chain((0..conns.connecting).map(|_| ConnLoad {
-                streams: 0,
-                max_streams: 0,
-                accepting: false,
-            }))
-            .collect();
-        match pick(&loads, self.max_conns) {
+        match pick(&conns.loads(), self.max_conns) {
             Pick::Use(i) => match conns.list.get(i) {
                 Some(conn) => Checkout::Stream(conn.tx.clone(), BackendStream::lend(&conn.shared)),
                 None => Checkout::Full,
@@ -415,24 +421,7 @@ impl H2Pools {
         let Some(conns) = map.get(target.pool_key()) else {
             return false;
         };
-        let loads: Vec<ConnLoad> = conns
-            .list
-            .iter()
-            .filter(|c| c.alive())
-            .map(|c| ConnLoad {
-                streams: u32::try_from(c.shared.in_flight.load(Ordering::Acquire))
-                    .unwrap_or(u32::MAX),
-                max_streams: u32::try_from(c.shared.max.load(Ordering::Acquire))
-                    .unwrap_or(u32::MAX),
-                accepting: true,
-            })
-            .chain((0..conns.connecting).map(|_| ConnLoad {
-                streams: 0,
-                max_streams: 0,
-                accepting: false,
-            }))
-            .collect();
-        pick(&loads, self.max_conns) == Pick::Full
+        pick(&conns.loads(), self.max_conns) == Pick::Full
     }
 }
 

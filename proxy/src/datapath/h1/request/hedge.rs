@@ -73,15 +73,7 @@ impl<'a> Req<'a> {
         last: &mut Option<Up>,
     ) -> Result<(), Gone> {
         let data_plane = self.data_plane;
-        // C-RETRY-10: a retry waits out its backoff first, unless the client leaves.
-        let at = data_plane.clock.deadline(s.at);
-        if at > data_plane.rt.now() {
-            let cap = c.cap();
-            let sleep = data_plane.rt.sleep_until(at);
-            if !or_gone(c, cap, sleep).await {
-                return Err(Gone);
-            }
-        }
+        wait_backoff(data_plane, c, s).await?;
         let rctx = ResponseContext {
             head: self.head.is_head(),
             upgrade: self.exchange().upgrade_requested(),
