@@ -29,7 +29,9 @@ use crate::observe::metrics::BackendMetrics;
 use crate::services::upstream::{SendError, Target as UpTarget, UpBody};
 
 /// An attempt's final head, on what carries it: its HTTP/1 connection (with the head's parse)
-/// or its HTTP/2 stream.
+/// or its HTTP/2 stream. The HTTP/1 head is not boxed: it moves into the request's `last` as
+/// it is (the outcome holding it is boxed once, in [`Step`]).
+#[allow(clippy::large_enum_variant)]
 enum Head {
     H1(Up, upstream_conn::Kept),
     H2(Box<H2Up>),
