@@ -3,9 +3,12 @@
 //! `grpc-timeout` it received, when it arrived, and whether and when its stream was reset
 //! (`RST_STREAM` and its error code, read by h2's `poll_reset`) before the answer went out.
 //! A reset stream is not the same as a closed connection: [`SlowBackend::connections`] tells
-//! how many connections it accepted, and a call on a connection that closed reads as
+//! how many HTTP/2 connections it accepted, and a call on a connection that closed reads as
 //! [`Ending::ConnectionLost`]. It answers like a gRPC server: `200`, `content-type:
-//! application/grpc`, one message and the trailers `grpc-status: 0`.
+//! application/grpc`, one message and the trailers `grpc-status: 0`; or, once told
+//! ([`SlowBackend::set_answer`]), with another status and header fields of the case's own
+//! (`503` with `Retry-After`, say). Its delay may be changed as it runs
+//! ([`SlowBackend::set_delay`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,7 +54,9 @@ pub struct SlowCall {
 struct Inner {
     id: String,
     addr: SocketAddr,
-    delay: Duration,
+    delay: Mutex<Duration>,
+    /// The status and extra header fields of each answer.
+    answer: Mutex<(u16, Vec<(String, String)>)>,
     calls: Mutex<Vec<SlowCall>>,
     connections: AtomicUsize,
     accept: Mutex<Option<AbortHandle>>,
@@ -80,7 +85,8 @@ impl SlowBackend {
         let inner = Arc::new(Inner {
             id: id.to_string(),
             addr: listener.local_addr().expect("backend address"),
-            delay,
+            delay: Mutex::new(delay),
+            answer: Mutex::new((200, Vec::new())),
             calls: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
             accept: Mutex::new(None),
@@ -113,17 +119,40 @@ impl SlowBackend {
         lock(&self.inner.calls).clone()
     }
 
-    /// Connections accepted.
+    /// HTTP/2 connections accepted (their handshake done: TCP probes not counted).
     pub fn connections(&self) -> usize {
         self.inner.connections.load(Ordering::SeqCst)
+    }
+
+    /// Calls received.
+    pub fn count(&self) -> usize {
+        lock(&self.inner.calls).len()
+    }
+
+    /// Answer calls arriving from now on after `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        *lock(&self.inner.delay) = delay;
+    }
+
+    /// Answer calls from now on with `status` and the header fields `headers` (besides
+    /// `content-type`); the body and trailers stay as they were.
+    pub fn set_answer(&self, status: u16, headers: &[(&str, &str)]) {
+        *lock(&self.inner.answer) = (
+            status,
+            headers
+                .iter()
+                .map(|(n, v)| ((*n).to_string(), (*v).to_string()))
+                .collect(),
+        );
     }
 }
 
 async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream) {
-    inner.connections.fetch_add(1, Ordering::SeqCst);
+    // A TCP health probe connects and leaves without a preface: not an HTTP/2 connection.
     let Ok(mut conn) = h2::server::handshake(stream).await else {
         return;
     };
+    inner.connections.fetch_add(1, Ordering::SeqCst);
     // Accepting drives the connection: the calls' tasks make progress while this loop runs.
     while let Some(Ok((req, respond))) = conn.accept().await {
         tokio::spawn(call(Arc::clone(&inner), req, respond));
@@ -136,6 +165,7 @@ async fn call(
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
     let received = Instant::now();
+    let delay = *lock(&inner.delay);
     let (parts, mut body) = req.into_parts();
     let index = {
         let mut calls = lock(&inner.calls);
@@ -170,7 +200,7 @@ async fn call(
     };
     let reset = tokio::select! {
         r = std::future::poll_fn(|cx| respond.poll_reset(cx)) => Some(r),
-        () = tokio::time::sleep(inner.delay) => None,
+        () = tokio::time::sleep(delay) => None,
         () = drain => None,
     };
     match reset {
@@ -179,8 +209,18 @@ async fn call(
         None => {}
     }
     let mut head = Response::new(());
+    let (status, extra) = lock(&inner.answer).clone();
+    *head.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
     head.headers_mut()
         .insert("content-type", HeaderValue::from_static("application/grpc"));
+    for (name, value) in &extra {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            head.headers_mut().insert(n, v);
+        }
+    }
     let Ok(mut send) = respond.send_response(head, false) else {
         return set(Ending::ConnectionLost(Instant::now()));
     };

@@ -280,8 +280,6 @@ pub struct Exchange {
     attempts: u32,
     /// The hedge's attempt number, once one was sent (C-HEDGE-1).
     hedge: Option<u32>,
-    /// The adapter can run a hedge beside an attempt (C-HEDGE-1; [`Exchange::forgo_hedging`]).
-    hedging: bool,
     backend: Option<usize>,
     /// How the latest attempt ended, and the status of the latest response head (access log,
     /// circuit transitions).
@@ -368,7 +366,6 @@ impl Exchange {
             recorded: false,
             attempts: 0,
             hedge: None,
-            hedging: true,
             backend: None,
             last_result: None,
             upstream_status: None,
@@ -537,17 +534,8 @@ impl Exchange {
         }
     }
 
-    /// No hedge for this request (C-HEDGE-1): what a data path that cannot run two attempts of
-    /// one request at once calls, before the hedge's time.
-    pub fn forgo_hedging(&mut self) {
-        self.hedging = false;
-        if let Some(flow) = self.flow.as_mut() {
-            flow.forgo_hedge();
-        }
-    }
-
-    /// When a hedge is due (C-HEDGE-1), while one may still be sent: a data path that can run
-    /// two attempts of one request at once runs this one so that it can.
+    /// When a hedge is due (C-HEDGE-1), while one may still be sent: the data path runs the
+    /// attempt so that a hedge can go beside it (every data path can run any two attempts).
     #[must_use]
     pub fn hedge_at(&self) -> Option<Instant> {
         self.flow.as_ref().and_then(Flow::hedge_at)

@@ -449,13 +449,6 @@ impl Flow {
         Action::Hedge(hedge)
     }
 
-    /// No hedge for this request (C-HEDGE-1): for an adapter that cannot run two attempts of
-    /// one request at once.
-    pub fn forgo_hedge(&mut self) {
-        self.hedged = true;
-        self.hedge_at = None;
-    }
-
     /// The attempt the flow gave up while another went on (C-HEDGE-1), once: the adapter ends
     /// its IO, and counts it cancelled when it lost the race.
     pub fn take_cancelled(&mut self) -> Option<Cancelled> {

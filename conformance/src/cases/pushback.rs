@@ -1,6 +1,8 @@
 //! C-RETRY-11, pushback: a backend's `503` with `Retry-After` takes it out of selection for as
 //! long as it asked (delta-seconds or an HTTP-date), capped at `health_check.retry_after_max`,
-//! within the outlier cap; the request is retried on another backend.
+//! within the outlier cap; the request is retried on another backend. The same holds for an
+//! HTTP/2 (`h2c`) backend's `503` and `429`, whose heads reach the engine through the
+//! protocol translation (C-GRPC-1).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -9,6 +11,7 @@ use super::obs::metrics;
 use crate::backend::{Backend, Mode};
 use crate::client::get;
 use crate::config::Config;
+use crate::h2slow::SlowBackend;
 use crate::harness::{Binary, Proxy};
 use crate::util::{eventually, ms, secs};
 
@@ -95,8 +98,13 @@ async fn traffic(p: &Proxy, length: Duration) {
 
 /// The arrival of `bad`'s first request, sending GETs until it has one.
 async fn first_hit(p: &Proxy, bad: &Backend) -> Instant {
+    first_of(p, || bad.requests().first().map(|r| r.at)).await
+}
+
+/// The first arrival `first` reads, sending GETs until there is one.
+async fn first_of(p: &Proxy, first: impl Fn() -> Option<Instant>) -> Instant {
     eventually(secs(10), "a request to reach the pushing backend", || {
-        let first = bad.requests().first().map(|r| r.at);
+        let first = first();
         let addr = p.public;
         async move {
             if first.is_some() {
@@ -235,5 +243,79 @@ pub async fn c_retry_11_pool_of_one_is_never_emptied(bin: Binary) {
     assert!(
         pushbacks(&p, "po-1").is_empty(),
         "the only backend was ejected"
+    );
+}
+
+/// The h2c backends `backends` (probed over TCP: they speak only HTTP/2) as the default pool.
+fn h2c_pool(backends: &[&SlowBackend]) -> Config {
+    let list: Vec<serde_json::Value> = backends
+        .iter()
+        .map(|b| serde_json::json!({"id": b.id(), "url": b.url(), "protocol": "h2c"}))
+        .collect();
+    Config::new(&[])
+        .set("backends", serde_json::Value::Array(list))
+        .set("health_check.mode", "tcp")
+}
+
+/// C-RETRY-11 from an HTTP/2 backend: of three h2c backends, one answers `503` with
+/// `Retry-After: 2`. Its `503` is retried on another backend (the client gets `200`), it gets
+/// no request within 1.5 s and one again by 4 s, and the pushback is logged as 2000 ms.
+pub async fn c_retry_11_h2c_503_with_retry_after_pushes_the_backend_back(bin: Binary) {
+    let bad = SlowBackend::start("hb-1", Duration::ZERO).await;
+    let others = [
+        SlowBackend::start("hb-2", Duration::ZERO).await,
+        SlowBackend::start("hb-3", Duration::ZERO).await,
+    ];
+    bad.set_answer(503, &[("retry-after", "2"), ("content-type", "text/plain")]);
+    let p = Proxy::start(
+        &bin,
+        &h2c_pool(&[&bad, &others[0], &others[1]]).management(),
+    )
+    .await;
+    let t0 = first_of(&p, || bad.calls().first().map(|c| c.received)).await;
+    traffic(&p, secs(4)).await;
+    let hits: Vec<Duration> = bad
+        .calls()
+        .iter()
+        .filter(|c| c.received > t0)
+        .map(|c| c.received - t0)
+        .collect();
+    assert!(
+        hits.iter().all(|d| *d >= ms(1500)),
+        "requests reached the pushed-back h2c backend at {hits:?} after its 503"
+    );
+    assert!(
+        hits.iter().any(|d| *d <= secs(4)),
+        "no request reached it again within 4 s: {hits:?}"
+    );
+    let logged = pushbacks(&p, "hb-1");
+    assert!(
+        logged.contains(&2000),
+        "ejection_ms of the pushbacks: {logged:?}"
+    );
+}
+
+/// C-RETRY-11 from an HTTP/2 backend: an h2c backend's `429` with `Retry-After: 7` reaches the
+/// client five times with its header, from the same `pick_first` backend: never retried, and a
+/// threshold-1 breaker stays closed.
+pub async fn c_retry_11_h2c_backend_429_passes_through_not_retried(bin: Binary) {
+    let a = SlowBackend::start("ht-1", Duration::ZERO).await;
+    let b = SlowBackend::start("ht-2", Duration::ZERO).await;
+    a.set_answer(429, &[("retry-after", "7"), ("content-type", "text/plain")]);
+    let cfg = h2c_pool(&[&a, &b])
+        .policy("pick_first")
+        .set("health_check.failure_threshold", 1);
+    let p = Proxy::start(&bin, &cfg).await;
+    for i in 0..5 {
+        let r = get(p.public, "/t").await;
+        expect_status(&r, 429, &format!("request {i}"));
+        assert_eq!(r.header("retry-after").as_deref(), Some("7"), "request {i}");
+        assert_eq!(r.backend().as_deref(), Some("ht-1"), "request {i}");
+    }
+    assert_eq!(a.count(), 5);
+    assert_eq!(b.count(), 0, "a 429 was retried or opened the circuit");
+    assert!(
+        pushbacks(&p, "ht-1").is_empty(),
+        "a 429 pushed its backend back"
     );
 }

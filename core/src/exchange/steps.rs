@@ -418,11 +418,6 @@ impl Exchange {
             now,
             rng,
         );
-        if !self.hedging
-            && let Some(flow) = self.flow.as_mut()
-        {
-            flow.forgo_hedge();
-        }
         self.apply(action, now, rng);
     }
 

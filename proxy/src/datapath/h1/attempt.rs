@@ -121,27 +121,7 @@ pub(super) async fn attempt(
     last: &mut Option<Up>,
     now: weir_core::Instant,
 ) -> Result<u16, UpError> {
-    let up = &data_plane.upstream;
-    let mut conn = None;
-    while let Some(mut pooled) = upstream_conn::checkout(up, target, now) {
-        if write_all(&mut pooled.io, &c.up_out).await.is_ok() {
-            metrics.upstream_connection(true);
-            conn = Some(pooled);
-            break;
-        }
-    }
-    let mut conn = match conn {
-        Some(conn) => conn,
-        None => {
-            // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
-            let mut fresh = Box::pin(upstream_conn::connect(up, target, side.client)).await?;
-            metrics.upstream_connection(false);
-            write_all(&mut fresh.io, &c.up_out)
-                .await
-                .map_err(UpError::Transport)?;
-            fresh
-        }
-    };
+    let mut conn = send_head(data_plane, target, metrics, &c.up_out, side.client, now).await?;
     // Full duplex: the body is sent while the response head is awaited, so a
     // backend that answers before reading it is answered at once; a body not sent whole by
     // then goes on beside the response ([`Pump`], `deliver`).
@@ -204,6 +184,36 @@ pub(super) async fn attempt(
         }
         conn.buf.consume(info.head_len);
     }
+}
+
+/// Write `bytes` (an attempt's head, and its buffered body if it has one) on a pooled
+/// connection to `target` that takes them, or else on a new one (the `client`'s PROXY header
+/// first, if the backend wants one), counted in `metrics` as reused or opened: the connection.
+/// `now`: when the engine sent the attempt, the time a pooled connection is checked out at.
+/// Both the lone attempt ([`attempt`]) and each attempt of a hedged race (`request::hedge`)
+/// start here.
+pub(super) async fn send_head(
+    data_plane: &DataPlane,
+    target: &Arc<Target>,
+    metrics: &BackendMetrics,
+    bytes: &[u8],
+    client: DownstreamEnds,
+    now: weir_core::Instant,
+) -> Result<UpConn, UpError> {
+    let up = &data_plane.upstream;
+    while let Some(mut pooled) = upstream_conn::checkout(up, target, now) {
+        if write_all(&mut pooled.io, bytes).await.is_ok() {
+            metrics.upstream_connection(true);
+            return Ok(pooled);
+        }
+    }
+    // Boxed: connecting (DNS, TLS) is a large future a pooled attempt never runs.
+    let mut fresh = Box::pin(upstream_conn::connect(up, target, client)).await?;
+    metrics.upstream_connection(false);
+    write_all(&mut fresh.io, bytes)
+        .await
+        .map_err(UpError::Transport)?;
+    Ok(fresh)
 }
 
 /// The upstream's response head, the request body sent meanwhile (`pump`), the client's socket

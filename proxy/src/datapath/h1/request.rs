@@ -383,7 +383,7 @@ impl Req<'_> {
                     last_h2 = None;
                     let sent = if self.races(&s) {
                         // Boxed: the race's future does not grow the unhedged request's.
-                        Box::pin(self.race(c, &s, &mut last)).await
+                        Box::pin(self.race(c, &s, &mut last, &mut last_h2)).await
                     } else {
                         self.send(c, &s, &mut last, &mut last_h2).await
                     };

@@ -11,6 +11,9 @@
 //! spells them ([`strip_hop_by_hop`], [`rewrite_forwarding`]), the upstream URI
 //! ([`upstream_uri`], core's join with a copy-free fast path), and header values.
 //!
+//! Hedging (C-HEDGE-1): an attempt the engine may hedge runs as a race with its hedge
+//! (`hedge`), each attempt on its own backend in its protocol.
+//!
 //! Cancellation: hyper drops this future when the client goes away (C-PATH-9). Its drop guard
 //! feeds the engine `Input::ClientGone` and performs what follows (the attempt counted as
 //! cancelled, the `499` record, a gate slot handed to the next waiter and announced); the
@@ -45,6 +48,8 @@ use crate::datapath::response_body::{Delivered, ResBody};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
 use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
+
+mod hedge;
 
 /// `X-Balancer-Backend-Attempt`.
 const BACKEND_ATTEMPT: HeaderName = HeaderName::from_static(header::BACKEND_ATTEMPT);
@@ -95,6 +100,9 @@ struct Io<'a> {
     /// response body, which writes it at its end; and where its request bytes come from.
     line: Option<Box<PendingLine>>,
     body_bytes: Option<RequestBytes>,
+    /// An output a hedged attempt's race took from the engine and left for [`Io::run`]
+    /// (C-HEDGE-1).
+    held: Option<Output>,
 }
 
 /// The upstream request being prepared, attempt after attempt.
@@ -163,13 +171,10 @@ impl<'a> Io<'a> {
                 value: a.as_str(),
             }),
         };
-        let mut x = worker::with_rng(|rng| {
+        let x = worker::with_rng(|rng| {
             let services = Arc::clone(&data_plane.services);
             Bound::new(data_plane.snapshot.load_full(), services, &head, now, rng)
         });
-        // This path runs one attempt at a time: a request from an HTTP/2 client is not hedged
-        // (docs/retries.md, "Hedging").
-        x.forgo_hedging();
         let rid_value = x
             .request_id_kept()
             .then(|| req.headers().get(&X_REQUEST_ID).cloned())
@@ -188,6 +193,7 @@ impl<'a> Io<'a> {
             }),
             line: None,
             body_bytes: None,
+            held: None,
         }
     }
 
@@ -209,6 +215,9 @@ impl<'a> Io<'a> {
 
     /// The next output that is not a side effect (those are performed on the way).
     fn next(&mut self) -> Option<Output> {
+        if let Some(out) = self.held.take() {
+            return Some(out);
+        }
         let data_plane = &self.ctx.data_plane;
         let request = log_request(&self.method, &self.uri, self.version, self.host.as_ref());
         let x = self.x.as_mut()?;
@@ -245,10 +254,17 @@ impl<'a> Io<'a> {
                 Output::GateWait { ticket } => self.gate_wait(ticket).await,
                 Output::StoreTake { key, bucket } => self.store_take(key, bucket).await,
                 Output::BufferBody { .. } => self.buffer(up).await,
+                // A hedge is run by the race of the attempt it goes beside (C-HEDGE-1).
+                Output::Send(s) if s.hedge => {}
                 Output::Send(s) => {
                     // C-RETRY-6: the previous response is dropped unread (its connection closes).
                     drop(last.take());
-                    last = self.send(s, up).await;
+                    last = if self.races(&s) {
+                        // Boxed: the race's future does not grow the unhedged request's.
+                        Box::pin(self.race(s, up)).await
+                    } else {
+                        self.send(s, up).await
+                    };
                 }
                 Output::Mirror(m) => self.mirror(m, up),
                 Output::Answer(a) => return self.answer(a, guard),
