@@ -64,7 +64,7 @@ ensure_packages() {
 # proxies (weir and weir-smol are built only when they are in the list).
 build_binaries() {
   local pkgs=(-p weir-load) with_weir=0 with_smol=0
-  [[ " ${1:-weir} " == *" weir "* ]] && with_weir=1 && pkgs+=(-p weir-tokio)
+  [[ " ${1:-weir} " == *" weir "* || " ${1:-} " == *" weir-adaptive "* ]] && with_weir=1 && pkgs+=(-p weir-tokio)
   [[ " ${1:-} " == *" weir-smol "* ]] && with_smol=1 && pkgs+=(-p weir-smol)
   if [[ ${NO_BUILD:-0} != 1 ]]; then
     log "cargo build --release ${pkgs[*]}"
@@ -265,13 +265,14 @@ start_proxy() {
   PORT=$(free_ports 1)
   pin=$(pin_prefix "$workers")
   case $name in
-    weir | weir-smol | weir-base)
-      # The same proxy, configuration and flags on its two runtimes (tokio, smol), or another
-      # build of it (weir-base).
+    weir | weir-smol | weir-base | weir-adaptive)
+      # The same proxy, configuration and flags on its two runtimes (tokio, smol), another
+      # build of it (weir-base), or weir with adaptive concurrency on (weir-adaptive).
       local bin=$WEIR_BIN
       [[ $name == weir-smol ]] && bin=$WEIR_SMOL_BIN
       [[ $name == weir-base ]] && bin=$WEIR_BASE_BIN
       write_weir_config "$dir/weir.yaml" "$workers" "$maxconn"
+      [[ $name != weir-adaptive ]] || weir_adaptive_block "$dir/weir.yaml" "$maxconn"
       # An older build rejects keys it does not know (strict config): weir-base runs without
       # the ones added since (WEIR_BASE_DROP, `server.` keys; e8861d1 had no client-connection
       # cap, so it runs uncapped).
@@ -356,6 +357,15 @@ EOF
     printf '  - id: b%d\n    url: http://127.0.0.1:%s\n' $((i + 1)) "${BACKEND_PORTS[$i]}" >>"$1"
     [[ ${GRPC:-0} != 1 ]] || printf '    protocol: h2c\n' >>"$1"
   done
+}
+
+# weir-adaptive: adaptive concurrency on (C-LOAD-4), starting at a limit above the connections
+# the benchmark opens (min_limit = the client-connection cap), so what is measured is the cost of
+# the per-attempt bookkeeping (latency samples, the window's median, the limit's moves), not
+# requests shed while the limit grows from 3 one window at a time.
+weir_adaptive_block() {
+  local file=$1 maxconn=$2
+  sed -i "/^  upstream:$/a\\    adaptive_concurrency:\\n      enabled: true\\n      min_limit: $maxconn" "$file"
 }
 
 # weir's server.tls block when TLS_CERT is set (nothing otherwise).
