@@ -679,25 +679,3 @@ fn header_value(text: Text<'_>) -> Option<HeaderValue> {
         other => other.to_header_value(),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ret_size<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
-    #[test]
-    fn future_sizes() {
-        eprintln!("SIZE handle future {}", ret_size(handle));
-        eprintln!(
-            "SIZE Io {} Outgoing {} Bound {} ResBody {} Last {}",
-            size_of::<Io<'_>>(),
-            size_of::<Outgoing>(),
-            size_of::<Bound>(),
-            size_of::<ResBody>(),
-            size_of::<Last>()
-        );
-    }
-}
