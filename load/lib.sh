@@ -60,6 +60,24 @@ ensure_packages() {
   fi
 }
 
+# h2load (nghttp2-client), installed when missing (load/grpc-bench, SHAPE=grpc load/instructions).
+ensure_h2load() {
+  command -v h2load >/dev/null && return
+  [[ $(id -u) == 0 ]] || die "need root to apt-get install nghttp2-client (h2load)"
+  log "installing nghttp2-client (h2load)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nghttp2-client >/dev/null
+}
+
+# A gRPC request body in file $1: one uncompressed length-prefixed message of $2 bytes.
+write_grpc_message() {
+  local n=$2
+  {
+    printf '%b' "\\x00\\x$(printf %02x $(((n >> 24) & 255)))\\x$(printf %02x $(((n >> 16) & 255)))\\x$(printf %02x $(((n >> 8) & 255)))\\x$(printf %02x $((n & 255)))"
+    head -c "$n" /dev/zero | tr '\0' m
+  } >"$1"
+}
+
 # Builds the release binaries (a no-op when up to date) unless NO_BUILD=1; $1 is the list of
 # proxies (weir and weir-smol are built only when they are in the list).
 build_binaries() {

@@ -57,10 +57,22 @@ pub enum Pick {
 /// doc.
 #[must_use]
 pub fn pick(conns: &[ConnLoad], max_conns: Option<u32>) -> Pick {
-    if let Some(i) = conns.iter().position(ConnLoad::has_room) {
-        return Pick::Use(i);
+    pick_in(conns.iter().copied(), max_conns)
+}
+
+/// [`pick`] over connections described one at a time, in the order they were opened: those
+/// after the first with room are never looked at (the adapter reads each one's counters only
+/// when it gets there, and a backend may have many connections).
+#[must_use]
+pub fn pick_in(conns: impl IntoIterator<Item = ConnLoad>, max_conns: Option<u32>) -> Pick {
+    let mut open = 0;
+    for conn in conns {
+        if conn.has_room() {
+            return Pick::Use(open);
+        }
+        open += 1;
     }
-    if may_open(conns.len(), max_conns) {
+    if may_open(open, max_conns) {
         Pick::Open
     } else {
         Pick::Full

@@ -57,3 +57,25 @@ fn max_conns_per_host_bounds_the_connections() {
     assert!(!may_open(1, Some(1)));
     assert!(may_open(usize::MAX, None));
 }
+
+#[test]
+fn c_grpc_1_pick_in_reads_connections_only_up_to_the_first_with_room() {
+    let first_full = [conn(2, 2, true), conn(0, 2, true)];
+    // Past the connection it picks, the adapter's descriptions are never asked for.
+    let lazy = first_full
+        .iter()
+        .copied()
+        .chain(std::iter::from_fn(|| -> Option<ConnLoad> {
+            panic!("read past the connection picked")
+        }));
+    assert_eq!(pick_in(lazy, None), Pick::Use(1));
+    // With no room anywhere every connection counts against the bound, as `pick` says.
+    for (conns, max) in [
+        (&[][..], None),
+        (&[conn(2, 2, true), conn(1, 2, false)][..], Some(2)),
+        (&[conn(2, 2, true), conn(1, 2, false)][..], Some(3)),
+        (&[conn(0, 1, false)][..], Some(1)),
+    ] {
+        assert_eq!(pick_in(conns.iter().copied(), max), pick(conns, max));
+    }
+}

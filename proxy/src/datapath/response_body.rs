@@ -165,7 +165,7 @@ impl Body for ResBody {
 #[derive(Debug)]
 pub struct Delivered {
     body: Incoming,
-    exchange: Bound,
+    exchange: Box<Bound>,
     conn: Option<Lent>,
     data_plane: Arc<DataPlane>,
     deadline: Option<Deadline>,
@@ -179,7 +179,7 @@ impl Delivered {
     #[must_use]
     pub fn new(
         body: Incoming,
-        exchange: Bound,
+        exchange: Box<Bound>,
         conn: Lent,
         data_plane: Arc<DataPlane>,
     ) -> Delivered {

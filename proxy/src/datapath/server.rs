@@ -185,8 +185,15 @@ async fn serve_h2(
         limits: &limits,
     };
     let (svc_ctx, svc_state) = (Arc::clone(&ctx), Arc::clone(&state));
+    // Each request's future boxed once here: hyper moves the service's future into its stream
+    // future, and that into the spawned task, so unboxed every request copied its whole state
+    // (kilobytes: the exchange, every await's locals) several times before it first ran.
     let svc = service_fn(move |req| {
-        crate::datapath::h2::handler::handle(Arc::clone(&svc_ctx), Arc::clone(&svc_state), req)
+        Box::pin(crate::datapath::h2::handler::handle(
+            Arc::clone(&svc_ctx),
+            Arc::clone(&svc_state),
+            req,
+        ))
     });
     // Boxed: a task's size is that of its largest state, and every connection's task would
     // otherwise carry room for an HTTP/2 session.

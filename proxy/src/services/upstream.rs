@@ -63,6 +63,15 @@ pub use target::{DownstreamEnds, PoolKey, Target};
 use weir_core::config::UpstreamSettings;
 use weir_core::idle_pool::{IdleParams, IdlePool};
 
+/// Mark `value` as one HPACK must not index (a literal "never indexed", RFC 7541 §6.2.3): a
+/// value that is new on every request (the request id, a lowered `grpc-timeout`) would only
+/// evict the entries that do repeat from the dynamic table, and h2's encoder compares a name's
+/// indexed values one by one, so every request would walk all the ids indexed before it. The
+/// value itself is unchanged; HTTP/1 ignores the mark.
+pub fn unindexed(value: &mut http::HeaderValue) {
+    value.set_sensitive(true);
+}
+
 /// Upstream settings the pool acts on (from `server.upstream`).
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {

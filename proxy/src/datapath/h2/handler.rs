@@ -47,7 +47,7 @@ use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::response_body::{Delivered, ResBody};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody};
+use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody, unindexed};
 
 mod hedge;
 
@@ -87,8 +87,9 @@ pub async fn handle(
 /// request: the client left) tells the engine so and performs what follows.
 struct Io<'a> {
     ctx: &'a Arc<DownstreamCtx>,
-    /// `None` once the exchange moved into the response body or a tunnel.
-    x: Option<Bound>,
+    /// `None` once the exchange moved into the response body or a tunnel. Boxed: it moves
+    /// into the response body, and the request's future would otherwise carry and copy it.
+    x: Option<Box<Bound>>,
     method: Method,
     uri: Uri,
     /// `X-Request-ID` as sent on (the client's own value when kept, C-PATH-3).
@@ -173,13 +174,20 @@ impl<'a> Io<'a> {
         };
         let x = worker::with_rng(|rng| {
             let services = Arc::clone(&data_plane.services);
-            Bound::new(data_plane.snapshot.load_full(), services, &head, now, rng)
+            Box::new(Bound::new(
+                data_plane.snapshot.load_full(),
+                services,
+                &head,
+                now,
+                rng,
+            ))
         });
-        let rid_value = x
+        let mut rid_value = x
             .request_id_kept()
             .then(|| req.headers().get(&X_REQUEST_ID).cloned())
             .flatten()
             .unwrap_or_else(|| x.request_id().to_header_value());
+        unindexed(&mut rid_value);
         Io {
             ctx,
             x: Some(x),
@@ -359,7 +367,11 @@ impl<'a> Io<'a> {
         let grpc_timeout = self
             .x()
             .upstream_grpc_timeout(s.at)
-            .and_then(|t| HeaderValue::from_bytes(t.to_bytes().as_bytes()).ok());
+            .and_then(|t| HeaderValue::from_bytes(t.to_bytes().as_bytes()).ok())
+            .map(|mut v| {
+                unindexed(&mut v);
+                v
+            });
         let sent = {
             let make = || {
                 let mut req = request(data_plane, method, uri, &target, &s, up, give);
@@ -599,7 +611,7 @@ fn request(
 /// held until the tunnel closes.
 fn tunnel(
     ctx: &Arc<DownstreamCtx>,
-    mut x: Bound,
+    mut x: Box<Bound>,
     conn: Lent,
     backend_upgrade: hyper::upgrade::OnUpgrade,
     client_upgrade: hyper::upgrade::OnUpgrade,

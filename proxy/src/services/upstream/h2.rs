@@ -37,7 +37,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2;
 
 use event_listener::Event;
-use weir_core::stream_pick::{ConnLoad, Pick, pick};
+use weir_core::stream_pick::{ConnLoad, Pick, pick_in};
 
 use super::body::UpBody;
 use super::error::SendError;
@@ -125,7 +125,7 @@ struct Conns {
 impl Conns {
     /// What weir-core's `stream_pick` weighs: each live connection's streams in use and its
     /// limit, and each connection being dialled (no stream yet, but it counts against the bound).
-    fn loads(&self) -> Vec<ConnLoad> {
+    fn loads(&self) -> impl Iterator<Item = ConnLoad> + '_ {
         self.list
             .iter()
             .filter(|c| c.alive())
@@ -141,7 +141,6 @@ impl Conns {
                 max_streams: 0,
                 accepting: false,
             }))
-            .collect()
     }
 }
 
@@ -231,7 +230,7 @@ impl H2Pools {
         conns
             .list
             .retain(|c| c.alive() && c.host_generation == current);
-        match pick(&conns.loads(), self.max_conns) {
+        match pick_in(conns.loads(), self.max_conns) {
             Pick::Use(i) => match conns.list.get(i) {
                 Some(conn) => Checkout::Stream(conn.tx.clone(), BackendStream::lend(&conn.shared)),
                 None => Checkout::Full,
@@ -421,7 +420,7 @@ impl H2Pools {
         let Some(conns) = map.get(target.pool_key()) else {
             return false;
         };
-        pick(&conns.loads(), self.max_conns) == Pick::Full
+        pick_in(conns.loads(), self.max_conns) == Pick::Full
     }
 }
 

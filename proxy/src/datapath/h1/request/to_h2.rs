@@ -30,7 +30,7 @@ use weir_core::request_id::X_REQUEST_ID;
 use super::*;
 use crate::datapath::h1::relay::{self, BODY_CHUNK, RelayError};
 use crate::datapath::h1::request::resend::Resend;
-use crate::services::upstream::{BoxError, SendError, UpBody};
+use crate::services::upstream::{BoxError, SendError, UpBody, unindexed};
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static(weir_core::grpc::STATUS);
@@ -202,7 +202,8 @@ impl Req<'_> {
         let x = self.exchange();
         strip_hop_by_hop(&mut h, false);
         rewrite_forwarding(&mut h, x.client(), inbound_host.clone(), x.proto());
-        if let Ok(v) = HeaderValue::from_bytes(x.request_id().as_bytes()) {
+        if let Ok(mut v) = HeaderValue::from_bytes(x.request_id().as_bytes()) {
+            unindexed(&mut v);
             h.insert(X_REQUEST_ID, v);
         }
         h.insert(
@@ -211,8 +212,9 @@ impl Req<'_> {
         );
         // C-GRPC-2: what remains of a gRPC call's deadline replaces the client's grpc-timeout.
         if let Some(t) = x.upstream_grpc_timeout(at)
-            && let Ok(v) = HeaderValue::from_bytes(t.to_bytes().as_bytes())
+            && let Ok(mut v) = HeaderValue::from_bytes(t.to_bytes().as_bytes())
         {
+            unindexed(&mut v);
             h.insert(HeaderName::from_static(weir_core::grpc::timeout::NAME), v);
         }
         h.remove(EXPECT);

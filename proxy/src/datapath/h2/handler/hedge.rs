@@ -149,6 +149,9 @@ impl<'a> Io<'a> {
             .upstream_grpc_timeout(s.at)
             .and_then(|t| HeaderValue::from_bytes(t.to_bytes().as_bytes()).ok())
         {
+            // New on every call: kept out of the HPACK table, as the plain attempt's is.
+            let mut v = v;
+            unindexed(&mut v);
             req.headers_mut().insert(GRPC_TIMEOUT, v);
         }
         let client = ctx.downstream_ends();
