@@ -22,7 +22,8 @@
 #   ROUNDS=3           interleaved rounds per workers x connections cell (order rotates per round)
 #   DURATION=5         seconds per wrk run;  WARMUP=2 seconds per proxy after it starts
 #   WRK_THREADS=2      wrk threads
-#   PROXIES="weir weir-smol nginx haproxy"   (also weir-base: WEIR_BASE_BIN, another weir build)
+#   PROXIES="weir weir-smol nginx haproxy"   (also weir-base: WEIR_BASE_BIN, another weir build;
+#                      weir-adaptive: weir with adaptive concurrency on)
 #   PIN=1              pin each proxy to CPUs 0..workers-1 (0: no pinning)
 #   BACKEND_THREADS=1  threads of each backend;  BODY_BYTES=64 response body
 #   NO_BUILD=1         skip `cargo build --release`;  WEIR_BIN, WEIR_LOAD_BIN: other binaries
