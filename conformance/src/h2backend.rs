@@ -13,7 +13,9 @@
 //! with `REFUSED_STREAM` as its HEADERS arrive, before reading any of its body; one started with
 //! [`H2Backend::going_away`] (a hand-built HTTP/2 server, RFC 9113) answers the first HEADERS
 //! frame of each connection with `GOAWAY` whose `last_stream_id` is 0: no stream was processed
-//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]).
+//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]). One started
+//! with [`H2Backend::failing`] answers every call with the `grpc-status` it was given, its
+//! odd-numbered calls trailers-only and the even-numbered ones in trailers after a body (C-OUT-1).
 //!
 //! Health probes are answered apart and not counted as requests: `grpc.health.v1.Health/Check`
 //! with the serving status set by [`H2Backend::set_health`] (`SERVING` at first), and a `GET
@@ -61,6 +63,8 @@ struct Inner {
     hold_until: usize,
     /// Answer trailers-only `grpc-status: 14`.
     unavailable: bool,
+    /// Answer every call with this `grpc-status` (trailers-only, then after a body, in turn).
+    failing: Option<&'static str>,
     /// Reset every stream with `REFUSED_STREAM`.
     refuse: bool,
     /// Streams turned away (refused, or past a `GOAWAY`).
@@ -103,6 +107,11 @@ impl H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Unavailable).await
     }
 
+    /// A backend `id` that answers every call `grpc-status: <code>` (module doc).
+    pub async fn failing(id: &str, code: &'static str) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::Failing(code)).await
+    }
+
     /// A backend `id` that resets every stream with `REFUSED_STREAM` (module doc).
     pub async fn refusing(id: &str) -> H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Refuse).await
@@ -128,6 +137,10 @@ impl H2Backend {
             addr: listener.local_addr().expect("backend address"),
             hold_until,
             unavailable: kind == Kind::Unavailable,
+            failing: match kind {
+                Kind::Failing(code) => Some(code),
+                _ => None,
+            },
             refuse: kind == Kind::Refuse,
             refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -201,6 +214,7 @@ impl H2Backend {
 enum Kind {
     Answer,
     Unavailable,
+    Failing(&'static str),
     Refuse,
     GoAway,
 }
@@ -256,16 +270,20 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 }
                 Err(_) => (Bytes::new(), None),
             };
-            lock(&inner.requests).push(H2Request {
-                path: parts
-                    .uri
-                    .path_and_query()
-                    .map_or_else(String::new, |p| p.as_str().to_string()),
-                version: parts.version,
-                headers: parts.headers,
-                body,
-                trailers,
-            });
+            let nth = {
+                let mut requests = lock(&inner.requests);
+                requests.push(H2Request {
+                    path: parts
+                        .uri
+                        .path_and_query()
+                        .map_or_else(String::new, |p| p.as_str().to_string()),
+                    version: parts.version,
+                    headers: parts.headers,
+                    body,
+                    trailers,
+                });
+                requests.len()
+            };
             let start = tokio::time::Instant::now();
             while inner.in_flight.load(Ordering::SeqCst) < inner.hold_until
                 && inner.max_in_flight.load(Ordering::SeqCst) < inner.hold_until
@@ -275,10 +293,18 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
             }
             drop(all);
             if inner.unavailable {
-                return Ok(unavailable_answer(&inner.id, guard));
+                return Ok(unavailable_answer(&inner.id, "14", guard));
+            }
+            if let Some(code) = inner.failing
+                && nth % 2 == 1
+            {
+                return Ok(unavailable_answer(&inner.id, code, guard));
             }
             let mut trailers = HeaderMap::new();
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            trailers.insert(
+                "grpc-status",
+                HeaderValue::from_static(inner.failing.unwrap_or("0")),
+            );
             trailers.insert("grpc-message", HeaderValue::from_static("ok"));
             let mut resp = Response::new(GrpcBody {
                 data: Some(Bytes::from(format!("backend {}\n", inner.id))),
@@ -341,8 +367,9 @@ async fn go_away(inner: Arc<Inner>, stream: tokio::net::TcpStream) {
     }
 }
 
-/// A trailers-only `UNAVAILABLE`: the status in the head, no body (the head ends the stream).
-fn unavailable_answer(id: &str, guard: InFlight) -> Response<GrpcBody> {
+/// A trailers-only answer with `grpc-status: <code>` (`UNAVAILABLE` for the unavailable
+/// backend): the status in the head, no body (the head ends the stream).
+fn unavailable_answer(id: &str, code: &'static str, guard: InFlight) -> Response<GrpcBody> {
     let mut resp = Response::new(GrpcBody {
         data: None,
         trailers: None,
@@ -350,7 +377,7 @@ fn unavailable_answer(id: &str, guard: InFlight) -> Response<GrpcBody> {
     });
     let h = resp.headers_mut();
     h.insert("content-type", HeaderValue::from_static("application/grpc"));
-    h.insert("grpc-status", HeaderValue::from_static("14"));
+    h.insert("grpc-status", HeaderValue::from_static(code));
     h.insert("grpc-message", HeaderValue::from_static("going%20away"));
     if let Ok(v) = HeaderValue::from_str(id) {
         h.insert("x-test-backend", v);
