@@ -534,7 +534,6 @@ impl Slot {
     /// [`Slot::record`] with the attempt's verdict for outlier detection given apart, since the
     /// two judge differently (a `500` is an answer to the breaker, a failure to outlier
     /// detection, C-OUT-1). Only the first call of either counts.
-
     pub fn record_attempt(
         &mut self,
         outcome: Outcome,
