@@ -13,7 +13,9 @@
 //! with `REFUSED_STREAM` as its HEADERS arrive, before reading any of its body; one started with
 //! [`H2Backend::going_away`] (a hand-built HTTP/2 server, RFC 9113) answers the first HEADERS
 //! frame of each connection with `GOAWAY` whose `last_stream_id` is 0: no stream was processed
-//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]). One started
+//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]), as does one
+//! started with [`H2Backend::refusing_after`], which reads a stream's body past a number of
+//! bytes before it resets the stream with `REFUSED_STREAM`. One started
 //! with [`H2Backend::failing`] answers every call with the `grpc-status` it was given, its
 //! odd-numbered calls trailers-only and the even-numbered ones in trailers after a body (C-OUT-1).
 //!
@@ -67,6 +69,8 @@ struct Inner {
     failing: Option<&'static str>,
     /// Reset every stream with `REFUSED_STREAM`.
     refuse: bool,
+    /// Reset every stream with `REFUSED_STREAM` once more than this much of its body came.
+    refuse_after: Option<usize>,
     /// Streams turned away (refused, or past a `GOAWAY`).
     refused: AtomicUsize,
     in_flight: AtomicUsize,
@@ -112,6 +116,12 @@ impl H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Failing(code)).await
     }
 
+    /// A backend `id` that reads more than `n` bytes of each stream's body, then resets it
+    /// with `REFUSED_STREAM` (module doc).
+    pub async fn refusing_after(id: &str, n: usize) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::RefuseAfter(n)).await
+    }
+
     /// A backend `id` that resets every stream with `REFUSED_STREAM` (module doc).
     pub async fn refusing(id: &str) -> H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Refuse).await
@@ -142,6 +152,10 @@ impl H2Backend {
                 _ => None,
             },
             refuse: kind == Kind::Refuse,
+            refuse_after: match kind {
+                Kind::RefuseAfter(n) => Some(n),
+                _ => None,
+            },
             refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -216,6 +230,7 @@ enum Kind {
     Unavailable,
     Failing(&'static str),
     Refuse,
+    RefuseAfter(usize),
     GoAway,
 }
 
@@ -249,6 +264,18 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
         async move {
             if inner.refuse {
                 // hyper resets the stream with the h2 reason it finds in the service's error.
+                inner.refused.fetch_add(1, Ordering::SeqCst);
+                return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+            }
+            if let Some(n) = inner.refuse_after {
+                let mut body = req.into_body();
+                let mut read = 0;
+                while read <= n {
+                    match body.frame().await {
+                        Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
+                        _ => break,
+                    }
+                }
                 inner.refused.fetch_add(1, Ordering::SeqCst);
                 return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
             }

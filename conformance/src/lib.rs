@@ -253,6 +253,7 @@ macro_rules! __with_cases {
             c_grpc_3_rate_limited_call_is_resource_exhausted,
             c_grpc_3_backend_unavailable_is_retried_on_another_backend,
             c_grpc_3_h2_client_streamed_call_refused_goes_to_another_backend,
+            c_grpc_3_h2_client_call_refused_after_64_kib_is_not_sent_again,
             c_grpc_2_deadline_exceeded_answers_and_resets_the_backend_stream,
             c_grpc_2_client_cancel_resets_the_backend_stream,
             c_grpc_4_not_serving_backend_is_taken_out_until_serving,

@@ -463,11 +463,7 @@ pub async fn c_grpc_3_h2_client_streamed_call_refused_goes_to_another_backend(bi
         .passive_off()
         .set("server.retry.body_limit", 64);
     let p = Proxy::start(&bin, &cfg).await;
-    let stream = connect(p.public, None).await.expect("connect");
-    let (tx, conn) = h2::client::handshake(stream).await.expect("h2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let tx = h2_crate_client(p.public).await;
     let mut sent = Vec::new();
     let mut retried = 0;
     for i in 0..6 {
@@ -475,42 +471,7 @@ pub async fn c_grpc_3_h2_client_streamed_call_refused_goes_to_another_backend(bi
             .map(|k| Bytes::from(format!("call {i} chunk {k};").repeat(60)))
             .collect();
         sent.push(chunks.concat());
-        let req = grpc_request(p.public, "/pkg.Upload/Call")
-            .body(())
-            .expect("request");
-        let mut tx = tx.clone().ready().await.expect("h2 connection ready");
-        let (resp, mut body) = tx.send_request(req, false).expect("h2 call");
-        let feed = tokio::spawn(async move {
-            for (k, c) in chunks.into_iter().enumerate() {
-                if k > 0 {
-                    tokio::time::sleep(crate::util::ms(20)).await;
-                }
-                // The answer may come while the body is still going: a closed stream ends it.
-                if body.send_data(c, k == 7).is_err() {
-                    return;
-                }
-            }
-        });
-        let a = tokio::time::timeout(secs(20), async {
-            let resp = resp.await.expect("h2 answer");
-            let (parts, mut body) = resp.into_parts();
-            let mut data = Vec::new();
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.expect("h2 body");
-                let _ = body.flow_control().release_capacity(chunk.len());
-                data.extend_from_slice(&chunk);
-            }
-            let trailers = body.trailers().await.expect("h2 trailers");
-            Answer {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body: Bytes::from(data),
-                trailers,
-            }
-        })
-        .await
-        .expect("call answered within 20 s");
-        let _ = feed.await;
+        let a = streamed_call(&tx, p.public, chunks).await;
         assert_eq!(a.status, 200, "call {i}: {a:?}");
         assert_eq!(
             header(&a.headers, "x-balancer-backend").as_deref(),
@@ -541,6 +502,105 @@ pub async fn c_grpc_3_h2_client_streamed_call_refused_goes_to_another_backend(bi
         got.len(),
         sent.len()
     );
+}
+
+/// One HTTP/2 (prior knowledge) client connection to `addr` on the `h2` crate.
+async fn h2_crate_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let stream = connect(addr, None).await.expect("connect");
+    let (tx, conn) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx
+}
+
+/// A gRPC-style call on `tx` whose body is `chunks`, sent 20 ms apart, read to its trailers.
+async fn streamed_call(
+    tx: &h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+    chunks: Vec<Bytes>,
+) -> Answer {
+    let req = grpc_request(addr, "/pkg.Upload/Call")
+        .body(())
+        .expect("request");
+    let mut tx = tx.clone().ready().await.expect("h2 connection ready");
+    let (resp, mut body) = tx.send_request(req, false).expect("h2 call");
+    let last = chunks.len().saturating_sub(1);
+    let feed = tokio::spawn(async move {
+        for (k, c) in chunks.into_iter().enumerate() {
+            if k > 0 {
+                tokio::time::sleep(crate::util::ms(20)).await;
+            }
+            // The answer may come while the body is still going: a closed stream ends it.
+            if body.send_data(c, k == last).is_err() {
+                return;
+            }
+        }
+    });
+    let a = tokio::time::timeout(secs(20), async {
+        let resp = resp.await.expect("h2 answer");
+        let (parts, mut body) = resp.into_parts();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("h2 body");
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.expect("h2 trailers");
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: Bytes::from(data),
+            trailers,
+        }
+    })
+    .await
+    .expect("call answered within 20 s");
+    feed.abort();
+    a
+}
+
+/// C-GRPC-3, C-RETRY-9, the bound: a call whose body streams from an HTTP/2 client is refused
+/// (`REFUSED_STREAM`) by a backend that read more than 64 KiB of it first (ten chunks of 10 KiB).
+/// weir kept no more than 64 KiB, so it cannot send the call whole again: the client gets weir's
+/// trailers-only `UNAVAILABLE`, as before the resend buffer existed, and the other backend never
+/// sees a part of such a call; calls that went to the other backend first arrive whole.
+pub async fn c_grpc_3_h2_client_call_refused_after_64_kib_is_not_sent_again(bin: Binary) {
+    let refusing = H2Backend::refusing_after("rb-1", 70_000).await;
+    let good = H2Backend::start("rb-2", None, 0).await;
+    let cfg = h2c_config(&[&refusing, &good])
+        .passive_off()
+        .set("server.retry.body_limit", 64);
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_crate_client(p.public).await;
+    let (mut answered, mut refused) = (Vec::new(), 0);
+    for i in 0..4u8 {
+        let chunks: Vec<Bytes> = (0..10u8)
+            .map(|k| Bytes::from(vec![b'a' + (i * 10 + k) % 26; 10_240]))
+            .collect();
+        let whole = chunks.concat();
+        let a = streamed_call(&tx, p.public, chunks).await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        match header(&a.headers, "x-balancer-backend").as_deref() {
+            Some("rb-2") => answered.push(Bytes::from(whole)),
+            _ => {
+                assert_eq!(
+                    header(&a.headers, "grpc-status").as_deref(),
+                    Some("14"),
+                    "call {i}: weir's UNAVAILABLE: {a:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused >= 1 && refusing.refused() == refused,
+        "refused calls: {refused}, streams the backend refused: {}",
+        refusing.refused()
+    );
+    let got: Vec<Bytes> = good.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(got.len(), answered.len(), "no refused call was sent again");
+    assert!(got == answered, "the answered calls' bodies arrived whole");
 }
 
 /// C-OUT-1: one of three h2c backends answers every call `grpc-status: 13` (`INTERNAL`), every
