@@ -3,7 +3,10 @@
 Three grpcio servers on 127.0.0.1 (h2c), a real weir (or weir-smol) in front, a grpcio client:
 per-call balancing on one channel, the four call shapes, a 4 MiB message, a backend's status with
 its message and trailing metadata, a deadline the backend sees cancelled, a NOT_SERVING backend
-taken out by `health_check.mode: grpc`, weir's own UNAVAILABLE and RESOURCE_EXHAUSTED.
+taken out by `health_check.mode: grpc`, weir's own UNAVAILABLE and RESOURCE_EXHAUSTED. Then TLS on
+both sides (C-GRPC-5): a grpcio client over TLS (ALPN h2) to weir's TLS listener, grpcio servers
+serving TLS as `protocol: h2` backends verified against a CA the test makes (openssl), and a
+backend whose certificate another CA signed getting no call.
 
 Usage: python interop.py PATH_TO_WEIR_BINARY   (scripts/grpc-interop runs it for both binaries)
 """
@@ -16,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from concurrent import futures
 
 import grpc
@@ -45,7 +49,7 @@ def until(what, cond, timeout=20.0):
 class Backend:
     """One grpcio server: `demo.Echo` (Who, Echo in four shapes, Fail, Slow) and the health service."""
 
-    def __init__(self, name):
+    def __init__(self, name, tls=None):
         self.name = name
         self.calls = 0
         self.cancelled_after = []
@@ -64,7 +68,11 @@ class Backend:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.serving(True)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        if tls:
+            creds = grpc.ssl_server_credentials([(open(tls.key, "rb").read(), open(tls.cert, "rb").read())])
+            self.port = self.server.add_secure_port("127.0.0.1:0", creds)
+        else:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
 
     def count(self):
@@ -100,17 +108,21 @@ class Backend:
         return b"late"
 
 
-def weir(binary, backends, extra=""):
+def weir(binary, backends, extra="", server="", mode="grpc", tls=False):
     d = tempfile.mkdtemp(prefix="weir-grpcio-")
     cfg = os.path.join(d, "weir.yaml")
+    scheme, protocol = ("https", "h2") if tls else ("http", "h2c")
     with open(cfg, "w") as f:
         f.write(
             "server:\n  port: \"8080\"\n"
-            "health_check:\n  mode: grpc\n  interval: 300ms\n  timeout: 250ms\n  jitter: 0s\n"
+            + server
+            + f"health_check:\n  mode: {mode}\n  interval: 300ms\n  timeout: 250ms\n  jitter: 0s\n"
             "  failure_threshold: 1\n  slow_start: 0s\n"
             + extra
             + "backends:\n"
-            + "".join(f"  - id: {b.name}\n    url: http://127.0.0.1:{b.port}\n    protocol: h2c\n" for b in backends)
+            + "".join(
+                f"  - id: {b.name}\n    url: {scheme}://127.0.0.1:{b.port}\n    protocol: {protocol}\n" for b in backends
+            )
         )
     ready = os.path.join(d, "ready.json")
     log = open(os.path.join(d, "weir.log"), "w")
@@ -210,10 +222,101 @@ def main(binary):
         p.terminate()
         p.wait()
         rb.server.stop(0)
+    tls_both_sides(binary)
     if failures:
         print(f"grpcio interop: {len(failures)} check(s) failed")
         sys.exit(1)
     print("grpcio interop: all checks passed")
+
+
+class Pki:
+    """A CA and the certificates it signs, made with the openssl command line (P-256 keys)."""
+
+    def __init__(self, d, name):
+        self.d, self.name = d, name
+        self.ca = os.path.join(d, f"{name}-ca.pem")
+        key = os.path.join(d, f"{name}-ca.key")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                "-subj", f"/CN={name} test CA", "-keyout", key, "-out", self.ca,
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        self.ca_key = key
+
+    def leaf(self, cn):
+        """A server certificate for 127.0.0.1 and localhost, signed by this CA."""
+        base = os.path.join(self.d, f"{self.name}-{cn}")
+        leaf = types.SimpleNamespace(cert=base + ".pem", key=base + ".key")
+        csr = base + ".csr"
+        ext = base + ".ext"
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+                    "basicConstraints=critical,CA:FALSE\n")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={cn}",
+                "-keyout", leaf.key, "-out", csr)
+        openssl("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key, "-CAcreateserial",
+                "-days", "2", "-extfile", ext, "-out", leaf.cert)
+        return leaf
+
+
+def openssl(*args):
+    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def tls_both_sides(binary):
+    """C-GRPC-5 with grpcio on both sides: TLS from the client to weir and from weir to backends."""
+    d = tempfile.mkdtemp(prefix="weir-grpcio-pki-")
+    ours, theirs = Pki(d, "ours"), Pki(d, "theirs")
+    listener = ours.leaf("weir")
+    bs = [Backend(f"t{i}", tls=ours.leaf(f"t{i}")) for i in (1, 2, 3)]
+    rogue = Backend("rogue", tls=theirs.leaf("rogue"))
+    server = (
+        f"  tls:\n    certificates:\n      - cert_file: {listener.cert}\n        key_file: {listener.key}\n"
+        f"  upstream:\n    tls_ca_file: {ours.ca}\n"
+    )
+    creds = grpc.ssl_channel_credentials(root_certificates=open(ours.ca, "rb").read())
+    # `tcp` probes: the rogue backend accepts connections, so only its certificate can keep
+    # calls from it.
+    p, addr, log = weir(binary, bs + [rogue], server=server, mode="tcp", tls=True)
+    try:
+        ch = grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override", "localhost")])
+        who = ch.unary_unary("/demo.Echo/Who")
+        until("every TLS backend serving through weir's TLS listener", lambda: try_call(who))
+        got = dict(collections.Counter(who(b"", timeout=5).decode() for _ in range(30)))
+        check(
+            sorted(got) == ["t1", "t2", "t3"] and sum(got.values()) == 30 and min(got.values()) >= 7,
+            f"TLS both sides: 30 unary calls on one channel spread over the three h2 backends: {got}",
+        )
+        echoed = list(ch.stream_stream("/demo.Echo/Bidi")(iter([b"a", b"b", b"c"]), timeout=5))
+        check(echoed == [b"A", b"B", b"C"], f"TLS both sides: bidi streaming: {echoed}")
+        check(rogue.calls == 0, f"the backend whose certificate another CA signed got no call: {rogue.calls}")
+    finally:
+        p.terminate()
+        p.wait()
+    if failures:
+        print(open(log).read()[-4000:])
+
+    p, addr, log = weir(binary, [rogue], server=server, mode="tcp", tls=True)
+    try:
+        ch = grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override", "localhost")])
+        t0 = time.monotonic()
+        try:
+            ch.unary_unary("/demo.Echo/Who")(b"", timeout=5)
+            check(False, "UNAVAILABLE expected from the rogue backend alone")
+        except grpc.RpcError as e:
+            took = time.monotonic() - t0
+            check(
+                e.code() == grpc.StatusCode.UNAVAILABLE and "request id" in e.details() and took < 2.0,
+                f"a backend whose certificate another CA signed: {e.code()} {e.details()!r} in {took:.2f} s",
+            )
+        check(rogue.calls == 0, f"the rogue backend alone got no call: {rogue.calls}")
+        until("weir's upstream_tls_failed warning", lambda: "upstream_tls_failed" in open(log).read(), timeout=5)
+        check(True, "weir logged upstream_tls_failed for the rogue backend")
+    finally:
+        p.terminate()
+        p.wait()
+        for b in bs + [rogue]:
+            b.server.stop(0)
+    if failures:
+        print(open(log).read()[-4000:])
 
 
 def try_call(who):

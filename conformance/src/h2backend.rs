@@ -13,7 +13,11 @@
 //! with `REFUSED_STREAM` as its HEADERS arrive, before reading any of its body; one started with
 //! [`H2Backend::going_away`] (a hand-built HTTP/2 server, RFC 9113) answers the first HEADERS
 //! frame of each connection with `GOAWAY` whose `last_stream_id` is 0: no stream was processed
-//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]).
+//! (C-RETRY-9). Both count the streams they turned away ([`H2Backend::refused`]), as does one
+//! started with [`H2Backend::refusing_after`], which reads a stream's body past a number of
+//! bytes before it resets the stream with `REFUSED_STREAM`. One started
+//! with [`H2Backend::failing`] answers every call with the `grpc-status` it was given, its
+//! odd-numbered calls trailers-only and the even-numbered ones in trailers after a body (C-OUT-1).
 //!
 //! Health probes are answered apart and not counted as requests: `grpc.health.v1.Health/Check`
 //! with the serving status set by [`H2Backend::set_health`] (`SERVING` at first), and a `GET
@@ -61,8 +65,12 @@ struct Inner {
     hold_until: usize,
     /// Answer trailers-only `grpc-status: 14`.
     unavailable: bool,
+    /// Answer every call with this `grpc-status` (trailers-only, then after a body, in turn).
+    failing: Option<&'static str>,
     /// Reset every stream with `REFUSED_STREAM`.
     refuse: bool,
+    /// Reset every stream with `REFUSED_STREAM` once more than this much of its body came.
+    refuse_after: Option<usize>,
     /// Streams turned away (refused, or past a `GOAWAY`).
     refused: AtomicUsize,
     in_flight: AtomicUsize,
@@ -103,6 +111,17 @@ impl H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Unavailable).await
     }
 
+    /// A backend `id` that answers every call `grpc-status: <code>` (module doc).
+    pub async fn failing(id: &str, code: &'static str) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::Failing(code)).await
+    }
+
+    /// A backend `id` that reads more than `n` bytes of each stream's body, then resets it
+    /// with `REFUSED_STREAM` (module doc).
+    pub async fn refusing_after(id: &str, n: usize) -> H2Backend {
+        H2Backend::start_with(id, None, 0, Kind::RefuseAfter(n)).await
+    }
+
     /// A backend `id` that resets every stream with `REFUSED_STREAM` (module doc).
     pub async fn refusing(id: &str) -> H2Backend {
         H2Backend::start_with(id, None, 0, Kind::Refuse).await
@@ -128,7 +147,15 @@ impl H2Backend {
             addr: listener.local_addr().expect("backend address"),
             hold_until,
             unavailable: kind == Kind::Unavailable,
+            failing: match kind {
+                Kind::Failing(code) => Some(code),
+                _ => None,
+            },
             refuse: kind == Kind::Refuse,
+            refuse_after: match kind {
+                Kind::RefuseAfter(n) => Some(n),
+                _ => None,
+            },
             refused: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -201,7 +228,9 @@ impl H2Backend {
 enum Kind {
     Answer,
     Unavailable,
+    Failing(&'static str),
     Refuse,
+    RefuseAfter(usize),
     GoAway,
 }
 
@@ -238,6 +267,18 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 inner.refused.fetch_add(1, Ordering::SeqCst);
                 return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
             }
+            if let Some(n) = inner.refuse_after {
+                let mut body = req.into_body();
+                let mut read = 0;
+                while read <= n {
+                    match body.frame().await {
+                        Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
+                        _ => break,
+                    }
+                }
+                inner.refused.fetch_add(1, Ordering::SeqCst);
+                return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+            }
             let req = match answer_probe(&inner, req).await {
                 Ok(resp) => return Ok(resp),
                 Err(req) => req,
@@ -256,16 +297,20 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
                 }
                 Err(_) => (Bytes::new(), None),
             };
-            lock(&inner.requests).push(H2Request {
-                path: parts
-                    .uri
-                    .path_and_query()
-                    .map_or_else(String::new, |p| p.as_str().to_string()),
-                version: parts.version,
-                headers: parts.headers,
-                body,
-                trailers,
-            });
+            let nth = {
+                let mut requests = lock(&inner.requests);
+                requests.push(H2Request {
+                    path: parts
+                        .uri
+                        .path_and_query()
+                        .map_or_else(String::new, |p| p.as_str().to_string()),
+                    version: parts.version,
+                    headers: parts.headers,
+                    body,
+                    trailers,
+                });
+                requests.len()
+            };
             let start = tokio::time::Instant::now();
             while inner.in_flight.load(Ordering::SeqCst) < inner.hold_until
                 && inner.max_in_flight.load(Ordering::SeqCst) < inner.hold_until
@@ -275,10 +320,18 @@ async fn serve(inner: Arc<Inner>, stream: tokio::net::TcpStream, max_streams: Op
             }
             drop(all);
             if inner.unavailable {
-                return Ok(unavailable_answer(&inner.id, guard));
+                return Ok(unavailable_answer(&inner.id, "14", guard));
+            }
+            if let Some(code) = inner.failing
+                && nth % 2 == 1
+            {
+                return Ok(unavailable_answer(&inner.id, code, guard));
             }
             let mut trailers = HeaderMap::new();
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            trailers.insert(
+                "grpc-status",
+                HeaderValue::from_static(inner.failing.unwrap_or("0")),
+            );
             trailers.insert("grpc-message", HeaderValue::from_static("ok"));
             let mut resp = Response::new(GrpcBody {
                 data: Some(Bytes::from(format!("backend {}\n", inner.id))),
@@ -341,8 +394,9 @@ async fn go_away(inner: Arc<Inner>, stream: tokio::net::TcpStream) {
     }
 }
 
-/// A trailers-only `UNAVAILABLE`: the status in the head, no body (the head ends the stream).
-fn unavailable_answer(id: &str, guard: InFlight) -> Response<GrpcBody> {
+/// A trailers-only answer with `grpc-status: <code>` (`UNAVAILABLE` for the unavailable
+/// backend): the status in the head, no body (the head ends the stream).
+fn unavailable_answer(id: &str, code: &'static str, guard: InFlight) -> Response<GrpcBody> {
     let mut resp = Response::new(GrpcBody {
         data: None,
         trailers: None,
@@ -350,7 +404,7 @@ fn unavailable_answer(id: &str, guard: InFlight) -> Response<GrpcBody> {
     });
     let h = resp.headers_mut();
     h.insert("content-type", HeaderValue::from_static("application/grpc"));
-    h.insert("grpc-status", HeaderValue::from_static("14"));
+    h.insert("grpc-status", HeaderValue::from_static(code));
     h.insert("grpc-message", HeaderValue::from_static("going%20away"));
     if let Ok(v) = HeaderValue::from_str(id) {
         h.insert("x-test-backend", v);

@@ -522,6 +522,15 @@ impl Slot {
         self.backend.sample(&params.adaptive, sample, now);
     }
 
+    /// A late outlier failure of this slot's attempt, recorded good at its head: its gRPC
+    /// status, seen when the body ended, is a failure (C-OUT-1). Outlier detection only: the
+    /// breaker and passive failures keep the head's judgment.
+    pub fn record_late_failure(&self, params: &PoolParams) {
+        if self.recorded && params.outlier.enabled {
+            self.backend.outlier.record_late_failure();
+        }
+    }
+
     /// [`Slot::record`] with the attempt's verdict for outlier detection given apart, since the
     /// two judge differently (a `500` is an answer to the breaker, a failure to outlier
     /// detection, C-OUT-1). Only the first call of either counts.

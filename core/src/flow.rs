@@ -161,6 +161,9 @@ pub struct Flow {
     transition: Option<(usize, Transition)>,
     /// The outlier ejections and returns this request's start judged (C-OUT-1), until taken.
     outliers: Option<Vec<OutlierEvent>>,
+    /// The delivered head was judged good for outlier detection, so a failing gRPC status at
+    /// the body's end may still count against its backend, once (C-OUT-1).
+    late_judged: bool,
 }
 
 impl Flow {
@@ -217,6 +220,7 @@ impl Flow {
             now,
             transition: None,
             outliers: None,
+            late_judged: false,
         });
         if let Some(bulkhead) = &bulkhead {
             match Bulkhead::try_acquire(bulkhead) {
@@ -283,6 +287,8 @@ impl Flow {
             Err(stopped) => stopped,
         };
         self.phase = Phase::Streaming;
+        // A trailers-only `UNAVAILABLE` came as the `503` it stands for: already a failure.
+        self.late_judged = Verdict::of_status(status) == Verdict::Good;
         if let Some(current) = &mut self.current {
             // The header deadline no longer applies: a started body is never cut (C-RETRY-5).
             current.header_deadline = Instant::MAX;
@@ -465,6 +471,23 @@ impl Flow {
             self.finish();
         }
         Action::Nothing
+    }
+
+    /// The delivered response's gRPC status `code` (C-OUT-1), as the adapter saw it when the
+    /// body ended: in the trailers after the body, or in a trailers-only head. A failing one
+    /// ([`Verdict::of_grpc_status`]) counts against the backend for outlier detection, once,
+    /// unless its head already did (a trailers-only `UNAVAILABLE`, judged as a `503`). Retries
+    /// and the breaker keep the head's judgment: the answer already went to the client.
+    pub fn handle_grpc_status(&mut self, code: u8) {
+        if self.phase != Phase::Streaming || !self.late_judged {
+            return;
+        }
+        self.late_judged = false;
+        if Verdict::of_grpc_status(code) == Verdict::Failed
+            && let Some(current) = &self.current
+        {
+            current.slot.record_late_failure(self.pool.params());
+        }
     }
 
     /// Dispatch one plain-data event to its `handle_*` method.

@@ -277,7 +277,8 @@ impl EjectReason {
 pub enum Verdict {
     /// An answer that is not a failure.
     Good,
-    /// Any `5xx` (500 included), a transport error, a per-try timeout.
+    /// Any `5xx` (500 included), a transport error, a per-try timeout, a gRPC status
+    /// `UNAVAILABLE`, `INTERNAL`, `UNKNOWN` or `DATA_LOSS` ([`Verdict::of_grpc_status`]).
     Failed,
     /// Says nothing about the backend (a client that left); not counted.
     Ignored,
@@ -293,8 +294,24 @@ impl Verdict {
             Verdict::Good
         }
     }
+
+    /// The verdict of a gRPC call's `grpc-status` `code` (C-OUT-1): `UNKNOWN` (2), `INTERNAL`
+    /// (13), `UNAVAILABLE` (14) and `DATA_LOSS` (15) say the server broke, as gRPC's own
+    /// outlier detection and Envoy's gRPC classification read them; every other code is an
+    /// answer (`NOT_FOUND`, `INVALID_ARGUMENT`, `DEADLINE_EXCEEDED` the client chose, ...).
+    /// Outlier detection only: retries and the breaker judge a trailers-only `UNAVAILABLE`
+    /// alone (C-GRPC-3).
+    #[must_use]
+    pub const fn of_grpc_status(code: u8) -> Verdict {
+        match code {
+            2 | 13 | 14 | 15 => Verdict::Failed,
+            _ => Verdict::Good,
+        }
+    }
 }
 
+/// One failure, added to an attempt already counted ([`OutlierCell::record_late_failure`]).
+const FAILURE: u64 = 1;
 /// One failure and one attempt, added at once.
 const FAILED_ATTEMPT: u64 = (1 << 32) | 1;
 /// One attempt.
@@ -349,6 +366,15 @@ impl OutlierCell {
         };
         // Wrapping is harmless: an interval never sees 2^32 attempts on one backend.
         self.counts.fetch_add(add, Ordering::Relaxed);
+    }
+
+    /// Count one more failure for an attempt already counted as good: a gRPC call whose status
+    /// came after its head (in trailers, or a trailers-only head the engine judged by its
+    /// HTTP status) and is a failure ([`Verdict::of_grpc_status`]). A single `fetch_add`;
+    /// should the interval have ended in between, the failure lands in the next one, and the
+    /// judge never counts more failures than attempts ([`OutlierCell::stat`]).
+    pub fn record_late_failure(&self) {
+        self.counts.fetch_add(FAILURE, Ordering::Relaxed);
     }
 
     /// Whether the backend is ejected at `now`: one load.
@@ -442,7 +468,8 @@ impl OutlierCell {
         let (attempts, failures) = self.take();
         HostStat {
             attempts,
-            failures,
+            // A late failure whose attempt was counted in the interval before.
+            failures: failures.min(attempts),
             ejected: self.is_ejected(now),
             serving,
         }

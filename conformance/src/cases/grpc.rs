@@ -450,3 +450,213 @@ pub async fn c_grpc_3_backend_unavailable_is_retried_on_another_backend(bin: Bin
         Some("bad")
     );
 }
+
+/// C-GRPC-3, C-RETRY-9: a call whose body streams from an HTTP/2 client (the `h2` crate sends
+/// it in eight chunks, 20 ms apart; `POST` not in `retry.methods` and the body over
+/// `body_limit`: never replayable) is refused with `REFUSED_STREAM` by the first backend it
+/// goes to, before that backend read its body: weir keeps what it handed to the refused stream
+/// and sends the call to the other backend, which gets the whole body once and answers.
+pub async fn c_grpc_3_h2_client_streamed_call_refused_goes_to_another_backend(bin: Binary) {
+    let refusing = H2Backend::refusing("rs-1").await;
+    let good = H2Backend::start("rs-2", None, 0).await;
+    let cfg = h2c_config(&[&refusing, &good])
+        .passive_off()
+        .set("server.retry.body_limit", 64);
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_crate_client(p.public).await;
+    let mut sent = Vec::new();
+    let mut retried = 0;
+    for i in 0..6 {
+        let chunks: Vec<Bytes> = (0..8)
+            .map(|k| Bytes::from(format!("call {i} chunk {k};").repeat(60)))
+            .collect();
+        sent.push(chunks.concat());
+        let a = streamed_call(&tx, p.public, chunks).await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        assert_eq!(
+            header(&a.headers, "x-balancer-backend").as_deref(),
+            Some("rs-2"),
+            "call {i}: {a:?}"
+        );
+        let trailers = a.trailers.as_ref().expect("the backend's trailers");
+        assert_eq!(
+            header(trailers, "grpc-status").as_deref(),
+            Some("0"),
+            "call {i}"
+        );
+        if header(&a.headers, "x-balancer-attempts").as_deref() == Some("2") {
+            retried += 1;
+        }
+    }
+    assert!(
+        retried >= 1 && refusing.refused() >= 1,
+        "no call was refused: retried {retried}, refused {}",
+        refusing.refused()
+    );
+    let mut got: Vec<Bytes> = good.requests().into_iter().map(|r| r.body).collect();
+    got.sort();
+    sent.sort();
+    assert!(
+        got == sent,
+        "every body arrived whole, once, at the backend that answered: {} of {}",
+        got.len(),
+        sent.len()
+    );
+}
+
+/// One HTTP/2 (prior knowledge) client connection to `addr` on the `h2` crate.
+async fn h2_crate_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let stream = connect(addr, None).await.expect("connect");
+    let (tx, conn) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx
+}
+
+/// A gRPC-style call on `tx` whose body is `chunks`, sent 20 ms apart, read to its trailers.
+async fn streamed_call(
+    tx: &h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+    chunks: Vec<Bytes>,
+) -> Answer {
+    let req = grpc_request(addr, "/pkg.Upload/Call")
+        .body(())
+        .expect("request");
+    let mut tx = tx.clone().ready().await.expect("h2 connection ready");
+    let (resp, mut body) = tx.send_request(req, false).expect("h2 call");
+    let last = chunks.len().saturating_sub(1);
+    let feed = tokio::spawn(async move {
+        for (k, c) in chunks.into_iter().enumerate() {
+            if k > 0 {
+                tokio::time::sleep(crate::util::ms(20)).await;
+            }
+            // The answer may come while the body is still going: a closed stream ends it.
+            if body.send_data(c, k == last).is_err() {
+                return;
+            }
+        }
+    });
+    let a = tokio::time::timeout(secs(20), async {
+        let resp = resp.await.expect("h2 answer");
+        let (parts, mut body) = resp.into_parts();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("h2 body");
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.expect("h2 trailers");
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: Bytes::from(data),
+            trailers,
+        }
+    })
+    .await
+    .expect("call answered within 20 s");
+    feed.abort();
+    a
+}
+
+/// C-GRPC-3, C-RETRY-9, the bound: a call whose body streams from an HTTP/2 client is refused
+/// (`REFUSED_STREAM`) by a backend that read more than 64 KiB of it first (ten chunks of 10 KiB).
+/// weir kept no more than 64 KiB, so it cannot send the call whole again: the client gets weir's
+/// trailers-only `UNAVAILABLE`, as before the resend buffer existed, and the other backend never
+/// sees a part of such a call; calls that went to the other backend first arrive whole.
+pub async fn c_grpc_3_h2_client_call_refused_after_64_kib_is_not_sent_again(bin: Binary) {
+    let refusing = H2Backend::refusing_after("rb-1", 70_000).await;
+    let good = H2Backend::start("rb-2", None, 0).await;
+    let cfg = h2c_config(&[&refusing, &good])
+        .passive_off()
+        .set("server.retry.body_limit", 64);
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_crate_client(p.public).await;
+    let (mut answered, mut refused) = (Vec::new(), 0);
+    for i in 0..4u8 {
+        let chunks: Vec<Bytes> = (0..10u8)
+            .map(|k| Bytes::from(vec![b'a' + (i * 10 + k) % 26; 10_240]))
+            .collect();
+        let whole = chunks.concat();
+        let a = streamed_call(&tx, p.public, chunks).await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        match header(&a.headers, "x-balancer-backend").as_deref() {
+            Some("rb-2") => answered.push(Bytes::from(whole)),
+            _ => {
+                assert_eq!(
+                    header(&a.headers, "grpc-status").as_deref(),
+                    Some("14"),
+                    "call {i}: weir's UNAVAILABLE: {a:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused >= 1 && refusing.refused() == refused,
+        "refused calls: {refused}, streams the backend refused: {}",
+        refusing.refused()
+    );
+    let got: Vec<Bytes> = good.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(got.len(), answered.len(), "no refused call was sent again");
+    assert!(got == answered, "the answered calls' bodies arrived whole");
+}
+
+/// C-OUT-1: one of three h2c backends answers every call `grpc-status: 13` (`INTERNAL`), every
+/// other one trailers-only and the rest in trailers after a body: the `200` heads are answers
+/// to retries and the breaker, but the status is a failure to outlier detection, so the
+/// backend is ejected once an interval (1 s) judged it, and then gets none of the next 30
+/// calls.
+pub async fn c_out_1_backend_answering_grpc_internal_is_ejected(bin: Binary) {
+    let bad = H2Backend::failing("oi-1", "13").await;
+    let good = [
+        H2Backend::start("oi-2", None, 0).await,
+        H2Backend::start("oi-3", None, 0).await,
+    ];
+    let cfg = h2c_config(&[&bad, &good[0], &good[1]])
+        .set("server.retry.max_attempts", 1)
+        .set("health_check.outlier.interval", "1s")
+        .set("health_check.outlier.failure_percentage_request_volume", 5)
+        .set("health_check.outlier.base_ejection_time", "30s");
+    let p = Proxy::start(&bin, &cfg).await;
+    let tx = h2_client(p.public).await;
+    let ejected = |p: &Proxy| {
+        p.logs()
+            .stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["fields"]["event"] == "outlier_ejected" && v["fields"]["backend"] == "oi-1")
+    };
+    eventually(secs(30), "oi-1's outlier_ejected line", || {
+        let found = ejected(&p);
+        let (tx, addr) = (tx.clone(), p.public);
+        async move {
+            if found {
+                return Some(());
+            }
+            let a = call(tx, addr, "/pkg.Echo/Call").await;
+            assert_eq!(a.status, 200, "{a:?}");
+            tokio::time::sleep(crate::util::ms(5)).await;
+            None
+        }
+    })
+    .await;
+    let internal = bad.count();
+    assert!(
+        internal >= 5,
+        "oi-1 answered {internal} calls before its ejection"
+    );
+    let mut to_bad = 0;
+    for i in 0..30 {
+        let a = call(tx.clone(), p.public, "/pkg.Echo/Call").await;
+        assert_eq!(a.status, 200, "call {i}: {a:?}");
+        if header(&a.headers, "x-balancer-backend").as_deref() == Some("oi-1") {
+            to_bad += 1;
+        }
+    }
+    assert_eq!(
+        to_bad, 0,
+        "{to_bad} of 30 calls went to the ejected backend"
+    );
+}

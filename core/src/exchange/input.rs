@@ -153,6 +153,10 @@ pub enum Input {
     TargetTooLong,
     /// The delivered response's body ended (or the upgraded connection closed, C-PATH-8).
     BodyEnd(BodyEnd),
+    /// The delivered response's `grpc-status` ([`crate::grpc::status_code`]), in its trailers
+    /// or its trailers-only head; fed just before [`Input::BodyEnd`]. A failing status counts
+    /// for outlier detection alone (C-OUT-1).
+    GrpcStatus(u8),
     /// The client went away (C-PATH-9, C-LOAD-1: a queued client leaves the queue at once).
     ClientGone,
 }

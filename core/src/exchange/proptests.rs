@@ -171,6 +171,7 @@ fn input() -> impl Strategy<Value = Input> {
         Just(Input::TargetTooLong),
         prop::sample::select(vec![BodyEnd::Complete, BodyEnd::Error, BodyEnd::ClientGone])
             .prop_map(Input::BodyEnd),
+        (0u8..17).prop_map(Input::GrpcStatus),
         Just(Input::ClientGone),
     ]
 }

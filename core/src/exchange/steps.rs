@@ -151,6 +151,11 @@ impl Exchange {
                 self.answer(Answer::Client(ClientError::TargetTooLong), now, rng);
             }
             (Stage::Streaming { .. }, Input::BodyEnd(end)) => self.body_ended(end, now),
+            (Stage::Streaming { .. }, Input::GrpcStatus(code)) => {
+                if let Some(flow) = self.flow.as_mut() {
+                    flow.handle_grpc_status(code);
+                }
+            }
             (Stage::Streaming { deadline }, Input::Timeout) if due(deadline) => {
                 self.outbox.push(Output::AbortBody);
                 self.body_ended(BodyEnd::Error, now);

@@ -1318,6 +1318,57 @@ fn c_grpc_3_a_trailers_only_unavailable_is_retried_as_a_503_and_delivered_as_it_
     assert_eq!(record(&out).attempts, 2);
 }
 
+#[test]
+fn c_out_1_a_failing_grpc_status_at_the_body_end_counts_for_outlier_detection_alone() {
+    // (grpc-status fed, head judged a failure already, failures counted after the call)
+    let cases = [
+        (Some(13), false, 1),
+        (Some(2), false, 1),
+        (Some(15), false, 1),
+        (Some(14), false, 1),
+        (Some(0), false, 0),
+        (Some(5), false, 0),
+        (None, false, 0),
+        // A trailers-only UNAVAILABLE was judged a `503` at its head: counted once.
+        (Some(14), true, 1),
+    ];
+    for (code, unavailable_head, failures) in cases {
+        let mut f = Fixture::new(TWO, StorageKind::Local);
+        // A POST: not retried, so even the UNAVAILABLE head is delivered.
+        let req = Req::get("/pkg.Svc/Call").with(Method::POST, BodyInfo::Empty);
+        let (mut x, out) = f.start(&req, T0);
+        let s = send(&out);
+        let head = if unavailable_head {
+            Input::UnavailableHead { status: 200 }
+        } else {
+            Input::ResponseHead { status: 200 }
+        };
+        let out = f.feed(&mut x, head, at(10));
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Deliver(_))),
+            "{out:?}"
+        );
+        if let Some(code) = code {
+            f.feed(&mut x, Input::GrpcStatus(code), at(20));
+            // Only once, however often it is fed.
+            f.feed(&mut x, Input::GrpcStatus(code), at(21));
+        }
+        f.feed(&mut x, Input::BodyEnd(BodyEnd::Complete), at(30));
+        let (_, b) = f.rt.backends().nth(s.backend).expect("the backend");
+        assert_eq!(
+            b.outlier().peek(),
+            (1, failures),
+            "{code:?} (trailers-only unavailable: {unavailable_head})"
+        );
+        let breaker = if unavailable_head { 1 } else { 0 };
+        assert_eq!(
+            b.passive_failures(),
+            breaker,
+            "{code:?}: the breaker keeps the head's judgment"
+        );
+    }
+}
+
 /// A gRPC call with `grpc-timeout: <timeout>`.
 fn grpc_call(timeout: &'static str) -> Req {
     Req::get("/pkg.Svc/Call")

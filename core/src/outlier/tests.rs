@@ -136,6 +136,28 @@ fn c_out_2_ejection_ends_and_the_multiplier_grows_then_decays() {
 }
 
 #[test]
+fn c_out_1_failing_grpc_statuses_are_failures_and_late_ones_add_to_counted_attempts() {
+    for code in [2, 13, 14, 15] {
+        assert_eq!(Verdict::of_grpc_status(code), Verdict::Failed, "{code}");
+    }
+    for code in [0, 1, 3, 4, 5, 8, 12, 16] {
+        assert_eq!(Verdict::of_grpc_status(code), Verdict::Good, "{code}");
+    }
+    let cell = OutlierCell::default();
+    cell.record(Verdict::Good);
+    cell.record(Verdict::Good);
+    cell.record_late_failure();
+    assert_eq!(cell.peek(), (2, 1));
+    // A late failure whose attempt the previous interval took is never more than the attempts.
+    let _ = cell.stat(T0, true);
+    cell.record_late_failure();
+    cell.record(Verdict::Good);
+    cell.record_late_failure();
+    let s = cell.stat(T0, true);
+    assert_eq!((s.attempts, s.failures), (1, 1));
+}
+
+#[test]
 fn c_out_1_ignored_attempts_are_not_counted() {
     let cell = OutlierCell::default();
     cell.record(Verdict::Ignored);

@@ -256,6 +256,17 @@ impl Delivered {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Ok(frame))) => {
+                // C-OUT-1: a gRPC call's status in its trailers, for outlier detection.
+                if let Some(v) = frame
+                    .trailers_ref()
+                    .and_then(|t| t.get(weir_core::grpc::STATUS))
+                {
+                    let code = weir_core::grpc::status_code(v.as_bytes());
+                    let at = self.data_plane.clock.now();
+                    worker::with_rng(|rng| {
+                        self.exchange.handle_input(Input::GrpcStatus(code), at, rng);
+                    });
+                }
                 // hyper may stop polling once the body says it ended: settle now.
                 if self.body.is_end_stream() {
                     self.finish(BodyEnd::Complete);

@@ -49,7 +49,6 @@ use crate::services::upstream::{DownstreamEnds, Target};
 
 mod hedge;
 mod reply;
-mod resend;
 mod to_h2;
 
 /// How [`serve`] ended.
@@ -154,7 +153,7 @@ async fn serve_parsed(
         body_fault: BodyFault::None,
         body_bytes: 0,
         kept: None,
-        resend: resend::Resend::default(),
+        resend: crate::services::upstream::Resend::default(),
         line: None,
         held: None,
         timer,
@@ -261,7 +260,7 @@ struct Req<'a> {
     /// The latest response head's parse, kept to write it from.
     kept: upstream_conn::Kept,
     /// What the streamed body handed to an HTTP/2 stream not answered yet (C-RETRY-9).
-    resend: resend::Resend,
+    resend: crate::services::upstream::Resend,
     /// The access-log line once the engine's record says to log, written when the
     /// response has been sent (`effects::PendingLine`).
     line: Option<Box<PendingLine>>,

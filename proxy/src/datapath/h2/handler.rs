@@ -47,7 +47,9 @@ use crate::datapath::effects::{BodyTally, PendingLine, RequestBytes};
 use crate::datapath::response_body::{Delivered, ResBody};
 use crate::datapath::{drive, effects};
 use crate::services::snapshot::Bound;
-use crate::services::upstream::{ClientBody, Lent, SendError, Target, UpBody, unindexed};
+use crate::services::upstream::{
+    ClientBody, Lent, Resumable, SendError, Taken, Target, UpBody, unindexed,
+};
 
 mod hedge;
 
@@ -79,6 +81,8 @@ pub async fn handle(
         buffered: None,
         trailers: None,
         tally: None,
+        handed: None,
+        taken: None,
     };
     Ok(io.run(&mut up, guard, client_upgrade).await)
 }
@@ -116,6 +120,10 @@ struct Outgoing {
     trailers: Option<Box<HeaderMap>>,
     /// The client's streamed body as read: bytes, and whether reading it failed (C-PATH-9).
     tally: Option<Arc<BodyTally>>,
+    /// The streamed body handed to an HTTP/2 stream that may still be refused (C-RETRY-9).
+    handed: Option<Resumable>,
+    /// The streamed body taken back from a refused stream, for the next attempt.
+    taken: Option<Taken>,
 }
 
 /// What the access-log line needs of the request (`effects::Request`).
@@ -394,6 +402,9 @@ impl<'a> Io<'a> {
         }
         match sent? {
             Ok((resp, conn)) => {
+                if let Some(handed) = up.handed.take() {
+                    handed.answered();
+                }
                 let status = resp.status().as_u16();
                 let end = resp.body().is_end_stream();
                 self.feed(Input::response_head(
@@ -414,11 +425,21 @@ impl<'a> Io<'a> {
                 let failure = match e {
                     SendError::Connect(_) => SendFailure::Connect,
                     SendError::Saturated => SendFailure::Saturated,
-                    // A streamed body handed to the refused stream is gone: the refusal can
-                    // be sent again only with the headers and a body still here.
-                    SendError::Refused(_) => SendFailure::Refused {
-                        held: up.headers.is_some() && !matches!(s.body, SendBody::Stream { .. }),
-                    },
+                    // A streamed body handed to the refused stream is taken back, when what
+                    // went to it was kept (at most `RESEND_LIMIT`); the refusal can be sent
+                    // again only with the headers and the whole body still here.
+                    SendError::Refused(_) => {
+                        let body = match s.body {
+                            SendBody::Stream { .. } => {
+                                up.taken = up.handed.take().and_then(Resumable::take);
+                                up.taken.is_some()
+                            }
+                            _ => true,
+                        };
+                        SendFailure::Refused {
+                            held: up.headers.is_some() && body,
+                        }
+                    }
                     SendError::Transport(_) => SendFailure::Transport {
                         client_body_failed: up.tally.as_ref().is_some_and(|t| t.failed()),
                     },
@@ -525,9 +546,12 @@ impl<'a> Io<'a> {
         let backend_upgrade = d.upgrade.then(|| hyper::upgrade::on(&mut resp));
         let (mut parts, body) = resp.into_parts();
         // A trailers-only gRPC answer carries its status in the head (C-GRPC-3).
-        if let (Some(line), Some(v)) = (self.line.as_mut(), parts.headers.get(GRPC_STATUS)) {
-            line.set_grpc_status(v.as_bytes());
-        }
+        let grpc_status = parts.headers.get(GRPC_STATUS).map(|v| {
+            if let Some(line) = self.line.as_mut() {
+                line.set_grpc_status(v.as_bytes());
+            }
+            weir_core::grpc::status_code(v.as_bytes())
+        });
         strip_hop_by_hop(&mut parts.headers, d.upgrade);
         for (name, value) in x.response_headers(Some(d), d.deliver.status) {
             let value = match name {
@@ -548,7 +572,13 @@ impl<'a> Io<'a> {
             // Nothing to stream (HEAD, 204, 304, empty): settle now.
             let now = data_plane.rt.now();
             let at = data_plane.clock.at(now);
-            worker::with_rng(|rng| x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng));
+            worker::with_rng(|rng| {
+                // C-OUT-1: a trailers-only call's gRPC status, for outlier detection.
+                if let Some(code) = grpc_status {
+                    x.handle_input(Input::GrpcStatus(code), at, rng);
+                }
+                x.handle_input(Input::BodyEnd(BodyEnd::Complete), at, rng);
+            });
             effects::drain(data_plane, &mut x, None);
             data_plane.upstream.release_lent(conn, now);
             let body = ResBody::empty(Some(guard)).with_line(self.line.take());
@@ -590,14 +620,12 @@ fn request(
             _ => up.buffered.clone().map_or(UpBody::Empty, UpBody::full),
         },
         // A streamed body is taken once: by the first attempt a connection takes (one that
-        // failed to connect never made its request, C-RETRY-9).
-        SendBody::Stream { read_deadline } => match up.body.take() {
-            Some(body) => {
-                let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
-                let deadline = read_deadline.map(|d| data_plane.clock.deadline(d));
-                UpBody::Stream(ClientBody::new(data_plane.rt, body, failed, deadline))
-            }
-            None => UpBody::Empty,
+        // failed to connect never made its request, C-RETRY-9), or again by the attempt after
+        // a refused stream that handed it back.
+        SendBody::Stream { read_deadline } => match (up.taken.take(), up.body.take()) {
+            (Some(taken), _) => streamed(data_plane, up, Err(taken), read_deadline, target, give),
+            (None, Some(body)) => streamed(data_plane, up, Ok(body), read_deadline, target, give),
+            (None, None) => UpBody::Empty,
         },
     };
     let mut req = Request::new(body);
@@ -605,6 +633,32 @@ fn request(
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     req
+}
+
+/// The client's streamed body for an attempt to `target`: fresh (`Ok`) or taken back from a
+/// refused stream (`Err`). To an HTTP/2 backend, unless no attempt can follow (`give`), it stays
+/// resumable, and `up` holds it: a refused stream hands it back, with what went to that stream
+/// kept, for the next attempt (C-RETRY-9).
+fn streamed(
+    data_plane: &crate::services::state::DataPlane,
+    up: &mut Outgoing,
+    source: Result<Incoming, Taken>,
+    read_deadline: Option<weir_core::Instant>,
+    target: &Target,
+    give: bool,
+) -> UpBody {
+    let failed = Arc::clone(up.tally.get_or_insert_with(Arc::default));
+    let deadline = read_deadline.map(|d| data_plane.clock.deadline(d));
+    let rt = data_plane.rt;
+    UpBody::Stream(match source {
+        _ if target.protocol().is_h2() && !give => {
+            let (body, handed) = ClientBody::resumable(rt, source, failed, deadline);
+            up.handed = Some(handed);
+            body
+        }
+        Ok(body) => ClientBody::new(rt, body, failed, deadline),
+        Err(taken) => ClientBody::resumed(rt, taken, failed, deadline),
+    })
 }
 
 /// C-PATH-8: tunnel both ways; the exchange (and with it the backend slot and the gate slot) is

@@ -12,7 +12,7 @@
 //!
 //! Sent again (C-RETRY-9): the body is read from the client only once the stream exists (a
 //! connect error has consumed none of it), and what it handed to the stream is kept
-//! ([`Resend`], at most [`RESEND_LIMIT`](crate::datapath::h1::request::resend::RESEND_LIMIT) bytes) until the backend's head came, so that a
+//! ([`Resend`], at most [`RESEND_LIMIT`](crate::services::upstream::RESEND_LIMIT) bytes) until the backend's head came, so that a
 //! stream the backend refused (`REFUSED_STREAM`, or past its `GOAWAY`'s last stream id) can be
 //! sent whole to another backend.
 
@@ -29,8 +29,7 @@ use weir_core::request_id::X_REQUEST_ID;
 
 use super::*;
 use crate::datapath::h1::relay::{self, BODY_CHUNK, RelayError};
-use crate::datapath::h1::request::resend::Resend;
-use crate::services::upstream::{BoxError, SendError, UpBody, unindexed};
+use crate::services::upstream::{BoxError, Resend, SendError, UpBody, unindexed};
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static(weir_core::grpc::STATUS);
@@ -273,7 +272,8 @@ impl Req<'_> {
         };
         self.delivered = true;
         // A trailers-only gRPC answer carries its status in the head (C-GRPC-3).
-        if let (Some(line), Some(v)) = (self.line.as_mut(), parts.headers.get(GRPC_STATUS)) {
+        let mut grpc_status = parts.headers.get(GRPC_STATUS).cloned();
+        if let (Some(line), Some(v)) = (self.line.as_mut(), grpc_status.as_ref()) {
             line.set_grpc_status(v.as_bytes());
         }
         strip_hop_by_hop(&mut parts.headers, false);
@@ -303,7 +303,6 @@ impl Req<'_> {
         connection_line(&mut c.out, keep, version);
         c.out.extend_from_slice(b"\r\n");
         let mut sent = 0;
-        let mut grpc_status = None;
         let end = if bodiless {
             match write_all(&mut c.io, &c.out).await {
                 Ok(()) => BodyEnd::Complete,
@@ -313,8 +312,16 @@ impl Req<'_> {
             let relay = relay_h2(c, body, chunked, (&mut sent, &mut grpc_status));
             stream_body(data_plane, x, pin!(relay)).await
         };
-        if let (Some(line), Some(v)) = (self.line.as_mut(), grpc_status) {
+        if let (Some(line), Some(v)) = (self.line.as_mut(), grpc_status.as_ref()) {
             line.set_grpc_status(v.as_bytes());
+        }
+        // C-OUT-1: the call's gRPC status, for outlier detection, before its end.
+        if let Some(v) = grpc_status {
+            drive::feed(
+                data_plane,
+                x,
+                Input::GrpcStatus(weir_core::grpc::status_code(v.as_bytes())),
+            );
         }
         finish(data_plane, x, end);
         data_plane.upstream.release_lent(lent, data_plane.rt.now());

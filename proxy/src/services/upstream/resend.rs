@@ -1,6 +1,8 @@
-//! What an HTTP/1 client's streamed body handed to an HTTP/2 stream the backend has not answered
-//! yet, kept so that a stream the backend refuses can be sent again whole (C-RETRY-9). Its own
-//! module: the request owns it, the HTTP/2 translation fills it.
+//! What a client's streamed body handed to an HTTP/2 stream the backend has not answered yet,
+//! kept so that a stream the backend refuses can be sent again whole (C-RETRY-9). One bound for
+//! both clients: an HTTP/1 client's request owns one, which its HTTP/2 translation fills
+//! (`datapath::h1::request::to_h2`); an HTTP/2 client's body fills its own as hyper reads it
+//! ([`ClientBody::resumable`](super::ClientBody::resumable)).
 
 use bytes::Bytes;
 
@@ -8,20 +10,21 @@ use bytes::Bytes;
 /// window (RFC 9113 §6.9.2), which is what a backend that refuses a stream at once lets reach
 /// it before its refusal; a stream refused after more than this went out is not sent again
 /// (the refusal is then a transport error).
-pub(crate) const RESEND_LIMIT: usize = 65_535;
+pub const RESEND_LIMIT: usize = 65_535;
 
-/// What the client's streamed body handed to an HTTP/2 stream the backend has not answered yet
-/// (module doc of `to_h2`): cheap clones of the chunks, none once more than [`RESEND_LIMIT`] went.
+/// What the client's streamed body handed to an HTTP/2 stream the backend has not answered yet:
+/// cheap clones of the chunks, none once more than [`RESEND_LIMIT`] went.
 #[derive(Debug, Default)]
-pub(crate) struct Resend {
-    pub(crate) chunks: Vec<Bytes>,
+pub struct Resend {
+    /// The chunks handed over, in order (empty once the limit was passed).
+    pub chunks: Vec<Bytes>,
     len: usize,
     overflow: bool,
 }
 
 impl Resend {
     /// Keep `chunk`, unless the limit is passed (then nothing is kept any more).
-    pub(crate) fn keep(&mut self, chunk: &Bytes) {
+    pub fn keep(&mut self, chunk: &Bytes) {
         if self.overflow {
             return;
         }
@@ -35,12 +38,12 @@ impl Resend {
     }
 
     /// Whether everything handed over is kept (so the body can be sent again).
-    pub(crate) fn whole(&self) -> bool {
+    pub fn whole(&self) -> bool {
         !self.overflow
     }
 
     /// The backend answered: nothing needs sending again.
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         *self = Resend::default();
     }
 }
