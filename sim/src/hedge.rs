@@ -139,7 +139,10 @@ fn setup(seed: u64) -> Setup {
     }
     yaml.push_str("backends:\n");
     for i in 0..n {
-        yaml.push_str(&format!("  - id: b{i}\n    url: http://10.0.0.{}:80\n", i + 1));
+        yaml.push_str(&format!(
+            "  - id: b{i}\n    url: http://10.0.0.{}:80\n",
+            i + 1
+        ));
     }
     let count = between(&mut rng, 150, 400);
     let span = between(&mut rng, 3_000, 8_000);
@@ -197,9 +200,16 @@ enum Ev {
     /// The exchange's own deadline.
     Timer(usize),
     /// The backend's reply to attempt `attempt` of request `req`.
-    Reply { req: usize, attempt: u32, reply: Reply },
+    Reply {
+        req: usize,
+        attempt: u32,
+        reply: Reply,
+    },
     /// The delivered body of attempt `attempt` ends.
-    BodyEnd { req: usize, attempt: u32 },
+    BodyEnd {
+        req: usize,
+        attempt: u32,
+    },
     /// The client leaves.
     Leave(usize),
 }
@@ -267,13 +277,7 @@ impl State<'_> {
     }
 
     fn drain(&mut self, req: usize) -> Result<(), Violation> {
-        loop {
-            let Some(x) = self.reqs[req].x.as_mut() else {
-                break;
-            };
-            let Some(out) = x.poll_output() else {
-                break;
-            };
+        while let Some(out) = self.reqs[req].x.as_mut().and_then(Exchange::poll_output) {
             self.exec(req, out)?;
         }
         if self.reqs[req].x.as_ref().is_some_and(Exchange::is_done) {
@@ -350,19 +354,16 @@ impl State<'_> {
                 ),
             ));
         }
-        if s.retry || s.hedge {
-            if !self.budget.take(self.now) {
-                return Err(self.violation(
-                    Invariant::HedgeBudget,
-                    format!(
-                        "request {req}: {} {} granted while the budget model holds {} \
-                         milli-tokens",
-                        if s.hedge { "hedge" } else { "retry" },
-                        s.attempt,
-                        self.budget.tokens_milli(self.now)
-                    ),
-                ));
-            }
+        if (s.retry || s.hedge) && !self.budget.take(self.now) {
+            return Err(self.violation(
+                Invariant::HedgeBudget,
+                format!(
+                    "request {req}: {} {} granted while the budget model holds {} milli-tokens",
+                    if s.hedge { "hedge" } else { "retry" },
+                    s.attempt,
+                    self.budget.tokens_milli(self.now)
+                ),
+            ));
         }
         if s.hedge {
             self.summary.hedges += 1;

@@ -13,8 +13,8 @@ pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
     all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, dns_changes,
     dns_flapping, flapping_backend, h2_conn_lost, h2_refused_goaway, h2_stream_limit, hot_client,
-    outlier_500, outlier_pair, outlier_six, overload_spike, pushback_503, reload_mid_request, reload_warmup,
-    retry_storm, slow_start_recovery, small_pool, store_outage,
+    outlier_500, outlier_pair, outlier_six, overload_spike, pushback_503, reload_mid_request,
+    reload_warmup, retry_storm, slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
