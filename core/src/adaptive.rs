@@ -11,24 +11,28 @@
 //!   under the old limit and say nothing about the new one (TCP reacts once per round trip for
 //!   the same reason);
 //! - a round is also a latency sample: when `max(limit, 16)` attempts that started after the
-//!   round began have answered and their median is beyond tolerance, the limit backs off and
-//!   keeps backing off round after round (*drains*), so the queue the limit built is emptied
-//!   rather than trimmed by ten percent a second. A drain ends when the round's median is back
-//!   at the long-run latency *and* no longer falls with the limit: the queue is gone, and that
-//!   median, measured at the knee, becomes the long-run latency.
+//!   round began have answered and their median is beyond tolerance, the limit *drains*: it
+//!   goes to `backoff_ratio` × what the backend holds without a queue at the throughput just
+//!   measured (Little's law: `limit × long-run latency / median`, the knee), in one round, and
+//!   keeps doing so round after round while the round's median is not back within half the
+//!   tolerance (at least an eighth, one histogram bucket) of the long-run latency. So the
+//!   queue the limit built is emptied at once rather than trimmed by ten percent a round, the
+//!   drain ends one back-off below the knee whatever the noise of single rounds, and a backend
+//!   whose own latency stepped up is cut by the step's size.
 //!
 //! The long-run latency is what makes or breaks such a controller. A minimum of samples (Envoy's
 //! minRTT) is pinned by one lucky sample and, measured by dropping to the minimum limit, sheds
 //! on purpose; an average that follows every window (Gradient2) learns the queueing its own
 //! growth causes as normal and lets the limit grow without bound. Here it is an estimate of
 //! *window medians* (many samples, never one) that:
-//! - falls by a quarter of the gap per window, so a faster backend is believed quickly but one
-//!   quiet window does not rewrite it;
-//! - rises by a sixteenth of the gap per window only while the limit is at or below the limit
-//!   the last drain settled on, so queueing above the known-good limit is never learned;
-//! - is set to the last round's median when a drain ends, since a drain ends at the knee, where
-//!   the latency is the backend's own (so what it learned above the knee is forgotten each
-//!   cycle);
+//! - falls to a window's median that is lower at once: a faster backend is believed in one
+//!   window (a window median, unlike one sample, is no lucky outlier), and a long-run latency
+//!   learned while the backend was slow never outlives its slowness (one that fell only a
+//!   quarter of the gap per window stayed above the backend's latency once the limit passed
+//!   the knee, and the limit then sat far above it);
+//! - rises by a quarter of the gap per window only while the limit is at or below the limit
+//!   the last drain settled on (below the knee, so without a queue), so queueing above the
+//!   known-good limit is never learned;
 //! - is reset to the round's median when a drain reaches `min_limit` with the latency still
 //!   above it: at the minimum the latency is the backend's own, not queueing weir caused, so a
 //!   backend that became slower for good is re-learned at once and the limit grows back
@@ -245,8 +249,9 @@ pub struct Sample {
     pub in_flight: u32,
 }
 
-/// Sub-buckets per power of two: medians within about 6 % of the true value.
-const SUB_BITS: u32 = 3;
+/// Sub-buckets per power of two: medians within about 3 % of the true value (coarser buckets
+/// moved the limit's saw-tooth by a slot between runs of one backend).
+const SUB_BITS: u32 = 4;
 const SUB: usize = 1 << SUB_BITS;
 /// Latencies up to 2^41 ns (about 37 minutes); longer ones share the last bucket.
 const MAX_EXP: u32 = 40;
@@ -329,6 +334,14 @@ impl Histogram {
     }
 }
 
+/// Whether a drain's round median is back at the long-run latency: within half the tolerance
+/// above it, and at least an eighth (one bucket of the histogram: two medians of the same
+/// latency differ by up to that much).
+fn settled(params: &AdaptiveParams, median: u64, baseline: u64) -> bool {
+    let margin = u128::from(params.rtt_tolerance_milli.saturating_sub(1000) / 2).max(125);
+    u128::from(median) * 1000 <= u128::from(baseline) * (1000 + margin)
+}
+
 /// The fewest answers a round judges by: a median of fewer moves with every sample's noise.
 const ROUND_MIN: u32 = 16;
 
@@ -361,8 +374,6 @@ pub struct AdaptiveLimit {
     settled: u32,
     /// The long-run latency in nanoseconds, once a window had a sample.
     baseline: Option<u64>,
-    /// The previous round of a drain: its median and the limit it ran under.
-    previous: Option<(u64, u32)>,
     now: Instant,
 }
 
@@ -381,7 +392,6 @@ impl AdaptiveLimit {
             draining: false,
             settled: params.min_limit,
             baseline: None,
-            previous: None,
             now,
         }
     }
@@ -492,9 +502,10 @@ impl AdaptiveLimit {
             return None;
         };
         let congested = if self.draining {
-            // Drain until the latency is back at the long-run one and no longer follows the
-            // limit down: then the queue is gone and this is the backend's own latency.
-            median > baseline || self.follows(median)
+            // The drain ends when the latency is back near the long-run one (`settled`): a
+            // strict comparison read a median one bucket up, or a long-run latency that
+            // settled a little low, as a queue, and drained far below the knee.
+            !settled(params, median, baseline)
         } else {
             params.beyond(median, baseline)
         };
@@ -502,10 +513,6 @@ impl AdaptiveLimit {
             if self.draining {
                 self.draining = false;
                 self.settled = self.limit;
-                self.previous = None;
-                // Measured at the knee, without a queue: the long-run latency starts here, so
-                // queueing learned while the limit was above it is forgotten.
-                self.baseline = Some(median);
             }
             self.start_round(now);
             return None;
@@ -515,28 +522,27 @@ impl AdaptiveLimit {
             self.baseline = Some(median);
             self.draining = false;
             self.settled = self.limit;
-            self.previous = None;
             self.start_round(now);
             return None;
         }
         self.draining = true;
-        self.previous = Some((median, self.limit));
-        self.back_off(params, now);
+        self.drain(params, median, baseline, now);
         Some(Change::BackedOff)
     }
 
-    /// Whether the latency fell with the limit since the previous round of the drain: by at
-    /// least three quarters as much, relatively, as the limit did (a queue shrinks with the limit; a
-    /// backend's own latency does not).
-    fn follows(&self, median: u64) -> bool {
-        let Some((before, limit_before)) = self.previous else {
-            return false;
-        };
-        if limit_before <= self.limit || median >= before {
-            return false;
-        }
-        let fell = u128::from(before - median) * u128::from(limit_before) * 4;
-        fell >= u128::from(before) * u128::from(limit_before - self.limit) * 3
+    /// One round of a drain: the limit goes to `backoff_ratio` × what the backend holds without
+    /// a queue at the throughput just measured (Little's law: `limit × long-run / median`), and
+    /// at least by `backoff_ratio` (a median at or below the long-run latency, which a drain
+    /// round can see when the backend got faster meanwhile, still backs off).
+    /// At the end of a climb that is one back-off below the knee in one step, whatever the
+    /// noise of single rounds; after a step in the backend's own latency it is a cut by the
+    /// step's size.
+    fn drain(&mut self, params: &AdaptiveParams, median: u64, baseline: u64, now: Instant) {
+        let median = u128::from(median.max(1));
+        let knee = (u128::from(self.limit) * u128::from(baseline) + median / 2) / median;
+        let knee = u32::try_from(knee).unwrap_or(u32::MAX).min(self.limit);
+        self.limit = knee;
+        self.back_off(params, now);
     }
 
     fn close_window(&mut self, params: &AdaptiveParams) -> Option<Change> {
@@ -557,9 +563,9 @@ impl AdaptiveLimit {
             && !params.beyond(median, baseline)
             && self.limit < params.max_limit;
         self.baseline = Some(if median < baseline {
-            baseline - (baseline - median).div_ceil(4)
+            median
         } else if median > baseline && self.limit <= self.settled {
-            baseline + (median - baseline).div_ceil(16)
+            baseline + (median - baseline).div_ceil(4)
         } else {
             baseline
         });

@@ -278,7 +278,12 @@ impl Flow {
                 return Action::Nothing;
             }
             let other = self.other(attempt);
-            self.record(other, AttemptOutcome::ClientGone, now);
+            let lost = if mutated!(HEDGE_LOSER_FAILS) {
+                AttemptOutcome::Transport
+            } else {
+                AttemptOutcome::ClientGone
+            };
+            self.record(other, lost, now);
             self.give_up(other, true);
         }
         self.hedge_at = None;
@@ -426,19 +431,21 @@ impl Flow {
         if self.second.is_some() || self.current.is_none() {
             return Action::Nothing;
         }
-        if self.attempts >= self.policy.max_attempts() {
+        if self.attempts >= self.policy.max_attempts() && !mutated!(HEDGE_BEYOND_MAX_ATTEMPTS) {
             return Action::Nothing;
         }
         let (pool, ctx, tried) = (&self.pool, &self.ctx, &self.tried);
-        let reserved = reserve_then_spend(
-            &self.budget,
-            now,
-            || match pool.select(ctx, tried, now, rng) {
-                Selection::Selected { index, slot } => Some((index, slot)),
-                Selection::Unavailable(_) => None,
-            },
-            |(_, slot): (usize, Slot)| slot.cancel(),
-        );
+        let mut select = || match pool.select(ctx, tried, now, rng) {
+            Selection::Selected { index, slot } => Some((index, slot)),
+            Selection::Unavailable(_) => None,
+        };
+        let reserved = if mutated!(HEDGE_SKIPS_BUDGET) {
+            select().ok_or(NoRetryReason::NoOtherBackend)
+        } else {
+            reserve_then_spend(&self.budget, now, select, |(_, slot): (usize, Slot)| {
+                slot.cancel();
+            })
+        };
         let Ok((index, slot)) = reserved else {
             return Action::Nothing;
         };
@@ -564,7 +571,9 @@ impl Flow {
         // C-HEDGE-1: one hedge per request, armed while it has not been sent.
         self.hedge_at = match self.policy.hedge_delay() {
             Some(delay)
-                if !self.hedged && self.policy.may_hedge(self.method.as_str(), self.body) =>
+                if !self.hedged
+                    && (self.policy.may_hedge(self.method.as_str(), self.body)
+                        || mutated!(HEDGE_ANY_METHOD)) =>
             {
                 Some(at.saturating_add(delay))
             }

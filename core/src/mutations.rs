@@ -64,9 +64,21 @@ pub static STREAM_LIMIT_IGNORED: AtomicBool = AtomicBool::new(false);
 /// A transport error counts as "nothing sent" (C-RETRY-9): an attempt whose bytes reached the
 /// backend is retried whatever its method and body.
 pub static TRANSPORT_COUNTS_AS_NOTHING_SENT: AtomicBool = AtomicBool::new(false);
+/// The hedge is sent without taking a retry-budget token.
+pub static HEDGE_SKIPS_BUDGET: AtomicBool = AtomicBool::new(false);
+/// The hedge ignores `max_attempts`: it may be one attempt too many.
+pub static HEDGE_BEYOND_MAX_ATTEMPTS: AtomicBool = AtomicBool::new(false);
+/// Any request is hedged, whatever its method and body (a `POST`, a streamed body).
+pub static HEDGE_ANY_METHOD: AtomicBool = AtomicBool::new(false);
+/// The attempt that lost the race is not cancelled: its connection stays open.
+pub static HEDGE_LOSER_NOT_CANCELLED: AtomicBool = AtomicBool::new(false);
+/// The attempt that lost the race is recorded as a transport failure of its backend.
+pub static HEDGE_LOSER_FAILS: AtomicBool = AtomicBool::new(false);
+/// The backoff before a retry ignores `backoff_max` (only the doubling bounds it).
+pub static BACKOFF_UNCAPPED: AtomicBool = AtomicBool::new(false);
 
 /// Every switch with its name, for the teeth test and its report.
-pub static ALL: [(&str, &AtomicBool); 22] = [
+pub static ALL: [(&str, &AtomicBool); 28] = [
     ("BREAKER_ADMITS_WHILE_OPEN", &BREAKER_ADMITS_WHILE_OPEN),
     ("BREAKER_IGNORES_FAILURES", &BREAKER_IGNORES_FAILURES),
     ("BREAKER_NEVER_CLOSES", &BREAKER_NEVER_CLOSES),
@@ -92,6 +104,12 @@ pub static ALL: [(&str, &AtomicBool); 22] = [
         "TRANSPORT_COUNTS_AS_NOTHING_SENT",
         &TRANSPORT_COUNTS_AS_NOTHING_SENT,
     ),
+    ("HEDGE_SKIPS_BUDGET", &HEDGE_SKIPS_BUDGET),
+    ("HEDGE_BEYOND_MAX_ATTEMPTS", &HEDGE_BEYOND_MAX_ATTEMPTS),
+    ("HEDGE_ANY_METHOD", &HEDGE_ANY_METHOD),
+    ("HEDGE_LOSER_NOT_CANCELLED", &HEDGE_LOSER_NOT_CANCELLED),
+    ("HEDGE_LOSER_FAILS", &HEDGE_LOSER_FAILS),
+    ("BACKOFF_UNCAPPED", &BACKOFF_UNCAPPED),
 ];
 
 /// Whether `switch` is on (what `mutated!` reads).

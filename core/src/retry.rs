@@ -451,6 +451,9 @@ impl RetryPolicy {
             .backoff_base
             .checked_mul(1u32.checked_shl(k - 1).unwrap_or(u32::MAX))
             .unwrap_or(Duration::MAX);
+        if mutated!(BACKOFF_UNCAPPED) {
+            return doubled;
+        }
         doubled.min(self.backoff_max)
     }
 

@@ -50,11 +50,11 @@ pub struct AdaptiveRun {
 }
 
 impl AdaptiveRun {
-    /// How many windows a phase's figure averages over: 2 C, several periods of the limit's
+    /// How many windows a phase's figure averages over: 3 C, several periods of the limit's
     /// saw-tooth (it grows one per window, so a period is about half the capacity).
     #[must_use]
     pub fn tail(&self) -> usize {
-        (2 * self.capacity as usize).max(10)
+        (3 * self.capacity as usize).max(10)
     }
 
     /// The mean limit over the last [`AdaptiveRun::tail`] windows of the converge phase.
@@ -226,9 +226,9 @@ pub fn run(seed: u64, rtt_tolerance: f64) -> Result<AdaptiveRun, String> {
     )
     .map_err(|e| format!("seed {seed}: {e}"))?;
     pool.backends()[0].set_healthy(true, Instant::ZERO);
-    let converge_windows = 3 * capacity as usize + 20;
+    let converge_windows = 4 * capacity as usize + 20;
     let step_windows = 5;
-    let recover_windows = 3 * capacity as usize + 20;
+    let recover_windows = 4 * capacity as usize + 20;
     let total = converge_windows + step_windows + recover_windows;
     let mut w = World {
         now: Instant::ZERO,

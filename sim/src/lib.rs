@@ -18,6 +18,7 @@
 
 pub mod adaptive;
 pub mod backend;
+pub mod hedge;
 pub mod mirror;
 pub mod model;
 pub mod report;

@@ -89,11 +89,30 @@ pub enum Invariant {
     /// (method allowed, body replayable), or when the backend processed none of that attempt
     /// and weir still holds all of it (C-RETRY-1, C-RETRY-9).
     ReplaySafe,
+    /// Hedges and retries together never exceed the retry budget (each takes a token of an
+    /// independent model) nor `max_attempts`, and never more than two attempts of a request
+    /// are open at once (C-HEDGE-1, C-RETRY-7, C-RETRY-1).
+    HedgeBudget,
+    /// Only a safe, replayable request is hedged (a method of `retry.methods` among `GET`,
+    /// `HEAD`, `OPTIONS`, no body or a buffered one; never `POST`), beside one attempt still
+    /// waiting for its head, at once (C-HEDGE-1, C-RETRY-1).
+    HedgeSafe,
+    /// No response bytes of a losing attempt reach the client: the delivered attempt is open
+    /// with the head the backend sent, every other attempt's connection is closed from then
+    /// on, and the body read is the delivered attempt's (C-HEDGE-1, C-RETRY-4).
+    LoserSilent,
+    /// An attempt that lost the race or was cancelled is never a passive failure: each
+    /// backend's passive failures equal the failed attempts reported for it (C-HEDGE-1,
+    /// C-HEALTH-3, C-OUT-1).
+    LoserNeutral,
+    /// A first attempt and a hedge leave at once; retry `k` waits less than
+    /// `min(backoff_max, backoff_base × 2^(k−1))` (C-RETRY-10).
+    BackoffBounds,
 }
 
 impl Invariant {
     /// Every invariant, in documentation order.
-    pub const ALL: [Invariant; 25] = [
+    pub const ALL: [Invariant; 30] = [
         Invariant::CircuitOpenReached,
         Invariant::PanicRouting,
         Invariant::BreakerFollowsOutcomes,
@@ -119,6 +138,11 @@ impl Invariant {
         Invariant::PushedBackReached,
         Invariant::StreamLimit,
         Invariant::ReplaySafe,
+        Invariant::HedgeBudget,
+        Invariant::HedgeSafe,
+        Invariant::LoserSilent,
+        Invariant::LoserNeutral,
+        Invariant::BackoffBounds,
     ];
 
     /// A stable snake_case name.
@@ -150,6 +174,11 @@ impl Invariant {
             Invariant::PushedBackReached => "pushed_back_reached",
             Invariant::StreamLimit => "stream_limit",
             Invariant::ReplaySafe => "replay_safe",
+            Invariant::HedgeBudget => "hedge_budget",
+            Invariant::HedgeSafe => "hedge_safe",
+            Invariant::LoserSilent => "loser_silent",
+            Invariant::LoserNeutral => "loser_neutral",
+            Invariant::BackoffBounds => "backoff_bounds",
         }
     }
 
@@ -180,6 +209,11 @@ impl Invariant {
             Invariant::PushedBackReached => "C-RETRY-11",
             Invariant::StreamLimit => "C-GRPC-1",
             Invariant::ReplaySafe => "C-RETRY-1, C-RETRY-9",
+            Invariant::HedgeBudget => "C-HEDGE-1, C-RETRY-7, C-RETRY-1",
+            Invariant::HedgeSafe => "C-HEDGE-1, C-RETRY-1",
+            Invariant::LoserSilent => "C-HEDGE-1, C-RETRY-4",
+            Invariant::LoserNeutral => "C-HEDGE-1, C-HEALTH-3, C-OUT-1",
+            Invariant::BackoffBounds => "C-RETRY-10",
         }
     }
 

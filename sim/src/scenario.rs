@@ -13,8 +13,8 @@ pub(crate) use setup::{ConnTimers, Setup, StoreSetup, StoreState};
 use setups::{
     all_down_then_back, backend_crash, bulkhead_isolation, connection_timers, dns_changes,
     dns_flapping, flapping_backend, h2_conn_lost, h2_refused_goaway, h2_stream_limit, hot_client,
-    outlier_500, outlier_pair, overload_spike, pushback_503, reload_mid_request, reload_warmup,
-    retry_storm, slow_start_recovery, small_pool, store_outage,
+    outlier_500, outlier_pair, outlier_six, overload_spike, pushback_503, reload_mid_request,
+    reload_warmup, retry_storm, slow_start_recovery, small_pool, store_outage,
 };
 
 /// A scenario of the CI sweep.
@@ -59,6 +59,9 @@ pub enum Scenario {
     /// One backend answers `500` to everything (sometimes a second one to part of it): outlier
     /// detection ejects it, within its cap (C-OUT-1, C-OUT-2).
     Outlier500,
+    /// One of six backends answers 30 % of its requests `500`: outlier detection's success
+    /// rate sees it among the five others, within its cap (C-OUT-1, C-OUT-2).
+    OutlierSix,
     /// Both backends of a pool of two answer `500`: one at most is ejected, the pool keeps
     /// serving (C-OUT-2).
     OutlierPair,
@@ -85,7 +88,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in documentation order.
-    pub const ALL: [Scenario; 21] = [
+    pub const ALL: [Scenario; 22] = [
         Scenario::BackendCrash,
         Scenario::FlappingBackend,
         Scenario::SlowStartRecovery,
@@ -100,6 +103,7 @@ impl Scenario {
         Scenario::ReloadMidRequest,
         Scenario::ConnectionTimers,
         Scenario::Outlier500,
+        Scenario::OutlierSix,
         Scenario::OutlierPair,
         Scenario::Pushback503,
         Scenario::H2StreamLimit,
@@ -127,6 +131,7 @@ impl Scenario {
             Scenario::ReloadMidRequest => "reload_mid_request",
             Scenario::ConnectionTimers => "connection_timers",
             Scenario::Outlier500 => "outlier_500",
+            Scenario::OutlierSix => "outlier_six",
             Scenario::OutlierPair => "outlier_pair",
             Scenario::Pushback503 => "pushback_503",
             Scenario::H2StreamLimit => "h2_stream_limit",
@@ -161,6 +166,7 @@ impl Scenario {
             Scenario::ReloadMidRequest => reload_mid_request(rng, policy),
             Scenario::ConnectionTimers => connection_timers(rng, policy),
             Scenario::Outlier500 => outlier_500(rng, policy),
+            Scenario::OutlierSix => outlier_six(rng, policy),
             Scenario::OutlierPair => outlier_pair(rng, policy),
             Scenario::Pushback503 => pushback_503(rng, policy),
             Scenario::H2StreamLimit => h2_stream_limit(rng, policy),

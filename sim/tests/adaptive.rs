@@ -4,10 +4,9 @@
 //! latency step, recovers at least 90 % after it, never leaves `[min_limit, max_limit]`, and a
 //! second run of every tenth seed is bit-identical.
 
-/// The defaults (`rtt_tolerance` 1.5, `backoff_ratio` 0.9, `min_limit` 3). Bounds and replay
-/// identity must hold for every seed; the three figures are measured and printed with how
-/// many seeds miss each (the controller's saw-tooth is coarse at a handful of slots: see
-/// docs/simulation.md), and a seed outside the sanity bands below fails.
+/// The defaults (`rtt_tolerance` 1.5, `backoff_ratio` 0.9, `min_limit` 3). Bounds, replay
+/// identity and the three figures must hold for every seed (docs/simulation.md has their
+/// spread).
 #[test]
 fn adaptive_concurrency() {
     sweep(1.5);
@@ -18,7 +17,6 @@ fn sweep(rtt_tolerance: f64) {
     let seeds = weir_sim::seeds_from_env();
     let mut failures = Vec::new();
     let mut misses: Vec<String> = Vec::new();
-    let mut ok_seeds: Vec<u64> = Vec::new();
     let (mut miss_conv, mut miss_step, mut miss_rec) = (0usize, 0usize, 0usize);
     let (mut conv, mut step, mut rec) = (Vec::new(), Vec::new(), Vec::new());
     let (mut shed, mut answered) = (0u64, 0u64);
@@ -61,7 +59,6 @@ fn sweep(rtt_tolerance: f64) {
         if seed % 10 == 0 && weir_sim::adaptive::run(seed, rtt_tolerance).as_ref() != Ok(&run) {
             failures.push(format!("seed {seed}: a second run differs"));
         }
-        ok_seeds.push(seed);
         conv.push(converged);
         step.push(s);
         rec.push(r);
@@ -84,21 +81,8 @@ fn sweep(rtt_tolerance: f64) {
         range(&step),
         range(&rec)
     );
-    if seeds.len() <= 50 {
-        for m in &misses {
-            eprintln!("{}", &m[..m.len().min(300)]);
-        }
-    }
-    // Sanity bands every seed must meet (the figures above are the acceptance's; their misses
-    // are printed, not failed: see docs/simulation.md): within [0.5 C, 1.5 C], some drop, a
-    // recovery of at least half.
-    for (seed, (&c, (&s, &r))) in ok_seeds.iter().zip(conv.iter().zip(step.iter().zip(&rec))) {
-        if !(0.5..=1.5).contains(&c) || s > 0.9 || r < 0.5 {
-            failures.push(format!(
-                "seed {seed}: converged {c:.2} C, step {s:.2}, recovered {r:.2}"
-            ));
-        }
-    }
+    // A seed that misses a figure fails the test, with its limits at every window.
+    failures.extend(misses);
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",

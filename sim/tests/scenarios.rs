@@ -136,6 +136,11 @@ fn outlier_500() {
 }
 
 #[test]
+fn outlier_six() {
+    sweep(Scenario::OutlierSix);
+}
+
+#[test]
 fn outlier_pair() {
     sweep(Scenario::OutlierPair);
 }
@@ -143,6 +148,58 @@ fn outlier_pair() {
 #[test]
 fn pushback_503() {
     sweep(Scenario::Pushback503);
+}
+
+/// C-HEDGE-1: a pool with hedging on and a backend that turns slow, through a world that runs
+/// two attempts of a request at once (docs/simulation.md, `hedge_slow`).
+#[test]
+fn hedge_slow() {
+    let seeds = weir_sim::seeds_from_env();
+    let mut failures = Vec::new();
+    let mut t = weir_sim::hedge::HedgeSummary::default();
+    for &seed in &seeds {
+        match weir_sim::hedge::run(seed) {
+            Ok(s) => {
+                if seeds.len() == 1 {
+                    eprintln!("{s:?}");
+                }
+                t.requests += s.requests;
+                t.attempts += s.attempts;
+                t.retries += s.retries;
+                t.hedges += s.hedges;
+                t.hedges_won += s.hedges_won;
+                t.cancelled += s.cancelled;
+                t.delivered += s.delivered;
+                t.answered += s.answered;
+                t.left += s.left;
+                t.events += s.events;
+            }
+            Err(v) => failures.push(v.to_string()),
+        }
+    }
+    eprintln!(
+        "hedge_slow: {} seeds, {} violations; requests={} attempts={} retries={} hedges={} \
+         (won {}) cancelled={} delivered={} answered={} left={} events={}",
+        seeds.len(),
+        failures.len(),
+        t.requests,
+        t.attempts,
+        t.retries,
+        t.hedges,
+        t.hedges_won,
+        t.cancelled,
+        t.delivered,
+        t.answered,
+        t.left,
+        t.events
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds of hedge_slow broke an invariant:\n{}",
+        failures.len(),
+        seeds.len(),
+        failures.join("\n")
+    );
 }
 
 /// C-MIRROR-1: a mirror pool that answers, hangs or dies gives every primary request the same

@@ -7,12 +7,36 @@
 use std::sync::atomic::AtomicBool;
 
 use weir_core::mutations;
-use weir_sim::{CI_SEEDS, Invariant, Scenario};
+use weir_sim::{CI_SEEDS, Invariant, Scenario, Violation};
+
+/// Where a tooth bites: a scenario of the main world, or the hedging world
+/// (`weir_sim::hedge`).
+#[derive(Clone, Copy)]
+enum Target {
+    World(Scenario),
+    Hedge,
+}
+
+impl Target {
+    fn run(self, seed: u64) -> Result<(), Violation> {
+        match self {
+            Target::World(s) => weir_sim::run(s, seed).map(drop),
+            Target::Hedge => weir_sim::hedge::run(seed).map(drop),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Target::World(s) => s.name(),
+            Target::Hedge => weir_sim::hedge::NAME,
+        }
+    }
+}
 
 struct Tooth {
     switch: &'static str,
     flag: &'static AtomicBool,
-    scenario: Scenario,
+    scenario: Target,
     expect: Invariant,
 }
 
@@ -22,7 +46,13 @@ fn teeth() -> Vec<Tooth> {
     let t = |switch: &'static str, flag: &'static AtomicBool, scenario, expect| Tooth {
         switch,
         flag,
-        scenario,
+        scenario: Target::World(scenario),
+        expect,
+    };
+    let hedge = |switch: &'static str, flag: &'static AtomicBool, expect| Tooth {
+        switch,
+        flag,
+        scenario: Target::Hedge,
         expect,
     };
     vec![
@@ -158,6 +188,36 @@ fn teeth() -> Vec<Tooth> {
             S::H2ConnLost,
             I::ReplaySafe,
         ),
+        hedge(
+            "HEDGE_SKIPS_BUDGET",
+            &mutations::HEDGE_SKIPS_BUDGET,
+            I::HedgeBudget,
+        ),
+        hedge(
+            "HEDGE_BEYOND_MAX_ATTEMPTS",
+            &mutations::HEDGE_BEYOND_MAX_ATTEMPTS,
+            I::HedgeBudget,
+        ),
+        hedge(
+            "HEDGE_ANY_METHOD",
+            &mutations::HEDGE_ANY_METHOD,
+            I::HedgeSafe,
+        ),
+        hedge(
+            "HEDGE_LOSER_NOT_CANCELLED",
+            &mutations::HEDGE_LOSER_NOT_CANCELLED,
+            I::LoserSilent,
+        ),
+        hedge(
+            "HEDGE_LOSER_FAILS",
+            &mutations::HEDGE_LOSER_FAILS,
+            I::LoserNeutral,
+        ),
+        hedge(
+            "BACKOFF_UNCAPPED",
+            &mutations::BACKOFF_UNCAPPED,
+            I::BackoffBounds,
+        ),
     ]
 }
 
@@ -177,7 +237,7 @@ fn teeth_every_invariant_catches_its_mutation() {
         let mut first_any: Option<(u64, Invariant)> = None;
         let mut caught: Option<(u64, String)> = None;
         for seed in 0..CI_SEEDS {
-            if let Err(v) = weir_sim::run(tooth.scenario, seed) {
+            if let Err(v) = tooth.scenario.run(seed) {
                 first_any.get_or_insert((seed, v.invariant));
                 if v.invariant == tooth.expect {
                     caught = Some((seed, v.detail));
@@ -192,13 +252,16 @@ fn teeth_every_invariant_catches_its_mutation() {
                 tooth.switch,
                 tooth.expect,
                 tooth.expect.contract(),
-                tooth.scenario,
+                tooth.scenario.name(),
                 seed,
                 detail
             )),
             None => missed.push(format!(
                 "{}: no seed of {} in 0..{CI_SEEDS} broke {} (first violation: {:?})",
-                tooth.switch, tooth.scenario, tooth.expect, first_any
+                tooth.switch,
+                tooth.scenario.name(),
+                tooth.expect,
+                first_any
             )),
         }
     }

@@ -547,7 +547,9 @@ impl Exchange {
                 duration: now.saturating_since(c.sent),
             }));
         }
-        self.outbox.push(Output::Cancel { attempt: c.attempt });
+        if !(c.lost && mutated!(HEDGE_LOSER_NOT_CANCELLED)) {
+            self.outbox.push(Output::Cancel { attempt: c.attempt });
+        }
         if let Some(p) = self.primary() {
             self.stage = Stage::Awaiting { sent: p.sent };
         }

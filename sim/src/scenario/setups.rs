@@ -601,6 +601,21 @@ pub(super) fn outlier_500(rng: &mut WyRand, policy: PolicyKind) -> Setup {
     finish(s)
 }
 
+/// Six backends; one answers `500` to 30 % of its requests for 8–14 s, below the failure
+/// percentage threshold (85 %): success rate (its minimum of hosts 2–5, the five others
+/// healthy) is what can eject it, within the cap (C-OUT-1, C-OUT-2).
+pub(super) fn outlier_six(rng: &mut WyRand, policy: PolicyKind) -> Setup {
+    let mut s = base(rng, 6, policy);
+    s.outlier = outlier_on(rng);
+    let from = at_ms(between(rng, 2000, 4000));
+    let len = ms(between(rng, 8000, 14000));
+    let victim = rng.below(6) as usize;
+    s.faults
+        .push((from, victim, Fault::Mode(Mode::Status500(300))));
+    s.faults.push((from + len, victim, Fault::Recover));
+    finish(s)
+}
+
 /// A pool of two whose backends both answer `500` to everything for 5–10 s: at most one is
 /// ejected at a time and the pool keeps serving (C-OUT-2).
 pub(super) fn outlier_pair(rng: &mut WyRand, policy: PolicyKind) -> Setup {
