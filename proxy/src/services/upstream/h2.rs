@@ -454,14 +454,44 @@ fn for_h2(req: Request<UpBody>, target: &Target) -> Request<UpBody> {
 
 /// Remove what HTTP/2 forbids in a request's fields.
 fn strip_connection_headers(headers: &mut HeaderMap) {
-    for name in [
-        CONNECTION,
-        UPGRADE,
-        TRANSFER_ENCODING,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-    ] {
-        headers.remove(name);
+    // One pass over the names first: most requests carry none of these, and a gRPC request's
+    // single `te: trailers` is already what HTTP/2 allows, so nothing is removed or rewritten.
+    let (mut strip, mut te) = (false, false);
+    for name in headers.keys() {
+        if name == CONNECTION
+            || name == UPGRADE
+            || name == TRANSFER_ENCODING
+            || name == KEEP_ALIVE
+            || name == PROXY_CONNECTION
+        {
+            strip = true;
+        } else if name == TE {
+            te = true;
+        }
+    }
+    if strip {
+        for name in [
+            CONNECTION,
+            UPGRADE,
+            TRANSFER_ENCODING,
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+        ] {
+            headers.remove(name);
+        }
+    }
+    if !te {
+        return;
+    }
+    let already_trailers = {
+        let mut values = headers.get_all(TE).iter();
+        // Left as it is only when it is byte for byte what the rewrite would insert (a
+        // sensitive value keeps being sent never-indexed, so it is rewritten as before).
+        matches!((values.next(), values.next()),
+            (Some(v), None) if v == "trailers" && !v.is_sensitive())
+    };
+    if already_trailers {
+        return;
     }
     let trailers = headers.get_all(TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
