@@ -158,7 +158,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
             headers.remove(name);
         }
     }
-    if found & TE_BIT != 0 {
+    if found & TE_BIT != 0 && !lone_plain_trailers(headers) {
         let trailers = headers
             .get_all(TE)
             .iter()
@@ -175,6 +175,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
     } else if found & UPGRADE_BIT != 0 {
         headers.remove(UPGRADE);
     }
+}
+
+/// `TE` is one line, byte for byte the `trailers` the rewrite would put there, and not marked
+/// sensitive (the rewrite's value is not): what a gRPC request carries, left as it is rather
+/// than looked up, removed and inserted again.
+fn lone_plain_trailers(headers: &HeaderMap) -> bool {
+    let mut lines = headers.get_all(TE).iter();
+    matches!((lines.next(), lines.next()),
+        (Some(v), None) if v == "trailers" && !v.is_sensitive())
 }
 
 /// An upgrade's `Upgrade` lines without `h2c` (module doc); untouched when none names it.

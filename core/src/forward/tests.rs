@@ -573,6 +573,19 @@ fn c_path_6_strip_table() {
     assert!(h.get(UPGRADE).is_none() && h.get(CONNECTION).is_none());
     assert_eq!(values(&h, "te"), ["trailers"]);
 
+    // A lone plain `te: trailers` stays; two lines, or a sensitive one, become one plain line.
+    for (lines, sensitive) in [(1, false), (2, false), (1, true)] {
+        let mut h = HeaderMap::new();
+        for _ in 0..lines {
+            let mut v = HeaderValue::from_static("trailers");
+            v.set_sensitive(sensitive);
+            h.append(TE, v);
+        }
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(values(&h, "te"), ["trailers"]);
+        assert!(h.get(TE).is_some_and(|v| !v.is_sensitive()));
+    }
+
     // C-PATH-8: h2c is never an upgrade; HTTP2-Settings is hop-by-hop even when Connection
     // does not name it; beside another protocol only h2c leaves the list.
     let mut h = map(&[

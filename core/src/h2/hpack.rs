@@ -197,7 +197,7 @@ fn string(b: &mut &[u8], first: bool) -> Result<(usize, Option<u8>), HpackError>
 }
 
 /// Codes of each length, 0..=30 bits, of the canonical Huffman code of RFC 7541 Appendix B.
-const CODES_OF_LEN: [u16; 31] = [
+pub(super) const CODES_OF_LEN: [u16; 31] = [
     0, 0, 0, 0, 0, 10, 26, 32, 6, 0, 5, 3, 2, 6, 2, 3, 0, 0, 0, 3, 8, 13, 26, 29, 12, 4, 15, 19,
     29, 0, 4,
 ];
@@ -205,7 +205,7 @@ const CODES_OF_LEN: [u16; 31] = [
 /// The symbols of RFC 7541 Appendix B in the order of their codes (shortest first); 256 is
 /// EOS. The code is canonical (each length's codes follow the previous length's, shifted), so
 /// these and [`CODES_OF_LEN`] are the whole table.
-const SYMBOLS: [u16; 257] = [
+pub(super) const SYMBOLS: [u16; 257] = [
     48, 49, 50, 97, 99, 101, 105, 111, 115, 116, 32, 37, 45, 46, 47, 51, 52, 53, 54, 55, 56, 57,
     61, 65, 95, 98, 100, 102, 103, 104, 108, 109, 110, 112, 114, 117, 58, 66, 67, 68, 69, 70, 71,
     72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 89, 106, 107, 113, 118, 119,
@@ -221,36 +221,133 @@ const SYMBOLS: [u16; 257] = [
     29, 30, 31, 127, 220, 249, 10, 13, 22, 256,
 ];
 
-/// Decode a Huffman-coded string (§5.2): how many octets it holds and the first of them.
+/// One step of the decoder: what reading a 4-bit chunk does from a given state. The code's
+/// shortest codes are 5 bits long, so a chunk completes at most one symbol.
+#[derive(Clone, Copy)]
+struct Step {
+    /// The state after the chunk: the tree node the bits read since the last symbol lead to.
+    next: u8,
+    /// The symbol the chunk completed, when [`EMIT`] is set.
+    symbol: u8,
+    /// [`EMIT`], [`FAIL`].
+    flags: u8,
+}
+
+/// The chunk completed a symbol.
+const EMIT: u8 = 1;
+/// The chunk completed EOS, which a string must not hold (§5.2).
+const FAIL: u8 = 2;
+
+/// The code as a binary tree: the 256 internal nodes (0 is the root), each child either an
+/// internal node or, with [`LEAF`] set, a symbol of [`SYMBOLS`] (256 is EOS).
+const LEAF: u16 = 0x8000;
+
+/// The internal nodes' children ([0] for bit 0), built from the canonical code.
+const TREE: [[u16; 2]; 256] = {
+    let mut tree = [[0u16; 2]; 256];
+    let mut nodes = 1usize;
+    let (mut code, mut len, mut i) = (0u32, 0usize, 0usize);
+    while len < CODES_OF_LEN.len() {
+        let mut k = 0;
+        while k < CODES_OF_LEN[len] {
+            // Walk `code`'s first len − 1 bits from the root, adding nodes as needed.
+            let mut node = 0usize;
+            let mut bit = len;
+            while bit > 1 {
+                bit -= 1;
+                let b = ((code >> bit) & 1) as usize;
+                if tree[node][b] == 0 {
+                    tree[node][b] = nodes as u16;
+                    nodes += 1;
+                }
+                node = tree[node][b] as usize;
+            }
+            tree[node][(code & 1) as usize] = LEAF | SYMBOLS[i];
+            i += 1;
+            code += 1;
+            k += 1;
+        }
+        code <<= 1;
+        len += 1;
+    }
+    assert!(nodes == 256 && i == 257);
+    tree
+};
+
+/// The states in which a string may end: the root, or a node reached by fewer than 8 ones
+/// (padding is EOS's first bits and shorter than an octet, §5.2).
+const ACCEPT: [bool; 256] = {
+    let mut accept = [false; 256];
+    accept[0] = true;
+    let (mut node, mut depth) = (0usize, 0);
+    while depth < 7 {
+        node = TREE[node][1] as usize;
+        accept[node] = true;
+        depth += 1;
+    }
+    accept
+};
+
+/// For each state and 4-bit chunk (high bit first), the step it makes.
+const STEPS: [[Step; 16]; 256] = {
+    let none = Step {
+        next: 0,
+        symbol: 0,
+        flags: 0,
+    };
+    let mut steps = [[none; 16]; 256];
+    let mut state = 0;
+    while state < 256 {
+        let mut chunk = 0;
+        while chunk < 16 {
+            let mut step = none;
+            let mut node = state;
+            let mut bit = 4;
+            while bit > 0 {
+                bit -= 1;
+                let child = TREE[node][(chunk >> bit) & 1];
+                if child & LEAF == 0 {
+                    node = child as usize;
+                } else if child == LEAF | 256 {
+                    step.flags = FAIL;
+                    break;
+                } else {
+                    step.symbol = child as u8;
+                    step.flags = EMIT;
+                    node = 0;
+                }
+            }
+            step.next = node as u8;
+            steps[state][chunk] = step;
+            chunk += 1;
+        }
+        state += 1;
+    }
+    steps
+};
+
+/// Decode a Huffman-coded string (§5.2): how many octets it holds and the first of them. A
+/// table walk, four bits at a time, through the code's tree.
 pub(crate) fn huffman_decode(bytes: &[u8]) -> Result<(usize, Option<u8>), HpackError> {
     let mut count = 0usize;
     let mut first_symbol = None;
-    // The code read so far, its length, and where codes of that length start (canonical).
-    let (mut code, mut len, mut start, mut index) = (0u32, 0usize, 0u32, 0usize);
+    let mut state = 0usize;
     for &byte in bytes {
-        for bit in (0..8).rev() {
-            code = (code << 1) | u32::from((byte >> bit) & 1);
-            len += 1;
-            let n = u32::from(CODES_OF_LEN[len]);
-            if let Some(offset) = code.checked_sub(start).filter(|&o| o < n) {
-                let symbol = SYMBOLS[index + offset as usize];
-                let Ok(octet) = u8::try_from(symbol) else {
-                    return Err(HpackError::Huffman); // EOS inside a string
-                };
-                first_symbol.get_or_insert(octet);
-                count += 1;
-                (code, len, start, index) = (0, 0, 0, 0);
-            } else {
-                index += n as usize;
-                start = (start + n) << 1;
-                if len == 30 {
-                    return Err(HpackError::Huffman);
-                }
+        for chunk in [byte >> 4, byte & 0x0f] {
+            let step = STEPS[state][usize::from(chunk)];
+            if step.flags & FAIL != 0 {
+                return Err(HpackError::Huffman); // EOS inside a string
             }
+            if step.flags & EMIT != 0 {
+                if count == 0 {
+                    first_symbol = Some(step.symbol);
+                }
+                count += 1;
+            }
+            state = usize::from(step.next);
         }
     }
-    // What is left must be fewer than 8 bits, all ones (EOS's first bits, §5.2).
-    if len >= 8 || code != (1u32 << len) - 1 {
+    if !ACCEPT[state] {
         return Err(HpackError::Huffman);
     }
     Ok((count, first_symbol))

@@ -1,6 +1,8 @@
 use http::{HeaderMap, HeaderValue};
 
-use super::hpack::{HpackError, Table, huffman_decode};
+use proptest::prelude::*;
+
+use super::hpack::{CODES_OF_LEN, HpackError, SYMBOLS, Table, huffman_decode};
 use super::*;
 
 fn hosts(values: &[&'static str]) -> HeaderMap {
@@ -341,4 +343,114 @@ fn inbound_reads_padding_and_priority() {
     let seen = run(&mut g, &c, 5);
     assert_eq!(g.refused(), 1);
     assert_eq!(seen[c.len() - payload.len() - 9 + 4], 0x4 | 0x8 | 0x20);
+}
+
+/// The decoder as it first was, one bit at a time through the canonical code: the reference
+/// the table-driven [`huffman_decode`] must agree with on every input.
+fn huffman_decode_bitwise(bytes: &[u8]) -> Result<(usize, Option<u8>), HpackError> {
+    let mut count = 0usize;
+    let mut first_symbol = None;
+    let (mut code, mut len, mut start, mut index) = (0u32, 0usize, 0u32, 0usize);
+    for &byte in bytes {
+        for bit in (0..8).rev() {
+            code = (code << 1) | u32::from((byte >> bit) & 1);
+            len += 1;
+            let n = u32::from(CODES_OF_LEN[len]);
+            if let Some(offset) = code.checked_sub(start).filter(|&o| o < n) {
+                let symbol = SYMBOLS[index + offset as usize];
+                let Ok(octet) = u8::try_from(symbol) else {
+                    return Err(HpackError::Huffman);
+                };
+                first_symbol.get_or_insert(octet);
+                count += 1;
+                (code, len, start, index) = (0, 0, 0, 0);
+            } else {
+                index += n as usize;
+                start = (start + n) << 1;
+                if len == 30 {
+                    return Err(HpackError::Huffman);
+                }
+            }
+        }
+    }
+    if len >= 8 || code != (1u32 << len) - 1 {
+        return Err(HpackError::Huffman);
+    }
+    Ok((count, first_symbol))
+}
+
+/// Each symbol's code and length (256 is EOS), from the canonical table.
+fn huffman_codes() -> Vec<(u32, usize)> {
+    let mut codes = vec![(0, 0); 257];
+    let (mut code, mut i) = (0u32, 0usize);
+    for (len, &n) in CODES_OF_LEN.iter().enumerate() {
+        for _ in 0..n {
+            codes[usize::from(SYMBOLS[i])] = (code, len);
+            code += 1;
+            i += 1;
+        }
+        code <<= 1;
+    }
+    codes
+}
+
+/// The bits of `symbols` (EOS where a symbol is 256), then `extra` bits of `extra_bits`, then
+/// `fill` up to a whole octet: valid strings (no extra, ones as fill) and every way of
+/// breaking one (EOS inside, padding of zeros, padding of 8 ones or more).
+fn huffman_encode(symbols: &[u16], extra: usize, extra_bits: u64, fill: bool) -> Vec<u8> {
+    let codes = huffman_codes();
+    let mut bits = Vec::new();
+    for &s in symbols {
+        let (code, len) = codes[usize::from(s)];
+        bits.extend((0..len).rev().map(|b| (code >> b) & 1 == 1));
+    }
+    bits.extend((0..extra).rev().map(|b| (extra_bits >> b) & 1 == 1));
+    while bits.len() % 8 != 0 {
+        bits.push(fill);
+    }
+    bits.chunks(8)
+        .map(|o| o.iter().fold(0u8, |a, &b| (a << 1) | u8::from(b)))
+        .collect()
+}
+
+#[test]
+fn huffman_table_covers_the_code() {
+    // Every octet's code decodes to it, alone and after each other octet's.
+    for a in 0..=255u16 {
+        let one = huffman_encode(&[a], 0, 0, true);
+        assert_eq!(huffman_decode(&one), Ok((1, Some(a as u8))));
+        for b in 0..=255u16 {
+            let two = huffman_encode(&[a, b], 0, 0, true);
+            assert_eq!(huffman_decode(&two), Ok((2, Some(a as u8))));
+        }
+    }
+    assert_eq!(
+        huffman_decode(&huffman_encode(&[b'a'.into(), 256], 0, 0, true)),
+        Err(HpackError::Huffman)
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn huffman_table_decoder_equals_bitwise(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
+        prop_assert_eq!(huffman_decode(&bytes), huffman_decode_bitwise(&bytes));
+    }
+
+    #[test]
+    fn huffman_table_decoder_equals_bitwise_on_encodings(
+        symbols in proptest::collection::vec(
+            prop_oneof![20 => 0u16..256, 1 => Just(256u16)], 0..24),
+        extra in prop_oneof![4 => Just(0usize), 1 => 0usize..40],
+        extra_bits in prop_oneof![any::<u64>(), Just(u64::MAX)],
+        fill in prop_oneof![4 => Just(true), 1 => Just(false)],
+    ) {
+        let bytes = huffman_encode(&symbols, extra, extra_bits, fill);
+        let expected = huffman_decode_bitwise(&bytes);
+        prop_assert_eq!(huffman_decode(&bytes), expected);
+        if extra == 0 && fill && !symbols.contains(&256) {
+            prop_assert_eq!(expected, Ok((symbols.len(), symbols.first().map(|&s| s as u8))));
+        }
+    }
 }

@@ -454,14 +454,44 @@ fn for_h2(req: Request<UpBody>, target: &Target) -> Request<UpBody> {
 
 /// Remove what HTTP/2 forbids in a request's fields.
 fn strip_connection_headers(headers: &mut HeaderMap) {
-    for name in [
-        CONNECTION,
-        UPGRADE,
-        TRANSFER_ENCODING,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-    ] {
-        headers.remove(name);
+    // One pass over the names first: most requests carry none of these, and a gRPC request's
+    // single `te: trailers` is already what HTTP/2 allows, so nothing is removed or rewritten.
+    let (mut strip, mut te) = (false, false);
+    for name in headers.keys() {
+        if name == CONNECTION
+            || name == UPGRADE
+            || name == TRANSFER_ENCODING
+            || name == KEEP_ALIVE
+            || name == PROXY_CONNECTION
+        {
+            strip = true;
+        } else if name == TE {
+            te = true;
+        }
+    }
+    if strip {
+        for name in [
+            CONNECTION,
+            UPGRADE,
+            TRANSFER_ENCODING,
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+        ] {
+            headers.remove(name);
+        }
+    }
+    if !te {
+        return;
+    }
+    let already_trailers = {
+        let mut values = headers.get_all(TE).iter();
+        // Left as it is only when it is byte for byte what the rewrite would insert (a
+        // sensitive value keeps being sent never-indexed, so it is rewritten as before).
+        matches!((values.next(), values.next()),
+            (Some(v), None) if v == "trailers" && !v.is_sensitive())
+    };
+    if already_trailers {
+        return;
     }
     let trailers = headers.get_all(TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
@@ -478,6 +508,7 @@ fn strip_connection_headers(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::CONTENT_TYPE;
 
     #[test]
     fn c_grpc_1_request_as_h2_has_authority_and_no_connection_headers() {
@@ -504,5 +535,39 @@ mod tests {
         let req = for_h2(req, &target);
         assert_eq!(req.uri(), "http://127.0.0.1:9001/");
         assert!(!req.headers().contains_key(TE));
+    }
+
+    /// The TE rewrite's cases: a lone `te: trailers` kept, anything else made into one
+    /// `trailers` or dropped, the other fields untouched.
+    #[test]
+    fn c_grpc_1_te_is_trailers_once_or_nothing() {
+        let te = |values: &[&'static str], sensitive: bool| {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            for v in values {
+                let mut v = HeaderValue::from_static(v);
+                v.set_sensitive(sensitive);
+                h.append(TE, v);
+            }
+            strip_connection_headers(&mut h);
+            assert_eq!(
+                h.get(CONTENT_TYPE).map(|v| v.as_bytes()),
+                Some(&b"application/grpc"[..])
+            );
+            let out: Vec<_> = h
+                .get_all(TE)
+                .iter()
+                .map(|v| (v.as_bytes().to_vec(), v.is_sensitive()))
+                .collect();
+            out
+        };
+        let trailers = vec![(b"trailers".to_vec(), false)];
+        assert_eq!(te(&["trailers"], false), trailers);
+        assert_eq!(te(&["trailers"], true), trailers);
+        assert_eq!(te(&["Trailers"], false), trailers);
+        assert_eq!(te(&["gzip", "trailers"], false), trailers);
+        assert_eq!(te(&["trailers", "trailers"], false), trailers);
+        assert_eq!(te(&["gzip"], false), vec![]);
+        assert_eq!(te(&[], false), vec![]);
     }
 }
