@@ -17,20 +17,20 @@ const SHOTS = join(front, process.env.SCREENSHOTS ?? "e2e/out");
 const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 const children = [];
 
-function config(backends, mutations) {
+function config(backends, mutations, tune = (t) => t) {
   const shipped = readFileSync(join(front, "../config/weir.yaml"), "utf8");
   let text = shipped.slice(0, shipped.indexOf("\nbackends:") + 1);
   // Outlier detection judges every second and on a few requests, so an ejection shows soon.
   text = text.replace("health_check:\n", "health_check:\n  outlier:\n    interval: 1s\n    failure_percentage_request_volume: 5\n");
   text = text.replace("interval: 5s", "interval: 1s").replace("runtime_mutations: true", `runtime_mutations: ${mutations}`);
   text += "backends:\n" + backends.map((b) => `  - id: ${b.id}\n    url: http://127.0.0.1:${b.port}\n`).join("");
-  return text;
+  return tune(text);
 }
 
 /** A real weir (`weir run`) over `backends` and its console (`weir console`). */
-async function weir(backends, mutations) {
+async function weir(backends, mutations, tune) {
   const dir = tmp("weir-e2e-");
-  writeFileSync(join(dir, "weir.yaml"), config(backends, mutations));
+  writeFileSync(join(dir, "weir.yaml"), config(backends, mutations, tune));
   const ready = join(dir, "ready.json");
   const env = { BALANCER_ADMIN_TOKEN: TOKEN, RUST_LOG: "warn" };
   const run = await start(WEIR, ["run", "--config", join(dir, "weir.yaml"), "--public-bind", "127.0.0.1:0", "--management-bind", "127.0.0.1:0", "--ready-file", ready, "--workers", "1"], env, null);
@@ -194,7 +194,11 @@ async function live(ctx) {
 async function readonly(ctx) {
   console.log("live, runtime_mutations: false");
   const bs = [await backend("r1"), await backend("r2")];
-  const w = await weir(bs, false);
+  // This weir runs with adaptive concurrency on and the rate limit in dry run, so the console's
+  // other states are seen too (C-LOAD-4, C-RATE-8).
+  const w = await weir(bs, false, (t) => t
+    .replace("  upstream:\n", "  upstream:\n    adaptive_concurrency:\n      enabled: true\n      min_limit: 5\n      max_limit: 40\n")
+    .replace("rate_limit:\n  enabled: true\n", "rate_limit:\n  enabled: true\n  dry_run: true\n"));
   const page = await ctx.newPage();
   const sent = [];
   page.on("request", (r) => sent.push(r));
@@ -209,6 +213,13 @@ async function readonly(ctx) {
   await page.click("#send-one");
   await page.waitForSelector('#log-table tbody tr[data-status="200"]');
   check(bs[0].served + bs[1].served === 1, "reads and the traffic generator still work");
+  const status = await w.mgmt("/api/dashboard/status");
+  const limits = [];
+  for (const b of status.backends) limits.push([b.concurrency_limit, Number(await row(page, b.id).locator("[data-concurrency-limit]").getAttribute("data-concurrency-limit"))]);
+  check(limits.length === 2 && limits.every(([want, shown]) => shown >= 5 && shown <= 40 && shown === want),
+    `adaptive concurrency on: each backend's limit is shown, as weir reports it, within [5, 40] (${limits.map(([, s]) => s).join(", ")})`);
+  check((await page.locator("#rate-limit-mode").getAttribute("data-dry-run")) === "true" && (await page.textContent("#rate-limit-mode")).toLowerCase().includes("dry run"),
+    "the limits panel shows the rate limit in dry run");
   await shots(page, "live-readonly");
   await page.close();
 }
